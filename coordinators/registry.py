@@ -1,0 +1,77 @@
+"""Backends chosen by URL scheme, from one registry.
+
+==========  ==========================================  =======================
+scheme      URL                                         backend
+==========  ==========================================  =======================
+sqlite      ``sqlite:///ABSOLUTE/PATH.db``              embedded, one host
+memory      ``memory://NAME``                           embedded, one process
+etcd        ``etcd://HOST:PORT[,HOST:PORT...][/PREFIX]`` etcd v3 (aetcd)
+etcds       same, TLS required                          etcd v3 over TLS
+zk          ``zk://HOST:PORT[,HOST:PORT...][/CHROOT]``  ZooKeeper (kazoo)
+==========  ==========================================  =======================
+
+Backends are imported lazily, so using the embedded one never imports grpc or
+kazoo.
+
+Example::
+
+    from coordinators import open_coordinator
+    coord = open_coordinator("memory://docs")   # not yet connected
+"""
+
+from __future__ import annotations
+
+import importlib
+from urllib.parse import urlsplit
+
+from coordinators.base import ConnectOptions, Coordinator
+from coordinators.errors import InvalidCoordinatorURL
+
+BACKENDS: dict[str, str] = {
+    "sqlite": "coordinators.sqlite:SqliteCoordinator",
+    "memory": "coordinators.sqlite:SqliteCoordinator",
+    "etcd": "coordinators.etcd:EtcdCoordinator",
+    "etcds": "coordinators.etcd:EtcdCoordinator",
+    "zk": "coordinators.zookeeper:ZooKeeperCoordinator",
+}
+
+
+def scheme_of(url: str) -> str:
+    if "://" not in url:
+        raise InvalidCoordinatorURL(
+            f"malformed coordinator URL {redact_url(url)!r}: expected SCHEME://..., "
+            f"one of {', '.join(sorted(BACKENDS))}"
+        )
+    scheme = url.split("://", 1)[0].lower()
+    if scheme not in BACKENDS:
+        raise InvalidCoordinatorURL(
+            f"unknown coordinator scheme {scheme!r} in {redact_url(url)!r}: "
+            f"use one of {', '.join(sorted(BACKENDS))}"
+        )
+    return scheme
+
+
+def redact_url(url: str) -> str:
+    """The URL with any ``user:password@`` part and query values masked."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparseable URL>"
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = "***@" + netloc.rsplit("@", 1)[1]
+    query = "&".join(
+        f"{kv.split('=', 1)[0]}=***" if "=" in kv else kv for kv in parts.query.split("&") if kv
+    )
+    out = f"{parts.scheme}://{netloc}{parts.path}"
+    return out + (f"?{query}" if query else "")
+
+
+def open_coordinator(url: str, options: ConnectOptions | None = None) -> Coordinator:
+    """A coordinator for ``url``, not yet connected (``await c.connect()``)."""
+    scheme = scheme_of(url)
+    module_name, _, class_name = BACKENDS[scheme].partition(":")
+    module = importlib.import_module(module_name)
+    cls = getattr(module, class_name)
+    coordinator: Coordinator = cls(url, options or ConnectOptions())
+    return coordinator

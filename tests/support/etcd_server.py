@@ -1,0 +1,1 @@
+"""Placeholder: the etcd server fixture is being written."""

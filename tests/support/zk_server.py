@@ -1,0 +1,1 @@
+"""Placeholder: the zk server fixture is being written."""
