@@ -1,0 +1,147 @@
+"""Typed records stored as JSON values in the coordinator.
+
+Each record knows how to encode itself and how to decode a stored value;
+a value that cannot be decoded raises :class:`~coordinators.errors.CorruptValue`
+naming the key, never a bare ``KeyError`` or ``JSONDecodeError``.
+
+Example::
+
+    >>> p = Position(next_snapshot=12, epoch=7, member_id="m1", committed_at=0.0)
+    >>> Position.decode("k", p.encode()).next_snapshot
+    12
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Self
+
+from coordinators.errors import CorruptValue
+
+FORMAT_VERSION = 1
+
+
+def _load(key: str, value: bytes) -> dict[str, Any]:
+    try:
+        data = json.loads(value.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise CorruptValue(f"corrupt value at coordinator key {key!r}: not JSON") from err
+    if not isinstance(data, dict):
+        raise CorruptValue(f"corrupt value at coordinator key {key!r}: not a JSON object")
+    return data
+
+
+class _Record:
+    def encode(self) -> bytes:
+        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":")).encode()  # type: ignore[call-overload]
+
+    @classmethod
+    def decode(cls, key: str, value: bytes) -> Self:
+        data = _load(key, value)
+        try:
+            return cls._from_dict(data)
+        except (KeyError, TypeError, ValueError) as err:
+            raise CorruptValue(
+                f"corrupt value at coordinator key {key!r}: {type(err).__name__}: {err}"
+            ) from err
+
+    @classmethod
+    def _from_dict(cls, data: dict[str, Any]) -> Self:
+        fields = cls.__dataclass_fields__  # type: ignore[attr-defined]
+        return cls(**{k: v for k, v in data.items() if k in fields})
+
+
+@dataclass(frozen=True)
+class GroupMeta(_Record):
+    """``groups/<group>``: fixed at creation; a different shard count is an error."""
+
+    num_shards: int
+    table: str
+    created_at: float
+    format: int = FORMAT_VERSION
+
+    @classmethod
+    def _from_dict(cls, data: dict[str, Any]) -> GroupMeta:
+        meta = GroupMeta(
+            num_shards=int(data["num_shards"]),
+            table=str(data["table"]),
+            created_at=float(data["created_at"]),
+            format=int(data.get("format", FORMAT_VERSION)),
+        )
+        if meta.num_shards < 1:
+            raise ValueError("num_shards < 1")
+        return meta
+
+
+@dataclass(frozen=True)
+class MemberInfo(_Record):
+    """``groups/<group>/members/<id>``: who a live member is."""
+
+    member_id: str
+    host: str
+    pid: int
+    version: str
+    started_at: float
+    session: str = ""
+
+
+@dataclass(frozen=True)
+class Assignment(_Record):
+    """``groups/<group>/assignment``: published by the leader, guarded by its epoch."""
+
+    generation: int
+    leader: str
+    leader_epoch: int
+    shards: dict[str, list[int]] = field(default_factory=dict)
+    published_at: float = 0.0
+
+    def shards_of(self, member_id: str) -> list[int]:
+        return list(self.shards.get(member_id, []))
+
+    def owner_of(self, shard: int) -> str | None:
+        for member, shards in self.shards.items():
+            if shard in shards:
+                return member
+        return None
+
+    @classmethod
+    def _from_dict(cls, data: dict[str, Any]) -> Assignment:
+        shards = {str(m): sorted(int(s) for s in v) for m, v in dict(data["shards"]).items()}
+        return Assignment(
+            generation=int(data["generation"]),
+            leader=str(data["leader"]),
+            leader_epoch=int(data["leader_epoch"]),
+            shards=shards,
+            published_at=float(data.get("published_at", 0.0)),
+        )
+
+
+@dataclass(frozen=True)
+class Owner(_Record):
+    """``groups/<group>/owners/<shard>``: its create version is the shard's epoch."""
+
+    member_id: str
+    generation: int
+
+
+@dataclass(frozen=True)
+class Position(_Record):
+    """``groups/<group>/positions/<shard>``: the next snapshot id to read."""
+
+    next_snapshot: int
+    epoch: int
+    member_id: str
+    committed_at: float
+
+    @classmethod
+    def _from_dict(cls, data: dict[str, Any]) -> Position:
+        pos = Position(
+            next_snapshot=int(data["next_snapshot"]),
+            epoch=int(data["epoch"]),
+            member_id=str(data["member_id"]),
+            committed_at=float(data["committed_at"]),
+        )
+        if pos.next_snapshot < 1:
+            raise ValueError("next_snapshot < 1")
+        return pos
