@@ -1,31 +1,95 @@
-"""Errors of the group layer, in the one hierarchy of :mod:`coordinators.errors`.
+"""Errors of the group layer; all derive from :class:`PaimonGroupError`.
 
-Every class here derives from :class:`~coordinators.errors.PaimonGroupError`
-(bad user input from :class:`~coordinators.errors.ConfigError`), so callers
-catch one root and read its ``retriable`` flag. Messages are one line that
-says what is wrong and what to do.
+The hierarchy is shared with :mod:`coordinators.errors` (one hierarchy, one
+``retriable`` flag). Messages are one line and say what to do next.
 """
 
 from __future__ import annotations
 
-from coordinators.errors import ConfigError, PaimonGroupError
+from coordinators.errors import (
+    AuthenticationFailed,
+    ConfigError,
+    CoordinatorError,
+    CoordinatorUnavailable,
+    CorruptValue,
+    InvalidCoordinatorURL,
+    PaimonGroupError,
+    SessionLost,
+    SessionSuspended,
+)
+
+__all__ = [
+    "AuthenticationFailed",
+    "ConfigError",
+    "CoordinatorError",
+    "CoordinatorUnavailable",
+    "CorruptValue",
+    "GroupBusy",
+    "HandlerFailed",
+    "HandlerImportError",
+    "InvalidCoordinatorURL",
+    "MemberIdInUse",
+    "NotOwner",
+    "PaimonGroupError",
+    "SessionLost",
+    "SessionSuspended",
+    "ShardCountMismatch",
+    "SnapshotExpired",
+    "StaleEpoch",
+    "TableNotFound",
+    "UnsupportedTable",
+]
 
 
 class TableNotFound(ConfigError):
-    """The Paimon table does not exist in the given warehouse."""
+    """The Paimon table (or its warehouse) does not exist."""
 
 
 class UnsupportedTable(ConfigError):
-    """The table's bucket mode cannot be sharded by ``bucket % shards``."""
+    """The table's bucket mode cannot be sharded by bucket (``bucket % shards``)."""
 
 
 class SnapshotExpired(PaimonGroupError):
-    """A shard's next snapshot was expired before the shard read it.
+    """A shard's next snapshot was expired before it was read: data would be skipped.
 
     Never retriable and never skipped silently: the rows of the expired
     snapshots are gone for this shard. An operator must reset the shard's
-    position explicitly (Paimon consumer files, which the group mirrors,
-    exist to prevent this: check that they are written and not expired).
+    position explicitly (the Paimon consumer files the group mirrors exist to
+    prevent this: check that they are written and not expired).
     """
 
     retriable = False
+
+
+class ShardCountMismatch(ConfigError):
+    """``--shards`` contradicts the shard count stored with an existing group."""
+
+
+class HandlerImportError(ConfigError):
+    """``MODULE:CALLABLE`` cannot be imported or is not callable."""
+
+
+class HandlerFailed(PaimonGroupError):
+    """The handler kept raising after its retries; the batch was not committed."""
+
+
+class MemberIdInUse(PaimonGroupError):
+    """Another live process holds this member id."""
+
+
+class GroupBusy(PaimonGroupError):
+    """An administrative change was refused because the group has live members."""
+
+
+class StaleEpoch(PaimonGroupError):
+    """A commit was rejected: the writer no longer owns the shard at its epoch.
+
+    Another member took the shard over (our session expired or the shard was
+    reassigned). The batch's progress was not recorded; the new owner resumes
+    from the last committed position, so the batch may be delivered again.
+    Nothing to do: the member drops the shard and carries on.
+    """
+
+
+class NotOwner(PaimonGroupError):
+    """An operation needs ownership of a shard that this member does not hold."""
