@@ -70,7 +70,7 @@ special for that case; the caller decides who counts as a member.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping
 
 from coordinators.errors import ConfigError
 
@@ -80,7 +80,7 @@ __all__ = ["assign", "minimum_moves", "moves"]
 def assign(
     num_shards: int,
     members: Iterable[str],
-    previous: Mapping[str, Sequence[int]] | None = None,
+    previous: Mapping[str, Collection[int]] | None = None,
 ) -> dict[str, list[int]]:
     """Assign shards ``0..num_shards-1`` to ``members``, sticking to ``previous``.
 
@@ -117,7 +117,7 @@ def assign(
 def minimum_moves(
     num_shards: int,
     members: Iterable[str],
-    previous: Mapping[str, Sequence[int]] | None = None,
+    previous: Mapping[str, Collection[int]] | None = None,
 ) -> int:
     """The fewest shards that must change owner for a balanced assignment.
 
@@ -148,8 +148,8 @@ def minimum_moves(
 
 
 def moves(
-    previous: Mapping[str, Sequence[int]] | None,
-    current: Mapping[str, Sequence[int]],
+    previous: Mapping[str, Collection[int]] | None,
+    current: Mapping[str, Collection[int]],
 ) -> dict[int, tuple[str | None, str | None]]:
     """Which shards changed owner: ``{shard: (from_member, to_member)}``, by shard.
 
@@ -202,7 +202,7 @@ class _Plan:
         self,
         num_shards: int,
         members: Iterable[str],
-        previous: Mapping[str, Sequence[int]] | None,
+        previous: Mapping[str, Collection[int]] | None,
     ) -> None:
         if isinstance(num_shards, bool) or not isinstance(num_shards, int) or num_shards < 0:
             raise ConfigError(f"invalid shard count {num_shards!r}: use an integer >= 0")
