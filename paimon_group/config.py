@@ -1,0 +1,115 @@
+"""Configuration of one group member.
+
+Example::
+
+    >>> cfg = MemberConfig(group="orders", warehouse="/tmp/wh", table="db.orders")
+    >>> cfg.safety_margin_s
+    2.5
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from coordinators.base import ConnectOptions
+from coordinators.errors import ConfigError
+from paimon_group.names import validate_group, validate_member_id
+
+
+def default_coordinator_url(warehouse: str) -> str:
+    """The embedded coordinator's file for a warehouse.
+
+    For a local warehouse: ``<warehouse>/.paimon-group/coordinator.sqlite``
+    (beside the databases, hidden, and not ending in ``.db`` so that Paimon
+    never mistakes it for a database). For a remote warehouse (``s3://`` ...)
+    the embedded coordinator can only serve one host: the file is then
+    ``$XDG_STATE_HOME/paimon-group/coordinator.sqlite`` (default
+    ``~/.local/state``); use etcd or ZooKeeper across hosts.
+    """
+    if "://" not in warehouse or warehouse.startswith("file://"):
+        local = warehouse.removeprefix("file://")
+        path = Path(local).expanduser().resolve() / ".paimon-group" / "coordinator.sqlite"
+    else:
+        state = Path(os.environ.get("XDG_STATE_HOME", Path.home() / ".local" / "state"))
+        path = state.expanduser().resolve() / "paimon-group" / "coordinator.sqlite"
+    return f"sqlite://{path}"
+
+
+def generated_member_id() -> str:
+    host = "".join(c if c.isalnum() or c in "._-" else "-" for c in socket.gethostname())[:64]
+    return f"{host or 'member'}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+@dataclass
+class MemberConfig:
+    """Everything a member needs; the CLI builds one from flags, env and file."""
+
+    group: str
+    warehouse: str
+    table: str
+    coordinator: str | None = None
+    member_id: str | None = None
+    shards: int | None = None
+    start: str = "latest-full"
+    poll_interval_ms: int = 1000
+    session_timeout_s: float = 10.0
+    catalog_options: dict[str, str] = field(default_factory=dict)
+    revoke_timeout_s: float = 10.0
+    shutdown_timeout_s: float = 30.0
+    rebalance_delay_s: float = 0.0
+    include_row_kind: bool = False
+    max_handler_attempts: int = 5
+    handler_backoff_s: float = 0.5
+    # The member stops processing and committing this long before its local
+    # session deadline (invariant 3). Default: a quarter of the timeout.
+    safety_margin_s: float | None = None
+    mirror_interval_s: float = 1.0
+    connect: ConnectOptions | None = None
+    history_path: str | None = None
+
+    def __post_init__(self) -> None:
+        validate_group(self.group)
+        if self.member_id is None:
+            self.member_id = generated_member_id()
+        validate_member_id(self.member_id)
+        if self.shards is not None and self.shards < 1:
+            raise ConfigError(f"--shards must be at least 1, got {self.shards}")
+        if self.session_timeout_s <= 0:
+            raise ConfigError("--session-timeout-s must be positive")
+        if self.poll_interval_ms < 1:
+            raise ConfigError("--poll-interval-ms must be at least 1")
+        if "." not in self.table:
+            raise ConfigError(f"--table must be DATABASE.TABLE, got {self.table!r}")
+        if self.coordinator is None:
+            self.coordinator = default_coordinator_url(self.warehouse)
+        if self.safety_margin_s is None:
+            self.safety_margin_s = self.session_timeout_s / 4
+        if self.safety_margin_s >= self.session_timeout_s:
+            raise ConfigError("the safety margin must be below the session timeout")
+
+    @property
+    def id(self) -> str:
+        assert self.member_id is not None
+        return self.member_id
+
+    @property
+    def coordinator_url(self) -> str:
+        assert self.coordinator is not None
+        return self.coordinator
+
+    @property
+    def margin(self) -> float:
+        assert self.safety_margin_s is not None
+        return self.safety_margin_s
+
+    def connect_options(self) -> ConnectOptions:
+        base = self.connect or ConnectOptions()
+        if base.session_timeout_s == self.session_timeout_s:
+            return base
+        from dataclasses import replace
+
+        return replace(base, session_timeout_s=self.session_timeout_s)

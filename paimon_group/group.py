@@ -1,0 +1,314 @@
+"""The group protocol on top of the coordinator protocol, written once.
+
+:class:`GroupClient` takes a connected :class:`~coordinators.base.Coordinator`
+(never a backend) and speaks the group's key layout
+(:class:`~paimon_group.names.GroupKeys`). Every write that matters is one
+guarded commit:
+
+* **group creation** -- ``create`` of the metadata key (first writer wins; the
+  shard count is fixed from then on);
+* **membership** -- an ephemeral member key bound to the session;
+* **leadership** -- an ephemeral leader key; its create version is the
+  *leader epoch*;
+* **assignment** -- published only with a check that the leader key still has
+  the publisher's leader epoch and that the assignment was not changed since
+  it was read: a deposed leader cannot publish (its check fails);
+* **ownership** -- an ephemeral owner key per shard, created only when absent;
+  its create version is the shard's **epoch** (strictly increasing across
+  owners, because create versions are);
+* **progress** -- positions written only with a check that the owner key still
+  carries the writer's epoch, in the same atomic commit (invariant 1). A
+  position never moves backwards (invariant 2): a new owner reads the
+  position *after* creating its owner key, so it sees every commit the
+  previous owner made (those commits either happened before the key was
+  re-created, or failed their check), and an owner only ever commits
+  positions greater than the one it started from.
+
+Example (in-memory backend)::
+
+    import asyncio
+    from coordinators import open_coordinator
+    from paimon_group.group import GroupClient
+
+    async def main() -> None:
+        async with open_coordinator("memory://group-doc") as coord:
+            group = GroupClient(coord, "orders")
+            await group.ensure_meta(num_shards=4, table="db.orders")
+            epoch = await group.acquire(0, "m1", generation=1)
+            assert epoch is not None
+            assert await group.commit_positions({0: (epoch, 5)}, "m1")
+
+    asyncio.run(main())
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from coordinators.base import Check, Coordinator, Delete, Entry, Put
+from paimon_group.errors import MemberIdInUse, ShardCountMismatch
+from paimon_group.names import GroupKeys, validate_member_id
+from paimon_group.records import Assignment, GroupMeta, MemberInfo, Owner, Position
+
+
+@dataclass(frozen=True)
+class OwnerView:
+    shard: int
+    member_id: str
+    epoch: int
+    generation: int
+
+
+@dataclass(frozen=True)
+class GroupState:
+    """One consistent-enough read of a group, for decisions and for describe."""
+
+    meta: GroupMeta | None
+    members: dict[str, MemberInfo] = field(default_factory=dict)
+    leader: str | None = None
+    leader_epoch: int | None = None
+    assignment: Assignment | None = None
+    assignment_version: int | None = None
+    owners: dict[int, OwnerView] = field(default_factory=dict)
+    positions: dict[int, Position] = field(default_factory=dict)
+
+
+def _shard_of(key: str) -> int | None:
+    last = GroupKeys.last_segment(key)
+    return int(last) if last.isdigit() else None
+
+
+class GroupClient:
+    """Group operations for one group over one coordinator session."""
+
+    def __init__(self, coordinator: Coordinator, group: str) -> None:
+        self.coordinator = coordinator
+        self.keys = GroupKeys(group)
+        self.group = group
+
+    # -- metadata -------------------------------------------------------
+
+    async def read_meta(self) -> GroupMeta | None:
+        entry = await self.coordinator.get(self.keys.meta)
+        return GroupMeta.decode(entry.key, entry.value) if entry else None
+
+    async def ensure_meta(self, num_shards: int | None, table: str) -> GroupMeta:
+        """The group's metadata, creating it with ``num_shards`` if the group is new.
+
+        ``num_shards`` None means "whatever the group has" (required when new).
+        A different shard count for an existing group is a ShardCountMismatch.
+        """
+        meta = await self.read_meta()
+        if meta is None:
+            if num_shards is None:
+                raise ShardCountMismatch(
+                    f"group {self.group!r} does not exist yet: give its shard count"
+                )
+            new = GroupMeta(num_shards=num_shards, table=table, created_at=time.time())
+            created = await self.coordinator.create(self.keys.meta, new.encode())
+            if created is not None:
+                return new
+            meta = await self.read_meta()
+            assert meta is not None  # created concurrently by another member
+        if num_shards is not None and meta.num_shards != num_shards:
+            raise ShardCountMismatch(
+                f"group {self.group!r} has {meta.num_shards} shards; --shards {num_shards} "
+                "contradicts it (use another group name, or delete the group first)"
+            )
+        if meta.table != table:
+            raise ShardCountMismatch(
+                f"group {self.group!r} reads table {meta.table!r}, not {table!r}"
+            )
+        return meta
+
+    # -- membership -----------------------------------------------------
+
+    async def register(self, info: MemberInfo) -> Entry | None:
+        """Create our ephemeral member key; None if the id is held by a live session."""
+        validate_member_id(info.member_id)
+        return await self.coordinator.create(
+            self.keys.member(info.member_id), info.encode(), ephemeral=True
+        )
+
+    async def register_or_fail(self, info: MemberInfo) -> Entry:
+        entry = await self.register(info)
+        if entry is None:
+            raise MemberIdInUse(
+                f"member id {info.member_id!r} is held by another live process in group "
+                f"{self.group!r}; stop it or choose another --member-id"
+            )
+        return entry
+
+    async def deregister(self, member_id: str) -> None:
+        await self.coordinator.delete(self.keys.member(member_id))
+
+    async def members(self) -> dict[str, MemberInfo]:
+        out: dict[str, MemberInfo] = {}
+        for entry in await self.coordinator.list(self.keys.members_dir):
+            info = MemberInfo.decode(entry.key, entry.value)
+            out[GroupKeys.last_segment(entry.key)] = info
+        return out
+
+    # -- leadership and assignment -----------------------------------------
+
+    async def try_lead(self, member_id: str) -> int | None:
+        """Become leader if there is none; our leader epoch, or None."""
+        entry = await self.coordinator.create(
+            self.keys.leader, Owner(member_id=member_id, generation=0).encode(), ephemeral=True
+        )
+        return entry.create_version if entry else None
+
+    async def leader(self) -> tuple[str, int] | None:
+        entry = await self.coordinator.get(self.keys.leader)
+        if entry is None:
+            return None
+        return Owner.decode(entry.key, entry.value).member_id, entry.create_version
+
+    async def resign(self, leader_epoch: int) -> bool:
+        return await self.coordinator.commit(
+            [Check.created_at(self.keys.leader, leader_epoch)], [Delete(self.keys.leader)]
+        )
+
+    async def read_assignment(self) -> tuple[Assignment | None, int | None]:
+        entry = await self.coordinator.get(self.keys.assignment)
+        if entry is None:
+            return None, None
+        return Assignment.decode(entry.key, entry.value), entry.version
+
+    async def publish(
+        self,
+        shards: Mapping[str, list[int]],
+        *,
+        leader: str,
+        leader_epoch: int,
+        previous: Assignment | None,
+        previous_version: int | None,
+    ) -> Assignment | None:
+        """Publish the next generation; None if we are no longer leader or lost a race."""
+        generation = (previous.generation if previous else 0) + 1
+        assignment = Assignment(
+            generation=generation,
+            leader=leader,
+            leader_epoch=leader_epoch,
+            shards={m: sorted(s) for m, s in sorted(shards.items())},
+            published_at=time.time(),
+        )
+        guard = (
+            Check.is_absent(self.keys.assignment)
+            if previous_version is None
+            else Check.at_version(self.keys.assignment, previous_version)
+        )
+        ok = await self.coordinator.commit(
+            [Check.created_at(self.keys.leader, leader_epoch), guard],
+            [Put(self.keys.assignment, assignment.encode())],
+        )
+        return assignment if ok else None
+
+    # -- ownership -----------------------------------------------------
+
+    async def acquire(self, shard: int, member_id: str, generation: int) -> int | None:
+        """Create the owner key of ``shard``; the new epoch, or None if owned."""
+        entry = await self.coordinator.create(
+            self.keys.owner(shard),
+            Owner(member_id=member_id, generation=generation).encode(),
+            ephemeral=True,
+        )
+        return entry.create_version if entry else None
+
+    async def release(self, shard: int, epoch: int) -> bool:
+        """Delete our owner key, only if it is still ours (same epoch)."""
+        return await self.coordinator.commit(
+            [Check.created_at(self.keys.owner(shard), epoch)], [Delete(self.keys.owner(shard))]
+        )
+
+    async def owners(self) -> dict[int, OwnerView]:
+        out: dict[int, OwnerView] = {}
+        for entry in await self.coordinator.list(self.keys.owners_dir):
+            shard = _shard_of(entry.key)
+            if shard is None:
+                continue
+            owner = Owner.decode(entry.key, entry.value)
+            out[shard] = OwnerView(shard, owner.member_id, entry.create_version, owner.generation)
+        return out
+
+    # -- progress ------------------------------------------------------
+
+    async def positions(self) -> dict[int, Position]:
+        out: dict[int, Position] = {}
+        for entry in await self.coordinator.list(self.keys.positions_dir):
+            shard = _shard_of(entry.key)
+            if shard is not None:
+                out[shard] = Position.decode(entry.key, entry.value)
+        return out
+
+    async def position(self, shard: int) -> tuple[Position | None, int | None]:
+        entry = await self.coordinator.get(self.keys.position(shard))
+        if entry is None:
+            return None, None
+        return Position.decode(entry.key, entry.value), entry.version
+
+    async def commit_positions(
+        self,
+        updates: Mapping[int, tuple[int, int]],
+        member_id: str,
+        *,
+        release: bool = False,
+    ) -> bool:
+        """Fenced commit of ``{shard: (epoch, next_snapshot)}`` in one atomic commit.
+
+        Applied only if every shard's owner key still has the given epoch
+        (invariant 1). With ``release`` the owner keys are deleted in the same
+        commit (a graceful handoff: the position and the release land together,
+        so the next owner always starts from the final position).
+        """
+        if not updates:
+            return True
+        now = time.time()
+        checks: list[Check] = []
+        ops: list[Put | Delete] = []
+        for shard, (epoch, next_snapshot) in sorted(updates.items()):
+            checks.append(Check.created_at(self.keys.owner(shard), epoch))
+            pos = Position(
+                next_snapshot=next_snapshot, epoch=epoch, member_id=member_id, committed_at=now
+            )
+            ops.append(Put(self.keys.position(shard), pos.encode()))
+            if release:
+                ops.append(Delete(self.keys.owner(shard)))
+        return await self.coordinator.commit(checks, ops)
+
+    async def reset_positions(self, positions: Mapping[int, int], actor: str) -> bool:
+        """Administrative reset: write positions for shards that have no owner.
+
+        Each write is guarded by the owner key being absent, so a reset can
+        never race a live owner's commits.
+        """
+        now = time.time()
+        checks = [Check.is_absent(self.keys.owner(s)) for s in sorted(positions)]
+        ops: list[Put | Delete] = [
+            Put(
+                self.keys.position(s),
+                Position(next_snapshot=n, epoch=0, member_id=actor, committed_at=now).encode(),
+            )
+            for s, n in sorted(positions.items())
+        ]
+        return await self.coordinator.commit(checks, ops)
+
+    # -- everything at once --------------------------------------------
+
+    async def state(self) -> GroupState:
+        meta = await self.read_meta()
+        members = await self.members()
+        leader = await self.leader()
+        assignment, version = await self.read_assignment()
+        return GroupState(
+            meta=meta,
+            members=members,
+            leader=leader[0] if leader else None,
+            leader_epoch=leader[1] if leader else None,
+            assignment=assignment,
+            assignment_version=version,
+            owners=await self.owners(),
+            positions=await self.positions(),
+        )

@@ -1,0 +1,83 @@
+"""Paimon consumer files that mirror the coordinator's positions (invariant 5).
+
+Each shard's position is mirrored into ``<table>/consumer/consumer-<id>`` with
+the per-shard consumer id of :func:`paimon_group.names.consumer_id`, so that
+Paimon's snapshot expiration keeps every snapshot a shard has not read yet and
+Paimon's tools see the group's consumers.
+
+Ordering: a value is written here only *after* the coordinator accepted it,
+so the file never runs ahead of the coordinator. It may lag (writes are
+throttled to one per ``interval_s`` per shard, and forced on release), which
+only keeps more snapshots alive. A stale owner's late write can move the file
+back to an older, committed value, never past the coordinator. Unchanged
+values are not rewritten.
+
+Example::
+
+    mirror = ConsumerMirror(table.file_io, table.table_path, "orders")
+    mirror.write(3, 42, force=True)
+    assert mirror.read(3) == 42
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from pypaimon.consumer.consumer import Consumer
+from pypaimon.consumer.consumer_manager import ConsumerManager
+
+from paimon_group.names import consumer_id, consumer_id_pattern
+
+
+class ConsumerMirror:
+    def __init__(self, file_io: Any, table_path: str, group: str, interval_s: float = 1.0) -> None:
+        self._manager = ConsumerManager(file_io, table_path)
+        self._group = group
+        self._interval_s = interval_s
+        self._written: dict[int, int] = {}
+        self._written_at: dict[int, float] = {}
+        self._lock = threading.Lock()
+        self.writes = 0
+
+    def read(self, shard: int) -> int | None:
+        consumer = self._manager.consumer(consumer_id(self._group, shard))
+        return None if consumer is None else int(consumer.next_snapshot)
+
+    def write(self, shard: int, next_snapshot: int, *, force: bool = False) -> bool:
+        """Mirror a committed position; True if the file was written."""
+        with self._lock:
+            if self._written.get(shard) == next_snapshot:
+                return False
+            now = time.monotonic()
+            if not force and now - self._written_at.get(shard, -1e18) < self._interval_s:
+                return False
+            self._manager.reset_consumer(
+                consumer_id(self._group, shard), Consumer(next_snapshot=next_snapshot)
+            )
+            self._written[shard] = next_snapshot
+            self._written_at[shard] = now
+            self.writes += 1
+            return True
+
+    def pending(self) -> dict[int, int]:
+        """Nothing is buffered: throttled writes are retried by the next call."""
+        return {}
+
+    def all(self) -> dict[int, int]:
+        """Every consumer file of this group: ``{shard: next_snapshot}``."""
+        import re
+
+        pattern = re.compile(consumer_id_pattern(self._group))
+        out: dict[int, int] = {}
+        for cid, next_snapshot in self._manager.consumers().items():
+            if pattern.match(cid):
+                out[int(cid.rsplit("-", 1)[1])] = int(next_snapshot)
+        return out
+
+    def delete_all(self) -> int:
+        shards = self.all()
+        for shard in shards:
+            self._manager.delete_consumer(consumer_id(self._group, shard))
+        return len(shards)
