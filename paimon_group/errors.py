@@ -31,6 +31,7 @@ __all__ = [
     "MemberIdInUse",
     "NotOwner",
     "PaimonGroupError",
+    "PlanInvariantViolated",
     "SessionLost",
     "SessionSuspended",
     "ShardCountMismatch",
@@ -59,6 +60,13 @@ class SnapshotExpired(PaimonGroupError):
     """
 
     retriable = False
+
+
+class PlanInvariantViolated(PaimonGroupError):
+    """A plan would give a shard a split of a bucket it does not hold (invariant 4).
+
+    A bug, never retried: the batch is refused instead of delivered.
+    """
 
 
 class ShardCountMismatch(ConfigError):

@@ -1,0 +1,513 @@
+"""Shard-exact planning: which files of which snapshots each shard reads next.
+
+Shard ``k`` of ``S`` holds bucket ``b`` iff ``b % S == k`` (invariant 4: every
+plan a shard reads holds exactly its buckets, on every path). pypaimon's
+streaming scan cannot be used per shard for this: its bucket filter is not
+applied to the initial full scan nor to the diff-based catch-up, so ``S``
+shards would each read the whole table there. And calling it once per owned
+shard would read the same manifests once per shard. So :class:`ShardPlanner`
+plans itself, reusing pypaimon's building blocks:
+
+* it reads the manifests of a step **once per call** whatever the number of
+  shards asked for, keeps only entries of the requested shards' buckets
+  (filtered while the manifests are decoded) and routes every split to
+  ``split.bucket % S``; :class:`StepPlan` re-checks the routing of every
+  split and raises :class:`~paimon_group.errors.PlanInvariantViolated`.
+* **initial** (``plan_full``): the full content of one snapshot, through
+  pypaimon's ``FileScanner`` (the merged, batch view of primary-key tables,
+  with deletion vectors), exactly as pypaimon's streaming scan does its first
+  plan, but with our bucket filter.
+* **delta** / **changelog** follow-ups (``plan_next``): one snapshot; its delta
+  manifests (``changelog-producer = none``) or its changelog manifests (input,
+  lookup, full-compaction); snapshots pypaimon's follow-up scanner would not
+  scan (``should_scan``: COMPACT and OVERWRITE snapshots for deltas; snapshots
+  without a changelog for changelogs) give a step with no splits that still
+  advances. Splits are marked streaming, so primary-key rows are read as the
+  changes they are (no merge, row kinds kept), as pypaimon does.
+* **catch-up** (``plan_next`` when more than ``catch_up_threshold`` snapshots
+  are unread): ONE step to the latest snapshot made of the union of the
+  delta/changelog manifests of every scannable snapshot in the gap, read once.
+  pypaimon's ``IncrementalDiffScanner`` is deliberately NOT used: it diffs
+  the file sets of two snapshots, so a file that compaction rewrote inside
+  the gap is "new" and every row in it, including rows delivered before the
+  gap, is delivered again (measured in tests/test_planner.py). The union of
+  increments delivers exactly the changes committed in the gap, each once,
+  in commit order per bucket.
+
+A position that points below the earliest retained snapshot raises
+:class:`~paimon_group.errors.SnapshotExpired`: never skipped silently.
+
+Example::
+
+    from paimon_group.table import ShardedTable
+
+    table = ShardedTable.open("/data/warehouse", "db.orders")   # 8 buckets
+    planner = table.planner(3)                                   # 3 shards
+    step = planner.plan_next([0, 2], next_snapshot=5)
+    if step is not None:
+        for shard, splits in step.splits.items():
+            rows = planner.read_arrow(splits)                    # buckets b % 3 == shard
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+from pypaimon.read.scanner.file_scanner import FileScanner
+
+from coordinators.errors import PaimonGroupError
+from paimon_group.errors import PlanInvariantViolated
+
+if TYPE_CHECKING:
+    from paimon_group.table import ShardedTable
+
+__all__ = ["BatchKind", "PlannerStats", "ShardPlanner", "StepPlan", "check_routing"]
+
+Split = Any
+"""A pypaimon ``DataSplit`` (pypaimon ships no type information)."""
+
+
+class BatchKind(enum.Enum):
+    """What a step (and the :class:`~paimon_group.batch.ShardBatch` made of it) holds."""
+
+    INITIAL = "initial"
+    """The full content of one snapshot (merged view), read once at the start."""
+
+    DELTA = "delta"
+    """The files one snapshot added (``changelog-producer = none``)."""
+
+    CHANGELOG = "changelog"
+    """The changelog one snapshot produced (input / lookup / full-compaction)."""
+
+    CATCH_UP = "catch-up"
+    """The deltas or changelogs of every snapshot in a long gap, in one step."""
+
+
+def check_routing(splits: Mapping[int, Sequence[Split]], num_shards: int) -> None:
+    """Raise :class:`PlanInvariantViolated` unless every split of shard ``k``
+    has ``split.bucket % num_shards == k`` (invariant 4)."""
+    for shard, shard_splits in splits.items():
+        if not 0 <= shard < num_shards:
+            raise PlanInvariantViolated(f"plan names shard {shard}, outside 0..{num_shards - 1}")
+        for split in shard_splits:
+            bucket = int(split.bucket)
+            if bucket < 0 or bucket % num_shards != shard:
+                raise PlanInvariantViolated(
+                    f"bucket {bucket} routed to shard {shard} of {num_shards}: "
+                    f"it belongs to shard {bucket % num_shards}; refusing to deliver it"
+                )
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """One step of reading for a set of shards.
+
+    ``snapshot_id`` is the last snapshot the step covers; ``next_snapshot`` the
+    position to commit once the step is processed. ``splits`` has a key for
+    EVERY requested shard (an empty tuple when the shard has no data in this
+    step). ``num_shards``, when given (the planner always gives it), makes the
+    constructor check the routing of every split. ``first_snapshot`` is the
+    first snapshot covered (``snapshot_id`` except for catch-up steps).
+
+    Example::
+
+        step = StepPlan(BatchKind.DELTA, snapshot_id=7, next_snapshot=8,
+                        splits={0: (), 1: ()}, num_shards=2)
+        assert step.is_empty
+    """
+
+    kind: BatchKind
+    snapshot_id: int
+    next_snapshot: int
+    splits: Mapping[int, Sequence[Split]]
+    num_shards: int | None = None
+    first_snapshot: int | None = None
+
+    def __post_init__(self) -> None:
+        frozen = MappingProxyType({int(k): tuple(v) for k, v in self.splits.items()})
+        object.__setattr__(self, "splits", frozen)
+        if self.first_snapshot is None:
+            object.__setattr__(self, "first_snapshot", self.snapshot_id)
+        if self.num_shards is not None:
+            check_routing(self.splits, self.num_shards)
+
+    @property
+    def shards(self) -> tuple[int, ...]:
+        return tuple(self.splits)
+
+    @property
+    def is_empty(self) -> bool:
+        """True when no shard has anything to read in this step."""
+        return not any(self.splits.values())
+
+    def estimated_rows(self, shard: int) -> int:
+        """Rows in the shard's splits according to file metadata (before merging)."""
+        return sum(int(s.row_count) for s in self.splits.get(shard, ()))
+
+
+@dataclass
+class PlannerStats:
+    """Metadata files a planner has read (for benchmarks and metrics)."""
+
+    snapshots_read: int = 0
+    manifest_lists_read: int = 0
+    manifests_read: int = 0
+    manifests_skipped: int = 0
+    steps_planned: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, **counts: int) -> None:
+        with self._lock:
+            for name, value in counts.items():
+                setattr(self, name, getattr(self, name) + value)
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return {
+                "snapshots_read": self.snapshots_read,
+                "manifest_lists_read": self.manifest_lists_read,
+                "manifests_read": self.manifests_read,
+                "manifests_skipped": self.manifests_skipped,
+                "steps_planned": self.steps_planned,
+            }
+
+
+class _IncrementDeletesFile(Exception):
+    """An incremental manifest held a DELETE entry (raised inside pypaimon's reader)."""
+
+
+class ShardPlanner:
+    """Plans and reads steps for shards of one table; see the module docstring.
+
+    Create it with :meth:`ShardedTable.planner`. It holds no position: the
+    caller passes ``next_snapshot`` in and commits ``StepPlan.next_snapshot``.
+    Safe to use from one thread at a time for planning; reads may run in
+    other threads.
+
+    Example::
+
+        planner = table.planner(4, include_row_kind=True)
+        step = planner.plan_full([0, 1, 2, 3], table.latest_snapshot_id())
+        for batch in planner.iter_batches(step.splits[2]):
+            print(batch.num_rows)
+    """
+
+    def __init__(
+        self,
+        table: ShardedTable,
+        num_shards: int,
+        *,
+        include_row_kind: bool = False,
+        projection: Sequence[str] | None = None,
+        catch_up_threshold: int = 10,
+    ) -> None:
+        if isinstance(num_shards, bool) or not isinstance(num_shards, int) or num_shards < 1:
+            raise PaimonGroupError(
+                f"number of shards must be a positive integer, not {num_shards!r}"
+            )
+        if catch_up_threshold < 1:
+            raise PaimonGroupError(f"catch_up_threshold must be >= 1, not {catch_up_threshold}")
+        self.table = table
+        self.num_shards = num_shards
+        self.include_row_kind = include_row_kind
+        self.projection: tuple[str, ...] | None = tuple(projection) if projection else None
+        self.catch_up_threshold = catch_up_threshold
+        self.stats = PlannerStats()
+
+        from pypaimon.manifest.manifest_file_manager import ManifestFileManager
+        from pypaimon.manifest.manifest_list_manager import ManifestListManager
+
+        pt = table.table
+        self._pt: Any = pt
+        self._manifest_lists: Any = ManifestListManager(pt)
+        self._manifests: Any = ManifestFileManager(pt)
+        self._changelog = table.changelog_producer != "none"
+        self.follow_up_kind = BatchKind.CHANGELOG if self._changelog else BatchKind.DELTA
+        self._read_builder: Any = pt.new_stream_read_builder().with_include_row_kind(
+            include_row_kind
+        )
+        if self.projection is not None:
+            self._read_builder.with_projection(list(self.projection))
+        self._schema: pa.Schema = self._read_builder.new_read().to_arrow_batch_reader([]).schema
+        self._max_workers = max(1, min(8, os.cpu_count() or 1))
+
+    def __repr__(self) -> str:
+        return (
+            f"ShardPlanner({self.table.identifier!r}, shards={self.num_shards}, "
+            f"follow_up={self.follow_up_kind.value})"
+        )
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The arrow schema of what is read (``_row_kind`` first when requested)."""
+        return self._schema
+
+    def shard_of(self, bucket: int) -> int:
+        """The shard that holds ``bucket``."""
+        return bucket % self.num_shards
+
+    # -- planning ------------------------------------------------------------
+
+    def _shard_set(self, shards: Iterable[int]) -> frozenset[int]:
+        result = frozenset(int(s) for s in shards)
+        bad = sorted(s for s in result if not 0 <= s < self.num_shards)
+        if bad:
+            raise PaimonGroupError(
+                f"shards {bad} do not exist: this planner has shards 0..{self.num_shards - 1}"
+            )
+        return result
+
+    def _bucket_filter(self, shard_set: frozenset[int]) -> Callable[[int], bool]:
+        num_shards = self.num_shards
+        if len(shard_set) == num_shards:
+            return lambda bucket: bucket >= 0
+        return lambda bucket: bucket >= 0 and bucket % num_shards in shard_set
+
+    def _manifest_may_hold(self, meta: Any, shard_set: frozenset[int]) -> bool:
+        """False only when a manifest's bucket range proves it has none of our buckets."""
+        low, high = meta.min_bucket, meta.max_bucket
+        if low is None or high is None or len(shard_set) == self.num_shards:
+            return True
+        if high < 0:
+            return False
+        low = max(int(low), 0)
+        high = min(int(high), low + self.num_shards - 1)
+        return any(b % self.num_shards in shard_set for b in range(low, high + 1))
+
+    def _prune_manifests(self, manifests: Sequence[Any], shard_set: frozenset[int]) -> list[Any]:
+        kept = [m for m in manifests if self._manifest_may_hold(m, shard_set)]
+        self.stats.add(manifests_read=len(kept), manifests_skipped=len(manifests) - len(kept))
+        return kept
+
+    def _snapshot(self, snapshot_id: int) -> Any | None:
+        self.stats.add(snapshots_read=1)
+        return self.table.snapshot(snapshot_id)
+
+    def _route(self, splits: Iterable[Split], shard_set: frozenset[int]) -> dict[int, list[Split]]:
+        routed: dict[int, list[Split]] = {k: [] for k in sorted(shard_set)}
+        for split in splits:
+            bucket = int(split.bucket)
+            if bucket < 0:
+                raise PlanInvariantViolated(
+                    f"split of bucket {bucket} in table {self.table.identifier}: "
+                    "only fixed buckets can be sharded"
+                )
+            shard = bucket % self.num_shards
+            if shard in routed:  # buckets of other shards were filtered while decoding
+                routed[shard].append(split)
+        return routed
+
+    def _step(
+        self,
+        kind: BatchKind,
+        first: int,
+        last: int,
+        routed: Mapping[int, Sequence[Split]],
+    ) -> StepPlan:
+        self.stats.add(steps_planned=1)
+        return StepPlan(
+            kind=kind,
+            snapshot_id=last,
+            next_snapshot=last + 1,
+            splits=routed,
+            num_shards=self.num_shards,
+            first_snapshot=first,
+        )
+
+    def plan_full(self, shards: Iterable[int], snapshot_id: int) -> StepPlan:
+        """The full content of ``snapshot_id`` for ``shards`` (kind INITIAL).
+
+        Reads the snapshot's manifests once; ``next_snapshot`` is
+        ``snapshot_id + 1``. Raises :class:`SnapshotExpired` if the snapshot
+        has expired.
+        """
+        shard_set = self._shard_set(shards)
+        snapshot = self._snapshot(snapshot_id)
+        if snapshot is None:
+            latest = self.table.latest_snapshot_id()
+            if latest is not None and snapshot_id <= latest:
+                raise self.table.expired_error(snapshot_id)
+            raise PaimonGroupError(
+                f"cannot fully scan snapshot {snapshot_id} of table {self.table.identifier}: "
+                f"it does not exist yet (latest: {latest})"
+            )
+        if not shard_set:
+            return self._step(BatchKind.INITIAL, snapshot_id, snapshot_id, {})
+
+        def manifest_scanner() -> tuple[list[Any], Any]:
+            manifests = self._manifest_lists.read_all(snapshot)
+            self.stats.add(manifest_lists_read=2)
+            return self._prune_manifests(manifests, shard_set), snapshot
+
+        scanner = _ShardFileScanner(self._pt, manifest_scanner, self._bucket_filter(shard_set))
+        splits = scanner.scan().splits()
+        return self._step(
+            BatchKind.INITIAL, snapshot_id, snapshot_id, self._route(splits, shard_set)
+        )
+
+    def _should_scan(self, snapshot: Any) -> bool:
+        """pypaimon's follow-up scanners' rule (Delta/ChangelogFollowUpScanner)."""
+        if self._changelog:
+            return bool(snapshot.changelog_manifest_list)
+        return bool(snapshot.commit_kind == "APPEND")
+
+    def _increment_manifests(self, snapshot: Any) -> list[Any]:
+        self.stats.add(manifest_lists_read=1)
+        if self._changelog:
+            result: list[Any] = self._manifest_lists.read_changelog(snapshot)
+        else:
+            result = self._manifest_lists.read_delta(snapshot)
+        return result
+
+    def plan_next(self, shards: Iterable[int], next_snapshot: int) -> StepPlan | None:
+        """The next step for shards whose position is ``next_snapshot``.
+
+        None when that snapshot does not exist yet. A delta or changelog step
+        of that one snapshot, or, when more than ``catch_up_threshold``
+        snapshots are unread (``latest - next_snapshot + 1``), one catch-up
+        step to the latest. Raises :class:`SnapshotExpired` when
+        ``next_snapshot`` is older than the earliest retained snapshot.
+        """
+        if next_snapshot < 1:
+            raise PaimonGroupError(f"snapshot ids start at 1, not {next_snapshot}")
+        shard_set = self._shard_set(shards)
+        latest = self.table.latest_snapshot_id()
+        if latest is None or next_snapshot > latest:
+            return None
+        unread = latest - next_snapshot + 1
+        if unread > self.catch_up_threshold:
+            return self._plan_catch_up(shard_set, next_snapshot, latest)
+        snapshot = self._snapshot(next_snapshot)
+        if snapshot is None:
+            raise self.table.expired_error(next_snapshot)
+        if not self._should_scan(snapshot) or not shard_set:
+            return self._step(
+                self.follow_up_kind, next_snapshot, next_snapshot, {k: () for k in shard_set}
+            )
+        manifests = self._increment_manifests(snapshot)
+        splits = self._increment_splits(manifests, shard_set, next_snapshot)
+        return self._step(
+            self.follow_up_kind, next_snapshot, next_snapshot, self._route(splits, shard_set)
+        )
+
+    def _plan_catch_up(self, shard_set: frozenset[int], first: int, last: int) -> StepPlan:
+        manifests: list[Any] = []
+        for snapshot_id in range(first, last + 1):
+            snapshot = self._snapshot(snapshot_id)
+            if snapshot is None:
+                raise self.table.expired_error(snapshot_id)
+            if shard_set and self._should_scan(snapshot):
+                manifests.extend(self._increment_manifests(snapshot))
+        splits = self._increment_splits(manifests, shard_set, last) if shard_set else []
+        return self._step(BatchKind.CATCH_UP, first, last, self._route(splits, shard_set))
+
+    def _increment_splits(
+        self, manifests: Sequence[Any], shard_set: frozenset[int], snapshot_id: int
+    ) -> list[Split]:
+        """Streaming splits of the increment manifests, in commit order per bucket."""
+        from pypaimon.read.scanner.append_table_split_generator import AppendTableSplitGenerator
+
+        kept = self._prune_manifests(manifests, shard_set)
+        if not kept:
+            return []
+        bucket_ok = self._bucket_filter(shard_set)
+
+        def only_adds(entry: Any) -> bool:
+            if entry.kind != 0:
+                raise _IncrementDeletesFile(entry.file.file_name)
+            return True
+
+        try:
+            entries = self._manifests.read_entries_parallel(
+                kept,
+                manifest_entry_filter=only_adds,
+                max_workers=self._max_workers,
+                early_entry_filter=lambda bucket, _total: bucket_ok(bucket),
+            )
+        except _IncrementDeletesFile as err:
+            raise PaimonGroupError(
+                f"an incremental manifest of table {self.table.identifier} up to snapshot "
+                f"{snapshot_id} deletes file {err}: not a streamable increment"
+            ) from err
+        entries = [e for e in entries if bucket_ok(int(e.bucket))]
+        if not entries:
+            return []
+        options = self._pt.options
+        # The append generator groups by (partition, bucket) keeping the order
+        # the entries were committed in and packs files in that order; the
+        # primary-key generator would reorder overlapping files into sorted
+        # runs, which only matters for merged reads. Streaming splits of
+        # primary-key tables are read file by file without merging.
+        generator = AppendTableSplitGenerator(
+            self._pt,
+            options.source_split_target_size(),
+            options.source_split_open_file_cost(),
+            {},
+            snapshot_id=snapshot_id,
+        )
+        splits: list[Split] = generator.create_splits(entries)
+        for split in splits:
+            split.is_streaming = True
+        return splits
+
+    # -- reading -------------------------------------------------------------
+
+    def _new_read(self) -> Any:
+        return self._read_builder.new_read()
+
+    def read_arrow(self, splits: Sequence[Split]) -> pa.Table:
+        """All rows of ``splits`` as one table with :attr:`schema`."""
+        if not splits:
+            return self._schema.empty_table()
+        table: pa.Table = self._new_read().to_arrow(list(splits))
+        return table
+
+    def iter_batches(self, splits: Sequence[Split]) -> Iterator[pa.RecordBatch]:
+        """Record batches of ``splits``, streamed (bounded memory), in split order.
+
+        Streaming splits are read serially so that the changes of a bucket
+        come out in commit order.
+        """
+        if not splits:
+            return
+        streaming = any(getattr(s, "is_streaming", False) for s in splits)
+        reader = self._new_read().to_arrow_batch_reader(
+            list(splits), parallelism=1 if streaming else None
+        )
+        try:
+            for batch in reader:
+                if batch.num_rows:
+                    yield batch
+        finally:
+            close = getattr(reader, "close", None)
+            if close is not None:
+                close()
+
+
+class _ShardFileScanner(FileScanner):  # type: ignore[misc]
+    """pypaimon's FileScanner with our bucket filter applied while manifests
+    are decoded (entries of other shards' buckets are never materialised).
+
+    If a later pypaimon stops calling ``_build_early_bucket_filter``, plans
+    stay exact: :meth:`ShardPlanner._route` drops splits of other shards.
+    """
+
+    def __init__(
+        self, table: Any, manifest_scanner: Callable[[], Any], bucket_ok: Callable[[int], bool]
+    ) -> None:
+        self._shard_bucket_ok = bucket_ok
+        super().__init__(table, manifest_scanner)
+
+    def _build_early_bucket_filter(self) -> Callable[[int, int], bool]:
+        inner = super()._build_early_bucket_filter()
+        bucket_ok = self._shard_bucket_ok
+        if inner is None:
+            return lambda bucket, _total: bucket_ok(bucket)
+        return lambda bucket, total: bucket_ok(bucket) and bool(inner(bucket, total))
