@@ -1,0 +1,79 @@
+"""paimon-group: coordinated, sharded consumer groups for Apache Paimon tables.
+
+Start N members with a group name and the table's buckets are spread over
+them; each shard is read by exactly one live member, its progress is kept in a
+coordinator (embedded SQLite file, etcd or ZooKeeper) and written only by
+commits fenced with the owner's epoch.
+
+Example::
+
+    from paimon_group import MemberConfig, run_member
+
+    def handle(batch):
+        print(batch.shard, batch.snapshot_id, batch.to_arrow().num_rows)
+
+    run_member(MemberConfig(group="orders", warehouse="/data/wh", table="db.orders"), handle)
+
+Public names are imported lazily so that ``import paimon_group`` stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "GroupMember": "paimon_group.member",
+    "MemberState": "paimon_group.member",
+    "RebalanceListener": "paimon_group.member",
+    "run_member": "paimon_group.member",
+    "MemberConfig": "paimon_group.config",
+    "ShardBatch": "paimon_group.batch",
+    "BatchKind": "paimon_group.planner",
+    "ShardedTable": "paimon_group.table",
+    "GroupClient": "paimon_group.group",
+    "assign": "paimon_group.assignor",
+    "consumer_id": "paimon_group.names",
+    "PaimonGroupError": "paimon_group.errors",
+    "ConfigError": "paimon_group.errors",
+    "StaleEpoch": "paimon_group.errors",
+    "HandlerFailed": "paimon_group.errors",
+}
+
+__all__ = [
+    "BatchKind",
+    "ConfigError",
+    "GroupClient",
+    "GroupMember",
+    "HandlerFailed",
+    "MemberConfig",
+    "MemberState",
+    "PaimonGroupError",
+    "RebalanceListener",
+    "ShardBatch",
+    "ShardedTable",
+    "StaleEpoch",
+    "assign",
+    "consumer_id",
+    "run_member",
+]
+
+if TYPE_CHECKING:
+    from paimon_group.assignor import assign
+    from paimon_group.batch import ShardBatch
+    from paimon_group.config import MemberConfig
+    from paimon_group.errors import ConfigError, HandlerFailed, PaimonGroupError, StaleEpoch
+    from paimon_group.group import GroupClient
+    from paimon_group.member import GroupMember, MemberState, RebalanceListener, run_member
+    from paimon_group.names import consumer_id
+    from paimon_group.planner import BatchKind
+    from paimon_group.table import ShardedTable
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'paimon_group' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

@@ -1,0 +1,962 @@
+"""One member of a consumer group: membership, leadership, ownership, reading.
+
+State machine (every transition goes through :meth:`GroupMember._set_state`)::
+
+    CREATED ──start()──> JOINING ──registered──> RUNNING
+    RUNNING ──session LOST──> REJOINING ──registered again──> RUNNING
+    RUNNING / REJOINING ──stop()──> LEAVING ──released, closed──> STOPPED
+    any ──fatal error──> FAILED            (terminal; stop() then re-raises it)
+
+What happens in RUNNING, as three cooperating asyncio tasks:
+
+* the **control loop** (level-triggered on coordinator watches): becomes leader
+  when there is none; as leader, recomputes the sticky assignment whenever the
+  live members change and publishes it guarded by its leader epoch; as any
+  member, follows the published assignment: shards no longer ours are
+  **revoked** (the batch in flight finishes or, after ``revoke_timeout_s``, is
+  abandoned; the position is committed and the owner key deleted in one
+  commit), shards newly ours are **acquired** as soon as their owner key is
+  absent (the previous owner released it or its session expired). Only moved
+  shards pause: the others keep reading.
+* the **read loop**: for every group of owned shards at the same position,
+  plans the next step once (one read of the snapshot's manifests for all of
+  them), hands each shard's batch to the handler, then commits the shard's new
+  position with a fenced commit. Shards without rows in a step advance in one
+  batched commit.
+* the coordinator's own **session keep-alive** (inside the backend).
+
+Safety (the project's invariants): nothing is delivered and nothing is
+committed unless the session is CONNECTED and its local monotonic deadline
+minus ``safety_margin_s`` has not passed; and every commit is guarded by the
+shard's epoch in the coordinator, so a member that was paused, partitioned or
+expired can never commit over the new owner (a rejected commit drops the
+shard locally and is counted).
+
+Example (runnable; needs a Paimon table)::
+
+    import asyncio
+    from paimon_group import GroupMember, MemberConfig
+
+    async def main() -> None:
+        cfg = MemberConfig(group="orders", warehouse="/tmp/wh", table="db.orders",
+                           coordinator="sqlite:///tmp/wh-coord.sqlite")
+        async with GroupMember(cfg) as member:
+            async for batch in member.batches():
+                print(batch.shard, batch.snapshot_id, batch.to_arrow().num_rows)
+
+    asyncio.run(main())
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import functools
+import logging
+import os
+import socket
+import time
+from collections import defaultdict
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Protocol, Self
+
+import tenacity
+
+from coordinators.base import Coordinator, SessionState, Watch
+from coordinators.errors import (
+    CoordinatorError,
+    CoordinatorUnavailable,
+    PaimonGroupError,
+    SessionLost,
+)
+from coordinators.registry import open_coordinator
+from paimon_group.assignor import assign
+from paimon_group.batch import ShardBatch
+from paimon_group.config import MemberConfig
+from paimon_group.errors import HandlerFailed, MemberIdInUse
+from paimon_group.group import GroupClient
+from paimon_group.history import HistoryRecorder, NullRecorder
+from paimon_group.mirror import ConsumerMirror
+from paimon_group.planner import ShardPlanner, StepPlan
+from paimon_group.records import Assignment, MemberInfo
+from paimon_group.start import parse_start
+from paimon_group.table import ShardedTable
+
+log = logging.getLogger("paimon_group.member")
+
+VERSION = "0.1.0"
+
+
+class MemberState(enum.Enum):
+    CREATED = "created"
+    JOINING = "joining"
+    RUNNING = "running"
+    REJOINING = "rejoining"
+    LEAVING = "leaving"
+    STOPPED = "stopped"
+    FAILED = "failed"
+
+
+class RebalanceListener(Protocol):
+    """Hooks called on the member's event loop (like Kafka's rebalance listener).
+
+    ``on_assigned`` after shards were acquired (their reading starts next);
+    ``on_revoked`` after shards were handed off cleanly (position committed);
+    ``on_lost`` when shards were lost without a clean handoff (session lost,
+    or a commit rejected because another member owns the shard now).
+    """
+
+    def on_assigned(self, shards: list[int]) -> None: ...
+
+    def on_revoked(self, shards: list[int]) -> None: ...
+
+    def on_lost(self, shards: list[int]) -> None: ...
+
+
+@dataclass
+class _OwnedShard:
+    shard: int
+    epoch: int
+    generation: int
+    next_snapshot: int | None = None  # None: not resolved yet
+    full_scan: int | None = None  # a full scan of this snapshot is due first
+    revoking: bool = False
+    dropped: bool = False
+    idle: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def __post_init__(self) -> None:
+        self.idle.set()
+
+
+@dataclass
+class MemberStats:
+    batches: int = 0
+    rows: int = 0
+    commits: int = 0
+    rejected_commits: int = 0
+    refused_commits: int = 0
+    rebalances: int = 0
+    handler_errors: int = 0
+    handler_seconds: list[float] = field(default_factory=list)
+
+
+Handler = Callable[[ShardBatch], Any]
+
+
+class _Stop(Exception):
+    """Internal: the read loop should stop (member leaving)."""
+
+
+class GroupMember:
+    """A member of a consumer group over one Paimon table. See the module docstring."""
+
+    def __init__(
+        self,
+        config: MemberConfig,
+        *,
+        listener: RebalanceListener | None = None,
+        auto_commit: bool = True,
+    ) -> None:
+        self.config = config
+        self.member_id = config.id
+        self.group_name = config.group
+        self.listener = listener
+        self.auto_commit = auto_commit
+        self.state = MemberState.CREATED
+        self.stats = MemberStats()
+        self.error: BaseException | None = None
+        self.history: HistoryRecorder = (
+            HistoryRecorder(config.history_path, self.member_id)
+            if config.history_path
+            else NullRecorder()
+        )
+        self.table: ShardedTable | None = None
+        self.num_shards = 0
+        self._planner: ShardPlanner | None = None
+        self._mirror: ConsumerMirror | None = None
+        self._coord: Coordinator | None = None
+        self._group: GroupClient | None = None
+        self._owned: dict[int, _OwnedShard] = {}
+        self._leader_epoch: int | None = None
+        self._assignment: Assignment | None = None
+        self._wake = asyncio.Event()
+        self._session_changed = asyncio.Event()
+        self._stopping = False
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._supervisor: asyncio.Task[None] | None = None
+        self._watches: list[Watch] = []
+        self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pg-plan")
+        self._handler: Handler | None = None
+        self._queue: asyncio.Queue[tuple[ShardBatch, asyncio.Future[bool]]] = asyncio.Queue(1)
+        self._acked: dict[int, asyncio.Future[bool]] = {}
+        self._joined = asyncio.Event()
+        self._last_loop_tick = time.monotonic()
+        self._first_generation_seen = False
+        self._retry_handler = tenacity.AsyncRetrying(
+            stop=tenacity.stop_after_attempt(max(1, config.max_handler_attempts)),
+            wait=tenacity.wait_exponential(multiplier=config.handler_backoff_s, max=30),
+            reraise=True,
+        )
+
+    # -- state -----------------------------------------------------------
+
+    def _set_state(self, state: MemberState) -> None:
+        if self.state is MemberState.FAILED or self.state is state:
+            return
+        log.info(
+            "member state %s -> %s",
+            self.state.value,
+            state.value,
+            extra={"group": self.group_name, "member": self.member_id},
+        )
+        self.state = state
+
+    @property
+    def owned_shards(self) -> list[int]:
+        return sorted(s for s, o in self._owned.items() if not o.dropped)
+
+    @property
+    def assignment(self) -> Assignment | None:
+        return self._assignment
+
+    @property
+    def is_leader(self) -> bool:
+        return self._leader_epoch is not None
+
+    @property
+    def ready(self) -> bool:
+        """Joined, and every shard assigned to us is acquired."""
+        if self.state is not MemberState.RUNNING or self._assignment is None:
+            return False
+        return set(self._assignment.shards_of(self.member_id)) <= set(self.owned_shards)
+
+    @property
+    def session_state(self) -> str:
+        return self._coord.session.state.value if self._coord else "none"
+
+    def loop_lag(self) -> float:
+        return time.monotonic() - self._last_loop_tick
+
+    # -- lifecycle -------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        """Open the table, join the group; reading starts when a handler or iterator runs."""
+        self._set_state(MemberState.JOINING)
+        cfg = self.config
+        loop = asyncio.get_running_loop()
+        self.table = await loop.run_in_executor(
+            self._io, lambda: ShardedTable.open(cfg.warehouse, cfg.table, cfg.catalog_options)
+        )
+        self._start_position = parse_start(cfg.start)
+        await self._join(first=True)
+        self._supervisor = asyncio.create_task(self._supervise(), name="pg-supervisor")
+
+    async def _open_coordinator(self) -> Coordinator:
+        coord = open_coordinator(self.config.coordinator_url, self.config.connect_options())
+        await coord.connect()
+        coord.session.add_listener(self._on_session_state)
+        return coord
+
+    def _on_session_state(self, state: SessionState) -> None:
+        # Called from the backend (on the loop thread); only wake the loops up.
+        self._session_changed.set()
+        self._wake.set()
+
+    async def _join(self, *, first: bool) -> None:
+        """Connect, create or check the group, register our member key."""
+        assert self.table is not None
+        coord = await self._open_coordinator()
+        group = GroupClient(coord, self.group_name)
+        try:
+            default_shards = self.config.shards or self.table.num_buckets
+            meta = await group.ensure_meta(default_shards if first else None, self.table.identifier)
+            if first and self.config.shards is None and meta.num_shards != default_shards:
+                log.info("group %s keeps its stored shard count %d", self.group_name,
+                         meta.num_shards)
+            self.num_shards = meta.num_shards
+            info = MemberInfo(
+                member_id=self.member_id,
+                host=socket.gethostname(),
+                pid=os.getpid(),
+                version=VERSION,
+                started_at=time.time(),
+                session=coord.session.id,
+            )
+            await self._register(group, info)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await coord.close()
+            raise
+        self._coord, self._group = coord, group
+        if self._planner is None:
+            self._planner = self.table.planner(
+                self.num_shards, include_row_kind=self.config.include_row_kind
+            )
+            self._mirror = ConsumerMirror(
+                self.table.table.file_io,
+                self.table.table_path,
+                self.group_name,
+                self.config.mirror_interval_s,
+            )
+        self._watches = [
+            coord.watch(group.keys.dir),
+            coord.watch(group.keys.members_dir),
+            coord.watch(group.keys.owners_dir),
+        ]
+        self._leader_epoch = None
+        self._set_state(MemberState.RUNNING)
+        self._joined.set()
+        self._wake.set()
+
+    async def _register(self, group: GroupClient, info: MemberInfo) -> None:
+        """Register; if our id is held, wait for a dead holder's session to expire.
+
+        A process that crashed leaves its member key until its session times
+        out; a restart with the same id (static membership) waits that long.
+        A key still held after that belongs to a *live* process: refuse.
+        """
+        deadline = time.monotonic() + self.config.session_timeout_s * 1.5 + 1.0
+        while True:
+            if await group.register(info) is not None:
+                return
+            if time.monotonic() > deadline:
+                raise MemberIdInUse(
+                    f"member id {self.member_id!r} is held by another live process in group "
+                    f"{self.group_name!r}; stop it or choose another --member-id"
+                )
+            watch = group.coordinator.watch(group.keys.members_dir)
+            try:
+                await watch.wait(timeout=0.5)
+            finally:
+                await watch.close()
+
+    async def _supervise(self) -> None:
+        """Runs the control loop; on a lost session rejoins with a new one."""
+        while not self._stopping:
+            control = asyncio.create_task(self._control_loop(), name="pg-control")
+            self._tasks = [control]
+            try:
+                await control
+            except SessionLost:
+                if self._stopping:
+                    return
+                await self._rejoin()
+            except asyncio.CancelledError:
+                raise
+            except BaseException as err:
+                self._fail(err)
+                return
+
+    def _fail(self, err: BaseException) -> None:
+        if self.error is None:
+            self.error = err
+        log.error("member failed: %s", err, extra={"group": self.group_name,
+                                                    "member": self.member_id})
+        self._set_state(MemberState.FAILED)
+        self._stopping = True
+        self._wake.set()
+
+    async def _rejoin(self) -> None:
+        lost = self.owned_shards
+        for o in self._owned.values():
+            o.dropped = True
+        self._owned.clear()
+        if lost:
+            self.history.record("lost", shards=lost, reason="session lost")
+            self._notify("on_lost", lost)
+        self._set_state(MemberState.REJOINING)
+        self._joined.clear()
+        await self._close_coordinator()
+        retry = tenacity.AsyncRetrying(
+            retry=tenacity.retry_if_exception(
+                lambda e: isinstance(e, PaimonGroupError) and e.retriable
+            ),
+            wait=tenacity.wait_exponential(multiplier=0.2, max=5),
+            stop=tenacity.stop_after_delay(max(60.0, self.config.session_timeout_s * 6)),
+            reraise=True,
+        )
+        async for attempt in retry:
+            with attempt:
+                await self._join(first=False)
+
+    async def _close_coordinator(self) -> None:
+        for w in self._watches:
+            with contextlib.suppress(Exception):
+                await w.close()
+        self._watches = []
+        if self._coord is not None:
+            with contextlib.suppress(Exception):
+                await self._coord.close()
+        self._coord, self._group = None, None
+        self._leader_epoch = None
+
+    async def stop(self, *, timeout: float | None = None) -> None:
+        """Leave gracefully: stop reading, commit, release every shard, close.
+
+        Finishes within ``timeout`` (default ``shutdown_timeout_s``): a batch
+        still in flight then is abandoned (not committed; the next owner
+        re-reads it).
+        """
+        if self.state in (MemberState.STOPPED, MemberState.CREATED):
+            self._set_state(MemberState.STOPPED)
+            return
+        timeout = self.config.shutdown_timeout_s if timeout is None else timeout
+        self._stopping = True
+        self._wake.set()
+        if self.state is not MemberState.FAILED:
+            self._set_state(MemberState.LEAVING)
+        try:
+            await asyncio.wait_for(self._leave(), timeout=max(0.1, timeout))
+        except (TimeoutError, CoordinatorError) as err:
+            log.warning("graceful leave incomplete: %s", err)
+        for t in [*self._tasks, *( [self._supervisor] if self._supervisor else [])]:
+            t.cancel()
+        for t in [*self._tasks, *([self._supervisor] if self._supervisor else [])]:
+            with contextlib.suppress(BaseException):
+                await t
+        await self._close_coordinator()
+        self._io.shutdown(wait=False, cancel_futures=True)
+        self.history.close()
+        if self.state is not MemberState.FAILED:
+            self._set_state(MemberState.STOPPED)
+
+    async def _leave(self) -> None:
+        group = self._group
+        if group is None:
+            return
+        # Leave the member list first so the leader rebalances at once, while
+        # we finish the batches in flight.
+        with contextlib.suppress(CoordinatorError):
+            await group.deregister(self.member_id)
+        for o in list(self._owned.values()):
+            o.revoking = True
+        await self._revoke(list(self._owned), reason="leaving")
+        if self._leader_epoch is not None:
+            with contextlib.suppress(CoordinatorError):
+                await group.resign(self._leader_epoch)
+            self._leader_epoch = None
+
+    def raise_if_failed(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    # -- control loop -----------------------------------------------------
+
+    async def _control_loop(self) -> None:
+        while not self._stopping:
+            self._last_loop_tick = time.monotonic()
+            coord = self._coord
+            if coord is None:
+                raise SessionLost("no session")
+            if coord.session.state is SessionState.LOST:
+                raise SessionLost(f"session {coord.session.id} lost")
+            if coord.session.is_live(self.config.margin):
+                try:
+                    await self._reconcile()
+                except CoordinatorUnavailable as err:
+                    log.warning("coordinator unavailable: %s", err)
+            await self._wait_for_change(timeout=max(0.2, self.config.session_timeout_s / 4))
+
+    async def _wait_for_change(self, timeout: float) -> None:
+        waiters = [asyncio.ensure_future(w.wait(timeout)) for w in self._watches]
+        waiters.append(asyncio.ensure_future(self._wake.wait()))
+        try:
+            await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waiters:
+                w.cancel()
+            self._wake.clear()
+
+    async def _reconcile(self) -> None:
+        group = self._group
+        assert group is not None
+        await self._maybe_lead(group)
+        assignment, _ = await group.read_assignment()
+        if assignment is not None and (
+            self._assignment is None or assignment.generation != self._assignment.generation
+        ):
+            if self._assignment is not None:
+                self.stats.rebalances += 1
+            self._assignment = assignment
+            log.info(
+                "generation %d: shards %s",
+                assignment.generation,
+                assignment.shards_of(self.member_id),
+                extra={"group": self.group_name, "member": self.member_id,
+                       "generation": assignment.generation},
+            )
+        target = set(self._assignment.shards_of(self.member_id)) if self._assignment else set()
+        to_revoke = [s for s, o in self._owned.items() if s not in target and not o.revoking]
+        if to_revoke:
+            for s in to_revoke:
+                self._owned[s].revoking = True
+            # Revocations run concurrently with reading and acquiring others.
+            t = asyncio.create_task(self._revoke(to_revoke, reason="reassigned"))
+            self._tasks.append(t)
+        to_acquire = sorted(target - set(self._owned))
+        if to_acquire and self._assignment is not None:
+            await self._acquire(to_acquire, self._assignment.generation)
+
+    async def _maybe_lead(self, group: GroupClient) -> None:
+        leader = await group.leader()
+        if leader is None:
+            epoch = await group.try_lead(self.member_id)
+            if epoch is not None:
+                log.info("became leader (epoch %d)", epoch,
+                         extra={"group": self.group_name, "member": self.member_id})
+                self._leader_epoch = epoch
+        elif leader[0] == self.member_id and leader[1] == self._leader_epoch:
+            pass
+        else:
+            self._leader_epoch = None
+        if self._leader_epoch is not None:
+            await self._lead(group, self._leader_epoch)
+
+    async def _lead(self, group: GroupClient, leader_epoch: int) -> None:
+        members = sorted(await group.members())
+        previous, version = await group.read_assignment()
+        wanted = assign(self.num_shards, members, previous.shards if previous else None)
+        if previous is not None and _same(previous.shards, wanted):
+            return
+        published = await group.publish(
+            wanted,
+            leader=self.member_id,
+            leader_epoch=leader_epoch,
+            previous=previous,
+            previous_version=version,
+        )
+        if published is None:
+            # Deposed, or another publish raced us: re-read on the next round.
+            self._wake.set()
+        else:
+            log.info("published generation %d for %d members", published.generation,
+                     len(members), extra={"group": self.group_name, "member": self.member_id,
+                                          "generation": published.generation})
+
+    async def _acquire(self, shards: list[int], generation: int) -> None:
+        group = self._group
+        assert group is not None and self._mirror is not None
+        acquired: list[int] = []
+        for shard in shards:
+            if not self._coord or not self._coord.session.is_live(self.config.margin):
+                break
+            epoch = await group.acquire(shard, self.member_id, generation)
+            if epoch is None:
+                continue  # the previous owner has not released yet: its release wakes us
+            owned = _OwnedShard(shard=shard, epoch=epoch, generation=generation)
+            # Read the position only after the owner key exists: every commit of
+            # the previous owner is then visible (or was rejected).
+            position, _ = await group.position(shard)
+            if position is not None:
+                owned.next_snapshot = position.next_snapshot
+            else:
+                mirrored = await self._in_io(functools.partial(self._mirror_read, shard))
+                if mirrored is not None:
+                    owned.next_snapshot = mirrored
+            self._owned[shard] = owned
+            acquired.append(shard)
+            self.history.record("acquire", shard=shard, epoch=epoch, generation=generation,
+                                next_snapshot=owned.next_snapshot)
+        if acquired:
+            log.info("acquired shards %s", acquired,
+                     extra={"group": self.group_name, "member": self.member_id,
+                            "generation": generation})
+            self._notify("on_assigned", acquired)
+            self._wake.set()
+
+    def _mirror_read(self, shard: int) -> int | None:
+        assert self._mirror is not None
+        return self._mirror.read(shard)
+
+    async def _revoke(self, shards: list[int], *, reason: str) -> None:
+        """Finish (or abandon) in-flight batches, then commit+release in one commit."""
+        async def wait_idle(o: _OwnedShard) -> bool:
+            try:
+                await asyncio.wait_for(o.idle.wait(), timeout=self.config.revoke_timeout_s)
+                return True
+            except TimeoutError:
+                return False
+
+        owned = [self._owned[s] for s in shards if s in self._owned]
+        results = await asyncio.gather(*(wait_idle(o) for o in owned))
+        group = self._group
+        released: list[int] = []
+        lost: list[int] = []
+        for o, finished in zip(owned, results, strict=True):
+            if o.dropped:
+                continue
+            if not finished:
+                log.warning("shard %d: batch in flight abandoned after %.1fs", o.shard,
+                            self.config.revoke_timeout_s)
+            ok = False
+            if group is not None and self._coord is not None and self._coord.session.is_live(
+                self.config.margin
+            ):
+                try:
+                    if o.next_snapshot is not None and o.full_scan is None and finished:
+                        ok = await group.commit_positions(
+                            {o.shard: (o.epoch, o.next_snapshot)}, self.member_id, release=True
+                        )
+                    else:
+                        ok = await group.release(o.shard, o.epoch)
+                except CoordinatorError as err:
+                    log.warning("shard %d: release failed: %s", o.shard, err)
+            o.dropped = True
+            self._owned.pop(o.shard, None)
+            self.history.record("release", shard=o.shard, epoch=o.epoch, ok=ok, reason=reason,
+                                next_snapshot=o.next_snapshot)
+            (released if ok else lost).append(o.shard)
+            if ok and o.next_snapshot is not None and self._mirror is not None:
+                n = o.next_snapshot
+                await self._in_io(functools.partial(self._mirror_write, o.shard, n, True))
+        if released:
+            log.info("released shards %s (%s)", released, reason,
+                     extra={"group": self.group_name, "member": self.member_id})
+            self._notify("on_revoked", released)
+        if lost:
+            self._notify("on_lost", lost)
+        self._wake.set()
+
+    def _mirror_write(self, shard: int, n: int, force: bool) -> None:
+        assert self._mirror is not None
+        try:
+            self._mirror.write(shard, n, force=force)
+        except Exception as err:
+            log.warning("shard %d: consumer file not written: %s", shard, err)
+
+    def _notify(self, hook: str, shards: list[int]) -> None:
+        if self.listener is None:
+            return
+        fn = getattr(self.listener, hook, None)
+        if fn is None:
+            return
+        try:
+            fn(sorted(shards))
+        except Exception:
+            log.exception("rebalance listener %s raised", hook)
+
+    # -- reading ---------------------------------------------------------
+
+    async def _in_io(self, fn: Callable[[], Any]) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._io, fn)
+
+    async def _wait_live(self) -> None:
+        """Return when the session is confirmed live; raise SessionLost or _Stop."""
+        while True:
+            if self._stopping:
+                raise _Stop()
+            coord = self._coord
+            if coord is not None and coord.session.is_live(self.config.margin):
+                return
+            if not self._joined.is_set() or coord is None:
+                waiter = asyncio.ensure_future(self._joined.wait())
+                stop = asyncio.ensure_future(self._wake.wait())
+                await asyncio.wait([waiter, stop], timeout=0.5,
+                                   return_when=asyncio.FIRST_COMPLETED)
+                waiter.cancel()
+                stop.cancel()
+                continue
+            await asyncio.sleep(0.02)
+
+    async def _read_loop(self, process: Callable[[ShardBatch], Awaitable[None]]) -> None:
+        poll = self.config.poll_interval_ms / 1000.0
+        while True:
+            await self._wait_live()
+            self.raise_if_failed()
+            progressed = await self._read_round(process)
+            if not progressed:
+                try:
+                    await asyncio.wait_for(self._wake.wait(), timeout=poll)
+                except TimeoutError:
+                    pass
+                self._wake.clear()
+
+    async def _read_round(self, process: Callable[[ShardBatch], Awaitable[None]]) -> bool:
+        planner = self._planner
+        table = self.table
+        assert planner is not None and table is not None
+        active = [o for o in self._owned.values() if not o.revoking and not o.dropped]
+        if not active:
+            return False
+        for o in active:
+            if o.next_snapshot is None:
+                await self._resolve_start(o)
+        by_position: dict[tuple[int, int | None], list[_OwnedShard]] = defaultdict(list)
+        for o in active:
+            if o.next_snapshot is not None and not o.dropped:
+                by_position[(o.next_snapshot, o.full_scan)].append(o)
+        progressed = False
+        for (position, full_scan), owned in sorted(by_position.items(),
+                                                   key=lambda kv: (kv[0][0], kv[0][1] or 0)):
+            shards = [o.shard for o in owned]
+            await self._wait_live()
+            if full_scan is not None:
+                step: StepPlan | None = await self._in_io(
+                    functools.partial(planner.plan_full, shards, full_scan))
+            else:
+                step = await self._in_io(functools.partial(planner.plan_next, shards, position))
+            if step is None:
+                continue
+            progressed = True
+            empty: dict[int, _OwnedShard] = {}
+            for o in owned:
+                if o.dropped or o.revoking or self._owned.get(o.shard) is not o:
+                    continue
+                splits = step.splits.get(o.shard, ())
+                if not splits:
+                    empty[o.shard] = o
+                    continue
+                batch = ShardBatch(
+                    group=self.group_name,
+                    member_id=self.member_id,
+                    shard=o.shard,
+                    num_shards=self.num_shards,
+                    epoch=o.epoch,
+                    plan=step,
+                    planner=planner,
+                )
+                await self._deliver(o, batch, step, process)
+            if empty:
+                await self._commit(
+                    {s: o for s, o in empty.items() if not o.dropped and not o.revoking},
+                    step.next_snapshot,
+                )
+        return progressed
+
+    async def _resolve_start(self, o: _OwnedShard) -> None:
+        """Where a shard with no committed position and no consumer file starts."""
+        table = self.table
+        assert table is not None
+        resolved = await self._in_io(lambda: table.resolve_start(self._start_position))
+        o.next_snapshot = resolved.next_snapshot
+        o.full_scan = resolved.full_scan_snapshot
+        if o.full_scan is None:
+            # Pin the resolved start (e.g. "latest") so that a later owner
+            # continues from it instead of resolving "latest" again and
+            # skipping what was committed in between.
+            await self._commit({o.shard: o}, o.next_snapshot)
+
+    async def _deliver(
+        self,
+        o: _OwnedShard,
+        batch: ShardBatch,
+        step: StepPlan,
+        process: Callable[[ShardBatch], Awaitable[None]],
+    ) -> None:
+        o.idle.clear()
+        try:
+            await self._wait_live()
+            started = time.monotonic()
+            await process(batch)
+            self.stats.handler_seconds.append(time.monotonic() - started)
+            self.stats.batches += 1
+            self.history.record("deliver", shard=o.shard, epoch=o.epoch,
+                                snapshot=step.snapshot_id, next_snapshot=step.next_snapshot,
+                                kind=step.kind.value)
+            # Commit even if the shard was dropped meanwhile (session lost and
+            # rejoined, or abandoned by a revoke): the coordinator, not this
+            # process, decides, and it rejects a stale epoch.
+            await self._commit({o.shard: o}, step.next_snapshot)
+        finally:
+            o.idle.set()
+
+    async def _commit(self, owned: dict[int, _OwnedShard], next_snapshot: int) -> None:
+        """Fenced commit of ``next_snapshot`` for ``owned`` (one atomic commit)."""
+        if not owned:
+            return
+        try:
+            await self._wait_live()
+        except SessionLost:
+            for o in owned.values():
+                self.stats.refused_commits += 1
+                self.history.record("commit", shard=o.shard, epoch=o.epoch,
+                                    next_snapshot=next_snapshot, outcome="refused")
+            raise
+        group = self._group
+        if group is None:
+            raise SessionLost("no session")
+        updates = {s: (o.epoch, next_snapshot) for s, o in owned.items()}
+        ok = await group.commit_positions(updates, self.member_id)
+        if not ok and len(owned) > 1:
+            # Find which shards are no longer ours; commit the others.
+            for s, o in owned.items():
+                await self._commit({s: o}, next_snapshot)
+            return
+        for s, o in owned.items():
+            self.history.record("commit", shard=s, epoch=o.epoch, next_snapshot=next_snapshot,
+                                outcome="accepted" if ok else "rejected")
+            if ok:
+                self.stats.commits += 1
+                o.next_snapshot = next_snapshot
+                o.full_scan = None
+                if self._mirror is not None:
+                    await self._in_io(
+                        functools.partial(self._mirror_write, s, next_snapshot, False))
+            else:
+                self.stats.rejected_commits += 1
+                log.warning(
+                    "shard %d: commit rejected, epoch %d is stale: another member owns it now",
+                    s, o.epoch, extra={"group": self.group_name, "member": self.member_id,
+                                       "shard": s, "epoch": o.epoch})
+                o.dropped = True
+                if self._owned.get(s) is o:
+                    self._owned.pop(s)
+                self.history.record("lost", shards=[s], reason="stale epoch")
+                self._notify("on_lost", [s])
+
+    # -- consuming -------------------------------------------------------
+
+    async def run(self, handler: Handler) -> None:
+        """Call ``handler(batch)`` (in a worker thread) for every batch until stopped.
+
+        The batch's position is committed (fenced) after the handler returns.
+        A raising handler is retried with exponential backoff; after
+        ``max_handler_attempts`` the member releases its shards and this
+        raises :class:`HandlerFailed`.
+        """
+        async def process(batch: ShardBatch) -> None:
+            try:
+                async for attempt in self._retry_handler.copy():
+                    with attempt:
+                        try:
+                            result = await asyncio.to_thread(handler, batch)
+                            if asyncio.iscoroutine(result):
+                                await result
+                        except Exception:
+                            self.stats.handler_errors += 1
+                            log.warning("handler raised on shard %d snapshot %d",
+                                        batch.shard, batch.snapshot_id, exc_info=True)
+                            raise
+            except Exception as err:
+                raise HandlerFailed(
+                    f"handler failed {self.config.max_handler_attempts} times on shard "
+                    f"{batch.shard} snapshot {batch.snapshot_id}: {type(err).__name__}: {err}"
+                ) from err
+
+        await self._consume(process)
+
+    async def _consume(self, process: Callable[[ShardBatch], Awaitable[None]]) -> None:
+        reader = asyncio.create_task(self._read_loop_supervised(process), name="pg-read")
+        try:
+            while not reader.done():
+                if self._supervisor is not None and self._supervisor.done():
+                    break
+                await asyncio.wait([reader, *( [self._supervisor] if self._supervisor else [])],
+                                   return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not reader.done():
+                reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, _Stop):
+                await reader
+        self.raise_if_failed()
+
+    async def _read_loop_supervised(self, process: Callable[[ShardBatch], Awaitable[None]]) -> None:
+        while not self._stopping:
+            try:
+                await self._read_loop(process)
+            except _Stop:
+                return
+            except SessionLost:
+                # The supervisor rejoins; wait for it and carry on.
+                self._wake.set()
+                await asyncio.sleep(0.05)
+                continue
+            except HandlerFailed as err:
+                self._fail(err)
+                return
+            except CoordinatorUnavailable as err:
+                log.warning("coordinator unavailable while reading: %s", err)
+                await asyncio.sleep(0.5)
+            except asyncio.CancelledError:
+                raise
+            except BaseException as err:
+                self._fail(err)
+                return
+
+    async def batches(self) -> AsyncIterator[ShardBatch]:
+        """Iterate over batches. With ``auto_commit`` a batch is committed when
+        the next one is requested; otherwise call :meth:`commit`."""
+        async def process(batch: ShardBatch) -> None:
+            done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+            await self._queue.put((batch, done))
+            await done
+
+        reader = asyncio.create_task(self._consume(process), name="pg-consume")
+        current: asyncio.Future[bool] | None = None
+        try:
+            while True:
+                getter = asyncio.ensure_future(self._queue.get())
+                await asyncio.wait([getter, reader], return_when=asyncio.FIRST_COMPLETED)
+                if not getter.done():
+                    getter.cancel()
+                    break
+                batch, done = getter.result()
+                current = done
+                self._acked[id(batch)] = done
+                yield batch
+                if self.auto_commit and not done.done():
+                    done.set_result(True)
+        finally:
+            if current is not None and not current.done():
+                current.cancel()
+            if not reader.done():
+                reader.cancel()
+            with contextlib.suppress(BaseException):
+                await reader
+        self.raise_if_failed()
+
+    async def commit(self, batch: ShardBatch) -> None:
+        """Explicitly acknowledge ``batch`` (iterator mode without auto commit)."""
+        done = self._acked.pop(id(batch), None)
+        if done is not None and not done.done():
+            done.set_result(True)
+        await asyncio.sleep(0)
+
+
+def _same(a: dict[str, list[int]], b: dict[str, list[int]]) -> bool:
+    def norm(d: dict[str, list[int]]) -> dict[str, list[int]]:
+        return {k: sorted(v) for k, v in d.items() if v or k in d}
+
+    return norm(a) == norm(b)
+
+
+def run_member(config: MemberConfig, handler: Handler,
+               listener: RebalanceListener | None = None,
+               stop_signals: Iterable[int] = ()) -> None:
+    """Synchronous wrapper: run a member with ``handler`` until a stop signal."""
+    import signal
+
+    async def main() -> None:
+        member = GroupMember(config, listener=listener)
+        await member.start()
+        loop = asyncio.get_running_loop()
+        runner = asyncio.create_task(member.run(handler))
+        stop = asyncio.Event()
+        for sig in stop_signals or (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        stopper = asyncio.create_task(stop.wait())
+        await asyncio.wait([runner, stopper], return_when=asyncio.FIRST_COMPLETED)
+        await member.stop()
+        if not runner.done():
+            runner.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await runner
+        member.raise_if_failed()
+
+    asyncio.run(main())
