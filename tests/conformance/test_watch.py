@@ -1,0 +1,111 @@
+"""Conformance: level-triggered watches of a directory's direct children."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from coordinators import Coordinator, Delete, Put
+from tests.conformance.conftest import OpenCoordinator
+from tests.conformance.waiting import WAKE_LIMIT_S, drain, wait_until_listed
+
+pytestmark = pytest.mark.asyncio
+
+
+async def test_watch_wakes_after_create_put_and_delete(open_coord: OpenCoordinator) -> None:
+    watcher, writer = await open_coord(), await open_coord()
+    async with watcher.watch("members/") as watch:
+        await drain(watch)
+        await writer.create("members/a", b"1")
+        assert await watch.wait(timeout=WAKE_LIMIT_S)
+        await drain(watch)
+        assert await writer.commit([], [Put("members/a", b"2")])
+        assert await watch.wait(timeout=WAKE_LIMIT_S)
+        await drain(watch)
+        assert await writer.delete("members/a")
+        assert await watch.wait(timeout=WAKE_LIMIT_S)
+        await drain(watch)
+        assert await writer.commit([], [Put("members/b", b""), Delete("members/b")])
+        assert await watch.wait(timeout=WAKE_LIMIT_S)
+
+
+async def test_watch_wakes_for_own_writes(coord: Coordinator) -> None:
+    async with coord.watch("own/") as watch:
+        await drain(watch)
+        await coord.create("own/k", b"")
+        assert await watch.wait(timeout=WAKE_LIMIT_S)
+
+
+async def test_wait_returns_false_when_nothing_changes(open_coord: OpenCoordinator) -> None:
+    watcher, writer = await open_coord(), await open_coord()
+    await writer.create("quiet/existing", b"")
+    async with watcher.watch("quiet/") as watch:
+        await drain(watch)
+        # Writes elsewhere are not changes of "quiet/".
+        await writer.create("loud/k", b"")
+        await writer.create("quietly/k", b"")
+        assert await watch.wait(timeout=0.5) is False
+        assert await watch.wait(timeout=0.0) is False
+
+
+async def test_change_between_watch_and_wait_is_not_missed(open_coord: OpenCoordinator) -> None:
+    watcher, writer = await open_coord(), await open_coord()
+    watch = watcher.watch("lvl/")
+    try:
+        assert await watcher.list("lvl/") == []
+        await writer.create("lvl/k", b"")
+        # Level-triggered: the change happened before this wait began.
+        await wait_until_listed(watch, watcher, "lvl/", ["lvl/k"])
+    finally:
+        await watch.close()
+
+
+async def test_watch_reports_changes_made_while_nobody_waits(
+    open_coord: OpenCoordinator,
+) -> None:
+    watcher, writer = await open_coord(), await open_coord()
+    async with watcher.watch("later/") as watch:
+        await drain(watch)
+        await writer.create("later/a", b"")
+        await asyncio.sleep(0.5)
+        await writer.create("later/b", b"")
+        await wait_until_listed(watch, watcher, "later/", ["later/a", "later/b"])
+
+
+async def test_no_change_is_missed_in_a_burst(open_coord: OpenCoordinator) -> None:
+    watcher, writer = await open_coord(), await open_coord()
+    keys = [f"burst/{n:02d}" for n in range(20)]
+
+    async def write_all() -> None:
+        for key in keys:
+            await writer.create(key, b"")
+
+    async with watcher.watch("burst/") as watch:
+        await drain(watch)
+        writing = asyncio.create_task(write_all())
+        try:
+            await wait_until_listed(watch, watcher, "burst/", keys)
+        finally:
+            await writing
+
+
+async def test_two_watches_on_one_directory_both_wake(open_coord: OpenCoordinator) -> None:
+    a, b, writer = await open_coord(), await open_coord(), await open_coord()
+    async with a.watch("both/") as wa, b.watch("both/") as wb:
+        await drain(wa)
+        await drain(wb)
+        await writer.create("both/k", b"")
+        assert await wa.wait(timeout=WAKE_LIMIT_S)
+        assert await wb.wait(timeout=WAKE_LIMIT_S)
+
+
+async def test_watch_wakes_when_an_ephemeral_key_goes_with_its_closed_session(
+    open_coord: OpenCoordinator,
+) -> None:
+    watcher, member = await open_coord(), await open_coord()
+    await member.create("eph/m", b"", ephemeral=True)
+    async with watcher.watch("eph/") as watch:
+        await drain(watch)
+        await member.close()
+        await wait_until_listed(watch, watcher, "eph/", [])
