@@ -95,8 +95,10 @@ def main(argv: list[str] | None = None) -> int:
         written += 1
         print(f"committed snapshot {written}: {args.rows} rows", flush=True)
         deadline = time.monotonic() + args.interval_s
-        while not _stopping and time.monotonic() < deadline and (
-            args.snapshots == 0 or written < args.snapshots
+        while (
+            not _stopping
+            and time.monotonic() < deadline
+            and (args.snapshots == 0 or written < args.snapshots)
         ):
             time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
     return 0

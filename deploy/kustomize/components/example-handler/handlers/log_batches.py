@@ -8,11 +8,11 @@ Example (a stand-in batch, as a unit test would use)::
 
     >>> import pyarrow as pa
     >>> class Batch:
-    ...     group, member_id, shard, epoch, snapshot_id, kind = "g", "g-0", 1, 7, 42, "delta"
+    ...     group, member_id, shard, epoch, snapshot_id, kind = "g", "g-0", 1, 7, 4, "new"
     ...     def to_arrow(self):
     ...         return pa.table({"id": [1, 2, 3]})
     >>> handle(Batch())
-    {"group": "g", "member": "g-0", "shard": 1, "epoch": 7, "snapshot": 42, "kind": "delta", "rows": 3}
+    {"group": "g", "member": "g-0", "shard": 1, "epoch": 7, "snapshot": 4, "kind": "new", "rows": 3}
 """
 
 from __future__ import annotations
