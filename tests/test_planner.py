@@ -635,3 +635,40 @@ def test_pypaimon_bucket_filtered_stream_reads_other_buckets_on_its_initial_plan
     buckets = {bucket_of(pt, i) for i in rows.column("id").to_pylist()}
     assert buckets == {0, 1, 2, 3}
     assert rows.num_rows == 100
+
+
+@pytest.mark.slow
+def test_writer_cli_commits_one_snapshot_per_chunk(warehouse: str) -> None:
+    import json
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parent.parent
+    base = [sys.executable, "-m", "tests.support.tables"]
+    subprocess.run(
+        [*base, "create", "--warehouse", warehouse, "--table", "db.w", "--buckets", "4"],
+        cwd=repo,
+        check=True,
+        timeout=120,
+    )
+    where = ["--warehouse", warehouse, "--table", "db.w"]
+    chunks = ["--start", "5", "--count", "25", "--per-snapshot", "10", "--interval-ms", "10"]
+    done = subprocess.run(
+        [*base, "write", *where, *chunks],
+        cwd=repo,
+        check=True,
+        timeout=120,
+        capture_output=True,
+        text=True,
+    )
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [(x["snapshot"], x["first_id"], x["count"]) for x in lines] == [
+        (1, 5, 10),
+        (2, 15, 10),
+        (3, 25, 5),
+    ]
+    table = ShardedTable.open(warehouse, "db.w")
+    planner = table.planner(4)
+    step = planner.plan_full(range(4), 3)
+    assert_shard_exact(table, 4, read_step(planner, step), [(i, 0) for i in range(5, 30)])
+    assert bucket_of(table, 7) == bucket_of(table.table, 7)

@@ -218,8 +218,11 @@ def bucket_of(table: Any, key: int) -> int:
     """The bucket pypaimon's writer puts the row with ``id == key`` in.
 
     Uses the table's own row key extractor (the one ``write_arrow`` routes
-    with), so it is independent of any split or manifest metadata.
+    with), so it is independent of any split or manifest metadata. ``table``
+    is a pypaimon table or anything with one in ``.table`` (a ShardedTable).
     """
+    if not hasattr(table, "create_row_key_extractor"):
+        table = table.table
     extractor = table.create_row_key_extractor()
     values = {name: None for name in table.field_names}
     values["id"] = int(key)
