@@ -185,7 +185,8 @@ class Failure(enum.Enum):
     FATAL = "fatal"  # a request the server will never accept
 
 
-_TLS_HINTS = ("tsi_", "handshake", "ssl", "certificate", "tls")
+_TLS_HINTS = ("tsi_", "handshake", "ssl", "certificate", "tls", "verification")
+_AUTH_HINTS = ("authentication", "user name", "permission denied", "not authorized")
 _NOT_SENT_HINTS = (
     "failed to connect",
     "connection refused",
@@ -217,7 +218,8 @@ def classify(err: BaseException) -> Failure:
     if code is status.UNAVAILABLE and any(h in text for h in _TLS_HINTS):
         return Failure.TLS
     if code in (status.UNAUTHENTICATED, status.PERMISSION_DENIED) or (
-        "authentication" in text and code in (status.INVALID_ARGUMENT, status.FAILED_PRECONDITION)
+        code in (status.INVALID_ARGUMENT, status.FAILED_PRECONDITION)
+        and any(h in text for h in _AUTH_HINTS)
     ):
         return Failure.AUTH
     if code is status.NOT_FOUND and "lease" in text:
@@ -231,6 +233,15 @@ def classify(err: BaseException) -> Failure:
     if code in (status.UNAVAILABLE, status.DEADLINE_EXCEEDED, status.CANCELLED, status.UNKNOWN):
         return Failure.AMBIGUOUS
     return Failure.FATAL
+
+
+def _describe(err: BaseException) -> str:
+    """``CODE: details`` of a gRPC error (or the exception), on one line."""
+    rpc_error = _rpc_code_and_details(err)
+    if rpc_error is None:
+        return _one_line(f"{type(err).__name__}: {err}")
+    code, details = rpc_error
+    return _one_line(f"{getattr(code, 'name', code)}: {details}")
 
 
 def _one_line(text: str, limit: int = 300) -> str:
@@ -569,7 +580,7 @@ class _KeepAlive(threading.Thread):
                     if kind in (Failure.TOKEN, Failure.AUTH):
                         self._use_token, self._token = True, None
                     failures += 1
-                    detail = _one_line(str(_rpc_code_and_details(err) or err), 200)
+                    detail = _describe(err)
                     if detail != last_error:
                         log.warning(
                             "etcd keep-alive of lease %s failed at %s: %s",
