@@ -7,7 +7,8 @@ by ``kubernetes-validate`` (strict: unknown fields are errors), and the
 manifests are checked against the worker they run:
 
 * every ``PAIMON_GROUP_*`` variable and every flag names a real option of
-  ``paimon-group run`` and its value parses as that option's type;
+  ``paimon-group run`` and its value parses as that option's type, and the
+  click command itself parses the pod's environment into the expected values;
 * the probes, the container port, the Service, the scrape annotations / the
   ServiceMonitor and the image's EXPOSE all agree with ``--metrics-port``;
 * ``terminationGracePeriodSeconds`` exceeds ``--shutdown-timeout-s``;
@@ -22,6 +23,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -61,8 +63,9 @@ CUSTOM_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor")}
 ENV_PREFIX = "PAIMON_GROUP_"
 
 # The options of `paimon-group run` as specified for the CLI, with the Python
-# type their values must parse as. Used only while `paimon_group.cli` does not
-# exist; once it does, the options are read from the click command itself.
+# type their values must parse as. The checks read the options from the click
+# command itself (`paimon_group.cli.run`); this list stands in only where that
+# module cannot be imported, and is otherwise checked to be a subset of it.
 SPECIFIED_RUN_OPTIONS: dict[str, Callable[[str], object]] = {
     "--config": str,
     "--group": str,
@@ -133,14 +136,16 @@ def run_options() -> dict[str, RunOption]:
     for param in command.params:
         if not isinstance(param, click.Option):
             continue
+        # Only the variables click will really read (an option without an
+        # envvar, like --config, cannot be set from the environment).
+        envvars: set[str] = set()
+        if isinstance(param.envvar, str):
+            envvars.add(param.envvar)
+        elif param.envvar:
+            envvars.update(param.envvar)
         for flag in [*param.opts, *param.secondary_opts]:
             if not flag.startswith("--"):
                 continue
-            envvars = {env_name(flag)}
-            if isinstance(param.envvar, str):
-                envvars.add(param.envvar)
-            elif param.envvar:
-                envvars.update(param.envvar)
 
             def convert(value: str, param: click.Option = param) -> object:
                 return param.type.convert(value, param, None)
@@ -373,6 +378,50 @@ def test_every_setting_names_a_run_option_and_parses(variant: str) -> None:
         data = one(w.docs, "ConfigMap", source["configMapRef"]["name"]).get("data", {})
         stray = [k for k in data if not k.startswith(ENV_PREFIX)]
         assert not stray, f"{variant}: keys in the worker's ConfigMap that are no option: {stray}"
+
+
+def _cli_run_command() -> Any:
+    try:
+        cli = importlib.import_module("paimon_group.cli")
+    except ModuleNotFoundError as err:
+        if err.name != "paimon_group.cli":
+            raise
+        pytest.skip("paimon_group.cli does not exist yet")
+    return cli.run
+
+
+def test_specified_options_exist_in_the_cli() -> None:
+    """The option list written down for the CLI is what the CLI really has."""
+    command = _cli_run_command()
+    flags = {f for p in command.params for f in getattr(p, "opts", [])}
+    assert set(SPECIFIED_RUN_OPTIONS) <= flags, set(SPECIFIED_RUN_OPTIONS) - flags
+
+
+# Stand-ins for values Kubernetes fills in at run time.
+POD_NAME = "paimon-group-0"
+RUNTIME_VALUES = {"fieldRef": POD_NAME, "secretKeyRef": "paimon"}
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_the_cli_parses_the_pod_environment(variant: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`paimon-group run` itself parses what the pod gives it (nothing is started)."""
+    command = _cli_run_command()
+    w = worker(variant)
+    for name in [n for n in os.environ if n.startswith(ENV_PREFIX)]:
+        monkeypatch.delenv(name)
+    for name, value in w.env.items():
+        if isinstance(value, dict):
+            (source,) = value
+            value = RUNTIME_VALUES[source]
+        monkeypatch.setenv(name, value)
+    args = [a for flag, v in w.flags.items() for a in (flag, v)]
+    ctx = command.make_context("run", args)
+    params = ctx.params
+    assert params["member_id"] == POD_NAME
+    assert params["metrics_port"] == w.port_number("metrics")
+    assert params["shutdown_timeout_s"] < w.pod["terminationGracePeriodSeconds"]
+    assert params["rebalance_delay"] > 0, f"{variant}: static membership needs a delay"
+    assert params["handler"] and params["coordinator"] and params["group"]
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
