@@ -938,7 +938,7 @@ class _SqliteWatch(Watch):
         self._seen = revisions.get(self.prefix, 0)
         self._latest = max(self._latest, self._seen)
 
-    async def wait(self, timeout: float | None = None) -> bool:  # noqa: ASYNC109 (protocol)
+    async def wait(self, timeout: float | None = None) -> bool:
         if self._closed:
             raise CoordinatorError(f"watch on {self.prefix!r} is closed")
         loop = asyncio.get_running_loop()
