@@ -1016,21 +1016,16 @@ class EtcdCoordinator(Coordinator):
                     )
                 )
         requests = []
-        seen: set[str] = set()
-        for op in ops:
-            if op.key in seen:
-                raise ConfigError(f"key {op.key!r} is written twice in one commit")
-            seen.add(op.key)
-            full = self._full(validate_key(op.key))
+        final = _net_effect(ops)
+        for key, op in final.items():
+            full = self._full(validate_key(key))
             if isinstance(op, Put):
                 requests.append(rpc.RequestOp(request_put=rpc.PutRequest(key=full, value=op.value)))
-            elif isinstance(op, Delete):
+            else:
                 requests.append(
                     rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=full))
                 )
-            else:  # pragma: no cover - Op is a closed union
-                raise ConfigError(f"unknown commit operation {op!r}")
-        what = f"commit of {len(requests)} op(s) on {sorted(seen) or 'no keys'}"
+        what = f"commit of {len(requests)} op(s) on {sorted(final) or 'no keys'}"
         response = await self._txn(
             what, rpc.TxnRequest(compare=compares, success=requests), idempotent=False
         )
@@ -1133,6 +1128,31 @@ class EtcdCoordinator(Coordinator):
 
     def __repr__(self) -> str:
         return f"EtcdCoordinator({self._url!r})"
+
+
+def _net_effect(ops: Sequence[Op]) -> dict[str, Op]:
+    """The last operation on each key, in first-seen key order.
+
+    etcd refuses a Txn that writes one key twice, so a commit keeps only the
+    final operation per key: ``Put, Put`` is the last ``Put``; ``Put, Delete``
+    is the ``Delete`` (nothing at all when the key was absent). ``Delete``
+    then ``Put`` would have to re-create the key with a new create revision
+    (a new epoch), which one etcd revision cannot express: refused.
+    """
+    final: dict[str, Op] = {}
+    for op in ops:
+        if not isinstance(op, Put | Delete):  # pragma: no cover - Op is a closed union
+            raise ConfigError(f"unknown commit operation {op!r}")
+        previous = final.get(op.key)
+        if isinstance(previous, Delete) and isinstance(op, Put):
+            raise ConfigError(
+                f"commit deletes then re-creates {op.key!r}: etcd cannot do both in one "
+                f"transaction; commit the delete and the put separately"
+            )
+        if isinstance(previous, Delete):
+            continue  # Delete after Delete
+        final[op.key] = op
+    return final
 
 
 def _compare_create(key: bytes, revision: int) -> Any:

@@ -243,8 +243,16 @@ async def test_create_and_commit_map_to_revisions(etcd_url: str) -> None:
             [Put("positions/0", b"7"), Delete("owners/0")],
         )
         assert await coord.get("owners/0") is None
-        with pytest.raises(ConfigError, match="twice"):
-            await coord.commit([], [Put("a", b"1"), Delete("a")])
+
+        # etcd writes a key once per transaction: a commit keeps the last
+        # operation per key, and refuses delete-then-recreate (a new epoch).
+        assert await coord.commit([], [Put("a", b"1"), Put("a", b"2"), Put("b", b"")])
+        assert (a := await coord.get("a")) is not None and a.value == b"2"
+        assert await coord.commit([], [Put("b", b"x"), Delete("b")])
+        assert await coord.get("b") is None
+        with pytest.raises(ConfigError, match="deletes then re-creates 'a'"):
+            await coord.commit([], [Delete("a"), Put("a", b"3")])
+        assert (await coord.get("a")) == a
 
 
 @pytest.mark.etcd
