@@ -26,7 +26,7 @@ async def test_watch_wakes_after_create_put_and_delete(open_coord: OpenCoordinat
         assert await writer.delete("members/a")
         assert await watch.wait(timeout=WAKE_LIMIT_S)
         await drain(watch)
-        assert await writer.commit([], [Put("members/b", b""), Delete("members/b")])
+        assert await writer.commit([], [Put("members/b", b""), Delete("members/c")])
         assert await watch.wait(timeout=WAKE_LIMIT_S)
 
 
