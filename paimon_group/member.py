@@ -122,7 +122,12 @@ class _OwnedShard:
     shard: int
     epoch: int
     generation: int
-    next_snapshot: int | None = None  # None: not resolved yet
+    next_snapshot: int | None = None  # where reading continues; None: not resolved yet
+    # The last position the coordinator accepted for this shard (or read from
+    # it at acquisition). Only this value is ever mirrored into the consumer
+    # file or re-committed on release: a resolved start that was not committed
+    # yet (a pending full scan) must never leak (invariant 5).
+    committed: int | None = None
     full_scan: int | None = None  # a full scan of this snapshot is due first
     revoking: bool = False
     dropped: bool = False
@@ -565,6 +570,7 @@ class GroupMember:
             position, _ = await group.position(shard)
             if position is not None:
                 owned.next_snapshot = position.next_snapshot
+                owned.committed = position.next_snapshot
             else:
                 mirrored = await self._in_io(functools.partial(self._mirror_read, shard))
                 if mirrored is not None:
@@ -609,9 +615,9 @@ class GroupMember:
                 self.config.margin
             ):
                 try:
-                    if o.next_snapshot is not None and o.full_scan is None and finished:
+                    if o.committed is not None and finished:
                         ok = await group.commit_positions(
-                            {o.shard: (o.epoch, o.next_snapshot)}, self.member_id, release=True
+                            {o.shard: (o.epoch, o.committed)}, self.member_id, release=True
                         )
                     else:
                         ok = await group.release(o.shard, o.epoch)
@@ -620,10 +626,10 @@ class GroupMember:
             o.dropped = True
             self._owned.pop(o.shard, None)
             self.history.record("release", shard=o.shard, epoch=o.epoch, ok=ok, reason=reason,
-                                next_snapshot=o.next_snapshot)
+                                next_snapshot=o.committed)
             (released if ok else lost).append(o.shard)
-            if ok and o.next_snapshot is not None and self._mirror is not None:
-                n = o.next_snapshot
+            if ok and o.committed is not None and self._mirror is not None:
+                n = o.committed
                 await self._in_io(functools.partial(self._mirror_write, o.shard, n, True))
         if released:
             log.info("released shards %s (%s)", released, reason,
@@ -804,6 +810,7 @@ class GroupMember:
             if ok:
                 self.stats.commits += 1
                 o.next_snapshot = next_snapshot
+                o.committed = next_snapshot
                 o.full_scan = None
                 if self._mirror is not None:
                     await self._in_io(

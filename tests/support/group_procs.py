@@ -1,0 +1,202 @@
+"""Real ``paimon-group run`` processes for group tests, and a snapshot writer.
+
+Example::
+
+    h = GroupHarness(tmp_path, coordinator_url, group="g", buckets=8)
+    h.start_writer(count=400, per_snapshot=20, interval_s=0.2)
+    h.start("m0"); h.start("m1")
+    h.wait_caught_up()
+    h.terminate_all()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.support.checker import History
+from tests.support.tables import bucket_of, make_pk_table, open_table, write_rows
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class GroupHarness:
+    def __init__(self, base: Path, coordinator: str, *, group: str = "g", buckets: int = 8,
+                 table: str = "db.t", session_timeout_s: float = 2.0,
+                 poll_interval_ms: int = 100, start: str = "latest-full",
+                 create: bool = True) -> None:
+        self.base = base
+        self.warehouse = str(base / "wh")
+        self.out = base / "out"
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.coordinator = coordinator
+        self.group = group
+        self.table = table
+        self.buckets = buckets
+        self.session_timeout_s = session_timeout_s
+        self.poll_interval_ms = poll_interval_ms
+        self.start_position = start
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.exit_codes: dict[str, list[int]] = {}
+        self.written: set[int] = set()
+        self._writer: threading.Thread | None = None
+        self._writer_error: BaseException | None = None
+        self.env: dict[str, str] = {**os.environ, "PG_TEST_OUT": str(self.out)}
+        if create:
+            make_pk_table(self.warehouse, table, buckets=buckets)
+        self._bucket_cache: dict[int, int] = {}
+
+    # -- writing -----------------------------------------------------------
+
+    def write(self, ids: range | list[int]) -> int:
+        snapshot = write_rows(self.warehouse, self.table, list(ids))
+        self.written.update(ids)
+        return snapshot
+
+    def start_writer(self, *, first: int, count: int, per_snapshot: int,
+                     interval_s: float) -> None:
+        def run() -> None:
+            try:
+                for start in range(first, first + count, per_snapshot):
+                    self.write(range(start, min(start + per_snapshot, first + count)))
+                    time.sleep(interval_s)
+            except BaseException as err:  # noqa: BLE001 - reported by wait_writer
+                self._writer_error = err
+
+        self._writer = threading.Thread(target=run, daemon=True)
+        self._writer.start()
+
+    def wait_writer(self) -> None:
+        if self._writer is not None:
+            self._writer.join(timeout=300)
+        if self._writer_error is not None:
+            raise self._writer_error
+
+    def bucket_of(self, key: int) -> int:
+        if key not in self._bucket_cache:
+            self._bucket_cache[key] = bucket_of(open_table(self.warehouse, self.table), key)
+        return self._bucket_cache[key]
+
+    def bucket_function(self) -> Any:
+        table = open_table(self.warehouse, self.table)
+        cache: dict[int, int] = {}
+
+        def f(key: int) -> int:
+            if key not in cache:
+                cache[key] = bucket_of(table, key)
+            return cache[key]
+
+        return f
+
+    # -- members -------------------------------------------------------------
+
+    def command(self, member: str, *extra: str, handler: str = "tests.support.handlers:record"
+                ) -> list[str]:
+        return [
+            sys.executable, "-m", "paimon_group", "run",
+            "--group", self.group, "--warehouse", self.warehouse, "--table", self.table,
+            "--handler", handler, "--coordinator", self.coordinator,
+            "--member-id", member, "--session-timeout-s", str(self.session_timeout_s),
+            "--poll-interval-ms", str(self.poll_interval_ms), "--start", self.start_position,
+            "--history", str(self.out / f"history-{member}.jsonl"),
+            "--revoke-timeout-s", "5", "--shutdown-timeout-s", "15",
+            *extra,
+        ]
+
+    def start(self, member: str, *extra: str, handler: str = "tests.support.handlers:record",
+              env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        log = open(self.out / f"{member}.log", "ab")  # noqa: SIM115 - the child owns it
+        proc = subprocess.Popen(self.command(member, *extra, handler=handler), cwd=REPO,
+                                stdout=log, stderr=subprocess.STDOUT,
+                                env={**self.env, **(env or {})})
+        self.procs[member] = proc
+        return proc
+
+    def signal(self, member: str, sig: int) -> None:
+        self.procs[member].send_signal(sig)
+
+    def kill(self, member: str) -> None:
+        self.signal(member, signal.SIGKILL)
+        self.exit_codes.setdefault(member, []).append(self.procs[member].wait(timeout=30))
+
+    def terminate(self, member: str, timeout: float = 60) -> int:
+        proc = self.procs[member]
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=timeout)
+        self.exit_codes.setdefault(member, []).append(code)
+        return code
+
+    def terminate_all(self) -> dict[str, int]:
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        return {m: self.terminate(m) for m in list(self.procs)}
+
+    def cleanup(self) -> None:
+        for p in self.procs.values():
+            if p.poll() is None:
+                try:
+                    p.send_signal(signal.SIGCONT)
+                    p.kill()
+                    p.wait(timeout=10)
+                except (OSError, subprocess.TimeoutExpired):
+                    pass
+
+    def log(self, member: str) -> str:
+        path = self.out / f"{member}.log"
+        return path.read_text() if path.exists() else ""
+
+    def wait_busy(self, member: str, timeout: float = 60) -> None:
+        """Until ``member``'s handler is in the middle of a batch."""
+        deadline = time.monotonic() + timeout
+        while not (self.out / f"busy-{member}").exists():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{member} never got busy")
+            time.sleep(0.01)
+
+    # -- observing -------------------------------------------------------------
+
+    def describe(self) -> dict[str, Any]:
+        from coordinators.registry import open_coordinator
+        from paimon_group.describe import describe_group
+        from paimon_group.table import ShardedTable
+
+        async def go() -> dict[str, Any]:
+            table = ShardedTable.open(self.warehouse, self.table)
+            async with open_coordinator(self.coordinator) as coord:
+                return await describe_group(coord, self.group, table)
+
+        return asyncio.run(go())
+
+    def wait_for(self, predicate: Any, timeout: float = 120, what: str = "condition") -> Any:
+        deadline = time.monotonic() + timeout
+        last: Any = None
+        while time.monotonic() < deadline:
+            last = self.describe()
+            if predicate(last):
+                return last
+            time.sleep(0.3)
+        raise AssertionError(f"timed out waiting for {what}; last describe: {last}")
+
+    def wait_caught_up(self, members: set[str] | None = None, timeout: float = 120
+                       ) -> dict[str, Any]:
+        def ok(d: dict[str, Any]) -> bool:
+            live = {m["member_id"] for m in d["members"]}
+            return (
+                d["state"] == "stable"
+                and (members is None or live == members)
+                and all(s["lag_snapshots"] == 0 for s in d["shards"])
+            )
+
+        return self.wait_for(ok, timeout, "the group to be stable with lag 0")
+
+    def history(self) -> History:
+        return History.load(self.out)

@@ -1,0 +1,50 @@
+"""Handlers used by multi-process tests (imported by real ``paimon-group run``).
+
+``record`` appends one JSON line per batch to ``$PG_TEST_OUT/deliveries-<pid>.jsonl``:
+member, shard, epoch, snapshot, next_snapshot, kind and the ``id`` column.
+While it runs, ``$PG_TEST_OUT/busy-<member>`` exists (tests use it to pause a
+member in the middle of a batch). ``$PG_TEST_SLEEP_<MEMBER>`` (seconds, member
+id upper-cased with ``-`` as ``_``) slows that member's handler down.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+
+def record(batch: Any) -> None:
+    out = os.environ["PG_TEST_OUT"]
+    busy = os.path.join(out, f"busy-{batch.member_id}")
+    with open(busy, "w") as f:
+        f.write(str(batch.shard))
+    try:
+        table = batch.to_arrow()
+        ids = table.column("id").to_pylist() if table.num_rows else []
+        delay = os.environ.get("PG_TEST_SLEEP_" + batch.member_id.upper().replace("-", "_"))
+        if delay:
+            time.sleep(float(delay))
+        line = {
+            "t": time.monotonic(),
+            "member": batch.member_id,
+            "pid": os.getpid(),
+            "shard": batch.shard,
+            "epoch": batch.epoch,
+            "snapshot": batch.snapshot_id,
+            "next_snapshot": batch.next_snapshot,
+            "kind": batch.kind.value,
+            "ids": ids,
+        }
+        with open(os.path.join(out, f"deliveries-{os.getpid()}.jsonl"), "a") as f:
+            f.write(json.dumps(line) + "\n")
+    finally:
+        try:
+            os.unlink(busy)
+        except FileNotFoundError:
+            pass
+
+
+def fail_always(batch: Any) -> None:
+    raise RuntimeError(f"handler refuses shard {batch.shard}")
