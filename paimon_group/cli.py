@@ -289,11 +289,19 @@ def _open_for_admin(kw: dict[str, Any]) -> tuple[str, ConnectOptions]:
 @table_options
 @coordinator_options
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--watch", type=float, is_flag=False, flag_value=2.0, default=None,
+              metavar="[SECONDS]", help="Refresh in place every SECONDS (default 2) until "
+                                        "Ctrl-C; with --json one line per refresh.")
 @friendly_errors
 def describe(**kw: Any) -> None:
     """Members, leader, generation, and per shard its owner, epoch, position and lag."""
     validate_group(kw["group"])
     url, options = _open_for_admin(kw)
+    if kw["watch"] is not None:
+        from paimon_group.cli_admin import watch_describe
+
+        watch_describe(url, options, kw, kw["watch"])
+        return
     report = asyncio.run(_describe(url, options, kw))
     if kw["as_json"]:
         click.echo(json.dumps(report, sort_keys=True))
@@ -329,6 +337,8 @@ def demo(workers: int, seconds: float, directory: str | None) -> None:
     ok = run_demo(workers=workers, seconds=seconds, directory=directory)
     sys.exit(0 if ok else 1)
 
+
+from paimon_group import cli_admin  # noqa: E402,F401  (registers list/reset/delete/members)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

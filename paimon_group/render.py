@@ -1,4 +1,6 @@
-"""Rich tables for people (``describe`` without ``--json``).
+"""Rich tables for people: ``describe``, ``list`` and the ``reset`` plan.
+
+Scripts use ``--json`` instead; nothing here is meant to be parsed.
 
 Example::
 
@@ -8,47 +10,151 @@ Example::
 
 from __future__ import annotations
 
-import datetime as dt
+import time
+from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console, Group
 from rich.table import Table
+from rich.text import Text
+
+_STATE_STYLE = {"stable": "green", "rebalancing": "yellow", "empty": "dim"}
 
 
-def _ago(ts: float | None) -> str:
+def _ago(ts: float | None, now: float | None = None) -> str:
     if not ts:
         return "-"
-    delta = dt.datetime.now(dt.UTC).timestamp() - ts
-    return f"{delta:.0f}s ago" if delta < 3600 else f"{delta / 3600:.1f}h ago"
+    return _duration((now or time.time()) - ts) + " ago"
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.0f}s"
+    if seconds < 3600:
+        whole = int(seconds)
+        return f"{whole // 60}m{whole % 60:02d}s"
+    if seconds < 86400:
+        return f"{seconds / 3600:.1f}h"
+    return f"{seconds / 86400:.1f}d"
+
+
+def _num(value: Any) -> str:
+    return "-" if value is None else str(value)
+
+
+def _rows(shard: dict[str, Any]) -> str:
+    rows = shard.get("unread_rows")
+    if rows is None:
+        return "-"
+    return f"{rows}" if shard.get("unread_rows_complete", True) else f">={rows}"
 
 
 def describe_renderable(report: dict[str, Any]) -> Group:
-    head = (
-        f"[bold]group[/bold] {report['group']}  [bold]state[/bold] {report.get('state')}  "
-        f"[bold]generation[/bold] {report.get('generation')}  "
-        f"[bold]leader[/bold] {report.get('leader') or '-'}  "
-        f"[bold]latest snapshot[/bold] {report.get('latest_snapshot')}  "
-        f"[bold]total lag[/bold] {report.get('total_lag_snapshots', 0)}"
+    """The describe report as a header line and two tables (members, shards)."""
+    now = report.get("described_at") or time.time()
+    if not report.get("exists", True):
+        return Group(Text(f"group {report['group']} does not exist (yet)", style="yellow"))
+    state = str(report.get("state"))
+    head = Text.assemble(
+        ("group ", "bold"), str(report["group"]),
+        ("  table ", "bold"), str(report.get("table") or "-"),
+        ("  state ", "bold"), (state, _STATE_STYLE.get(state, "")),
+        ("  generation ", "bold"), str(report.get("generation")),
+        ("  leader ", "bold"), str(report.get("leader") or "-"),
     )
+    totals = Text.assemble(
+        ("latest snapshot ", "bold"), _num(report.get("latest_snapshot")),
+        (" (", ""), _ago(report.get("latest_commit_time"), now), (")", ""),
+        ("  earliest ", "bold"), _num(report.get("earliest_snapshot")),
+        ("  total lag ", "bold"), f"{report.get('total_lag_snapshots', 0)} snapshots",
+        ("  max lag ", "bold"), _duration(report.get("max_lag_seconds")),
+        ("  unread rows ", "bold"), _num(report.get("total_unread_rows")),
+    )
+    parts: list[Any] = [head, totals]
+    if report.get("expired_shards"):
+        parts.append(Text(
+            f"shards {report['expired_shards']} point at expired snapshots: they cannot "
+            "continue until reset (paimon-group reset)", style="bold red"))
+
     members = Table(title="members", title_justify="left")
-    for col in ("member", "host", "pid", "version", "shards"):
-        members.add_column(col)
+    for col in ("member", "host", "pid", "version", "started", "shards", "session"):
+        members.add_column(col, no_wrap=col != "member")
     for m in report.get("members", []):
-        members.add_row(m["member_id"], str(m.get("host", "")), str(m.get("pid", "")),
-                        str(m.get("version", "")),
-                        ",".join(str(s) for s in m.get("owned_shards", [])) or "-")
-    shards = Table(title="shards", title_justify="left")
-    for col in ("shard", "owner", "epoch", "next snapshot", "lag", "last commit"):
-        shards.add_column(col, justify="right" if col != "owner" else "left")
-    for s in report.get("shards", []):
-        shards.add_row(
-            str(s["shard"]), s["owner"] or "[red]-[/red]", str(s["epoch"] or "-"),
-            str(s["next_snapshot"] or "-"),
-            "-" if s["lag_snapshots"] is None else str(s["lag_snapshots"]),
-            _ago(s.get("last_commit")),
+        name = m["member_id"] + (" (leader)" if m.get("leader") else "")
+        session = m.get("session_state", "live")
+        members.add_row(
+            name, _num(m.get("host")), _num(m.get("pid")), _num(m.get("version")),
+            _ago(m.get("started_at"), now),
+            ",".join(str(s) for s in m.get("owned_shards", [])) or "-",
+            Text(session, style="green" if session == "live" else "red"),
         )
-    return Group(head, members, shards)
+    parts.append(members)
+
+    shards = Table(title="shards", title_justify="left")
+    # Short headers: the table must fit an 80-column terminal. "behind" is the
+    # age of the oldest unread snapshot; "file" the Paimon consumer file.
+    columns = ("shard", "owner", "epoch", "next", "lag", "behind", "unread", "committed",
+               "file")
+    for col in columns:
+        shards.add_column(col, justify="left" if col == "owner" else "right", no_wrap=True)
+    for s in report.get("shards", []):
+        owner: Text | str = s["owner"] or Text("-", style="red")
+        if s["owner"] and s.get("assigned_to") and s["owner"] != s["assigned_to"]:
+            owner = Text(f"{s['owner']} -> {s['assigned_to']}", style="yellow")
+        lag: Text | str = _num(s["lag_snapshots"])
+        if s.get("expired"):
+            lag = Text(f"{s['lag_snapshots']} EXPIRED", style="bold red")
+        shards.add_row(
+            str(s["shard"]), owner, _num(s["epoch"]), _num(s["next_snapshot"]), lag,
+            _duration(s.get("lag_seconds")), _rows(s), _ago(s.get("last_commit"), now),
+            _num(s.get("consumer_file")),
+        )
+    parts.append(shards)
+    return Group(*parts)
 
 
 def render_describe(report: dict[str, Any], console: Console | None = None) -> None:
     (console or Console()).print(describe_renderable(report))
+
+
+def list_renderable(groups: Sequence[dict[str, Any]]) -> Table:
+    table = Table(title="groups", title_justify="left")
+    for col in ("group", "table", "shards", "members", "state", "gen", "lag", "behind"):
+        table.add_column(col, justify="left" if col in ("group", "table", "state") else "right",
+                         no_wrap=col not in ("group", "table"))
+    for g in groups:
+        state = str(g.get("state"))
+        table.add_row(
+            g["group"], _num(g.get("table")), _num(g.get("num_shards")), _num(g.get("members")),
+            Text(state, style=_STATE_STYLE.get(state, "")), _num(g.get("generation")),
+            _num(g.get("total_lag_snapshots")), _duration(g.get("max_lag_seconds")),
+        )
+    return table
+
+
+def render_list(groups: Sequence[dict[str, Any]], console: Console | None = None) -> None:
+    (console or Console()).print(list_renderable(groups))
+
+
+def reset_plan_renderable(plan: dict[str, Any]) -> Group:
+    table = Table(title=f"reset plan of group {plan['group']} ({plan['target']})",
+                  title_justify="left")
+    for col in ("shard", "owner", "current", "new", "change", "note"):
+        table.add_column(col, justify="left" if col in ("owner", "note") else "right")
+    for row in plan["shards"]:
+        current, new = row["current"], row["new"]
+        change = "-" if current is None or new is None else f"{new - current:+d}"
+        table.add_row(str(row["shard"]), _num(row.get("owner")), _num(current), _num(new),
+                      change, row.get("note") or "")
+    if plan.get("executed"):
+        footer = Text("executed: positions and consumer files written", style="bold green")
+    else:
+        footer = Text("dry run: nothing changed (add --execute to apply)", style="yellow")
+    return Group(table, footer)
+
+
+def render_reset_plan(plan: dict[str, Any], console: Console | None = None) -> None:
+    (console or Console()).print(reset_plan_renderable(plan))

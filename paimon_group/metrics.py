@@ -1,0 +1,383 @@
+"""Prometheus metrics and Kubernetes probes of one running member.
+
+:func:`serve_metrics` starts an HTTP server **on its own thread** (so a busy
+or blocked event loop can never stall a probe) that answers:
+
+``/metrics``
+    Prometheus text format, from a registry of this member only (never the
+    process-global one, so several members in one process do not collide).
+``/healthz``
+    200 while the process is alive and its control loop responsive (the loop
+    last ticked less than ``max_loop_lag_s`` ago); 503 otherwise, and 503
+    once the member has FAILED. Point the liveness probe here.
+``/readyz``
+    200 when the member is ready (joined, and every shard assigned to it is
+    acquired); 503 otherwise. Point the readiness probe here.
+
+Metrics (every one labelled ``group`` and ``member``; no label ever holds a
+coordinator URL or a credential):
+
+==============================================  ===========================================
+``paimon_group_owned_shards``                   shards this member owns now
+``paimon_group_assigned_shards``                shards the assignment gives it
+``paimon_group_shard_position{shard}``          next snapshot the shard reads
+``paimon_group_shard_lag_snapshots{shard}``     snapshots committed but unread
+``paimon_group_shard_lag_seconds{shard}``       age of the oldest unread snapshot
+``paimon_group_lag_snapshots``                  sum over owned shards
+``paimon_group_table_latest_snapshot``          the table's latest snapshot id
+``paimon_group_batches_total``                  batches delivered (handler returned)
+``paimon_group_rows_total``                     rows delivered
+``paimon_group_handler_seconds``                handler latency histogram
+``paimon_group_handler_errors_total``           handler exceptions (retried or not)
+``paimon_group_commits_total``                  accepted position commits
+``paimon_group_rejected_commits_total``         commits fenced off: another member owns it
+``paimon_group_refused_commits_total``          commits not attempted: session not live
+``paimon_group_rebalances_total``               new assignments followed after the first
+``paimon_group_generation``                     generation of the followed assignment
+``paimon_group_leader``                         1 if this member leads the group
+``paimon_group_ready``                          1 if /readyz would answer 200
+``paimon_group_loop_lag_seconds``               time since the control loop last ticked
+``paimon_group_session_state{state}``           1 for the session's state, 0 for the others
+``paimon_group_member_state{state}``            1 for the member's state, 0 for the others
+``paimon_group_member_info{version}``           always 1
+==============================================  ===========================================
+
+Lag is computed when scraped (at most once per ``lag_refresh_s``; snapshot
+metadata is cached) from the owned shards' positions and the table's latest
+snapshot, reading only the snapshot files it has not read before.
+
+Example::
+
+    server = serve_metrics(member, 9400)       # before or after member.start()
+    ...
+    server.close()
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
+
+log = logging.getLogger("paimon_group.metrics")
+
+HANDLER_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+                   120.0, 300.0)
+SESSION_STATES = ("connected", "suspended", "lost", "none")
+MEMBER_STATES = ("created", "joining", "running", "rejoining", "leaving", "stopped", "failed")
+DEFAULT_MAX_LOOP_LAG_S = 30.0
+
+
+def _positions(member: Any) -> dict[int, int | None]:
+    """``{owned shard: next snapshot or None}`` of ``member``.
+
+    Prefers a public ``shard_positions()`` of the member. Until the member
+    offers it, the positions are read from its owned-shard records (read
+    only; a copy of the dict is taken in one C-level step, so the member's
+    loop changing it concurrently is harmless).
+    """
+    public = getattr(member, "shard_positions", None)
+    if callable(public):
+        return dict(public())
+    owned = getattr(member, "_owned", None)
+    if not isinstance(owned, dict):
+        return {s: None for s in getattr(member, "owned_shards", [])}
+    out: dict[int, int | None] = {}
+    for shard, record in list(owned.items()):
+        if getattr(record, "dropped", False):
+            continue
+        out[int(shard)] = getattr(record, "next_snapshot", None)
+    return out
+
+
+class _HandlerHistogram:
+    """Turns the member's list of handler durations into histogram buckets."""
+
+    def __init__(self, buckets: tuple[float, ...] = HANDLER_BUCKETS) -> None:
+        self.bounds = buckets
+        self.counts = [0] * (len(buckets) + 1)
+        self.total = 0.0
+        self._seen = 0
+        self._source: Any = None
+
+    def update(self, durations: list[float]) -> None:
+        if durations is not self._source or len(durations) < self._seen:
+            # A new (or trimmed) list: start counting it from its beginning.
+            self._source, self._seen = durations, 0
+        new = durations[self._seen:]
+        self._seen += len(new)
+        for d in new:
+            self.total += d
+            for i, bound in enumerate(self.bounds):
+                if d <= bound:
+                    self.counts[i] += 1
+                    break
+            else:
+                self.counts[-1] += 1
+
+    def family(self, labels: list[str], values: list[str]) -> HistogramMetricFamily:
+        h = HistogramMetricFamily("paimon_group_handler_seconds",
+                                  "Handler latency per batch (seconds).", labels=labels)
+        cumulative = 0
+        buckets: list[tuple[str, float]] = []
+        for bound, count in zip(self.bounds, self.counts, strict=False):
+            cumulative += count
+            buckets.append((repr(float(bound)), float(cumulative)))
+        cumulative += self.counts[-1]
+        buckets.append(("+Inf", float(cumulative)))
+        h.add_metric(values, buckets, self.total)
+        return h
+
+
+class MemberCollector(Collector):
+    """A prometheus collector reading one :class:`~paimon_group.member.GroupMember`."""
+
+    def __init__(self, member: Any, *, lag_refresh_s: float = 1.0) -> None:
+        self.member = member
+        self.lag_refresh_s = lag_refresh_s
+        self._lock = threading.Lock()
+        self._histogram = _HandlerHistogram()
+        self._facts: Any = None
+        self._facts_shards = 0
+        self._lag: dict[int, tuple[int | None, int | None, float | None]] = {}
+        self._latest: int | None = None
+        self._lag_at = -1e18
+
+    # -- lag ---------------------------------------------------------------
+
+    def _refresh_lag(self) -> None:
+        now = time.monotonic()
+        if now - self._lag_at < self.lag_refresh_s:
+            return
+        self._lag_at = now
+        member = self.member
+        table = getattr(member, "table", None)
+        num_shards = int(getattr(member, "num_shards", 0) or 0)
+        if table is None or num_shards < 1:
+            self._lag, self._latest = {}, None
+            return
+        from paimon_group.describe import SnapshotFacts
+        from paimon_group.table import ShardedTable
+
+        if self._facts is None or self._facts_shards != num_shards:
+            # Our own wrapper (and snapshot manager) over the member's table,
+            # so this thread shares no reader state with the member's.
+            own = ShardedTable(table.table, warehouse=table.warehouse,
+                               identifier=table.identifier)
+            self._facts = SnapshotFacts(own, num_shards, count_rows=False)
+            self._facts_shards = num_shards
+        positions = _positions(member)
+        progress = self._facts.progress(positions)
+        self._latest = self._facts.latest
+        self._lag = {
+            s: (positions.get(s), p.lag_snapshots, p.lag_seconds) for s, p in progress.items()
+        }
+
+    # -- collect -----------------------------------------------------------
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            yield from self._collect()
+
+    def _collect(self) -> Iterator[Metric]:
+        m = self.member
+        labels = ["group", "member"]
+        values = [str(m.group_name), str(m.member_id)]
+
+        def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+            g = GaugeMetricFamily(name, doc, labels=labels)
+            g.add_metric(values, value)
+            return g
+
+        def counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+            c = CounterMetricFamily(name, doc, labels=labels)
+            c.add_metric(values, value)
+            return c
+
+        try:
+            self._refresh_lag()
+        except Exception as err:  # a metric, never a crash of the scrape
+            log.debug("lag not computed: %s", err)
+        owned = list(m.owned_shards)
+        assignment = m.assignment
+        assigned = assignment.shards_of(m.member_id) if assignment is not None else []
+        yield gauge("paimon_group_owned_shards", "Shards this member owns.", len(owned))
+        yield gauge("paimon_group_assigned_shards", "Shards assigned to this member.",
+                    len(assigned))
+        position = GaugeMetricFamily("paimon_group_shard_position",
+                                     "Next snapshot the shard reads.", labels=[*labels, "shard"])
+        lag_n = GaugeMetricFamily("paimon_group_shard_lag_snapshots",
+                                  "Snapshots committed to the table but not yet read.",
+                                  labels=[*labels, "shard"])
+        lag_s = GaugeMetricFamily("paimon_group_shard_lag_seconds",
+                                  "Age of the shard's oldest unread snapshot (seconds).",
+                                  labels=[*labels, "shard"])
+        total_lag = 0
+        for shard in sorted(self._lag):
+            if shard not in owned:
+                continue
+            pos, lag, age = self._lag[shard]
+            shard_values = [*values, str(shard)]
+            if pos is not None:
+                position.add_metric(shard_values, pos)
+            if lag is not None:
+                lag_n.add_metric(shard_values, lag)
+                total_lag += lag
+            if age is not None:
+                lag_s.add_metric(shard_values, age)
+        yield position
+        yield lag_n
+        yield lag_s
+        yield gauge("paimon_group_lag_snapshots", "Unread snapshots summed over owned shards.",
+                    total_lag)
+        if self._latest is not None:
+            yield gauge("paimon_group_table_latest_snapshot", "The table's latest snapshot id.",
+                        self._latest)
+
+        stats = m.stats
+        yield counter("paimon_group_batches", "Batches delivered to the handler.", stats.batches)
+        yield counter("paimon_group_rows", "Rows delivered to the handler.", stats.rows)
+        yield counter("paimon_group_handler_errors", "Handler exceptions.", stats.handler_errors)
+        yield counter("paimon_group_commits", "Accepted position commits.", stats.commits)
+        yield counter("paimon_group_rejected_commits",
+                      "Position commits rejected because another member owns the shard "
+                      "(fenced).", stats.rejected_commits)
+        yield counter("paimon_group_refused_commits",
+                      "Position commits not attempted because the session was not live.",
+                      stats.refused_commits)
+        yield counter("paimon_group_rebalances", "Assignments followed after the first.",
+                      stats.rebalances)
+        self._histogram.update(stats.handler_seconds)
+        yield self._histogram.family(labels, values)
+
+        yield gauge("paimon_group_generation", "Generation of the followed assignment.",
+                    assignment.generation if assignment is not None else 0)
+        yield gauge("paimon_group_leader", "1 if this member leads the group.",
+                    1 if m.is_leader else 0)
+        yield gauge("paimon_group_ready", "1 if joined and every assigned shard is acquired.",
+                    1 if m.ready else 0)
+        yield gauge("paimon_group_loop_lag_seconds",
+                    "Seconds since the member's control loop last ticked.", m.loop_lag())
+        session = GaugeMetricFamily("paimon_group_session_state",
+                                    "1 for the coordinator session's current state.",
+                                    labels=[*labels, "state"])
+        current_session = str(m.session_state)
+        for state in SESSION_STATES:
+            session.add_metric([*values, state], 1 if state == current_session else 0)
+        yield session
+        member_state = GaugeMetricFamily("paimon_group_member_state",
+                                         "1 for the member's current state.",
+                                         labels=[*labels, "state"])
+        current_state = str(getattr(m.state, "value", m.state))
+        for state in MEMBER_STATES:
+            member_state.add_metric([*values, state], 1 if state == current_state else 0)
+        yield member_state
+        info = GaugeMetricFamily("paimon_group_member_info", "Static facts of this member.",
+                                 labels=[*labels, "version"])
+        from paimon_group.member import VERSION
+
+        info.add_metric([*values, VERSION], 1)
+        yield info
+
+
+def health(member: Any, max_loop_lag_s: float) -> tuple[bool, str]:
+    """(healthy, reason) for ``/healthz``."""
+    state = str(getattr(member.state, "value", member.state))
+    if state == "failed":
+        return False, "member failed"
+    if state != "running":
+        # Not looping (yet, or any more, or reconnecting with its own bounded
+        # retries, which fail the member when exhausted): alive is all we can say.
+        return True, state
+    lag = float(member.loop_lag())
+    if lag > max_loop_lag_s:
+        return False, f"control loop stalled for {lag:.1f}s"
+    return True, f"{state}, loop ticked {lag:.1f}s ago"
+
+
+class MetricsServer:
+    """The HTTP server of :func:`serve_metrics`; ``close()`` stops it."""
+
+    def __init__(self, member: Any, port: int, *, host: str = "0.0.0.0",
+                 max_loop_lag_s: float | None = None, lag_refresh_s: float = 1.0) -> None:
+        self.member = member
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.collector = MemberCollector(member, lag_refresh_s=lag_refresh_s)
+        self.registry.register(self.collector)
+        if max_loop_lag_s is None:
+            timeout = float(getattr(getattr(member, "config", None), "session_timeout_s", 10.0))
+            # The control loop ticks at least every timeout/4; three timeouts
+            # without a tick is a stuck loop, not a slow one.
+            max_loop_lag_s = max(DEFAULT_MAX_LOOP_LAG_S, 3 * timeout)
+        self.max_loop_lag_s = max_loop_lag_s
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                path = self.path.split("?", 1)[0]
+                try:
+                    if path == "/metrics":
+                        self._send(200, generate_latest(server.registry), CONTENT_TYPE_LATEST)
+                    elif path == "/healthz":
+                        ok, reason = health(server.member, server.max_loop_lag_s)
+                        self._send(200 if ok else 503, (reason + "\n").encode())
+                    elif path == "/readyz":
+                        ready = bool(server.member.ready)
+                        self._send(200 if ready else 503,
+                                   b"ready\n" if ready else b"not ready\n")
+                    else:
+                        self._send(404, b"not found: /metrics, /healthz, /readyz\n")
+                except Exception as err:
+                    log.warning("metrics request %s failed: %s", path, err)
+                    self._send(500, b"internal error\n")
+
+            def _send(self, code: int, body: bytes,
+                      content_type: str = "text/plain; charset=utf-8") -> None:
+                self.send_response(code)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                log.debug("metrics http: " + format, *args)
+
+        self.httpd = ThreadingHTTPServer((host, port), Handler)
+        self.httpd.daemon_threads = True
+        self.port: int = int(self.httpd.server_address[1])
+        self._thread = threading.Thread(target=self.httpd.serve_forever, name="pg-metrics",
+                                        daemon=True)
+        self._thread.start()
+        log.info("serving /metrics, /healthz and /readyz on port %d", self.port,
+                 extra={"group": getattr(member, "group_name", None),
+                        "member": getattr(member, "member_id", None)})
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self._thread.join(timeout=5)
+
+
+def serve_metrics(member: Any, port: int, *, host: str | None = None) -> MetricsServer:
+    """Serve ``/metrics``, ``/healthz`` and ``/readyz`` of ``member`` on ``port``
+    (0: a free port, see ``.port``) from a background thread.
+
+    The address is ``host``, else ``$PAIMON_GROUP_METRICS_HOST``, else all
+    interfaces (``0.0.0.0``: Prometheus and the kubelet scrape from outside).
+    """
+    address = host or os.environ.get("PAIMON_GROUP_METRICS_HOST") or "0.0.0.0"
+    return MetricsServer(member, port, host=address)
