@@ -923,10 +923,11 @@ class EtcdCoordinator(Coordinator):
                     metadata=metadata,
                 )
             except Exception as err:
-                log.warning(
-                    "etcd: could not revoke lease %s (it expires by itself): %s",
-                    session.id, translate_error(err, "lease revoke", self.endpoints),
-                )
+                if classify(err) is not Failure.LEASE_GONE:
+                    log.warning(
+                        "etcd: could not revoke lease %s (it expires by itself): %s",
+                        session.id, translate_error(err, "lease revoke", self.endpoints),
+                    )
         if session is not None:
             session.report(SessionState.LOST)
         await self._conn.close()

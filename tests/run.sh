@@ -11,6 +11,7 @@ if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
 
 need_apt=()
 command -v etcd >/dev/null 2>&1 || need_apt+=(etcd-server)
+command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
 [ -x /usr/share/zookeeper/bin/zkServer.sh ] || need_apt+=(zookeeper)
 command -v java >/dev/null 2>&1 || need_apt+=(default-jre-headless)
 if [ "${#need_apt[@]}" -gt 0 ]; then

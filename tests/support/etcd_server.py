@@ -58,13 +58,18 @@ def etcd_binary() -> str | None:
     return os.environ.get("ETCD_BIN") or shutil.which("etcd")
 
 
+def _missing(message: str) -> None:
+    """Fail in CI (a CI run must not pass by skipping), skip elsewhere."""
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message)
+
+
 def _require_etcd() -> str:
     binary = etcd_binary()
     if binary is None:
-        message = "etcd binary not found: install the Debian package etcd-server (tests/run.sh)"
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message)
+        _missing("etcd binary not found: install the Debian package etcd-server (tests/run.sh)")
+        raise AssertionError("unreachable")
     return binary
 
 
@@ -99,7 +104,7 @@ def _openssl(*args: str | Path) -> None:
 def make_pki(directory: Path) -> Pki:
     """A CA, a server and a client certificate signed by it, and another CA."""
     if shutil.which("openssl") is None:
-        pytest.skip("the openssl CLI is needed to make test certificates")
+        _missing("openssl not found: install the Debian package openssl (tests/run.sh)")
     directory.mkdir(parents=True, exist_ok=True)
     ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
 
