@@ -43,9 +43,10 @@ from coordinators.etcd import (
     translate_error,
 )
 from tests.support import etcd_server as etcd_support
-from tests.support.etcd_server import ROOT_PASSWORD, EtcdServer, Pki, free_port
+from tests.support.etcd_server import ROOT_PASSWORD, EtcdCluster, EtcdServer, Pki, free_port
 
 Factory = Callable[..., EtcdServer]
+ClusterFactory = Callable[..., EtcdCluster]
 
 
 async def eventually(
@@ -436,6 +437,56 @@ async def test_first_endpoint_dead_second_alive(etcd_server: EtcdServer) -> None
         await eventually(lambda: coord.session.deadline > deadline, what="a keep-alive")
         assert coord.session.state is SessionState.CONNECTED
         assert [e.key for e in await coord.list("members/")] == ["members/m1"]
+
+
+@pytest.mark.etcd
+@pytest.mark.chaos
+@pytest.mark.slow
+@pytest.mark.asyncio
+async def test_failover_when_the_connected_cluster_member_dies(
+    etcd_cluster_factory: ClusterFactory,
+) -> None:
+    cluster = etcd_cluster_factory(3)
+    url = f"{cluster.url}/app"
+    options = ConnectOptions(session_timeout_s=4, connect_timeout_s=10)
+    # `coord` talks to the first member; `peer` lists the last one first.
+    peer_url = "etcd://" + ",".join(reversed(cluster.endpoints)) + "/app"
+    async with open_coordinator(url, options) as coord, open_coordinator(peer_url) as peer:
+        member = await coord.create("members/m1", b"", ephemeral=True)
+        assert member is not None
+        watch = coord.watch("positions/")
+        await asyncio.to_thread(cluster.members[0].kill)
+        killed_at = time.monotonic()
+        # Reads and writes carry on through the other members.
+        assert await coord.get("members/m1") == member
+        assert await coord.commit([Check.created_at("members/m1", member.create_version)],
+                                  [Put("positions/0", b"1")])
+        # The keep-alive thread fails over too: the same lease stays alive.
+        # (deadline = send time of the last acknowledged keep-alive + TTL)
+        await eventually(lambda: coord.session.deadline > killed_at + coord.session.timeout_s,
+                         what="a keep-alive sent after the kill, through another member")
+        assert coord.session.state is SessionState.CONNECTED
+        assert await peer.get("members/m1") == member
+        # The watch re-armed on another member and sees changes made elsewhere.
+        await peer.commit([], [Put("positions/1", b"1")])
+        await eventually(lambda: watch.wait(timeout=1.0), what="the watch to wake")
+        await watch.close()
+
+
+@pytest.mark.asyncio
+async def test_retries_sleep_through_the_injected_sleep() -> None:
+    slept: list[float] = []
+
+    async def fake_sleep(seconds: float) -> None:
+        slept.append(seconds)
+        await asyncio.sleep(0)
+
+    url = f"etcd://127.0.0.1:{free_port()},127.0.0.1:{free_port()}/x"
+    coord = EtcdCoordinator(url, ConnectOptions(connect_timeout_s=1), sleep=fake_sleep)
+    with pytest.raises(CoordinatorUnavailable):
+        await coord.connect()
+    await coord.close()
+    assert slept and all(0 <= s <= 1.0 for s in slept)
 
 
 @pytest.mark.etcd

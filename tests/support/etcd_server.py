@@ -13,6 +13,9 @@ Fixtures (loaded as a pytest plugin from ``tests/conftest.py``):
     at the end of the test. For tests that kill, restart or pause etcd, and
     for secured servers (``tls=True``, ``client_cert_auth=True``,
     ``auth=True``, ``auth_token_ttl=2``).
+``etcd_cluster_factory``
+    ``factory(size=3) -> EtcdCluster``: a real multi-member cluster of the
+    test's own, for failover between endpoints of one cluster.
 ``etcd_pki``
     A :class:`Pki` made at test time with the ``openssl`` CLI: a CA, a server
     certificate for 127.0.0.1 / localhost / ``etcd.test``, a client
@@ -165,6 +168,9 @@ class EtcdServer:
         auth: bool = False,
         auth_token_ttl: int | None = None,
         extra_args: tuple[str, ...] = (),
+        name: str = "n0",
+        peer_port: int | None = None,
+        initial_cluster: str | None = None,
     ) -> None:
         if (tls or client_cert_auth) and pki is None:
             raise ValueError("a TLS etcd needs a Pki")
@@ -179,7 +185,9 @@ class EtcdServer:
         self.auth_token_ttl = auth_token_ttl
         self.extra_args = extra_args
         self.client_port = free_port()
-        self.peer_port = free_port()
+        self.peer_port = peer_port or free_port()
+        self.name = name
+        self.initial_cluster = initial_cluster
         self.process: subprocess.Popen[bytes] | None = None
         self._auth_enabled = False
 
@@ -208,13 +216,13 @@ class EtcdServer:
         peer = f"http://127.0.0.1:{self.peer_port}"
         cmd = [
             self.binary,
-            "--name", "n0",
+            "--name", self.name,
             "--data-dir", str(self.data_dir),
             "--listen-client-urls", client,
             "--advertise-client-urls", client,
             "--listen-peer-urls", peer,
             "--initial-advertise-peer-urls", peer,
-            "--initial-cluster", f"n0={peer}",
+            "--initial-cluster", self.initial_cluster or f"{self.name}={peer}",
             "--initial-cluster-state", "new",
             # Short raft timings: the minimum lease TTL is 1.5 election
             # timeouts, so 500 ms lets tests use 1 s sessions.
@@ -234,7 +242,7 @@ class EtcdServer:
             cmd += ["--auth-token-ttl", str(self.auth_token_ttl)]
         return cmd + list(self.extra_args)
 
-    def start(self) -> None:
+    def start(self, *, wait: bool = True) -> None:
         """Start (or restart after ``kill``/``stop``) on the same ports and data."""
         if self.process is not None and self.process.poll() is None:
             raise RuntimeError("etcd is already running")
@@ -244,6 +252,8 @@ class EtcdServer:
                 self._command(), stdout=log, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
             )
+        if not wait:
+            return  # a cluster member: healthy only once a quorum runs
         self.wait_healthy()
         if self.auth and not self._auth_enabled:
             self._enable_auth()
@@ -359,6 +369,38 @@ class EtcdServer:
         return grpc.secure_channel(self.endpoint, credentials)
 
 
+class EtcdCluster:
+    """``size`` plaintext etcd members forming one cluster (for failover tests)."""
+
+    def __init__(self, binary: str, data_root: Path, size: int = 3) -> None:
+        names = [f"n{i}" for i in range(size)]
+        peers = {name: free_port() for name in names}
+        initial = ",".join(f"{n}=http://127.0.0.1:{p}" for n, p in peers.items())
+        self.members = [
+            EtcdServer(binary, data_root / name, name=name, peer_port=peers[name],
+                       initial_cluster=initial)
+            for name in names
+        ]
+
+    @property
+    def endpoints(self) -> list[str]:
+        return [m.endpoint for m in self.members]
+
+    @property
+    def url(self) -> str:
+        return "etcd://" + ",".join(self.endpoints)
+
+    def start(self) -> None:
+        for member in self.members:
+            member.start(wait=False)
+        for member in self.members:
+            member.wait_healthy()
+
+    def stop(self) -> None:
+        for member in self.members:
+            member.stop()
+
+
 @pytest.fixture(scope="session")
 def etcd_pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     return make_pki(tmp_path_factory.mktemp("etcd-pki"))
@@ -401,3 +443,24 @@ def etcd_server_factory(
     finally:
         for server in servers:
             server.stop()
+
+
+@pytest.fixture
+def etcd_cluster_factory(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Callable[..., EtcdCluster]]:
+    """``factory(size=3) -> EtcdCluster``: a started cluster of this test only."""
+    binary = _require_etcd()
+    clusters: list[EtcdCluster] = []
+
+    def factory(size: int = 3) -> EtcdCluster:
+        cluster = EtcdCluster(binary, tmp_path_factory.mktemp("etcd-cluster"), size)
+        clusters.append(cluster)
+        cluster.start()
+        return cluster
+
+    try:
+        yield factory
+    finally:
+        for cluster in clusters:
+            cluster.stop()
