@@ -26,10 +26,12 @@ loop of them), so an administrator can never corrupt what live members do:
     the leader reassigns its shards when the member list changes.
 
 Paimon consumer files move with the positions (invariant 5: a file never runs
-ahead of the coordinator): a file whose position moves **backwards** is
-written *before* the coordinator commit (a lower file only keeps more
-snapshots, and it protects the snapshots we rewind to from expiring between
-the two writes); one whose position moves forwards is written *after* it.
+ahead of the coordinator): a file whose new value is not above the shard's
+current coordinator position (a rewind) is written *before* the coordinator
+commit (a lower file only keeps more snapshots, and it protects the snapshots
+we rewind to from expiring between the two writes; the earliest snapshot is
+checked again after it is written); any other file is written *after* the
+commit. If the commit fails, the files written before it are put back.
 
 Example::
 
@@ -335,8 +337,13 @@ async def execute_reset(
     shards, unless ``force`` (see the module docstring for what it costs).
     """
     actor = actor or admin_actor()
-    changing = plan.changing
-    if not changing:
+    mirror = _mirror(table, client.group)
+    files_before: dict[int, int] = await asyncio.to_thread(mirror.all)
+    new_positions = {s.shard: s.new for s in plan.changing if s.new is not None}
+    # Every planned shard's file ends equal to its (new or unchanged) position.
+    targets = {s.shard: s.new for s in plan.shards if s.new is not None}
+    file_updates = {s: n for s, n in targets.items() if files_before.get(s) != n}
+    if not new_positions and not file_updates:
         return replace(plan, executed=True, forced=force)
     state = await client.state()
     if state.members and not force:
@@ -345,34 +352,36 @@ async def execute_reset(
             f"({', '.join(sorted(state.members))}): stop them first (or wait for their "
             "sessions to expire); --force resets under live members and is dangerous"
         )
-    held = sorted(s.shard for s in changing if s.shard in state.owners)
+    held = sorted(s for s in new_positions if s in state.owners)
     if held and not force:
         raise GroupBusy(
             f"group {client.group!r}: shards {held} are owned by a live session; nothing was "
             "reset (stop the members, or use --force, which is dangerous)"
         )
-    new_positions = {s.shard: s.new for s in changing if s.new is not None}
-    mirror = _mirror(table, client.group)
-    files_before: dict[int, int] = await asyncio.to_thread(mirror.all)
-
-    # Files moving backwards first: they then protect the snapshots we rewind
-    # to from expiring while the coordinator is being written.
-    backwards = {s: n for s, n in new_positions.items()
-                 if files_before.get(s) is None or n < files_before[s]}
+    current = {s.shard: s.current for s in plan.shards}
+    # Files that are not ahead of the coordinator's current position go first:
+    # a file moving backwards then protects the snapshots we rewind to from
+    # expiring while the coordinator is written. The others go after the
+    # coordinator commit, so that no file is ever ahead of it (invariant 5).
+    before = {s: n for s, n in file_updates.items()
+              if current.get(s) is not None and n <= (current[s] or 0)}
+    after = {s: n for s, n in file_updates.items() if s not in before}
 
     def write_files(values: dict[int, int]) -> None:
         for s, n in sorted(values.items()):
             mirror.write(s, n, force=True)
 
-    await asyncio.to_thread(write_files, backwards)
+    await asyncio.to_thread(write_files, before)
     try:
-        lowest = min(backwards.values(), default=None)
+        lowest = min((n for s, n in before.items() if s in new_positions), default=None)
         if lowest is not None:
             earliest = await asyncio.to_thread(table.earliest_snapshot_id)
             latest = await asyncio.to_thread(table.latest_snapshot_id)
             if earliest is not None and lowest < earliest and lowest <= (latest or 0):
                 raise table.expired_error(lowest)
-        if force:
+        if not new_positions:
+            pass
+        elif force:
             await _force_positions(client, new_positions, actor)
         elif not await client.reset_positions(new_positions, actor):
             owners = await client.owners()
@@ -383,17 +392,16 @@ async def execute_reset(
             )
     except BaseException:
         # Put back the files we moved: they must not stay behind positions we
-        # did not write (that would only keep more snapshots, but is untidy).
-        restore = {s: files_before[s] for s in backwards if s in files_before}
+        # did not write (harmless, it only keeps more snapshots, but untidy).
+        restore = {s: files_before[s] for s in before if s in files_before}
         try:
             await asyncio.to_thread(write_files, restore)
-            missing = [s for s in backwards if s not in files_before]
+            missing = [s for s in before if s not in files_before]
             await asyncio.to_thread(_delete_consumer_files, table, client.group, missing)
         except Exception as err:
             log.warning("consumer files not restored after a failed reset: %s", err)
         raise
-    forwards = {s: n for s, n in new_positions.items() if s not in backwards}
-    await asyncio.to_thread(write_files, forwards)
+    await asyncio.to_thread(write_files, after)
     log.info("reset group %s (%s): %s", client.group, plan.target, new_positions,
              extra={"group": client.group})
     return replace(plan, executed=True, forced=force)
