@@ -67,7 +67,7 @@ class GroupHarness:
                 for start in range(first, first + count, per_snapshot):
                     self.write(range(start, min(start + per_snapshot, first + count)))
                     time.sleep(interval_s)
-            except BaseException as err:  # noqa: BLE001 - reported by wait_writer
+            except BaseException as err:
                 self._writer_error = err
 
         self._writer = threading.Thread(target=run, daemon=True)
@@ -112,7 +112,7 @@ class GroupHarness:
 
     def start(self, member: str, *extra: str, handler: str = "tests.support.handlers:record",
               env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-        log = open(self.out / f"{member}.log", "ab")  # noqa: SIM115 - the child owns it
+        log = open(self.out / f"{member}.log", "ab")
         proc = subprocess.Popen(self.command(member, *extra, handler=handler), cwd=REPO,
                                 stdout=log, stderr=subprocess.STDOUT,
                                 env={**self.env, **(env or {})})
