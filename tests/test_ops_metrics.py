@@ -1,0 +1,233 @@
+"""Unit tests of :mod:`paimon_group.metrics` with a stand-in member (its public
+attributes only) and a real Paimon table for lag. The real ``paimon-group run
+--metrics-port`` process is scraped in ``test_ops_process.py``."""
+
+from __future__ import annotations
+
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import prometheus_client
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from paimon_group.member import MemberState, MemberStats
+from paimon_group.metrics import MetricsServer, serve_metrics
+from paimon_group.records import Assignment
+from paimon_group.table import ShardedTable
+from tests.support.tables import make_pk_table, write_rows
+
+HOST = "127.0.0.1"
+
+
+class StandInMember:
+    """The attributes of a GroupMember that metrics read, settable by tests."""
+
+    def __init__(self, table: ShardedTable | None = None, num_shards: int = 0) -> None:
+        self.group_name = "orders"
+        self.member_id = "worker-1"
+        self.config = SimpleNamespace(session_timeout_s=10.0,
+                                      coordinator="etcd://admin:hunter2@127.0.0.1:2379/pg")
+        self.stats = MemberStats()
+        self.owned_shards: list[int] = []
+        self.ready = False
+        self.session_state = "connected"
+        self.is_leader = False
+        self.assignment: Assignment | None = None
+        self.state = MemberState.RUNNING
+        self.table = table
+        self.num_shards = num_shards
+        self.lag = 0.05
+        self.positions: dict[int, int | None] = {}
+
+    def loop_lag(self) -> float:
+        return self.lag
+
+    def shard_positions(self) -> dict[int, int | None]:
+        return dict(self.positions)
+
+
+def get(server: MetricsServer, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://{HOST}:{server.port}{path}", timeout=30) as r:
+            return int(r.status), r.read().decode()
+    except urllib.error.HTTPError as err:
+        return int(err.code), err.read().decode()
+
+
+def scrape(server: MetricsServer) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    status, text = get(server, "/metrics")
+    assert status == 200
+    out: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return out
+
+
+def value(samples: dict[Any, float], name: str, **labels: str) -> float:
+    key = (name, tuple(sorted({"group": "orders", "member": "worker-1", **labels}.items())))
+    return samples[key]
+
+
+@pytest.fixture
+def member() -> StandInMember:
+    return StandInMember()
+
+
+@pytest.fixture
+def server(member: StandInMember) -> Any:
+    s = serve_metrics(member, 0, host=HOST)
+    yield s
+    s.close()
+
+
+def test_counters_gauges_and_states(member: StandInMember, server: MetricsServer) -> None:
+    member.stats.batches, member.stats.rows, member.stats.commits = 7, 70, 8
+    member.stats.rejected_commits, member.stats.refused_commits = 2, 1
+    member.stats.rebalances, member.stats.handler_errors = 3, 4
+    member.owned_shards = [1, 3]
+    member.assignment = Assignment(generation=5, leader="worker-1", leader_epoch=9,
+                                   shards={"worker-1": [1, 3, 4]})
+    member.is_leader, member.ready = True, False
+    samples = scrape(server)
+    assert value(samples, "paimon_group_batches_total") == 7
+    assert value(samples, "paimon_group_rows_total") == 70
+    assert value(samples, "paimon_group_commits_total") == 8
+    assert value(samples, "paimon_group_rejected_commits_total") == 2
+    assert value(samples, "paimon_group_refused_commits_total") == 1
+    assert value(samples, "paimon_group_rebalances_total") == 3
+    assert value(samples, "paimon_group_handler_errors_total") == 4
+    assert value(samples, "paimon_group_owned_shards") == 2
+    assert value(samples, "paimon_group_assigned_shards") == 3
+    assert value(samples, "paimon_group_generation") == 5
+    assert value(samples, "paimon_group_leader") == 1
+    assert value(samples, "paimon_group_ready") == 0
+    assert value(samples, "paimon_group_session_state", state="connected") == 1
+    assert value(samples, "paimon_group_session_state", state="suspended") == 0
+    assert value(samples, "paimon_group_member_state", state="running") == 1
+    member.session_state = "suspended"
+    member.state = MemberState.REJOINING
+    samples = scrape(server)
+    assert value(samples, "paimon_group_session_state", state="suspended") == 1
+    assert value(samples, "paimon_group_session_state", state="connected") == 0
+    assert value(samples, "paimon_group_member_state", state="rejoining") == 1
+
+
+def test_handler_latency_histogram_counts_each_duration_once(
+    member: StandInMember, server: MetricsServer
+) -> None:
+    member.stats.handler_seconds.extend([0.001, 0.2, 7.0])
+    samples = scrape(server)
+    assert value(samples, "paimon_group_handler_seconds_count") == 3
+    assert value(samples, "paimon_group_handler_seconds_bucket", le="0.005") == 1
+    assert value(samples, "paimon_group_handler_seconds_bucket", le="0.25") == 2
+    assert value(samples, "paimon_group_handler_seconds_bucket", le="+Inf") == 3
+    assert value(samples, "paimon_group_handler_seconds_sum") == pytest.approx(7.201)
+    member.stats.handler_seconds.append(400.0)
+    samples = scrape(server)  # scraped twice: still each duration once
+    assert value(samples, "paimon_group_handler_seconds_count") == 4
+    assert value(samples, "paimon_group_handler_seconds_bucket", le="300.0") == 3
+    assert value(samples, "paimon_group_handler_seconds_bucket", le="+Inf") == 4
+
+
+def test_per_shard_lag_from_positions_and_the_latest_snapshot(tmp_path: Path) -> None:
+    wh = str(tmp_path / "wh")
+    make_pk_table(wh, "db.t", buckets=2)
+    for i in range(5):
+        write_rows(wh, "db.t", range(i * 10, i * 10 + 10))
+    table = ShardedTable.open(wh, "db.t")
+    member = StandInMember(table, num_shards=2)
+    member.owned_shards = [0, 1]
+    member.positions = {0: 3, 1: 6}
+    server = serve_metrics(member, 0, host=HOST)
+    try:
+        before = time.time()
+        samples = scrape(server)
+        assert value(samples, "paimon_group_table_latest_snapshot") == 5
+        assert value(samples, "paimon_group_shard_lag_snapshots", shard="0") == 3
+        assert value(samples, "paimon_group_shard_lag_snapshots", shard="1") == 0
+        assert value(samples, "paimon_group_shard_position", shard="0") == 3
+        assert value(samples, "paimon_group_lag_snapshots") == 3
+        commit_3 = (table.snapshot_commit_time_ms(3) or 0) / 1000.0
+        assert value(samples, "paimon_group_shard_lag_seconds", shard="0") >= before - commit_3
+        assert value(samples, "paimon_group_shard_lag_seconds", shard="1") == 0
+        # Shards no longer owned disappear from the per-shard series.
+        member.owned_shards = [1]
+        member.positions = {1: 6}
+        time.sleep(server.collector.lag_refresh_s)
+        samples = scrape(server)
+        assert not any(k[0] == "paimon_group_shard_lag_snapshots" and ("shard", "0") in k[1]
+                       for k in samples)
+    finally:
+        server.close()
+
+
+def test_health_follows_the_loop_and_readiness_follows_ready(
+    member: StandInMember, server: MetricsServer
+) -> None:
+    assert get(server, "/healthz")[0] == 200
+    assert get(server, "/readyz") == (503, "not ready\n")
+    member.ready = True
+    assert get(server, "/readyz") == (200, "ready\n")
+    member.lag = server.max_loop_lag_s + 1
+    status, body = get(server, "/healthz")
+    assert status == 503 and "stalled" in body
+    # Not looping (joining, reconnecting): alive is all that can be said.
+    member.state = MemberState.JOINING
+    assert get(server, "/healthz")[0] == 200
+    member.state = MemberState.FAILED
+    assert get(server, "/healthz") == (503, "member failed\n")
+    assert get(server, "/nope")[0] == 404
+
+
+def test_probes_answer_while_the_event_loop_is_blocked(member: StandInMember) -> None:
+    import asyncio
+
+    server = serve_metrics(member, 0, host=HOST)
+    answers: list[int] = []
+
+    async def blocked_loop() -> None:
+        # This coroutine never yields: the loop is blocked while the probe runs.
+        probe = threading.Thread(target=lambda: answers.append(get(server, "/healthz")[0]))
+        probe.start()
+        probe.join(timeout=60)
+
+    try:
+        asyncio.run(blocked_loop())
+    finally:
+        server.close()
+    assert answers == [200]
+
+
+def test_no_credential_in_any_metric_and_a_registry_per_member(
+    member: StandInMember, server: MetricsServer
+) -> None:
+    other = StandInMember()
+    other.member_id = "worker-2"
+    second = serve_metrics(other, 0, host=HOST)
+    try:
+        _, text = get(server, "/metrics")
+        assert "hunter2" not in text and "admin" not in text and "2379" not in text
+        _, text2 = get(second, "/metrics")
+        assert 'member="worker-2"' in text2 and 'member="worker-1"' not in text2
+        # Nothing of ours in the process-global registry.
+        assert "paimon_group" not in prometheus_client.generate_latest().decode()
+    finally:
+        second.close()
+
+
+def test_close_frees_the_port(member: StandInMember) -> None:
+    server = serve_metrics(member, 0, host=HOST)
+    port = server.port
+    server.close()
+    again = serve_metrics(member, port, host=HOST)
+    try:
+        assert get(again, "/healthz")[0] == 200
+    finally:
+        again.close()
