@@ -412,7 +412,9 @@ class ZkServer:
             except OSError as err:
                 last_error = str(err)
             time.sleep(0.1)
-        raise RuntimeError(f"ZooKeeper not serving after {timeout_s}s ({last_error}); {self.log_path}")
+        raise RuntimeError(
+            f"ZooKeeper not serving after {timeout_s}s ({last_error}); {self.log_path}"
+        )
 
     def _tls_answers(self) -> bool:
         assert self.tls is not None and self.secure_port is not None
