@@ -2,16 +2,34 @@
 
 Inputs: the ids written, the deliveries recorded by
 :func:`tests.support.handlers.record`, and the members' ``--history`` files
-(acquire / release / deliver / commit events with CLOCK_MONOTONIC times,
-comparable across the processes of one host).
+(acquire / release / lost / deliver / commit events with CLOCK_MONOTONIC
+times ``t``, comparable across the processes of one host).
 
 Each check returns a list of violations (empty = passed), so tests can show
-all of them at once and the checker itself can be tested with planted faults.
+all of them at once and the checker itself is tested with planted faults
+(``tests/test_checker.py``).
+
+Time and soundness. An event's ``t`` is taken *after* the coordinator answered,
+so it is only an upper bound of when the operation happened; a process paused
+between the answer and the record writes a late ``t``. To never report a
+violation that did not happen, the checks that compare a commit with another
+member's acquisition use a *lower* bound of when the commit was sent: the
+previous event of the same process for the same shard and epoch (a member's
+read loop handles one shard's acquire, deliveries and commits in sequence, so
+that event was recorded before the commit was sent). A violation is reported
+only when the ordering is certain.
+
+Example::
+
+    history = History.load(out_dir)
+    violations = check_all(written_ids, history, bucket_of, num_shards)
+    assert violations == {k: [] for k in violations}
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -24,7 +42,12 @@ def read_jsonl(paths: Iterable[Path]) -> list[dict[str, Any]]:
     for p in paths:
         for line in p.read_text().splitlines():
             if line.strip():
-                out.append(json.loads(line))
+                try:
+                    out.append(json.loads(line))
+                except json.JSONDecodeError:
+                    # A process SIGKILLed in the middle of a write leaves half
+                    # a line; that event did not complete.
+                    continue
     return out
 
 
@@ -33,12 +56,14 @@ class History:
     deliveries: list[dict[str, Any]] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        self.events = sorted(self.events, key=lambda e: e["t"])
+
     @classmethod
     def load(cls, out_dir: Path) -> History:
         return cls(
             deliveries=read_jsonl(sorted(out_dir.glob("deliveries-*.jsonl"))),
-            events=sorted(read_jsonl(sorted(out_dir.glob("history-*.jsonl"))),
-                          key=lambda e: e["t"]),
+            events=read_jsonl(sorted(out_dir.glob("history-*.jsonl"))),
         )
 
     def commits(self, outcome: str | None = None) -> list[dict[str, Any]]:
@@ -50,6 +75,73 @@ class History:
         for d in self.deliveries:
             c.update(d["ids"])
         return c
+
+
+def _shards_of(e: dict[str, Any]) -> list[int]:
+    if "shards" in e:
+        return list(e["shards"])
+    return [e["shard"]] if "shard" in e else []
+
+
+def _proc(e: dict[str, Any]) -> tuple[str, int]:
+    return (e["member"], e.get("pid", 0))
+
+
+@dataclass
+class Ownership:
+    """One member process's ownership of a shard under one epoch, as it saw it."""
+
+    member: str
+    pid: int
+    shard: int
+    epoch: int
+    start: float  # the acquire event's t
+    end: float = math.inf  # its own release / lost event's t; inf if it never learned
+    commits: list[dict[str, Any]] = field(default_factory=list)  # accepted, with "lower"
+
+
+def ownerships(history: History) -> list[Ownership]:
+    """Ownership intervals, with each accepted commit attached to its interval.
+
+    Every accepted commit gets ``lower``: a lower bound of when it was sent
+    (see the module docstring). Accepted commits with no matching acquire are
+    attached to a synthetic interval with ``start = -inf`` so that
+    :func:`commits_after_ownership_ended` can report them.
+    """
+    open_: dict[tuple[str, int, int], Ownership] = {}
+    out: list[Ownership] = []
+    last_seen: dict[tuple[str, int, int, int], float] = {}  # (member, pid, shard, epoch) -> t
+    for e in history.events:
+        proc = _proc(e)
+        kind = e["event"]
+        if kind == "acquire":
+            own = Ownership(proc[0], proc[1], e["shard"], e["epoch"], e["t"])
+            prev = open_.get((*proc, e["shard"]))
+            if prev is not None and prev.end == math.inf:
+                prev.end = e["t"]
+            open_[(*proc, e["shard"])] = own
+            out.append(own)
+            last_seen[(*proc, e["shard"], e["epoch"])] = e["t"]
+        elif kind in ("release", "lost"):
+            for s in _shards_of(e):
+                own_or_none = open_.pop((*proc, s), None)
+                if own_or_none is not None and own_or_none.end == math.inf:
+                    own_or_none.end = e["t"]
+        elif kind in ("deliver", "commit"):
+            key = (*proc, e["shard"], e["epoch"])
+            lower = last_seen.get(key, -math.inf)
+            last_seen[key] = e["t"]
+            if kind == "commit" and e["outcome"] == "accepted":
+                commit = {**e, "lower": lower}
+                match = [o for o in out if (o.member, o.pid, o.shard, o.epoch)
+                         == (proc[0], proc[1], e["shard"], e["epoch"])]
+                if match:
+                    match[-1].commits.append(commit)
+                else:
+                    orphan = Ownership(proc[0], proc[1], e["shard"], e["epoch"],
+                                       -math.inf, -math.inf, [commit])
+                    out.append(orphan)
+    return out
 
 
 def lost_rows(written: set[int], history: History) -> list[str]:
@@ -67,46 +159,137 @@ def wrong_shard(history: History, bucket_of: Callable[[int], int], num_shards: i
 
 
 def positions_regressed(history: History) -> list[str]:
-    last: dict[int, int] = {}
+    """Accepted positions (commits and committing releases) never move back.
+
+    Ordered by (epoch, t): the coordinator's fencing orders all accepted writes
+    of epoch e before those of e+1, and one owner's writes are sequential, so
+    this order is the coordinator's order even when a record came late.
+    """
+    writes = [e for e in history.events
+              if (e["event"] == "commit" and e["outcome"] == "accepted")
+              or (e["event"] == "release" and e.get("ok") and e.get("next_snapshot") is not None)]
+    by_shard: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for w in writes:
+        by_shard[w["shard"]].append(w)
     bad = []
-    for c in history.commits("accepted"):
-        shard, n = c["shard"], c["next_snapshot"]
-        if shard in last and n < last[shard]:
-            bad.append(f"shard {shard}: position moved back {last[shard]} -> {n} "
-                       f"(member {c['member']}, epoch {c['epoch']})")
-        last[shard] = max(n, last.get(shard, n))
+    for shard, ws in sorted(by_shard.items()):
+        last: dict[str, Any] | None = None
+        for w in sorted(ws, key=lambda w: (w["epoch"], w["t"])):
+            if last is not None and w["next_snapshot"] < last["next_snapshot"]:
+                bad.append(f"shard {shard}: position moved back {last['next_snapshot']} -> "
+                           f"{w['next_snapshot']} ({w['event']} by {w['member']}, epoch "
+                           f"{w['epoch']}, after {last['event']} by {last['member']} epoch "
+                           f"{last['epoch']})")
+            if last is None or w["next_snapshot"] >= last["next_snapshot"]:
+                last = w
     return bad
 
 
 def epochs_not_increasing(history: History) -> list[str]:
-    last: dict[int, int] = {}
+    """Per shard, acquisitions in time order have strictly increasing epochs."""
+    last: dict[int, dict[str, Any]] = {}
+    seen: dict[tuple[int, int], dict[str, Any]] = {}
     bad = []
     for e in history.events:
         if e["event"] != "acquire":
             continue
         shard, epoch = e["shard"], e["epoch"]
-        if shard in last and epoch <= last[shard]:
-            bad.append(f"shard {shard}: epoch {epoch} after {last[shard]}")
-        last[shard] = epoch
+        twin = seen.get((shard, epoch))
+        if twin is not None:
+            bad.append(f"shard {shard}: epoch {epoch} acquired twice ({twin['member']} and "
+                       f"{e['member']})")
+        elif shard in last and epoch <= last[shard]["epoch"]:
+            bad.append(f"shard {shard}: epoch {epoch} ({e['member']}) acquired after epoch "
+                       f"{last[shard]['epoch']} ({last[shard]['member']})")
+        seen[(shard, epoch)] = e
+        if shard not in last or epoch > last[shard]["epoch"]:
+            last[shard] = e
     return bad
 
 
 def stale_commits_accepted(history: History) -> list[str]:
-    """No commit accepted with an epoch older than the shard's newest acquire."""
-    newest: dict[int, int] = {}
-    bad = []
+    """No commit of epoch e accepted after epoch e' > e of its shard was acquired.
+
+    Only certain orderings count: the commit was sent (lower bound) after the
+    newer acquisition was recorded.
+    """
+    acquires: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for e in history.events:
         if e["event"] == "acquire":
-            newest[e["shard"]] = max(e["epoch"], newest.get(e["shard"], 0))
-        elif e["event"] == "commit" and e["outcome"] == "accepted":
-            if e["epoch"] < newest.get(e["shard"], 0):
-                bad.append(f"shard {e['shard']}: commit of stale epoch {e['epoch']} accepted "
-                           f"from {e['member']} after epoch {newest[e['shard']]}")
+            acquires[e["shard"]].append(e)
+    bad = []
+    for own in ownerships(history):
+        for c in own.commits:
+            newer = [a for a in acquires[own.shard] if a["epoch"] > c["epoch"]
+                     and a["t"] < c["lower"]]
+            if newer:
+                a = newer[0]
+                bad.append(f"shard {own.shard}: commit of stale epoch {c['epoch']} by "
+                           f"{c['member']} accepted (next {c['next_snapshot']}) after "
+                           f"{a['member']} acquired epoch {a['epoch']}")
+    return bad
+
+
+def commits_after_ownership_ended(history: History) -> list[str]:
+    """No commit accepted from a member whose ownership had ended.
+
+    Its ownership ended when it recorded a release or a loss of the shard (or
+    it never acquired that epoch at all). Counted only when the commit was
+    certainly sent after that record.
+    """
+    bad = []
+    for own in ownerships(history):
+        for c in own.commits:
+            if own.start == -math.inf:
+                bad.append(f"shard {own.shard}: commit by {c['member']} accepted with epoch "
+                           f"{c['epoch']}, which it never acquired")
+            elif c["lower"] > own.end:
+                bad.append(f"shard {own.shard}: commit by {c['member']} (epoch {c['epoch']}, "
+                           f"next {c['next_snapshot']}) accepted after its ownership ended at "
+                           f"t={own.end:.3f}")
+    return bad
+
+
+def overlapping_committers(history: History) -> list[str]:
+    """No two members both committing a shard while their ownerships overlap.
+
+    For two ownership intervals of different members on the same shard that
+    overlap in time, it is a violation when both have an accepted commit that
+    certainly lies inside the overlap (sent after it began, recorded before it
+    ended).
+    """
+    by_shard: dict[int, list[Ownership]] = defaultdict(list)
+    for own in ownerships(history):
+        if own.start != -math.inf:
+            by_shard[own.shard].append(own)
+    bad = []
+    for shard, owns in sorted(by_shard.items()):
+        for i, a in enumerate(owns):
+            for b in owns[i + 1:]:
+                if a.member == b.member:
+                    continue
+                lo, hi = max(a.start, b.start), min(a.end, b.end)
+                if lo >= hi:
+                    continue
+
+                def inside(own: Ownership, lo: float = lo, hi: float = hi) -> list[dict[str, Any]]:
+                    return [c for c in own.commits if c["lower"] > lo and c["t"] < hi]
+
+                ca, cb = inside(a), inside(b)
+                if ca and cb:
+                    bad.append(f"shard {shard}: {a.member} (epoch {a.epoch}) and {b.member} "
+                               f"(epoch {b.epoch}) both committed between t={lo:.3f} and "
+                               f"t={hi:.3f}: next {ca[0]['next_snapshot']} and "
+                               f"{cb[0]['next_snapshot']}")
     return bad
 
 
 def unexplained_duplicates(history: History) -> list[str]:
-    """A row delivered twice must come from a batch whose commit was not accepted."""
+    """A row delivered twice must come from a batch whose commit was not accepted.
+
+    (Duplicates are allowed only from batches in flight at a fault: killed,
+    paused or cut off before their commit was accepted.)
+    """
     accepted = {(c["member"], c["shard"], c["epoch"], c["next_snapshot"])
                 for c in history.commits("accepted")}
     committed_ids: Counter[int] = Counter()
@@ -130,6 +313,8 @@ def check_all(written: set[int], history: History, bucket_of: Callable[[int], in
         "positions_regressed": positions_regressed(history),
         "epochs_not_increasing": epochs_not_increasing(history),
         "stale_commit_accepted": stale_commits_accepted(history),
+        "commit_after_ownership_ended": commits_after_ownership_ended(history),
+        "overlapping_committers": overlapping_committers(history),
         "unexplained_duplicates": unexplained_duplicates(history),
     }
 
@@ -139,3 +324,34 @@ def by_member(history: History) -> dict[str, list[dict[str, Any]]]:
     for e in history.events:
         out[e["member"]].append(e)
     return out
+
+
+# -- figures for docs/reliability.md -------------------------------------------
+
+
+def owned_at(history: History, member: str, t: float) -> set[int]:
+    """Shards ``member`` held (by its own records) at time ``t``."""
+    return {o.shard for o in ownerships(history)
+            if o.member == member and o.start <= t < o.end and o.start != -math.inf}
+
+
+def recovery_time(history: History, member: str, t_fault: float) -> float | None:
+    """Seconds from a fault on ``member`` at ``t_fault`` until every shard it held
+    then was acquired again (by anyone, with a newer epoch); None if it held none
+    or they were never taken over."""
+    held = owned_at(history, member, t_fault)
+    if not held:
+        return None
+    worst = 0.0
+    for shard in held:
+        later = [e["t"] for e in history.events if e["event"] == "acquire"
+                 and e["shard"] == shard and e["t"] > t_fault]
+        if not later:
+            return None
+        worst = max(worst, min(later) - t_fault)
+    return worst
+
+
+def rejected_commits(history: History) -> int:
+    """Commits the coordinator refused (stale epoch) or the member refused itself."""
+    return len([c for c in history.commits() if c["outcome"] in ("rejected", "refused")])
