@@ -462,8 +462,8 @@ class _AioConnection:
         self._index = (self._index + 1) % len(self._endpoints)
         self._stubs = None
         self._channel = None
-        # Simple tokens live only in the member that issued them.
-        self._token = None
+        # The token stays: etcd replicates tokens through raft, and a member
+        # that does not know it answers "invalid auth token" (then refreshed).
         log.info("etcd: switching to endpoint %s", self._endpoints[self._index])
         # Calls still running on the old channel get a grace period.
         task = asyncio.get_running_loop().create_task(old.close(grace=self._rpc_timeout))
@@ -591,7 +591,6 @@ class _KeepAlive(threading.Thread):
                     if len(self._endpoints) > 1 and kind is not Failure.TOKEN:
                         channel.close()
                         self._index = (self._index + 1) % len(self._endpoints)
-                        self._token = None
                         channel = self._factory.blocking(self._endpoints[self._index])
                     self._stop_event.wait(min(self._interval, 0.05 * 2 ** min(failures, 6)))
                     continue
