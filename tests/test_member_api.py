@@ -52,7 +52,7 @@ async def test_async_iteration_commits_and_hands_off(tmp_path: Path) -> None:
             assert batch.kind.value == "initial" and batch.epoch > 0
             seen.setdefault(batch.shard, set()).update(batch.to_arrow().column("id").to_pylist())
         assert sorted(seen) == [0, 1, 2, 3]
-        assert rec_a.assigned and sorted(sum(rec_a.assigned, [])) == [0, 1, 2, 3]
+        assert rec_a.assigned and sorted(s for g in rec_a.assigned for s in g) == [0, 1, 2, 3]
 
         # A second member joins: two shards move from a to b, cooperatively.
         rec_b = Recorder()
@@ -63,7 +63,7 @@ async def test_async_iteration_commits_and_hands_off(tmp_path: Path) -> None:
                     break
                 await asyncio.sleep(0.05)
             assert sorted(a.owned_shards + b.owned_shards) == [0, 1, 2, 3]
-            assert sum(rec_a.revoked, []) == sorted(b.owned_shards)
+            assert [s for g in rec_a.revoked for s in g] == sorted(b.owned_shards)
             assert not rec_a.lost
             reader.cancel()
         await batches.aclose()
