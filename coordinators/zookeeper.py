@@ -102,13 +102,15 @@ Sessions
     without closing the connection. Every answered request confirms the
     session with its send time (:meth:`Session.confirmed`), using the
     timeout the server negotiated if it is shorter than the one asked for.
-    An expired session is LOST for good. kazoo then opens a *new* session on
-    its own; the coordinator notices (the session id changed, or kazoo said
-    LOST first) and stays LOST: ephemeral creates raise
-    :class:`~coordinators.errors.SessionLost`, and an ephemeral create that
-    raced with the expiry and landed in the new session is detected (its
-    ``ephemeralOwner``) and deleted. Reads and commits keep working (commits
-    are fenced by their checks, not by the session).
+    An expired session is LOST for good. kazoo would then open a *new*
+    session on its own; the coordinator notices (kazoo reports LOST, or the
+    session id changed), stays LOST, and stops kazoo at once, which ends any
+    replacement session. From then on every operation (and every
+    :meth:`Watch.wait`) raises :class:`~coordinators.errors.SessionLost`:
+    open a new coordinator. An ephemeral create that raced with the expiry
+    and landed in a replacement session is detected (its
+    ``ephemeralOwner``) and deleted. Fencing never depends on this: a stale
+    commit that reaches the server fails its epoch check.
 
 Watches
     ZooKeeper watches fire once and kazoo drops them on disconnection, so a
@@ -133,12 +135,13 @@ Security
     picks another mechanism pure-sasl supports). ACLs, on every znode we
     create (the chroot included): ``acl="creator"`` (the default) is
     ZooKeeper's ``CREATOR_ALL_ACL``: all rights to the authenticated
-    identities of the creating session, nobody else. Without credentials
-    there is no creator identity, and the only ACLs that would let the other
+    identities of the creating session (its digest or SASL user, and the
+    x509 identity of its TLS client certificate), nobody else. Without any
+    identity there is no creator, and the only ACLs that would let the other
     members in are world-accessible ones, so the coordinator refuses to
     start unless the ACL is chosen explicitly: ``acl=open`` (world:anyone,
-    all rights: for development and isolated test servers only) or an
-    explicit list. ``acl`` is a comma-separated list of ``creator``,
+    all rights: for development and isolated test servers only; logged as a
+    warning at connect) or an explicit list. ``acl`` is a comma-separated list of ``creator``,
     ``open``, and ``SCHEME:ID:PERMS`` entries (``PERMS`` from ``crwda``),
     e.g. ``creator,sasl:auditor:r``. TLS (``ConnectOptions.tls_*``) always
     verifies the server certificate and its host name against the host
@@ -374,10 +377,6 @@ def parse_acl(spec: str) -> tuple[ACL, ...]:
                 mask |= _PERMS[p]
             acl.append(ACL(mask, Id(scheme, ident)))
     return tuple(acl)
-
-
-def _is_creator_only(acl: Sequence[ACL]) -> bool:
-    return all(entry.id.scheme == "auth" for entry in acl)
 
 
 # -------------------------------------------------------------- credentials
@@ -643,11 +642,13 @@ class ZooKeeperCoordinator(Coordinator):
         self._credentials = _credentials(options)
         acl_spec = self._target.acl if self._target.acl is not None else options.acl
         self._acl = parse_acl(acl_spec)
-        if self._credentials is None and any(e.id.scheme == "auth" for e in self._acl):
+        # A TLS client certificate is an identity too (ZooKeeper's x509 provider).
+        identified = self._credentials is not None or options.tls_cert is not None
+        if not identified and any(e.id.scheme == "auth" for e in self._acl):
             raise ConfigError(
-                f"ZooKeeper acl {acl_spec.split(',')[0]!r} needs credentials: set ConnectOptions "
-                "username/password (digest or sasl), or choose acl=open to create "
-                "world-accessible znodes (development servers only)"
+                f"ZooKeeper acl {acl_spec.split(',')[0]!r} needs an identity: set ConnectOptions "
+                "username/password (digest or sasl) or a TLS client certificate, or choose "
+                "acl=open to create world-accessible znodes (development servers only)"
             )
         self._check_tls(options)
         self._url = self._target.display()
@@ -661,6 +662,7 @@ class ZooKeeperCoordinator(Coordinator):
         self._client: Any = None
         self._session: ZooKeeperSession | None = None
         self._heartbeat: asyncio.Task[None] | None = None
+        self._retiring: asyncio.Task[None] | None = None
         self._heartbeat_kick = asyncio.Event()
         self._watches: set[_ZkWatch] = set()
         self._epochs: collections.OrderedDict[tuple[str, int], str] = collections.OrderedDict()
@@ -694,8 +696,11 @@ class ZooKeeperCoordinator(Coordinator):
     def _live_client(self) -> Any:
         if self._closed:
             raise CoordinatorError(f"{self!r} is closed")
-        if self._client is None or self._session is None or self._loop is None:
+        session = self._session
+        if self._client is None or session is None or self._loop is None:
             raise CoordinatorError(f"{self!r} is not connected: await connect() first")
+        if self._lost_flag or session.state is SessionState.LOST:
+            raise SessionLost(f"ZooKeeper session {session.id} is lost: open a new coordinator")
         return self._client
 
     def _in_loop(self, fn: Callable[..., object], *args: object) -> None:
@@ -859,6 +864,11 @@ class ZooKeeperCoordinator(Coordinator):
         kazoo's connection handler returns ``read_timeout = negotiated * 2/3``
         (in ms) from ``_connect``; wrap it. If kazoo's internals differ, the
         requested timeout is used.
+
+        The wrapper also turns a server that refuses our SASL login with an
+        error reply (rather than by closing the connection) into kazoo's
+        AuthFailedError: kazoo handles that one (AUTH_FAILED, no more
+        reconnecting) but lets the other kill its connection thread.
         """
         connection = getattr(client, "_connection", None)
         original = getattr(connection, "_connect", None)
@@ -866,7 +876,10 @@ class ZooKeeperCoordinator(Coordinator):
             return
 
         def _connect(host: str, hostip: str, port: int) -> Any:
-            timeouts = original(host, hostip, port)
+            try:
+                timeouts = original(host, hostip, port)
+            except SessionClosedRequireSaslError as err:
+                raise AuthFailedError("SASL authentication refused") from err
             with contextlib.suppress(Exception):
                 self._negotiated_timeout_s = float(timeouts[0]) * 1.5 / 1000.0
             return timeouts
@@ -911,8 +924,8 @@ class ZooKeeperCoordinator(Coordinator):
             if self._credentials is not None:
                 _REDACTOR.discard(self._credentials.secrets)
             raise
-        if self._credentials is None and not _is_creator_only(self._acl):
-            log.info("ZooKeeper coordinator %s creates znodes without authentication", self._url)
+        if any(e.id == Id("world", "anyone") and e.perms & ~Permissions.READ for e in self._acl):
+            log.warning("ZooKeeper coordinator %s creates world-writable znodes", self._url)
         self._heartbeat = loop.create_task(
             self._heartbeat_loop(), name=f"zk-heartbeat-{self.session.id}"
         )
@@ -977,6 +990,8 @@ class ZooKeeperCoordinator(Coordinator):
             self._heartbeat = None
         for watch in list(self._watches):
             await watch.close()
+        if self._retiring is not None:
+            await self._retiring
         client, self._client = self._client, None
         if client is not None and self._loop is not None:
             await self._loop.run_in_executor(None, _stop_client, client)
@@ -1022,12 +1037,22 @@ class ZooKeeperCoordinator(Coordinator):
             "ZooKeeper session %s is lost (%s): its ephemeral keys are gone", session.id, reason
         )
         session.mark(SessionState.LOST)
+        for watch in list(self._watches):
+            watch._lost()
+        # Stop kazoo before it works on for a replacement session (and end
+        # that session, with anything created in it by mistake).
+        client, loop = self._client, self._loop
+        if client is not None and loop is not None and self._retiring is None:
+            self._retiring = loop.create_task(self._retire(client), name="zk-retire")
+
+    async def _retire(self, client: Any) -> None:
+        assert self._loop is not None
+        await self._loop.run_in_executor(None, _stop_client, client)
 
     def _require_session(self) -> ZooKeeperSession:
         """The session, if an ephemeral key may be created under it now."""
+        self._live_client()  # raises SessionLost once LOST
         session = self.session
-        if self._lost_flag or session.state is SessionState.LOST:
-            raise SessionLost(f"ZooKeeper session {session.id} is lost: open a new coordinator")
         if session.state is SessionState.SUSPENDED:
             raise SessionSuspended(
                 f"ZooKeeper session {session.id} is suspended (no connection); retry once it "
@@ -1563,6 +1588,9 @@ class _ZkWatch(Watch):
         self._dirty = True
         self._changed.set()
 
+    def _lost(self) -> None:
+        self._changed.set()  # waiters raise SessionLost
+
     async def _arm_loop(self) -> None:
         backoff = 0.05
         while not self._closed:
@@ -1623,6 +1651,7 @@ class _ZkWatch(Watch):
         while True:
             if self._closed:
                 raise CoordinatorError(f"watch on {self.prefix!r} is closed")
+            self._coordinator._live_client()  # raises SessionLost once LOST
             if self._dirty:
                 self._dirty = False
                 # The caller reads after this: nothing up to here is news.
