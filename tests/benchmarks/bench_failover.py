@@ -1,0 +1,77 @@
+"""(4) Crash failover: SIGKILL of a member -> each of its shards delivering
+again from the survivor, against the session timeout; embedded and etcd.
+
+Two real ``paimon-group run`` processes (16 shards, session timeout 2 s,
+poll 100 ms), a writer committing every 100 ms. For every shard the killed
+member owned: the time from the SIGKILL (taken in this process just before
+the signal, CLOCK_MONOTONIC) to the survivor's ``acquire`` and to its first
+``deliver`` (handler returned) of that shard, from the ``--history`` files.
+"""
+
+from __future__ import annotations
+
+import time
+
+from tests.benchmarks.common import Context, Figure, distribution, ms
+from tests.benchmarks.procs import SESSION_TIMEOUT_S, BenchGroup
+
+TITLE = "failover"
+
+
+def measure(ctx: Context, backend: str, trials: int) -> tuple[list[float], list[float]]:
+    base = ctx.scratch(f"failover-{backend}")
+    coord = ctx.etcd_url() if backend == "etcd" else f"sqlite://{base}/coord.sqlite"
+    g = BenchGroup(base, coord)
+    acquired: list[float] = []
+    delivering: list[float] = []
+    try:
+        g.start_writer()
+        g.h.start("m0")
+        g.h.start("m1")
+        for _ in range(trials):
+            d = g.wait_stable({"m0", "m1"})
+            victim = [s for s, m in g.owners(d).items() if m == "m1"]
+            time.sleep(0.5)  # both members delivering
+            killed_at = time.monotonic()
+            g.h.kill("m1")
+            g.wait_stable({"m0"})
+            time.sleep(0.5)
+            events = g.events()
+            for shard in victim:
+                acq = next((e["t"] for e in events if e["t"] > killed_at
+                            and e["event"] == "acquire" and e["shard"] == shard
+                            and e["member"] == "m0"), None)
+                dlv = next((e["t"] for e in events if e["t"] > killed_at
+                            and e["event"] == "deliver" and e["shard"] == shard
+                            and e["member"] == "m0"), None)
+                if acq is not None:
+                    acquired.append(acq - killed_at)
+                if dlv is not None:
+                    delivering.append(dlv - killed_at)
+            g.h.start("m1")
+        return acquired, delivering
+    finally:
+        g.close()
+
+
+def run(ctx: Context) -> list[Figure]:
+    trials = 1 if ctx.quick else 2
+    figures = []
+    budget = SESSION_TIMEOUT_S + 0.5
+    for backend in ("embedded", "etcd"):
+        acquired, delivering = measure(ctx, backend, trials)
+        da, dd = distribution(acquired), distribution(delivering)
+        worst = dd.get("max", float("nan"))
+        details = {
+            "session_timeout_s": SESSION_TIMEOUT_S,
+            "to_acquire_ms": {k: (ms(v) if k != "n" else v) for k, v in da.items()},
+            "to_deliver_ms": {k: (ms(v) if k != "n" else v) for k, v in dd.items()},
+        }
+        figures.append(Figure(
+            TITLE, f"{backend}: SIGKILL -> delivering again, worst of n={dd['n']} shards "
+            f"/ session timeout", round(worst / SESSION_TIMEOUT_S, 2), "x",
+            target=f"<= {budget / SESSION_TIMEOUT_S:.2f}x ({budget:.1f} s)",
+            met=worst <= budget,
+            details={**details, "note": f"worst {worst:.2f} s, median "
+                     f"{dd.get('median', float('nan')):.2f} s"}))
+    return figures
