@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
+import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -38,6 +41,7 @@ TABLE = "db.t"
 BUCKETS = 4
 SHARDS = 4
 ROWS_PER_SNAPSHOT = 10
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(params=["sqlite", pytest.param("etcd", marks=pytest.mark.etcd)])
@@ -524,3 +528,48 @@ async def test_members_remove_of_an_unknown_member(
     result = await cli("members", "remove", "--group", "g", "--coordinator", coordinator,
                        "bad/id")
     assert result.exit_code == 2 and "invalid member id" in one_error_line(result)
+
+
+# -- describe --watch -------------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("as_json", [True, False], ids=["json", "rich"])
+async def test_describe_watch_refreshes_until_interrupted(
+    coordinator: str, warehouse: str, sessions: list[Coordinator], as_json: bool
+) -> None:
+    m1 = await member(sessions, coordinator, "g", "m1", [0, 1, 2, 3])
+    assert await m1.commit({0: 2, 1: 2, 2: 2, 3: 2})
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "paimon_group", "describe", *common(coordinator, warehouse),
+        "--watch", "0.2", *(["--json"] if as_json else []),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=REPO,
+        # Rich draws live only on a terminal: make it believe the pipe is one.
+        env={**os.environ, "TTY_COMPATIBLE": "1", "COLUMNS": "120"},
+    )
+    assert proc.stdout is not None
+    try:
+        if as_json:
+            first = json.loads(await asyncio.wait_for(proc.stdout.readline(), 60))
+            assert first["shards"][0]["next_snapshot"] == 2
+            assert await m1.commit({0: 4})
+            # A later refresh, on the same session, shows the new position.
+            for _ in range(600):
+                line = json.loads(await asyncio.wait_for(proc.stdout.readline(), 60))
+                if line["shards"][0]["next_snapshot"] == 4:
+                    assert line["shards"][0]["lag_snapshots"] == 2
+                    break
+            else:
+                raise AssertionError("the watch never showed the new position")
+        else:
+            # Redrawn in place: the table comes again after a cursor move up.
+            seen = b""
+            while seen.count(b"m1 (leader)") < 3:
+                chunk = await asyncio.wait_for(proc.stdout.read(4096), 60)
+                assert chunk, "describe --watch ended by itself"
+                seen += chunk
+            assert b"\x1b[" in seen and b"A" in seen.split(b"m1 (leader)", 1)[1]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()
