@@ -99,9 +99,12 @@ Sessions
     (connection lost) and CONNECTED map to ours; so does a heartbeat (a
     ``exists`` of the chroot every third of the session timeout) left
     unanswered for a third of the timeout, which catches a server that hangs
-    without closing the connection. Every answered request confirms the
-    session with its send time (:meth:`Session.confirmed`), using the
-    timeout the server negotiated if it is shorter than the one asked for.
+    without closing the connection. SUSPENDED past the session deadline (no
+    confirmation for a whole timeout) becomes LOST: the server may have
+    expired the session, and kazoo would only learn it when it reconnects.
+    Every answered request confirms the session with its send time
+    (:meth:`Session.confirmed`), using the timeout the server negotiated if
+    it is shorter than the one asked for.
     An expired session is LOST for good. kazoo would then open a *new*
     session on its own; the coordinator notices (kazoo reports LOST, or the
     session id changed), stays LOST, and stops kazoo at once, which ends any
@@ -489,15 +492,15 @@ def translate(err: BaseException, what: str) -> PaimonGroupError:
         )
     if isinstance(err, NoAuthError):
         return AuthenticationFailed(
-            f"ZooKeeper denied {what}: the znode ACL does not grant the configured identity "
-            "(wrong credentials, or znodes created by another identity)"
+            f"ZooKeeper denied access ({what}): the znode ACL does not grant the configured "
+            "identity (wrong credentials, or znodes created by another identity)"
         )
     if isinstance(err, InvalidACLError):
         return ConfigError(f"ZooKeeper rejected our ACL ({what}): check the acl setting")
     if isinstance(err, NoChildrenForEphemeralsError):
-        return ConfigError(f"cannot {what}: a key cannot be created under an ephemeral key")
+        return ConfigError(f"a key cannot be created under an ephemeral key ({what})")
     if isinstance(err, BadArgumentsError):
-        return ConfigError(f"ZooKeeper rejected {what}: invalid characters in a key?")
+        return ConfigError(f"ZooKeeper rejected the request ({what}): invalid characters in a key?")
     if isinstance(err, SessionExpiredError):
         return SessionLost(f"ZooKeeper session expired ({what}): open a new coordinator")
     if isinstance(
@@ -515,8 +518,8 @@ def translate(err: BaseException, what: str) -> PaimonGroupError:
     if isinstance(err, OSError):
         return CoordinatorUnavailable(f"cannot reach ZooKeeper ({what}): {err.strerror or name}")
     if isinstance(err, ZookeeperError):
-        return CoordinatorError(f"ZooKeeper failed {what}: {name}")
-    return CoordinatorError(f"ZooKeeper client failed {what}: {name}")
+        return CoordinatorError(f"ZooKeeper refused the request ({what}): {name}")
+    return CoordinatorError(f"ZooKeeper client error ({what}): {name}")
 
 
 @contextlib.contextmanager
@@ -1075,6 +1078,12 @@ class ZooKeeperCoordinator(Coordinator):
             self._heartbeat_kick.clear()
             client = self._client
             if client is None or self._closed:
+                return
+            if session.state is SessionState.SUSPENDED and time.monotonic() > session.deadline:
+                # The server may already have expired us and handed our keys
+                # on; kazoo would only learn it on reconnection. Like
+                # Curator, give up now: the owner rejoins with a new session.
+                self._lose("no contact with ZooKeeper for longer than the session timeout")
                 return
             if not client.connected:
                 continue  # kazoo reconnects and tells us (CONNECTED or LOST)
