@@ -40,7 +40,9 @@ class Builder:
 
     def batch(self, member: str, shard: int, epoch: int, snapshot: int, ids: list[int],
               *, outcome: str = "accepted", pid: int | None = None) -> None:
-        self.deliveries.append({"t": self.t, "member": member, "shard": shard, "epoch": epoch,
+        self.deliveries.append({"t": self.t + 0.5, "member": member,
+                                "pid": pid if pid is not None else hash(member) % 10000,
+                                "shard": shard, "epoch": epoch,
                                 "snapshot": snapshot, "next_snapshot": snapshot + 1,
                                 "ids": ids})
         self.ev("deliver", member, pid, shard=shard, epoch=epoch, snapshot=snapshot,
@@ -211,6 +213,20 @@ def test_duplicate_from_two_committed_batches_is_caught() -> None:
     b.batch("b", 1, 2, 3, [5])  # row 5 again, and this batch's commit accepted too
     v = check_all(WRITTEN, b.history(), bucket_of, NUM_SHARDS)
     assert "unexplained_duplicates" in only(v)
+
+
+def test_redelivery_after_a_failed_commit_attempt_is_explained() -> None:
+    # The commit of the first delivery raised (coordinator unavailable: no
+    # outcome recorded); the owner re-read the same snapshot and committed.
+    b = clean()
+    b.deliveries.append({"t": b.t + 0.5, "member": "b", "pid": hash("b") % 10000, "shard": 1,
+                         "epoch": 2, "snapshot": 3, "next_snapshot": 4, "ids": [7]})
+    b.ev("deliver", "b", shard=1, epoch=2, snapshot=3, next_snapshot=4)
+    b.batch("b", 1, 2, 3, [7])
+    h = b.history()
+    v = check_all(WRITTEN | {7}, h, bucket_of, NUM_SHARDS)
+    assert v == {k: [] for k in v}
+    assert checker.duplicates(h) == 1
 
 
 def test_recovery_time_and_ownership_at_a_time() -> None:

@@ -290,11 +290,18 @@ def unexplained_duplicates(history: History) -> list[str]:
     (Duplicates are allowed only from batches in flight at a fault: killed,
     paused or cut off before their commit was accepted.)
     """
-    accepted = {(c["member"], c["shard"], c["epoch"], c["next_snapshot"])
+    accepted = {(c["member"], c.get("pid", 0), c["shard"], c["epoch"], c["next_snapshot"])
                 for c in history.commits("accepted")}
+    # One owner may deliver the same batch twice: its first commit attempt
+    # failed with a transient coordinator error (recorded as no outcome at
+    # all) and the read loop re-planned from the committed position. The
+    # accepted commit confirms only the LAST delivery of that batch.
+    last: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for d in sorted(history.deliveries, key=lambda d: d["t"]):
+        last[(d["member"], d.get("pid", 0), d["shard"], d["epoch"], d["next_snapshot"])] = d
     committed_ids: Counter[int] = Counter()
-    for d in history.deliveries:
-        if (d["member"], d["shard"], d["epoch"], d["next_snapshot"]) in accepted:
+    for key, d in last.items():
+        if key in accepted:
             committed_ids.update(set(d["ids"]))
     dup = [i for i, n in committed_ids.items() if n > 1]
     return [f"{len(dup)} rows delivered by two committed batches, e.g. {sorted(dup)[:10]}"] \
@@ -329,17 +336,23 @@ def by_member(history: History) -> dict[str, list[dict[str, Any]]]:
 # -- figures for docs/reliability.md -------------------------------------------
 
 
-def owned_at(history: History, member: str, t: float) -> set[int]:
-    """Shards ``member`` held (by its own records) at time ``t``."""
+def owned_at(history: History, member: str, t: float, pid: int | None = None) -> set[int]:
+    """Shards ``member`` (its process ``pid``, if given) held by its own records at ``t``.
+
+    A SIGKILLed process never records the end of its ownerships: pass its
+    ``pid`` so that a restart under the same member id is not mixed up with it.
+    """
     return {o.shard for o in ownerships(history)
-            if o.member == member and o.start <= t < o.end and o.start != -math.inf}
+            if o.member == member and (pid is None or o.pid == pid)
+            and o.start <= t < o.end and o.start != -math.inf}
 
 
-def recovery_time(history: History, member: str, t_fault: float) -> float | None:
+def recovery_time(history: History, member: str, t_fault: float,
+                  pid: int | None = None) -> float | None:
     """Seconds from a fault on ``member`` at ``t_fault`` until every shard it held
     then was acquired again (by anyone, with a newer epoch); None if it held none
     or they were never taken over."""
-    held = owned_at(history, member, t_fault)
+    held = owned_at(history, member, t_fault, pid)
     if not held:
         return None
     worst = 0.0
