@@ -257,6 +257,11 @@ class SparkBatchHandler:
             self._closed = True
             spark, self._spark = self._spark, None
         if spark is not None and self._owns_session:
+            if _jvm_exited(spark):
+                # A SIGTERM sent to the whole process group (a terminal,
+                # ``timeout``) reaches the JVM too; there is nothing to stop.
+                log.info("the Spark JVM has already exited")
+                return
             try:
                 spark.stop()
             except Exception:  # stopping is best effort on exit
@@ -267,6 +272,16 @@ class SparkBatchHandler:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _jvm_exited(spark: SparkSession) -> bool:
+    """True when the local JVM of a classic session is gone (never for Spark Connect)."""
+    try:
+        gateway: Any = spark.sparkContext._gateway
+        proc = gateway.proc
+    except Exception:  # Spark Connect has no SparkContext; older layouts: assume alive
+        return False
+    return proc is not None and proc.poll() is not None
 
 
 def spark_handler_from_spec(
