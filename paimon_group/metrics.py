@@ -18,6 +18,7 @@ Metrics (every one labelled ``group`` and ``member``; no label ever holds a
 coordinator URL or a credential):
 
 ==============================================  ===========================================
+``paimon_group_shards``                         the group's shard count (once joined)
 ``paimon_group_owned_shards``                   shards this member owns now
 ``paimon_group_assigned_shards``                shards the assignment gives it
 ``paimon_group_shard_position{shard}``          next snapshot the shard reads
@@ -215,6 +216,9 @@ class MemberCollector(Collector):
         owned = list(m.owned_shards)
         assignment = m.assignment
         assigned = assignment.shards_of(m.member_id) if assignment is not None else []
+        num_shards = int(getattr(m, "num_shards", 0) or 0)
+        if num_shards:
+            yield gauge("paimon_group_shards", "Shard count of the group.", num_shards)
         yield gauge("paimon_group_owned_shards", "Shards this member owns.", len(owned))
         yield gauge("paimon_group_assigned_shards", "Shards assigned to this member.",
                     len(assigned))

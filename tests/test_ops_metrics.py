@@ -150,6 +150,7 @@ def test_per_shard_lag_from_positions_and_the_latest_snapshot(tmp_path: Path) ->
         before = time.time()
         samples = scrape(server)
         assert value(samples, "paimon_group_table_latest_snapshot") == 5
+        assert value(samples, "paimon_group_shards") == 2
         assert value(samples, "paimon_group_shard_lag_snapshots", shard="0") == 3
         assert value(samples, "paimon_group_shard_lag_snapshots", shard="1") == 0
         assert value(samples, "paimon_group_shard_position", shard="0") == 3
