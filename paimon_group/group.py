@@ -141,8 +141,25 @@ class GroupClient:
             )
         return entry
 
-    async def deregister(self, member_id: str) -> None:
-        await self.coordinator.delete(self.keys.member(member_id))
+    async def deregister(self, member_id: str, *, goodbye: bool = True) -> None:
+        """Leave the member list; with ``goodbye`` also say so (a graceful leave).
+
+        The goodbye marker tells a leader using a rebalance delay (static
+        membership) to move this member's shards at once instead of keeping
+        them for its return.
+        """
+        ops: list[Put | Delete] = [Delete(self.keys.member(member_id))]
+        if goodbye:
+            ops.insert(0, Put(self.keys.leaving(member_id), b"{}"))
+        await self.coordinator.commit([], ops)
+
+    async def leaving(self) -> set[str]:
+        """Members that said goodbye and were not yet processed by a leader."""
+        return {GroupKeys.last_segment(e.key)
+                for e in await self.coordinator.list(self.keys.leaving_dir)}
+
+    async def forget_leaving(self, member_id: str) -> None:
+        await self.coordinator.delete(self.keys.leaving(member_id))
 
     async def members(self) -> dict[str, MemberInfo]:
         out: dict[str, MemberInfo] = {}
@@ -185,6 +202,8 @@ class GroupClient:
         leader_epoch: int,
         previous: Assignment | None,
         previous_version: int | None,
+        home: Mapping[str, list[int]] | None = None,
+        away_since: Mapping[str, float] | None = None,
     ) -> Assignment | None:
         """Publish the next generation; None if we are no longer leader or lost a race."""
         generation = (previous.generation if previous else 0) + 1
@@ -194,6 +213,8 @@ class GroupClient:
             leader_epoch=leader_epoch,
             shards={m: sorted(s) for m, s in sorted(shards.items())},
             published_at=time.time(),
+            home={m: sorted(s) for m, s in sorted((home or {}).items())},
+            away_since=dict(sorted((away_since or {}).items())),
         )
         guard = (
             Check.is_absent(self.keys.assignment)

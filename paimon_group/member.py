@@ -188,6 +188,7 @@ class GroupMember:
         self._owned: dict[int, _OwnedShard] = {}
         self._leader_epoch: int | None = None
         self._assignment: Assignment | None = None
+        self._vanished: dict[str, float] = {}
         self._wake = asyncio.Event()
         self._session_changed = asyncio.Event()
         self._stopping = False
@@ -339,6 +340,8 @@ class GroupMember:
         deadline = time.monotonic() + self.config.session_timeout_s * 1.5 + 1.0
         while True:
             if await group.register(info) is not None:
+                # Back after a goodbye: we are a member again, not leaving.
+                await group.forget_leaving(self.member_id)
                 return
             if time.monotonic() > deadline:
                 raise MemberIdInUse(
@@ -534,17 +537,30 @@ class GroupMember:
             await self._lead(group, self._leader_epoch)
 
     async def _lead(self, group: GroupClient, leader_epoch: int) -> None:
-        members = sorted(await group.members())
+        live = set(await group.members())
         previous, version = await group.read_assignment()
-        wanted = assign(self.num_shards, members, previous.shards if previous else None)
+        leaving = await group.leaving()
+        members = sorted(live | self._reserved_members(live, previous, leaving))
+        for gone in leaving - live:
+            # Forget a goodbye once an assignment without that member is out.
+            if previous is None or not previous.shards.get(gone):
+                await group.forget_leaving(gone)
+        basis, home, away = _sticky_basis(previous, members, self.num_shards)
+        wanted = assign(self.num_shards, members, basis)
         if previous is not None and _same(previous.shards, wanted):
             return
+        for m, shards in wanted.items():
+            if shards:
+                home[m] = shards
+                away.pop(m, None)
         published = await group.publish(
             wanted,
             leader=self.member_id,
             leader_epoch=leader_epoch,
             previous=previous,
             previous_version=version,
+            home=home,
+            away_since=away,
         )
         if published is None:
             # Deposed, or another publish raced us: re-read on the next round.
@@ -553,6 +569,35 @@ class GroupMember:
             log.info("published generation %d for %d members", published.generation,
                      len(members), extra={"group": self.group_name, "member": self.member_id,
                                           "generation": published.generation})
+
+    def _reserved_members(
+        self, live: set[str], previous: Assignment | None, leaving: set[str]
+    ) -> set[str]:
+        """Static membership: members that vanished without a goodbye keep their
+        shards for ``rebalance_delay_s`` (counted from when this leader first saw
+        them gone), so a restart with the same id gets its own shards back and
+        no other member's shards move. A graceful leave moves shards at once.
+        """
+        delay = self.config.rebalance_delay_s
+        now = time.monotonic()
+        if delay <= 0 or previous is None:
+            self._vanished.clear()
+            return set()
+        reserved: set[str] = set()
+        for member, shards in previous.shards.items():
+            if member in live or member in leaving or not shards:
+                self._vanished.pop(member, None)
+                continue
+            first_seen = self._vanished.setdefault(member, now)
+            if now - first_seen < delay:
+                reserved.add(member)
+                # Re-check when the delay runs out even if nothing else changes.
+                asyncio.get_running_loop().call_later(
+                    delay - (now - first_seen) + 0.05, self._wake.set)
+        for member in list(self._vanished):
+            if member in live:
+                del self._vanished[member]
+        return reserved
 
     async def _acquire(self, shards: list[int], generation: int) -> None:
         group = self._group
@@ -934,6 +979,43 @@ class GroupMember:
         if done is not None and not done.done():
             done.set_result(True)
         await asyncio.sleep(0)
+
+
+HOME_RETENTION_S = 3600.0
+
+
+def _sticky_basis(
+    previous: Assignment | None, members: list[str], num_shards: int
+) -> tuple[dict[str, list[int]], dict[str, list[int]], dict[str, float]]:
+    """The "previous" assignment handed to the assignor, with static members' homes.
+
+    A member that comes back (it holds nothing now but has a recorded home)
+    is treated as still holding its home shards, taken back from whoever held
+    them meanwhile. The sticky assignor then moves exactly those shards back
+    and nothing else: a rolling restart never shuffles the survivors' shards.
+    Homes of members away for more than an hour are forgotten.
+    """
+    if previous is None:
+        return {}, {}, {}
+    now = time.time()
+    basis = {m: list(s) for m, s in previous.shards.items()}
+    home = {m: list(s) for m, s in previous.home.items()}
+    away = dict(previous.away_since)
+    live = set(members)
+    for m in list(home):
+        if m not in live:
+            away.setdefault(m, now)
+            if now - away[m] > HOME_RETENTION_S:
+                home.pop(m, None)
+                away.pop(m, None)
+    for m in members:
+        if basis.get(m) or not home.get(m):
+            continue
+        mine = {s for s in home[m] if s < num_shards}
+        for other in basis:
+            basis[other] = [s for s in basis[other] if s not in mine]
+        basis[m] = sorted(mine)
+    return basis, home, away
 
 
 def _same(a: dict[str, list[int]], b: dict[str, list[int]]) -> bool:

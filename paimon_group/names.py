@@ -13,6 +13,7 @@ Key layout of one group (relative to the coordinator's prefix or chroot)::
     groups/<group>/assignment       persistent  generation + shards per member
     groups/<group>/owners/<shard>   ephemeral   ownership; create version = shard epoch
     groups/<group>/positions/<shard> persistent next snapshot to read (fenced writes)
+    groups/<group>/leaving/<id>     persistent  a graceful goodbye, for static membership
 
 Example::
 
@@ -124,6 +125,13 @@ class GroupKeys:
 
     def position(self, shard: int) -> str:
         return f"{self.positions_dir}{shard}"
+
+    @property
+    def leaving_dir(self) -> str:
+        return f"{self.root}/leaving/"
+
+    def leaving(self, member_id: str) -> str:
+        return f"{self.leaving_dir}{validate_member_id(member_id)}"
 
     @staticmethod
     def last_segment(key: str) -> str:

@@ -95,6 +95,11 @@ class Assignment(_Record):
     leader_epoch: int
     shards: dict[str, list[int]] = field(default_factory=dict)
     published_at: float = 0.0
+    # Static membership: the shards each member last held, kept while it is
+    # away (with the wall time it left), so that a member restarting with the
+    # same id gets exactly its own shards back and no other member's move.
+    home: dict[str, list[int]] = field(default_factory=dict)
+    away_since: dict[str, float] = field(default_factory=dict)
 
     def shards_of(self, member_id: str) -> list[int]:
         return list(self.shards.get(member_id, []))
@@ -114,6 +119,9 @@ class Assignment(_Record):
             leader_epoch=int(data["leader_epoch"]),
             shards=shards,
             published_at=float(data.get("published_at", 0.0)),
+            home={str(m): sorted(int(x) for x in v)
+                  for m, v in dict(data.get("home", {})).items()},
+            away_since={str(m): float(t) for m, t in dict(data.get("away_since", {})).items()},
         )
 
 

@@ -27,6 +27,11 @@ from tests.support.tables import bucket_of, make_pk_table, open_table, write_row
 REPO = Path(__file__).resolve().parents[2]
 
 
+def live_members(d: dict[str, Any]) -> set[str]:
+    """Members with a live session (describe also lists assigned members that are gone)."""
+    return {m["member_id"] for m in d["members"] if m.get("session_state") != "gone"}
+
+
 class GroupHarness:
     def __init__(self, base: Path, coordinator: str, *, group: str = "g", buckets: int = 8,
                  table: str = "db.t", session_timeout_s: float = 2.0,
@@ -126,19 +131,20 @@ class GroupHarness:
         self.signal(member, signal.SIGKILL)
         self.exit_codes.setdefault(member, []).append(self.procs[member].wait(timeout=30))
 
-    def terminate(self, member: str, timeout: float = 60) -> int:
+    def terminate(self, member: str, timeout: float = 60, *, signalled: bool = False) -> int:
         proc = self.procs[member]
-        if proc.poll() is None:
+        if not signalled and proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=timeout)
         self.exit_codes.setdefault(member, []).append(code)
         return code
 
     def terminate_all(self) -> dict[str, int]:
-        for p in self.procs.values():
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        return {m: self.terminate(m) for m in list(self.procs)}
+        """SIGTERM every running member once, then wait for each."""
+        running = {m for m, p in self.procs.items() if p.poll() is None}
+        for m in running:
+            self.procs[m].send_signal(signal.SIGTERM)
+        return {m: self.terminate(m, signalled=True) for m in list(self.procs)}
 
     def cleanup(self) -> None:
         for p in self.procs.values():
@@ -189,7 +195,7 @@ class GroupHarness:
     def wait_caught_up(self, members: set[str] | None = None, timeout: float = 120
                        ) -> dict[str, Any]:
         def ok(d: dict[str, Any]) -> bool:
-            live = {m["member_id"] for m in d["members"]}
+            live = live_members(d)
             return (
                 d["state"] == "stable"
                 and (members is None or live == members)
