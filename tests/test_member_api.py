@@ -118,3 +118,28 @@ def test_sync_wrapper_runs_a_handler(tmp_path: Path) -> None:
     run_member(_config(wh, f"sqlite://{tmp_path}/c.sqlite", "a"), handle,
                stop_signals=[signal.SIGUSR1])
     assert sorted(got) == list(range(10))
+
+
+@pytest.mark.asyncio
+async def test_shard_without_position_resumes_from_its_consumer_file(tmp_path: Path) -> None:
+    """A group whose coordinator state is gone resumes from the Paimon consumer files."""
+    from paimon_group.mirror import ConsumerMirror
+    from tests.support.tables import open_table
+
+    wh = tmp_path / "wh"
+    make_pk_table(str(wh), "db.t", buckets=2)
+    write_rows(str(wh), "db.t", range(0, 10))  # snapshot 1: already consumed
+    write_rows(str(wh), "db.t", range(10, 20))  # snapshot 2: not yet
+    table = open_table(str(wh), "db.t")
+    ConsumerMirror(table.file_io, table.table_path, "api").write(0, 2, force=True)
+    ConsumerMirror(table.file_io, table.table_path, "api").write(1, 2, force=True)
+    coord = f"memory://api-{uuid.uuid4().hex}"
+    got: list[int] = []
+    async with GroupMember(_config(wh, coord, "a")) as member:
+        batches = member.batches()
+        while len(got) < 10:
+            batch = await asyncio.wait_for(batches.__anext__(), timeout=30)
+            assert batch.kind.value == "delta" and batch.snapshot_id == 2
+            got.extend(batch.to_arrow().column("id").to_pylist())
+        await batches.aclose()
+    assert sorted(got) == list(range(10, 20))
