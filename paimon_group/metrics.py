@@ -24,7 +24,7 @@ coordinator URL or a credential):
 ``paimon_group_shard_position{shard}``          next snapshot the shard reads
 ``paimon_group_shard_lag_snapshots{shard}``     snapshots committed but unread
 ``paimon_group_shard_lag_seconds{shard}``       age of the oldest unread snapshot
-``paimon_group_lag_snapshots``                  sum over owned shards
+``paimon_group_lag_snapshots``                  sum over owned shards with a position
 ``paimon_group_table_latest_snapshot``          the table's latest snapshot id
 ``paimon_group_batches_total``                  batches delivered (handler returned)
 ``paimon_group_rows_total``                     rows delivered
@@ -89,7 +89,9 @@ def _positions(member: Any) -> dict[int, int | None]:
     Prefers a public ``shard_positions()`` of the member. Until the member
     offers it, the positions are read from its owned-shard records (read
     only; a copy of the dict is taken in one C-level step, so the member's
-    loop changing it concurrently is harmless).
+    loop changing it concurrently is harmless): the last position the
+    coordinator accepted (``committed``), so that a resolved start whose full
+    scan is not delivered yet never shows as "caught up".
     """
     public = getattr(member, "shard_positions", None)
     if callable(public):
@@ -101,7 +103,10 @@ def _positions(member: Any) -> dict[int, int | None]:
     for shard, record in list(owned.items()):
         if getattr(record, "dropped", False):
             continue
-        out[int(shard)] = getattr(record, "next_snapshot", None)
+        if hasattr(record, "committed"):
+            out[int(shard)] = record.committed
+        else:
+            out[int(shard)] = getattr(record, "next_snapshot", None)
     return out
 
 
