@@ -34,8 +34,8 @@ TABLE = "db.tp"
 
 def run(ctx: Context) -> list[Figure]:
     repeats = 1 if ctx.quick else 3
-    initial_snapshots, initial_rows = 4, 50_000 if ctx.quick else 100_000
-    follow_snapshots, follow_rows = 10, 10_000 if ctx.quick else 20_000
+    initial_snapshots, initial_rows = 4, 12_500 if ctx.quick else 25_000
+    follow_snapshots, follow_rows = 10, 2_500 if ctx.quick else 5_000
     base = ctx.scratch("throughput")
     wh = str(base / "wh")
     coord = f"sqlite://{base}/coord.sqlite"
