@@ -261,7 +261,7 @@ def test_reset_redelivers_from_the_chosen_position_and_nothing_else(
 def test_reset_and_delete_are_refused_while_a_real_member_runs(harness: GroupHarness) -> None:
     h = harness
     h.write(range(10))
-    h.start("m1")
+    h.start("m1", "--log-format", "json")
     h.wait_caught_up({"m1"})
     for args in (["reset", "--to-earliest", "--execute"], ["delete"]):
         result = paimon_group(h, *args)
@@ -270,6 +270,11 @@ def test_reset_and_delete_are_refused_while_a_real_member_runs(harness: GroupHar
         assert len(lines) == 1 and lines[0].startswith("error: ") and "live" in lines[0]
     assert {s["next_snapshot"] for s in h.describe()["shards"]} == {2}
     assert h.terminate("m1") == 0
+    # --log-format json: one JSON object per line, with the group's context.
+    records = [json.loads(line) for line in h.log("m1").splitlines() if line.strip()]
+    assert records and all({"ts", "level", "msg"} <= set(r) for r in records)
+    assert all(r["group"] == "g" and r["member"] == "m1" for r in records if "group" in r)
+    assert any("generation" in r for r in records)
     # Stopped: delete goes through and leaves nothing behind.
     result = paimon_group(h, "delete", "--json")
     assert result.returncode == 0, result.stderr
