@@ -92,10 +92,18 @@ def _optional_warehouse(fn: Any) -> Any:
 def watch_describe(url: str, options: ConnectOptions, kw: dict[str, Any],
                    interval_s: float = DEFAULT_WATCH_INTERVAL_S) -> None:
     """Refresh ``describe`` in place until Ctrl-C (with ``--json``: one line per refresh)."""
+    if interval_s <= 0:
+        raise ConfigError(f"--watch {interval_s}: the refresh interval must be positive")
     try:
         asyncio.run(_watch(url, options, kw, interval_s))
     except KeyboardInterrupt:
         pass
+    except BrokenPipeError:
+        # The reader went away (``describe --watch --json | head -3``): done.
+        # Point stdout at /dev/null so that the interpreter's final flush is quiet.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.close(devnull)
 
 
 async def _watch(url: str, options: ConnectOptions, kw: dict[str, Any],
