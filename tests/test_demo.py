@@ -8,8 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.group_procs import REPO
-
 
 @pytest.mark.slow
 def test_demo_delivers_every_row(tmp_path: Path) -> None:
