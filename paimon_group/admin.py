@@ -118,7 +118,12 @@ async def list_groups(
                 "members": len(state.members),
                 "state": report["state"],
                 "generation": report["generation"],
-                "total_lag_snapshots": report["total_lag_snapshots"] if table else None,
+                # Unknown (None) without the table, or when no shard has a position yet.
+                "total_lag_snapshots": (
+                    report["total_lag_snapshots"]
+                    if table and any(x["lag_snapshots"] is not None for x in report["shards"])
+                    else None
+                ),
                 "max_lag_seconds": report["max_lag_seconds"],
             }
         )
