@@ -163,6 +163,7 @@ import logging
 import re
 import socket
 import ssl
+import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
@@ -249,6 +250,10 @@ _PERMS: Final = {
     "d": Permissions.DELETE,
     "a": Permissions.ADMIN,
 }
+
+
+# Errors of a login that no retry will fix.
+_AUTH_ERRORS: Final = (AuthFailedError, SASLException, SessionClosedRequireSaslError)
 
 
 class _Conflict(CoordinatorUnavailable):
@@ -661,6 +666,10 @@ class ZooKeeperCoordinator(Coordinator):
         self._op_timeout_s = float(options.connect_timeout_s)
         self._requested_timeout_s = float(options.session_timeout_s)
         self._negotiated_timeout_s: float | None = None
+        # Set (from kazoo's thread) when a connection attempt has finished
+        # its handshake, authentication included, or failed.
+        self._handshake_done: threading.Event | None = None
+        self._handshake_error: BaseException | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._client: Any = None
         self._session: ZooKeeperSession | None = None
@@ -878,14 +887,26 @@ class ZooKeeperCoordinator(Coordinator):
         if connection is None or original is None:
             return
 
+        done = self._handshake_done = threading.Event()
+
         def _connect(host: str, hostip: str, port: int) -> Any:
+            # kazoo reports CONNECTED from inside this call: clear first, so
+            # whoever sees CONNECTED waits for the end of this very attempt.
+            done.clear()
+            self._handshake_error = None
             try:
                 timeouts = original(host, hostip, port)
+                with contextlib.suppress(Exception):
+                    self._negotiated_timeout_s = float(timeouts[0]) * 1.5 / 1000.0
+                return timeouts
             except SessionClosedRequireSaslError as err:
+                self._handshake_error = err
                 raise AuthFailedError("SASL authentication refused") from err
-            with contextlib.suppress(Exception):
-                self._negotiated_timeout_s = float(timeouts[0]) * 1.5 / 1000.0
-            return timeouts
+            except BaseException as err:
+                self._handshake_error = err
+                raise
+            finally:
+                done.set()
 
         connection._connect = _connect
 
@@ -902,8 +923,10 @@ class ZooKeeperCoordinator(Coordinator):
         started_at = time.monotonic()
         limit = float(self._options.connect_timeout_s)
         try:
-            connected = await loop.run_in_executor(None, _start_client, client, limit)
-            if not connected:
+            connected = await loop.run_in_executor(
+                None, _start_client, client, limit, self._handshake_done
+            )
+            if not connected or isinstance(self._handshake_error, _AUTH_ERRORS):
                 raise await self._connect_failure(client, limit)
             self._client = client
             timeout_s = self._requested_timeout_s
@@ -935,7 +958,9 @@ class ZooKeeperCoordinator(Coordinator):
         log.debug("connected to %s with session %s", self._url, self.session.id)
 
     async def _connect_failure(self, client: Any, limit: float) -> PaimonGroupError:
-        if client.client_state == "AUTH_FAILED":
+        if client.client_state == "AUTH_FAILED" or isinstance(
+            self._handshake_error, _AUTH_ERRORS
+        ):
             return translate(AuthFailedError(), "connect")
         if self._options.tls:
             assert self._loop is not None
@@ -1526,10 +1551,18 @@ def _join(directory: str, name: str) -> str:
     return f"{directory}{name}" if directory.endswith("/") else f"{directory}/{name}"
 
 
-def _start_client(client: Any, timeout_s: float) -> bool:
-    """Start kazoo and wait for its first connection (blocking; runs in an executor)."""
+def _start_client(client: Any, timeout_s: float, handshake: threading.Event | None) -> bool:
+    """Start kazoo and wait for its first connection (blocking; runs in an executor).
+
+    kazoo reports the connection as soon as the server accepts the session,
+    before authenticating and before returning the negotiated timeout; wait
+    for the end of the handshake too when we can see it.
+    """
+    deadline = time.monotonic() + timeout_s
     event = client.start_async()
     event.wait(timeout_s)
+    if handshake is not None and client.connected:
+        handshake.wait(max(0.0, deadline - time.monotonic()))
     return bool(client.connected)
 
 

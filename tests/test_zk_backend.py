@@ -592,6 +592,53 @@ async def test_server_restart_keeps_the_session_and_rearms_watches(
                                             [Put("positions/0", b"1")])
 
 
+@zk
+@pytest.mark.asyncio
+@pytest.mark.timeout(300)
+async def test_no_contact_for_a_whole_session_timeout_is_lost_for_good(
+    zk_server_factory: Callable[..., ZkServer],
+) -> None:
+    """A server paused past the timeout: the session is LOST, kazoo is stopped."""
+    server = zk_server_factory()
+    url = server.unique_url()
+    options = ConnectOptions(session_timeout_s=3.0, connect_timeout_s=30.0)
+    coordinator = open_coordinator(url, options)
+    await coordinator.connect()
+    try:
+        assert isinstance(coordinator, ZooKeeperCoordinator)
+        owner = await coordinator.create("owners/0", b"me", ephemeral=True)
+        assert owner is not None
+        watch = coordinator.watch("owners/")
+        server.pause()
+        try:
+            await eventually(lambda: state_is(coordinator, SessionState.LOST),
+                             "LOST after a whole timeout without contact")
+        finally:
+            server.resume()
+        with pytest.raises(SessionLost):
+            await watch.wait(timeout=1.0)
+        with pytest.raises(SessionLost):
+            await coordinator.get("owners/0")
+        with pytest.raises(SessionLost):
+            await coordinator.commit([Check.created_at("owners/0", owner.create_version)],
+                                     [Put("positions/0", b"x")])
+
+        async def kazoo_stopped() -> bool:
+            return not coordinator._client.connected
+
+        # No replacement session lives on behind the LOST one.
+        await eventually(kazoo_stopped, "kazoo stopped after LOST")
+        async with opened(url, options) as successor:
+
+            async def expired() -> bool:
+                return await successor.get("owners/0") is None
+
+            await eventually(expired, "the lost session's key expired on the server")
+            assert await successor.get("positions/0") is None
+    finally:
+        await coordinator.close()
+
+
 # ---------------------------------------------------------------- security
 
 
