@@ -21,9 +21,10 @@ loop of them), so an administrator can never corrupt what live members do:
     files (orphaned ones would keep snapshots from expiring forever).
 ``remove_member``
     Deletes a member's member key, its owner keys and (if it leads) the
-    leader key in one commit guarded by their create versions. Safe even if
-    the process is alive: its commits are fenced by the deleted epochs, and
-    the leader reassigns its shards when the member list changes.
+    leader key, and records its goodbye (so a rebalance delay does not keep
+    its shards waiting), in one commit guarded by the create versions. Safe
+    even if the process is alive: its commits are fenced by the deleted
+    epochs, and the leader reassigns its shards when the member list changes.
 
 Paimon consumer files move with the positions (invariant 5: a file never runs
 ahead of the coordinator): a file whose new value is not above the shard's
@@ -476,10 +477,11 @@ async def delete_group(
         )
     meta_entry = await coord.get(keys.meta)
     assignment_entry = await coord.get(keys.assignment)
-    position_entries = await coord.list(keys.positions_dir)
+    # Positions, and goodbyes of members (static membership) not yet processed.
+    persistent = await coord.list(keys.positions_dir) + await coord.list(keys.leaving_dir)
     leftovers = [e for d in (keys.owners_dir, keys.members_dir) for e in await coord.list(d)]
     entries: list[Entry] = [e for e in (meta_entry, assignment_entry) if e is not None]
-    entries += position_entries
+    entries += persistent
     # Every key we delete must still be the one we read; no leader may appear.
     checks = [Check.at_version(e.key, e.version) for e in entries]
     checks.append(Check.is_absent(keys.leader))
@@ -511,7 +513,14 @@ async def delete_group(
 
 
 async def remove_member(client: GroupClient, member_id: str) -> dict[str, Any]:
-    """Force ``member_id`` out of the group (see the module docstring)."""
+    """Force ``member_id`` out of the group (see the module docstring).
+
+    Besides deleting its keys, the same commit records a goodbye for it
+    (``groups/<group>/leaving/<id>``, what a gracefully leaving member writes),
+    so a leader that keeps a vanished static member's shards for
+    ``--rebalance-delay`` moves them at once. That is also all there is to do
+    for a member that has no session any more but is still waited for.
+    """
     validate_member_id(member_id)
     coord = client.coordinator
     keys = client.keys
@@ -525,22 +534,24 @@ async def remove_member(client: GroupClient, member_id: str) -> dict[str, Any]:
         leads = leader is not None and Owner.decode(leader.key, leader.value).member_id == member_id
         removing: list[Entry] = [e for e in (member, leader if leads else None) if e is not None]
         removing += owned
-        if not removing:
-            assignment, _ = await client.read_assignment()
-            if assignment is not None and member_id in assignment.shards:
-                return {"group": client.group, "member_id": member_id, "removed_keys": [],
-                        "note": "no live session and no shard held: the leader reassigns "
-                                "its shards at its next round"}
+        assignment, _ = await client.read_assignment()
+        assigned = assignment is not None and member_id in assignment.shards
+        if not removing and not assigned:
             if await client.read_meta() is None:
                 raise GroupNotFound(f"group {client.group!r} does not exist in this coordinator")
             raise MemberNotFound(f"member {member_id!r} is not in group {client.group!r}")
         checks = [Check.created_at(e.key, e.create_version) for e in removing]
-        if await coord.commit(checks, [Delete(e.key) for e in removing]):
+        ops: list[Put | Delete] = [Put(keys.leaving(member_id), b"{}")]
+        ops += [Delete(e.key) for e in removing]
+        if await coord.commit(checks, ops):
             removed = sorted(e.key for e in removing)
             log.info("removed member %s from group %s: %s", member_id, client.group, removed,
                      extra={"group": client.group, "member": member_id})
+            note = "" if removing else (
+                "no live session and no shard held; its goodbye is recorded, so the leader "
+                "moves its shards now instead of waiting for it")
             return {"group": client.group, "member_id": member_id, "removed_keys": removed,
-                    "note": ""}
+                    "note": note}
         await asyncio.sleep(0.05)
     raise GroupBusy(f"group {client.group!r}: member {member_id!r} kept changing; try again")
 

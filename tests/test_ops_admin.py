@@ -505,6 +505,9 @@ async def test_members_remove_forces_a_member_out_and_fences_it(
     removed = json.loads(result.stdout)["removed_keys"]
     assert removed == sorted(["groups/g/leader", "groups/g/members/m1", "groups/g/owners/0",
                               "groups/g/owners/1"])
+    # Its goodbye is recorded, so a rebalance delay does not keep its shards.
+    async with open_coordinator(coordinator) as coord:
+        assert await coord.get(GroupKeys("g").leaving("m1")) is not None
     # Its commits are fenced; m2 carries on; a new leader can be elected.
     assert not await m1.commit({0: 4})
     assert await m2.commit({2: 4})
@@ -512,6 +515,26 @@ async def test_members_remove_forces_a_member_out_and_fences_it(
     report = json.loads((await cli("describe", *common(coordinator, warehouse), "--json")).stdout)
     assert [m["member_id"] for m in report["members"] if m["session_state"] == "live"] == ["m2"]
     assert report["shards"][0]["owner"] is None and report["shards"][0]["next_snapshot"] == 3
+
+
+@pytest.mark.asyncio
+async def test_members_remove_of_a_member_only_the_assignment_remembers(
+    coordinator: str, warehouse: str
+) -> None:
+    # Its session is gone, but the last assignment still names it: a leader with
+    # a rebalance delay would keep its shards waiting. A goodbye ends the wait.
+    await stopped_group(coordinator, "g", {0: 3, 1: 3})
+    result = await cli("members", "remove", "--group", "g", "--coordinator", coordinator,
+                       "gone-member")
+    assert result.exit_code == 0, result.output
+    assert "goodbye is recorded" in result.stdout
+    async with open_coordinator(coordinator) as coord:
+        assert await coord.get(GroupKeys("g").leaving("gone-member")) is not None
+    # delete takes the goodbye away with the rest of the group.
+    result = await cli("delete", *common(coordinator, warehouse))
+    assert result.exit_code == 0, result.output
+    async with open_coordinator(coordinator) as coord:
+        assert await coord.list(GroupKeys("g").leaving_dir) == []
 
 
 @pytest.mark.asyncio

@@ -114,10 +114,12 @@ def set_aside_deliveries(out: Path, name: str) -> None:
         path.rename(target / path.name)
 
 
-def paimon_group(h: GroupHarness, *args: str) -> subprocess.CompletedProcess[str]:
+def paimon_group(h: GroupHarness, *args: str, table: bool = True
+                 ) -> subprocess.CompletedProcess[str]:
+    where = ["--warehouse", h.warehouse, "--table", h.table] if table else []
     return subprocess.run(
-        [sys.executable, "-m", "paimon_group", *args, "--group", h.group, "--warehouse",
-         h.warehouse, "--table", h.table, "--coordinator", h.coordinator],
+        [sys.executable, "-m", "paimon_group", *args, "--group", h.group, *where,
+         "--coordinator", h.coordinator],
         cwd=REPO, env=h.env, capture_output=True, text=True, timeout=TIMEOUT_S,
     )
 
@@ -280,3 +282,34 @@ def test_reset_and_delete_are_refused_while_a_real_member_runs(harness: GroupHar
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["deleted_consumer_files"] == BUCKETS
     assert h.describe()["exists"] is False
+
+
+def test_members_remove_ends_the_wait_for_a_static_member(harness: GroupHarness) -> None:
+    """A member SIGKILLed under a long rebalance delay keeps its shards waiting for
+    it; ``members remove`` tells the leader it is gone, and its shards move now."""
+    h = harness
+    h.write(range(40))
+    h.start("m1", "--rebalance-delay", "900")
+    h.wait_caught_up({"m1"})
+    h.start("m2", "--rebalance-delay", "900")
+    report = h.wait_for(
+        lambda d: d["state"] == "stable" and {m["member_id"] for m in d["members"]} == {
+            "m1", "m2"}, TIMEOUT_S, "m1 and m2 to share the shards")
+    m2_shards = next(m["owned_shards"] for m in report["members"] if m["member_id"] == "m2")
+    assert m2_shards
+    h.kill("m2")
+    # Its session expires; the leader keeps its shards for it (900 s).
+    report = h.wait_for(
+        lambda d: any(m["member_id"] == "m2" and m["session_state"] == "gone"
+                      for m in d["members"])
+        and all(d["shards"][s]["owner"] is None for s in m2_shards),
+        TIMEOUT_S, "m2's session to expire")
+    assert all(report["shards"][s]["assigned_to"] == "m2" for s in m2_shards)
+    result = paimon_group(h, "members", "remove", "m2", table=False)
+    assert result.returncode == 0, result.stderr
+    h.wait_for(
+        lambda d: d["state"] == "stable"
+        and all(s["owner"] == "m1" for s in d["shards"])
+        and [m["member_id"] for m in d["members"]] == ["m1"],
+        TIMEOUT_S, "m1 to take m2's shards well before the rebalance delay")
+    assert h.terminate("m1") == 0
