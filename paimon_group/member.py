@@ -707,10 +707,17 @@ class GroupMember:
     async def _in_io(self, fn: Callable[[], Any]) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._io, fn)
 
-    async def _wait_live(self) -> None:
-        """Return when the session is confirmed live; raise SessionLost or _Stop."""
+    async def _wait_live(self, *, for_commit: bool = False) -> None:
+        """Return when the session is confirmed live.
+
+        While the member is leaving, no *new* work starts (``_Stop``), but the
+        commit of a batch that already finished still goes through, so a
+        graceful stop finishes the batch in flight instead of abandoning it.
+        """
         while True:
-            if self._stopping:
+            if self._stopping and not for_commit:
+                raise _Stop()
+            if for_commit and self._coord is None and self._stopping:
                 raise _Stop()
             coord = self._coord
             if coord is not None and coord.session.is_live(self.config.margin):
@@ -832,7 +839,7 @@ class GroupMember:
         if not owned:
             return
         try:
-            await self._wait_live()
+            await self._wait_live(for_commit=True)
         except SessionLost:
             for o in owned.values():
                 self.stats.refused_commits += 1
@@ -843,7 +850,16 @@ class GroupMember:
         if group is None:
             raise SessionLost("no session")
         updates = {s: (o.epoch, next_snapshot) for s, o in owned.items()}
-        ok = await group.commit_positions(updates, self.member_id)
+        try:
+            ok = await group.commit_positions(updates, self.member_id)
+        except CoordinatorError as err:
+            # The outcome is unknown to us; record the attempt so that a
+            # redelivery of this batch is explained in the history.
+            for s, o in owned.items():
+                self.history.record("commit", shard=s, epoch=o.epoch,
+                                    next_snapshot=next_snapshot, outcome="error",
+                                    error=type(err).__name__)
+            raise
         if not ok and len(owned) > 1:
             # Find which shards are no longer ours; commit the others.
             for s, o in owned.items():
@@ -907,7 +923,13 @@ class GroupMember:
         reader = asyncio.create_task(self._read_loop_supervised(process), name="pg-read")
         try:
             while not reader.done():
+                # A failed member stops reading at once; a leaving one lets the
+                # reader finish its batch in flight (stop() waits for it).
+                if (self._supervisor is not None and self._supervisor.done()
+                        and self.state is MemberState.FAILED):
+                    break
                 if self._supervisor is not None and self._supervisor.done():
+                    await asyncio.wait([reader])
                     break
                 await asyncio.wait([reader, *( [self._supervisor] if self._supervisor else [])],
                                    return_when=asyncio.FIRST_COMPLETED)
