@@ -378,7 +378,7 @@ class ParquetBatchSink:
         stage = self._new_stage(key)
         try:
             # Not Path.as_uri(): Hadoop does not decode "%3D" back to "=".
-            df.write.mode("errorifexists").parquet(f"file://{stage}")
+            df.write.mode("error").parquet(f"file://{stage}")
             return self._publish(stage, batch)
         finally:
             shutil.rmtree(stage, ignore_errors=True)

@@ -84,7 +84,7 @@ ARROW_CONF: Mapping[str, str] = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.sql.execution.arrow.pyspark.fallback.enabled": "false",
 }
-"""Set on every session this module builds (see the module docstring)."""
+"""Set on every classic (non-Connect) session this module builds (see the module docstring)."""
 
 _INSTALL_HINT = "install the extra: pip install 'paimon-group[spark]'"
 
@@ -120,7 +120,6 @@ def build_spark_session(
     session_cls = _import_pyspark()
     if remote is not None and not remote.startswith("sc://"):
         raise ConfigError(f"--spark-remote {remote!r} must be a Spark Connect address sc://HOST:PORT")
-    settings = {**dict(conf or {}), **ARROW_CONF}
     where = f"Spark Connect server {remote}" if remote else f"Spark master {master!r}"
     try:
         builder = session_cls.builder.appName(app_name)
@@ -129,11 +128,13 @@ def build_spark_session(
             spark = builder.getOrCreate()
             # Connect sessions are lazy: reach the server now, and set the
             # session's SQL settings there (static ones cannot be changed).
-            for key, value in settings.items():
+            # ARROW_CONF does not apply: a Connect client always converts
+            # through Arrow, and has no row-by-row fallback to disable.
+            for key, value in (conf or {}).items():
                 spark.conf.set(key, value)
             _ = spark.version
         else:
-            for key, value in settings.items():
+            for key, value in {**dict(conf or {}), **ARROW_CONF}.items():
                 builder = builder.config(key, value)
             spark = builder.getOrCreate()
             # getOrCreate on an existing session ignores the builder's settings.
