@@ -1314,8 +1314,10 @@ class ZooKeeperCoordinator(Coordinator):
             self._create_ops(txn, key, current, value, nonce, ephemeral)
             try:
                 failure = await self._multi(txn, f"create {key}")
-            except ConnectionLoss:
-                # Applied or not? Our nonce tells.
+            except (ConnectionLoss, CoordinatorUnavailable):
+                # Applied or not (or not yet: a request that timed out is still
+                # queued)? Requests run in order, so a read sent now sees the
+                # outcome, and our nonce tells whether the key is ours.
                 state = (await self._read_states([key]))[key]
                 if state.kind == "key" and state.nonce == nonce:
                     return await self._created(key, nonce, value, ephemeral)

@@ -47,6 +47,7 @@ Example::
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import shutil
@@ -214,6 +215,15 @@ def make_tls_material(directory: Path) -> TlsMaterial:
 
 # --------------------------------------------------------------------- server
 
+# Servers started by this process: stopped at exit if a fixture could not.
+_STARTED: set[ZkServer] = set()
+
+
+@atexit.register
+def _stop_leftovers() -> None:
+    for server in list(_STARTED):
+        server.stop()
+
 
 class ZkServer:
     """One standalone ZooKeeper JVM on fixed loopback ports and a data dir.
@@ -377,6 +387,7 @@ class ZkServer:
             self.process = subprocess.Popen(
                 self._command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
             )
+        _STARTED.add(self)
         try:
             self.wait_serving()
         except BaseException:
@@ -455,6 +466,7 @@ class ZkServer:
     def stop(self) -> None:
         """Terminate (resuming first if paused); a no-op when not running."""
         process = self.process
+        _STARTED.discard(self)
         if process is None or process.poll() is not None:
             return
         with contextlib.suppress(ProcessLookupError):
