@@ -563,7 +563,9 @@ async def test_server_restart_keeps_the_session_and_rearms_watches(
 ) -> None:
     server = zk_server_factory()
     url = server.unique_url()
-    options = ConnectOptions(session_timeout_s=20.0, connect_timeout_s=30.0)
+    # Long enough for a JVM restart on a loaded machine: past the deadline
+    # without contact, the session would (rightly) count as LOST.
+    options = ConnectOptions(session_timeout_s=45.0, connect_timeout_s=30.0)
     async with opened(url, options) as coordinator:
         session_id = coordinator.session.id
         owner = await coordinator.create("members/me", b"", ephemeral=True)
