@@ -281,7 +281,14 @@ _CONFLICT_RETRY: Final = tenacity.AsyncRetrying(
 
 @dataclass(frozen=True, slots=True)
 class ZkTarget:
-    """A parsed ``zk://`` URL."""
+    """A parsed ``zk://`` URL.
+
+    Example::
+
+        target = parse_url("zk://zk1:2181,zk2/paimon?acl=open")
+        assert target.hosts == (("zk1", 2181), ("zk2", 2181))
+        assert (target.chroot, target.acl) == ("/paimon", "open")
+    """
 
     hosts: tuple[tuple[str, int], ...]
     chroot: str  # "" or "/a/b"
@@ -539,7 +546,16 @@ def _translated(what: str) -> Iterator[None]:
 
 
 class ZooKeeperSession(Session):
-    """A ZooKeeper session, as seen through kazoo's state listener and our heartbeats."""
+    """A ZooKeeper session, as seen through kazoo's state listener and our heartbeats.
+
+    Example (with a connected :class:`ZooKeeperCoordinator` ``coord``)::
+
+        session = coord.session
+        print(session.id)                  # "0x100003a5c8e0001", ZooKeeper's id
+        session.add_listener(lambda state: print("session is", state.value))
+        if not session.is_live(margin_s=1.0):
+            ...                            # stop processing and committing
+    """
 
     def __init__(self, raw_id: int, timeout_s: float, started_at: float) -> None:
         super().__init__(timeout_s)
