@@ -37,6 +37,8 @@ def discover() -> list[Any]:
     for path in sorted(HERE.glob("bench_*.py")):
         module = importlib.import_module(f"tests.benchmarks.{path.stem}")
         if hasattr(module, "run"):
+            if not hasattr(module, "TITLE"):
+                module.TITLE = path.stem.removeprefix("bench_")
             modules.append(module)
     order = ["throughput", "metadata", "handoff", "failover", "latency", "coordinator",
              "memory"]
