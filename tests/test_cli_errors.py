@@ -53,7 +53,7 @@ def test_malformed_coordinator_urls(warehouse: str, url: str, needle: str) -> No
     assert needle in one_line(result)
 
 
-@pytest.mark.parametrize("url", ["etcd://127.0.0.1:1", "zk://127.0.0.1:1"])
+@pytest.mark.parametrize("url", ["etcd://127.0.0.1:1", "zk://127.0.0.1:1/?acl=open"])
 def test_coordinator_down(warehouse: str, url: str) -> None:
     result = cli(*run_args(warehouse, "--coordinator", url), timeout=120)
     assert result.returncode != 0
