@@ -216,6 +216,10 @@ def main() -> None:
                    "a goodbye, waiting for it to come back (static membership).")
 @click.option("--max-handler-attempts", type=int, default=5, show_default=True,
               envvar=_env("max-handler-attempts"))
+@click.option("--max-parallel-shards", type=int, default=4, show_default=True,
+              envvar=_env("max-parallel-shards"),
+              help="Batches of different shards in the handler at once (1: one by one). "
+                   "Never two batches of the same shard.")
 @click.option("--include-row-kind", is_flag=True, default=False,
               envvar=_env("include-row-kind"), help="Add the _row_kind column.")
 @click.option("--metrics-port", type=int, envvar=_env("metrics-port"),
@@ -252,6 +256,7 @@ def run(**kw: Any) -> None:
         rebalance_delay_s=kw["rebalance_delay"],
         include_row_kind=kw["include_row_kind"],
         max_handler_attempts=kw["max_handler_attempts"],
+        max_parallel_shards=kw["max_parallel_shards"],
         connect=build_connect_options(kw, kw["session_timeout_s"]),
         history_path=kw["history"],
     )

@@ -63,6 +63,8 @@ class MemberConfig:
     rebalance_delay_s: float = 0.0
     include_row_kind: bool = False
     max_handler_attempts: int = 5
+    # Batches of different shards handed to the handler at once (1: one by one).
+    max_parallel_shards: int = 4
     handler_backoff_s: float = 0.5
     # The member stops processing and committing this long before its local
     # session deadline (invariant 3). Default: a quarter of the timeout.
@@ -80,6 +82,8 @@ class MemberConfig:
             raise ConfigError(f"--shards must be at least 1, got {self.shards}")
         if self.session_timeout_s <= 0:
             raise ConfigError("--session-timeout-s must be positive")
+        if self.max_parallel_shards < 1:
+            raise ConfigError("--max-parallel-shards must be at least 1")
         if self.poll_interval_ms < 1:
             raise ConfigError("--poll-interval-ms must be at least 1")
         if "." not in self.table:

@@ -274,7 +274,8 @@ async def report_from_state(
     ``count_rows`` False skips the unread-rows estimate (no manifest reads).
     """
     num_shards = state.meta.num_shards if state.meta else 0
-    positions = {s: (state.positions[s].next_snapshot if s in state.positions else None)
+    # A pinned but undelivered full scan still needs its snapshot: lag counts from it.
+    positions = {s: (state.positions[s].effective if s in state.positions else None)
                  for s in range(num_shards)}
     progress: dict[int, ShardProgress] = {}
     files: dict[int, int] = {}
@@ -308,7 +309,7 @@ async def report_from_state(
         if p is None:
             p = ShardProgress.unknown()
             if pos is not None and latest is not None:
-                p = ShardProgress(max(0, latest + 1 - pos.next_snapshot), None, None, False,
+                p = ShardProgress(max(0, latest + 1 - pos.effective), None, None, False,
                                   False)
         shards.append(
             {
@@ -318,6 +319,7 @@ async def report_from_state(
                 "owner_generation": owner.generation if owner else None,
                 "assigned_to": state.assignment.owner_of(shard) if state.assignment else None,
                 "next_snapshot": pos.next_snapshot if pos else None,
+                "pending_full_scan": pos.full_scan if pos else None,
                 "lag_snapshots": p.lag_snapshots,
                 "lag_seconds": p.lag_seconds,
                 "unread_rows": p.unread_rows,

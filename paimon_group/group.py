@@ -276,6 +276,7 @@ class GroupClient:
         member_id: str,
         *,
         release: bool = False,
+        full_scan: Mapping[int, int] | None = None,
     ) -> bool:
         """Fenced commit of ``{shard: (epoch, next_snapshot)}`` in one atomic commit.
 
@@ -292,7 +293,8 @@ class GroupClient:
         for shard, (epoch, next_snapshot) in sorted(updates.items()):
             checks.append(Check.created_at(self.keys.owner(shard), epoch))
             pos = Position(
-                next_snapshot=next_snapshot, epoch=epoch, member_id=member_id, committed_at=now
+                next_snapshot=next_snapshot, epoch=epoch, member_id=member_id, committed_at=now,
+                full_scan=(full_scan or {}).get(shard),
             )
             ops.append(Put(self.keys.position(shard), pos.encode()))
             if release:

@@ -225,6 +225,17 @@ class GroupMember:
     def owned_shards(self) -> list[int]:
         return sorted(s for s, o in self._owned.items() if not o.dropped)
 
+    def shard_positions(self) -> dict[int, int | None]:
+        """Per owned shard, the oldest snapshot it still needs as committed in the
+        coordinator (a pending full scan's snapshot, else the next snapshot),
+        or None before its first commit."""
+        out: dict[int, int | None] = {}
+        for shard, o in list(self._owned.items()):
+            if o.dropped:
+                continue
+            out[shard] = o.full_scan if (o.full_scan is not None and o.committed) else o.committed
+        return out
+
     @property
     def assignment(self) -> Assignment | None:
         return self._assignment
@@ -509,6 +520,7 @@ class GroupMember:
                 extra={"group": self.group_name, "member": self.member_id,
                        "generation": assignment.generation},
             )
+        await self._check_ownership(group)
         target = set(self._assignment.shards_of(self.member_id)) if self._assignment else set()
         to_revoke = [s for s, o in self._owned.items() if s not in target and not o.revoking]
         if to_revoke:
@@ -520,6 +532,29 @@ class GroupMember:
         to_acquire = sorted(target - set(self._owned))
         if to_acquire and self._assignment is not None:
             await self._acquire(to_acquire, self._assignment.generation)
+
+    async def _check_ownership(self, group: GroupClient) -> None:
+        """Drop shards whose owner key is no longer ours (deleted by an operator:
+        ``members remove``, ``reset --force``). Our commits would be rejected
+        anyway; this makes the member notice at once instead of at its next
+        commit, which on an idle table can be much later."""
+        held = [o for o in self._owned.values() if not o.dropped and not o.revoking]
+        if not held:
+            return
+        owners = await group.owners()
+        lost = []
+        for o in held:
+            view = owners.get(o.shard)
+            if view is None or view.epoch != o.epoch:
+                o.dropped = True
+                if self._owned.get(o.shard) is o:
+                    self._owned.pop(o.shard)
+                lost.append(o.shard)
+        if lost:
+            log.warning("shards %s: owner key gone or re-created by another member", lost,
+                        extra={"group": self.group_name, "member": self.member_id})
+            self.history.record("lost", shards=lost, reason="owner key gone")
+            self._notify("on_lost", lost)
 
     async def _maybe_lead(self, group: GroupClient) -> None:
         leader = await group.leader()
@@ -616,6 +651,7 @@ class GroupMember:
             if position is not None:
                 owned.next_snapshot = position.next_snapshot
                 owned.committed = position.next_snapshot
+                owned.full_scan = position.full_scan
             else:
                 mirrored = await self._in_io(functools.partial(self._mirror_read, shard))
                 if mirrored is not None:
@@ -660,7 +696,7 @@ class GroupMember:
                 self.config.margin
             ):
                 try:
-                    if o.committed is not None and finished:
+                    if o.committed is not None and o.full_scan is None and finished:
                         ok = await group.commit_positions(
                             {o.shard: (o.epoch, o.committed)}, self.member_id, release=True
                         )
@@ -674,7 +710,7 @@ class GroupMember:
                                 next_snapshot=o.committed)
             (released if ok else lost).append(o.shard)
             if ok and o.committed is not None and self._mirror is not None:
-                n = o.committed
+                n = o.full_scan if o.full_scan is not None else o.committed
                 await self._in_io(functools.partial(self._mirror_write, o.shard, n, True))
         if released:
             log.info("released shards %s (%s)", released, reason,
@@ -773,6 +809,7 @@ class GroupMember:
                 continue
             progressed = True
             empty: dict[int, _OwnedShard] = {}
+            deliveries: list[tuple[_OwnedShard, ShardBatch]] = []
             for o in owned:
                 if o.dropped or o.revoking or self._owned.get(o.shard) is not o:
                     continue
@@ -780,7 +817,7 @@ class GroupMember:
                 if not splits:
                     empty[o.shard] = o
                     continue
-                batch = ShardBatch(
+                deliveries.append((o, ShardBatch(
                     group=self.group_name,
                     member_id=self.member_id,
                     shard=o.shard,
@@ -788,8 +825,8 @@ class GroupMember:
                     epoch=o.epoch,
                     plan=step,
                     planner=planner,
-                )
-                await self._deliver(o, batch, step, process)
+                )))
+            await self._deliver_all(deliveries, step, process)
             if empty:
                 await self._commit(
                     {s: o for s, o in empty.items() if not o.dropped and not o.revoking},
@@ -804,11 +841,50 @@ class GroupMember:
         resolved = await self._in_io(lambda: table.resolve_start(self._start_position))
         o.next_snapshot = resolved.next_snapshot
         o.full_scan = resolved.full_scan_snapshot
-        if o.full_scan is None:
-            # Pin the resolved start (e.g. "latest") so that a later owner
-            # continues from it instead of resolving "latest" again and
-            # skipping what was committed in between.
-            await self._commit({o.shard: o}, o.next_snapshot)
+        # Pin the resolved start before reading anything: a later owner then
+        # continues from it (instead of resolving "latest" again and skipping
+        # what was committed in between), and a pending full scan is replayed
+        # on exactly the same snapshot, so a replay is identical.
+        await self._commit({o.shard: o}, o.next_snapshot, full_scan=o.full_scan)
+
+    async def _deliver_all(
+        self,
+        deliveries: list[tuple[_OwnedShard, ShardBatch]],
+        step: StepPlan,
+        process: Callable[[ShardBatch], Awaitable[None]],
+    ) -> None:
+        """Deliver one step's batches, up to ``max_parallel_shards`` at a time.
+
+        Batches of *different* shards may be in the handler at once (reading
+        releases the GIL in pyarrow); one shard never has two batches in
+        flight, and each shard commits on its own after its handler returns.
+        Every started delivery is awaited before an error is re-raised, so a
+        failure of one shard never abandons another shard's finished batch.
+        """
+        if not deliveries:
+            return
+        limit = max(1, self.config.max_parallel_shards)
+        if limit == 1 or len(deliveries) == 1:
+            for o, batch in deliveries:
+                await self._deliver(o, batch, step, process)
+            return
+        gate = asyncio.Semaphore(limit)
+
+        async def one(o: _OwnedShard, batch: ShardBatch) -> None:
+            async with gate:
+                if o.dropped or o.revoking:
+                    return
+                await self._deliver(o, batch, step, process)
+
+        results = await asyncio.gather(*(one(o, b) for o, b in deliveries),
+                                       return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            # The most important first: a failed handler, then anything
+            # else, and a plain stop last.
+            errors.sort(key=lambda e: 0 if isinstance(e, HandlerFailed)
+                        else 2 if isinstance(e, _Stop) else 1)
+            raise errors[0]
 
     async def _deliver(
         self,
@@ -823,7 +899,11 @@ class GroupMember:
             started = time.monotonic()
             await process(batch)
             self.stats.handler_seconds.append(time.monotonic() - started)
+            if len(self.stats.handler_seconds) > 10_000:
+                # Bounded: readers (metrics) start over on a new list.
+                self.stats.handler_seconds = []
             self.stats.batches += 1
+            self.stats.rows += int(getattr(batch, "rows_read", 0) or 0)
             self.history.record("deliver", shard=o.shard, epoch=o.epoch,
                                 snapshot=step.snapshot_id, next_snapshot=step.next_snapshot,
                                 kind=step.kind.value)
@@ -834,8 +914,14 @@ class GroupMember:
         finally:
             o.idle.set()
 
-    async def _commit(self, owned: dict[int, _OwnedShard], next_snapshot: int) -> None:
-        """Fenced commit of ``next_snapshot`` for ``owned`` (one atomic commit)."""
+    async def _commit(
+        self, owned: dict[int, _OwnedShard], next_snapshot: int, *, full_scan: int | None = None
+    ) -> None:
+        """Fenced commit of ``next_snapshot`` for ``owned`` (one atomic commit).
+
+        With ``full_scan`` the position is a pinned start whose full scan of
+        that snapshot is still to be delivered.
+        """
         if not owned:
             return
         try:
@@ -851,7 +937,9 @@ class GroupMember:
             raise SessionLost("no session")
         updates = {s: (o.epoch, next_snapshot) for s, o in owned.items()}
         try:
-            ok = await group.commit_positions(updates, self.member_id)
+            ok = await group.commit_positions(
+                updates, self.member_id,
+                full_scan={s: full_scan for s in owned} if full_scan is not None else None)
         except CoordinatorError as err:
             # The outcome is unknown to us; record the attempt so that a
             # redelivery of this batch is explained in the history.
@@ -863,7 +951,7 @@ class GroupMember:
         if not ok and len(owned) > 1:
             # Find which shards are no longer ours; commit the others.
             for s, o in owned.items():
-                await self._commit({s: o}, next_snapshot)
+                await self._commit({s: o}, next_snapshot, full_scan=full_scan)
             return
         for s, o in owned.items():
             self.history.record("commit", shard=s, epoch=o.epoch, next_snapshot=next_snapshot,
@@ -872,10 +960,12 @@ class GroupMember:
                 self.stats.commits += 1
                 o.next_snapshot = next_snapshot
                 o.committed = next_snapshot
-                o.full_scan = None
+                o.full_scan = full_scan
                 if self._mirror is not None:
+                    # Protect the pending full scan's snapshot, if any.
+                    mirrored = full_scan if full_scan is not None else next_snapshot
                     await self._in_io(
-                        functools.partial(self._mirror_write, s, next_snapshot, False))
+                        functools.partial(self._mirror_write, s, mirrored, False))
             else:
                 self.stats.rejected_commits += 1
                 log.warning(

@@ -141,14 +141,25 @@ class Position(_Record):
     epoch: int
     member_id: str
     committed_at: float
+    # A full scan of this snapshot is pinned but not yet delivered: the next
+    # owner scans exactly this snapshot again (so a replay is identical), and
+    # then continues at ``next_snapshot``.
+    full_scan: int | None = None
+
+    @property
+    def effective(self) -> int:
+        """The oldest snapshot this shard still needs (for lag and expiration)."""
+        return self.full_scan if self.full_scan is not None else self.next_snapshot
 
     @classmethod
     def _from_dict(cls, data: dict[str, Any]) -> Position:
+        full = data.get("full_scan")
         pos = Position(
             next_snapshot=int(data["next_snapshot"]),
             epoch=int(data["epoch"]),
             member_id=str(data["member_id"]),
             committed_at=float(data["committed_at"]),
+            full_scan=None if full is None else int(full),
         )
         if pos.next_snapshot < 1:
             raise ValueError("next_snapshot < 1")

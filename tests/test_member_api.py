@@ -84,14 +84,17 @@ async def test_explicit_commit(tmp_path: Path) -> None:
         batch = await asyncio.wait_for(batches.__anext__(), timeout=30)
         client = GroupClient(member._coord, "api")  # type: ignore[arg-type]
         position, _ = await client.position(batch.shard)
-        assert position is None  # nothing committed before the batch is acknowledged
+        # Before the batch is acknowledged only the start is pinned: the full
+        # scan of snapshot 1 is still pending.
+        assert position is not None and position.full_scan == batch.snapshot_id == 1
         await member.commit(batch)
         for _ in range(100):
             position, _ = await client.position(batch.shard)
-            if position is not None:
+            if position is not None and position.full_scan is None:
                 break
             await asyncio.sleep(0.05)
-        assert position is not None and position.next_snapshot == batch.next_snapshot
+        assert position is not None and position.full_scan is None
+        assert position.next_snapshot == batch.next_snapshot
         await batches.aclose()
     finally:
         await member.stop()
