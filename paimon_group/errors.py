@@ -29,6 +29,7 @@ __all__ = [
     "HandlerImportError",
     "InvalidCoordinatorURL",
     "MemberIdInUse",
+    "MemberRemoved",
     "NotOwner",
     "PaimonGroupError",
     "PlanInvariantViolated",
@@ -101,3 +102,7 @@ class StaleEpoch(PaimonGroupError):
 
 class NotOwner(PaimonGroupError):
     """An operation needs ownership of a shard that this member does not hold."""
+
+
+class MemberRemoved(PaimonGroupError):
+    """An operator removed this member from its group (``members remove``)."""

@@ -77,7 +77,7 @@ from coordinators.registry import open_coordinator
 from paimon_group.assignor import assign
 from paimon_group.batch import ShardBatch
 from paimon_group.config import MemberConfig
-from paimon_group.errors import HandlerFailed, MemberIdInUse
+from paimon_group.errors import HandlerFailed, MemberIdInUse, MemberRemoved
 from paimon_group.group import GroupClient
 from paimon_group.history import HistoryRecorder, NullRecorder
 from paimon_group.mirror import ConsumerMirror
@@ -505,6 +505,14 @@ class GroupMember:
     async def _reconcile(self) -> None:
         group = self._group
         assert group is not None
+        if not self._stopping and await group.coordinator.get(
+                group.keys.member(self.member_id)) is None and not self._stopping:
+            # Our session is live (checked by the caller) but our member key
+            # is gone: only an operator deletes it (members remove).
+            raise MemberRemoved(
+                f"member {self.member_id!r} was removed from group {self.group_name!r} "
+                "by an operator; its shards were handed to the others"
+            )
         await self._maybe_lead(group)
         assignment, _ = await group.read_assignment()
         if assignment is not None and (

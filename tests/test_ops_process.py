@@ -313,3 +313,26 @@ def test_members_remove_ends_the_wait_for_a_static_member(harness: GroupHarness)
         and [m["member_id"] for m in d["members"]] == ["m1"],
         TIMEOUT_S, "m1 to take m2's shards well before the rebalance delay")
     assert h.terminate("m1") == 0
+
+
+def test_members_remove_of_a_live_member_stops_it_with_one_line(harness: GroupHarness) -> None:
+    """A live member removed by an operator notices, stops reading and exits
+    non-zero with one clear line; the others take its shards."""
+    h = harness
+    h.write(range(40))
+    h.start("m1")
+    h.wait_caught_up({"m1"})
+    h.start("m2")
+    h.wait_for(lambda d: d["state"] == "stable" and len(
+        [m for m in d["members"] if m.get("session_state") != "gone"]) == 2,
+        TIMEOUT_S, "m1 and m2 to share the shards")
+    result = paimon_group(h, "members", "remove", "m2", table=False)
+    assert result.returncode == 0, result.stderr
+    code = h.procs["m2"].wait(timeout=TIMEOUT_S)
+    assert code == 1, h.log("m2")
+    errors = [line for line in h.log("m2").splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "was removed from group" in errors[0], h.log("m2")
+    h.write(range(40, 80))
+    final = h.wait_caught_up({"m1"})
+    assert all(s["owner"] == "m1" for s in final["shards"])
+    assert h.terminate("m1") == 0
