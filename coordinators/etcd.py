@@ -688,6 +688,11 @@ class EtcdWatch(Watch):
             self._run(), name=f"etcd-watch-{directory}"
         )
 
+    @property
+    def next_revision(self) -> int:
+        """The revision the stream delivers next: every event below it was seen."""
+        return self._next_revision
+
     async def wait(self, timeout: float | None = None) -> bool:
         if self._closed:
             raise CoordinatorError(f"watch of {self._directory!r} is closed")
@@ -783,8 +788,16 @@ class EtcdWatch(Watch):
                         self.rearms += 1
                         self._changed.set()
                 changed = False
+                # Events below this were delivered already (a stream re-armed
+                # from _next_revision never repeats them; this guards anyway).
+                floor = self._next_revision
                 for event in response.events:
-                    self._next_revision = max(self._next_revision, event.kv.mod_revision + 1)
+                    revision = int(event.kv.mod_revision)
+                    if revision < floor:
+                        continue
+                    self._next_revision = max(self._next_revision, revision + 1)
+                    # Deeper keys (``dir/sub/x``) are in the watched range but
+                    # are not children: they advance the revision, never wake.
                     if b"/" not in event.kv.key[depth:]:
                         changed = True
                 if not response.events and not response.created and response.header.revision:

@@ -37,6 +37,7 @@ from coordinators import (
 from coordinators.etcd import (
     EtcdCoordinator,
     EtcdTarget,
+    EtcdWatch,
     Failure,
     classify,
     parse_etcd_url,
@@ -270,6 +271,73 @@ async def test_watch_reports_direct_children_only(etcd_url: str) -> None:
             assert not await watch.wait(timeout=0.2)
             await coord.delete("d/seed")
             assert await watch.wait(timeout=30)
+
+
+@pytest.mark.etcd
+@pytest.mark.asyncio
+async def test_watch_is_quiet_until_a_direct_child_changes(
+    etcd_server_factory: Factory,
+) -> None:
+    # A server of our own that sends a progress notification every 100 ms,
+    # and a 1 s session renewed every 333 ms holding a key in the watched
+    # directory: neither may wake the watch.
+    server = etcd_server_factory(
+        extra_args=("--experimental-watch-progress-notify-interval=100ms",)
+    )
+    url = server.url_with_prefix()
+    holder = open_coordinator(url, ConnectOptions(session_timeout_s=1))
+    await holder.connect()
+    try:
+        async with open_coordinator(url) as coord, open_coordinator(url) as writer:
+            assert await holder.create("g/owners/0", b"m1", ephemeral=True) is not None
+            await coord.get("g/owners/0")  # the revision the watch starts after
+            async with coord.watch("g/owners/") as watch:
+                assert isinstance(watch, EtcdWatch)
+                stop = asyncio.Event()
+                last_revision = 0
+
+                async def elsewhere() -> None:
+                    # Deeper keys, sibling directories sharing the name's
+                    # prefix, the parent: everything changes but the children.
+                    nonlocal last_revision
+                    i = 0
+                    while not stop.is_set():
+                        for key in ("g/owners/sub/x", "g/owners-old/0", "g/ownersx",
+                                    "g/leader", "h/owners/0"):
+                            await writer.commit([], [Put(key, str(i).encode())])
+                        entry = await writer.get("g/owners/sub/x")
+                        assert entry is not None
+                        last_revision = entry.version
+                        i += 1
+                        await asyncio.sleep(0.05)
+
+                task = asyncio.create_task(elsewhere())
+                try:
+                    assert not await watch.wait(timeout=3.0)
+                finally:
+                    stop.set()
+                    await task
+                # The stream was alive all along: it went past the deeper writes.
+                await eventually(lambda: watch.next_revision > last_revision, what="stream")
+                assert not await watch.wait(timeout=0.5)
+                assert watch.rearms == 0
+
+                # Every real change of a direct child wakes it, each one
+                # preceded by a change elsewhere.
+                changes: list[Callable[[], Awaitable[object]]] = [
+                    lambda: writer.create("g/owners/1", b"m2"),
+                    lambda: writer.commit([], [Put("g/owners/1", b"m3")]),
+                    lambda: writer.delete("g/owners/1"),
+                    holder.close,  # revokes the lease: g/owners/0 goes
+                ]
+                for change in changes:
+                    await writer.commit([], [Put("g/owners/sub/x", b"-")])
+                    await change()
+                    assert await watch.wait(timeout=30)
+                    assert not await watch.wait(timeout=0.3)
+                assert await writer.get("g/owners/0") is None
+    finally:
+        await holder.close()
 
 
 @pytest.mark.etcd
