@@ -26,17 +26,34 @@ REPO = Path(__file__).resolve().parents[2]
 BACKEND_ORDER = {"sqlite": 0, "etcd": 1, "zk": 2}
 
 
+def _order(scenario: str) -> tuple[int, str]:
+    """Scenarios by their number in the issue ("10a ..." after "9 ...")."""
+    head = scenario.split(" ", 1)[0]
+    digits = "".join(c for c in head if c.isdigit())
+    return (int(digits) if digits else 99, scenario)
+
+
 def render(lines: list[dict[str, Any]]) -> str:
+    from tests.chaos.scenario import NOT_APPLICABLE
+
     rows: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for line in lines:
         rows[(line["scenario"], line["backend"])].append(line)
+    scenarios = {scenario for scenario, _ in rows}
+    for key in NOT_APPLICABLE:
+        if key[0] in scenarios:
+            rows.setdefault(key, [])
     out = [
         "| scenario | backend | runs | faults | rows written | rows lost | duplicates "
         "| rejected stale commits | recovery median (s) | recovery max (s) |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for (scenario, backend), runs in sorted(
-            rows.items(), key=lambda kv: (kv[0][0], BACKEND_ORDER.get(kv[0][1], 9))):
+            rows.items(), key=lambda kv: (_order(kv[0][0]), BACKEND_ORDER.get(kv[0][1], 9))):
+        if not runs:
+            out.append(f"| {scenario} | {backend} | n/a: {NOT_APPLICABLE[(scenario, backend)]} "
+                       "| | | | | | | |")
+            continue
         rec = [r for run in runs for r in run["recoveries"]]
         median = f"{statistics.median(rec):.2f}" if rec else "-"
         worst = f"{max(rec):.2f}" if rec else "-"
