@@ -39,7 +39,9 @@ class ShardBatch:
     ``kind`` (:class:`~paimon_group.planner.BatchKind`), ``next_snapshot``
     (the position committed after the handler returns), ``splits``,
     ``num_splits``, ``estimated_rows`` (from file metadata: rows before a
-    primary-key merge, so an upper bound for INITIAL batches) and ``schema``.
+    primary-key merge, so an upper bound for INITIAL batches), ``schema`` and
+    ``rows_read`` (the rows :meth:`to_arrow` and :meth:`iter_batches` actually
+    produced so far; a handler that reads twice counts twice).
 
     Built by the member runtime::
 
@@ -61,6 +63,7 @@ class ShardBatch:
         "member_id",
         "next_snapshot",
         "num_shards",
+        "rows_read",
         "shard",
         "snapshot_id",
         "splits",
@@ -98,6 +101,7 @@ class ShardBatch:
         )
         self.next_snapshot = plan.next_snapshot
         self.splits: tuple[Any, ...] = splits
+        self.rows_read = 0
         self._planner = planner
 
     @property
@@ -121,11 +125,22 @@ class ShardBatch:
 
     def to_arrow(self) -> pa.Table:
         """Exactly this shard's rows for this step, as one table."""
-        return self._planner.read_arrow(self.splits)
+        table = self._planner.read_arrow(self.splits)
+        self.rows_read += table.num_rows
+        return table
 
     def iter_batches(self) -> Iterator[pa.RecordBatch]:
-        """This shard's rows for this step as record batches, streamed (bounded memory)."""
-        return self._planner.iter_batches(self.splits)
+        """This shard's rows for this step as record batches, streamed.
+
+        Memory is bounded by one split's read (a bucket's files open at
+        once) plus one batch: merged primary-key rows come in batches of at
+        most ``read.batch-size`` rows (table option, default 1,024), see
+        :meth:`~paimon_group.planner.ShardPlanner.iter_batches`. Rows are
+        counted in ``rows_read`` as the batches are produced.
+        """
+        for batch in self._planner.iter_batches(self.splits):
+            self.rows_read += batch.num_rows
+            yield batch
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:
         return self.iter_batches()

@@ -54,7 +54,7 @@ from __future__ import annotations
 import enum
 import os
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -189,7 +189,8 @@ class ShardPlanner:
     Create it with :meth:`ShardedTable.planner`. It holds no position: the
     caller passes ``next_snapshot`` in and commits ``StepPlan.next_snapshot``.
     Safe to use from one thread at a time for planning; reads may run in
-    other threads.
+    other threads. ``batch_rows`` bounds the batches of :meth:`iter_batches`
+    (default: the table option ``read.batch-size``, 1,024 unless set).
 
     Example::
 
@@ -207,6 +208,7 @@ class ShardPlanner:
         include_row_kind: bool = False,
         projection: Sequence[str] | None = None,
         catch_up_threshold: int = 10,
+        batch_rows: int | None = None,
     ) -> None:
         if isinstance(num_shards, bool) or not isinstance(num_shards, int) or num_shards < 1:
             raise PaimonGroupError(
@@ -236,6 +238,11 @@ class ShardPlanner:
         if self.projection is not None:
             self._read_builder.with_projection(list(self.projection))
         self._schema: pa.Schema = self._read_builder.new_read().to_arrow_batch_reader([]).schema
+        self.batch_rows = int(
+            batch_rows if batch_rows is not None else pt.options.read_batch_size()
+        )
+        if self.batch_rows < 1:
+            raise PaimonGroupError(f"batch_rows must be >= 1, not {self.batch_rows}")
         self._max_workers = max(1, min(8, os.cpu_count() or 1))
 
     def __repr__(self) -> str:
@@ -470,25 +477,133 @@ class ShardPlanner:
         return table
 
     def iter_batches(self, splits: Sequence[Split]) -> Iterator[pa.RecordBatch]:
-        """Record batches of ``splits``, streamed (bounded memory), in split order.
+        """Record batches of ``splits``, streamed, in split order.
 
-        Streaming splits are read serially so that the changes of a bucket
-        come out in commit order.
+        Splits are read one after another, so that the changes of a bucket
+        come out in commit order and at most one split is open at a time.
+        Primary-key splits that pypaimon merges row by row (its Python
+        reader) come out in batches of at most :attr:`batch_rows` rows:
+        pypaimon's own batch reader gathers 65,536 merged rows before it
+        converts them to Arrow (a constant, not an option), which for most
+        buckets is the whole bucket. Splits read from raw files come out in
+        pypaimon's batches of ``read.batch-size`` rows. After each split,
+        Arrow's pool returns the memory it no longer uses to the system.
         """
         if not splits:
             return
-        streaming = any(getattr(s, "is_streaming", False) for s in splits)
-        reader = self._new_read().to_arrow_batch_reader(
-            list(splits), parallelism=1 if streaming else None
+        read = self._new_read()
+        hooks = _RowMergeHooks.of(read)
+        if hooks is None:
+            # A native (Rust) reader, or a pypaimon without the hooks below:
+            # its own batch reader, bounded or not as it is.
+            streaming = any(getattr(s, "is_streaming", False) for s in splits)
+            yield from _reader_batches(
+                read, list(splits), parallelism=1 if streaming else None
+            )
+            return
+        pool = pa.default_memory_pool()
+        for split in splits:
+            batches: Generator[pa.RecordBatch, None, None]
+            if self._merged_row_by_row(split):
+                batches = hooks.batches(split, self._schema, self.batch_rows)
+            else:
+                batches = _reader_batches(read, [split], parallelism=1)
+            try:
+                yield from batches
+            finally:
+                batches.close()
+                pool.release_unused()
+
+    def _merged_row_by_row(self, split: Split) -> bool:
+        """Whether pypaimon reads ``split`` through its primary-key merge
+        (rows), rather than from raw files (Arrow batches)."""
+        return bool(self._pt.is_primary_key_table) and (
+            bool(getattr(split, "is_streaming", False))
+            or not bool(getattr(split, "raw_convertible", False))
         )
+
+
+def _reader_batches(
+    read: Any, splits: list[Split], *, parallelism: int | None
+) -> Generator[pa.RecordBatch, None, None]:
+    """The non-empty batches of pypaimon's own batch reader over ``splits``."""
+    reader = read.to_arrow_batch_reader(splits, parallelism=parallelism)
+    try:
+        for batch in reader:
+            if batch.num_rows:
+                yield batch
+    finally:
+        close = getattr(reader, "close", None)
+        if close is not None:
+            close()
+
+
+@dataclass(frozen=True)
+class _RowMergeHooks:
+    """The parts of a pypaimon ``TableRead`` that its batch reader is made of,
+    used to cut a merged split into batches of a bounded number of rows.
+
+    These are private to pypaimon (checked for in :meth:`of`): without them,
+    or with a native reader (which reads in batches of its own), reading
+    falls back to pypaimon's batch reader.
+    """
+
+    read: Any
+    create_reader: Callable[[Split], Any]
+    row_values: Callable[[Any, Any], tuple[Any, ...]]
+    to_batches: Callable[[list[tuple[Any, ...]], list[str], pa.Schema], Iterable[pa.RecordBatch]]
+
+    @classmethod
+    def of(cls, read: Any) -> _RowMergeHooks | None:
         try:
-            for batch in reader:
-                if batch.num_rows:
-                    yield batch
+            from pypaimon.read.native_plan import native_reader_available
+
+            if native_reader_available():
+                return None
+        except ImportError:
+            pass
+        create = getattr(read, "_TableRead__create_reader_for_split", None)
+        values = getattr(read, "_serialize_blob_view_row_tuple", None)
+        convert = getattr(read, "_convert_rows_to_output_batches", None)
+        if create is None or values is None or convert is None:
+            return None
+        return cls(read, create, values, convert)
+
+    def batches(
+        self, split: Split, schema: pa.Schema, batch_rows: int
+    ) -> Generator[pa.RecordBatch, None, None]:
+        """The rows of one split as batches of at most ``batch_rows`` rows."""
+        from pypaimon.read.reader.iface.record_batch_reader import RecordBatchReader
+
+        reader = self.create_reader(split)
+        if isinstance(reader, RecordBatchReader):
+            # Not a row-by-row merge after all: pypaimon's batches are bounded.
+            reader.close()
+            yield from _reader_batches(self.read, [split], parallelism=1)
+            return
+        with_kinds = bool(self.read.include_row_kind)
+        rows: list[tuple[Any, ...]] = []
+        kinds: list[str] = []
+        try:
+            while (row_iterator := reader.read_batch()) is not None:
+                for row in iter(row_iterator.next, None):
+                    rows.append(self.row_values(row, reader))
+                    if with_kinds:
+                        kinds.append(row.get_row_kind().to_string())
+                    if len(rows) >= batch_rows:
+                        yield from self._convert(rows, kinds, schema)
+                        rows, kinds = [], []
+            if rows:
+                yield from self._convert(rows, kinds, schema)
         finally:
-            close = getattr(reader, "close", None)
-            if close is not None:
-                close()
+            reader.close()
+
+    def _convert(
+        self, rows: list[tuple[Any, ...]], kinds: list[str], schema: pa.Schema
+    ) -> Iterator[pa.RecordBatch]:
+        for batch in self.to_batches(rows, kinds, schema):
+            if batch.num_rows:
+                yield batch
 
 
 class _ShardFileScanner(FileScanner):  # type: ignore[misc]

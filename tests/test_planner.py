@@ -16,6 +16,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from coordinators.errors import PaimonGroupError
 from paimon_group.batch import ShardBatch
 from paimon_group.errors import (
     ConfigError,
@@ -605,6 +606,90 @@ def test_shard_batch_reads_exactly_its_shard(warehouse: str) -> None:
     assert_shard_exact(
         table, 3, {k: b.to_arrow() for k, b in batches.items()}, [(i, 3) for i in range(100)]
     )
+
+
+# -- streaming reads --------------------------------------------------------------------------
+
+
+def test_iter_batches_cuts_merged_buckets_into_bounded_batches(warehouse: str) -> None:
+    # Three overlapping commits: every bucket's full scan is a primary-key
+    # merge, which pypaimon's batch reader returns as one batch per bucket.
+    make_pk_table(warehouse, "db.t", buckets=2)
+    write_rows(warehouse, "db.t", range(300), v=1)
+    write_rows(warehouse, "db.t", range(300), v=2)
+    last = write_rows(warehouse, "db.t", range(100, 400), v=3)
+    table = ShardedTable.open(warehouse, "db.t")
+    planner = ShardPlanner(table, 2, batch_rows=16)
+    step = planner.plan_full(range(2), last)
+
+    per_shard = {}
+    for shard, splits in step.splits.items():
+        batches = list(planner.iter_batches(splits))
+        assert len(batches) > 1
+        assert all(0 < b.num_rows <= 16 for b in batches)
+        streamed = pa.Table.from_batches(batches, planner.schema)
+        assert streamed.sort_by("id").equals(planner.read_arrow(splits).sort_by("id"))
+        per_shard[shard] = streamed
+    expected = [(i, 2) for i in range(100)] + [(i, 3) for i in range(100, 400)]
+    assert_shard_exact(table, 2, per_shard, expected)
+
+
+def test_iter_batches_of_follow_ups_keep_row_kinds_and_commit_order(warehouse: str) -> None:
+    make_pk_table(warehouse, "db.c", buckets=2, changelog_producer="input", row_kind_field=True)
+    write_rows(warehouse, "db.c", range(50), v=1)
+    write_rows(warehouse, "db.c", range(25, 75), v=2)
+    delete_rows(warehouse, "db.c", range(10), v=3)
+    table = ShardedTable.open(warehouse, "db.c")
+    planner = ShardPlanner(
+        table, 1, include_row_kind=True, catch_up_threshold=1, batch_rows=7
+    )
+    # One catch-up step over the three snapshots: streaming splits, in order.
+    step = planner.plan_next([0], 1)
+    assert step is not None and step.first_snapshot == 1
+
+    batches = list(planner.iter_batches(step.splits[0]))
+    assert all(0 < b.num_rows <= 7 for b in batches)
+    streamed = pa.Table.from_batches(batches, planner.schema)
+    assert streamed.equals(planner.read_arrow(step.splits[0]))
+    assert streamed.schema.names[0] == "_row_kind"
+    assert streamed.column("_row_kind").to_pylist().count("-D") == 10
+
+
+def test_batch_rows_defaults_to_the_read_batch_size_option(warehouse: str) -> None:
+    make_pk_table(warehouse, "db.t", buckets=2, options={"read.batch-size": "5"})
+    last = write_rows(warehouse, "db.t", range(40), v=1)
+    write_rows(warehouse, "db.t", range(40), v=2)
+    table = ShardedTable.open(warehouse, "db.t")
+    planner = table.planner(1)
+    assert planner.batch_rows == 5
+    assert ShardPlanner(table, 1).batch_rows == 5
+    with pytest.raises(PaimonGroupError, match="batch_rows"):
+        ShardPlanner(table, 1, batch_rows=0)
+    step = planner.plan_full([0], last + 1)
+    assert all(b.num_rows <= 5 for b in planner.iter_batches(step.splits[0]))
+
+
+def test_shard_batch_counts_the_rows_it_produced(warehouse: str) -> None:
+    make_pk_table(warehouse, "db.t", buckets=4)
+    write_rows(warehouse, "db.t", range(100), v=1)
+    last = write_rows(warehouse, "db.t", range(50), v=2)
+    table = ShardedTable.open(warehouse, "db.t")
+    planner = ShardPlanner(table, 2, batch_rows=8)
+    step = planner.plan_full(range(2), last)
+    batch = ShardBatch(group="g", member_id="m", shard=1, num_shards=2, epoch=1,
+                       plan=step, planner=planner)
+
+    assert batch.rows_read == 0
+    rows = batch.to_arrow().num_rows
+    assert 0 < rows < batch.estimated_rows  # merged: fewer rows than in the files
+    assert batch.rows_read == rows
+    streamed = batch.iter_batches()
+    assert batch.rows_read == rows  # nothing read until iterated
+    first = next(streamed)
+    assert batch.rows_read == rows + first.num_rows
+    for _ in streamed:
+        pass
+    assert batch.rows_read == 2 * rows
 
 
 # -- why we plan ourselves ------------------------------------------------------------------------
