@@ -65,7 +65,8 @@ def test_faults_lose_nothing_and_fence_the_zombie(tmp_path: Path, group_coordina
         h.wait_for(lambda d: live_members(d) == {"m0"}
                    and all(s["owner"] == "m0" for s in d["shards"]),
                    timeout=60, what="m0 to own every shard")
-        assert time.monotonic() - stopped_at > 2.0
+        # (The takeover may come less than a session timeout after the stop:
+        # the server's timer started at m1's last heartbeat, before it.)
         h.signal("m1", signal.SIGCONT)
 
         h.start("m3")  # a member joins
