@@ -1,0 +1,113 @@
+"""Scenario 8: one member cut off from the coordinator by a loopback TCP proxy.
+
+The member ``m2`` reaches the coordinator only through
+:class:`tests.support.proxy.TcpProxy` (its ``--coordinator`` URL names the
+proxy); the others connect directly. While snapshots are written:
+
+1. the proxy delays every chunk by 0.2 s for a while (below the timeout:
+   slower, nothing else);
+2. it resets every connection once (RST), then passes again: the member's
+   client reconnects;
+3. it blackholes the member's traffic (no RST, no FIN: a cut cable) until
+   the member's shards have moved to the others, i.e. past the session
+   timeout, then heals.
+
+The cut-off member must stop committing by its own monotonic deadline (its
+late commits are rejected by the epoch fence or refused locally, never
+accepted), record the loss of its shards, and rejoin after the heal. Nothing
+is lost. etcd and ZooKeeper (a shared server, a fresh prefix / chroot); the
+embedded SQLite coordinator has no network to cut.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.chaos.scenario import (
+    Backend,
+    Run,
+    events_of,
+    finish,
+    harness,
+    wait_stable_with,
+    wait_until,
+)
+from tests.support.proxy import TcpProxy
+
+pytestmark = [pytest.mark.chaos, pytest.mark.slow]
+
+# ZooKeeper fails this scenario today (a member whose session the backend
+# declares lost can die of "ZooKeeper coordinator is closed" instead of
+# rejoining): see "Findings" in docs/reliability.md. It joins the
+# parametrisation (tests.chaos.scenario.COORDINATOR_BACKENDS) once fixed.
+BACKENDS_PASSING = [pytest.param("etcd", marks=pytest.mark.etcd)]
+
+MEMBERS = ("m0", "m1", "m2")
+VICTIM = "m2"
+
+
+@pytest.fixture(params=BACKENDS_PASSING)
+def proxied(request: pytest.FixtureRequest) -> Iterator[tuple[Backend, str, TcpProxy]]:
+    """(backend with the direct URL, the same URL through the proxy, the proxy)."""
+    name: str = request.param
+    server = request.getfixturevalue(f"{name}_server")
+    if name == "etcd":
+        url: str = server.url_with_prefix()
+        host, port = server.endpoint.split(":")
+    else:
+        url = server.unique_url()
+        host, port = server.host, str(server.port)
+    proxy = TcpProxy(host, int(port), delay_s=0.2)
+    proxy.start()
+    try:
+        yield Backend(name, url), url.replace(f"{host}:{port}", proxy.address, 1), proxy
+    finally:
+        proxy.stop()
+
+
+def test_member_cut_off_by_proxy(tmp_path: Path,
+                                 proxied: tuple[Backend, str, TcpProxy]) -> None:
+    backend, victim_url, proxy = proxied
+    h = harness(tmp_path, backend)
+    run = Run("8 member cut off by TCP proxy", backend.name)
+    try:
+        h.write(range(0, 100))
+        h.start("m0")
+        h.start("m1")
+        h.start(VICTIM, "--coordinator", victim_url)  # the last --coordinator wins
+        h.wait_caught_up(set(MEMBERS))
+        assert proxy.connections_accepted > 0
+        h.start_writer(first=100, count=300, per_snapshot=20, interval_s=0.4)
+
+        # 1. delay, below the session timeout
+        proxy.set_mode("delay")
+        wait_until(h, lambda: len(h.written) >= 160, "the writer to be under way")
+        proxy.set_mode("pass")
+        # 2. one reset of every connection
+        accepted = proxy.connections_accepted
+        proxy.set_mode("reset")
+        proxy.set_mode("pass")
+        wait_until(h, lambda: proxy.connections_accepted > accepted,
+                   f"{VICTIM} to reconnect after the reset")
+        # 3. blackhole past the session timeout, then heal
+        before = h.wait_for(lambda d: d["state"] == "stable" and any(
+            s["owner"] == VICTIM for s in d["shards"]), what=f"{VICTIM} owning shards")
+        held = {s["shard"] for s in before["shards"] if s["owner"] == VICTIM}
+        fault = run.fault("blackhole", VICTIM, h.procs[VICTIM].pid)
+        proxy.set_mode("blackhole")
+        h.wait_for(lambda d: d["state"] == "stable" and not any(
+            s["owner"] == VICTIM for s in d["shards"]), what=f"{VICTIM}'s shards to move")
+        proxy.set_mode("pass")
+        # Its shards are gone: it records the loss (at the latest when it hears
+        # from the coordinator again) and rejoins with a new session.
+        lost = wait_until(h, lambda: events_of(h, VICTIM, "lost", after=fault.t),
+                          f"{VICTIM} to record the loss of its shards")
+        assert held <= {s for e in lost for s in e["shards"]}, (held, lost)
+        wait_stable_with(h, set(MEMBERS), timeout=180)
+        assert h.procs[VICTIM].poll() is None, h.log(VICTIM)[-3000:]
+        finish(h, run, set(MEMBERS))
+    finally:
+        h.cleanup()
