@@ -189,6 +189,9 @@ class GroupMember:
         self._leader_epoch: int | None = None
         self._assignment: Assignment | None = None
         self._vanished: dict[str, float] = {}
+        # Listing every owner key is O(shards): at most once per interval.
+        self._ownership_check_s = max(2.0, config.session_timeout_s)
+        self._ownership_checked_at = -1e18
         self._wake = asyncio.Event()
         self._session_changed = asyncio.Event()
         self._stopping = False
@@ -478,6 +481,7 @@ class GroupMember:
     # -- control loop -----------------------------------------------------
 
     async def _control_loop(self) -> None:
+        fired: set[str] = {"start"}
         while not self._stopping:
             self._last_loop_tick = time.monotonic()
             coord = self._coord
@@ -487,24 +491,50 @@ class GroupMember:
                 raise SessionLost(f"session {coord.session.id} lost")
             if coord.session.is_live(self.config.margin):
                 try:
-                    await self._reconcile()
+                    await self._reconcile(fired)
                 except CoordinatorUnavailable as err:
                     log.warning("coordinator unavailable: %s", err)
-            await self._wait_for_change(timeout=max(0.2, self.config.session_timeout_s / 4))
+            fired = await self._wait_for_change(
+                timeout=max(0.2, self.config.session_timeout_s / 4))
 
-    async def _wait_for_change(self, timeout: float) -> None:
+    WATCH_NAMES = ("group", "members", "owners")
+
+    async def _wait_for_change(self, timeout: float) -> set[str]:
+        """Which of our watches fired ("group", "members", "owners"), or
+        {"local"} / {"timeout"} for a local wake-up or the periodic tick."""
         waiters = [asyncio.ensure_future(w.wait(timeout)) for w in self._watches]
-        waiters.append(asyncio.ensure_future(self._wake.wait()))
+        local = asyncio.ensure_future(self._wake.wait())
         try:
-            await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait([*waiters, local], timeout=timeout,
+                                         return_when=asyncio.FIRST_COMPLETED)
+            fired = {name for name, w in zip(self.WATCH_NAMES, waiters, strict=False)
+                     if w in done and not w.cancelled() and w.exception() is None
+                     and w.result()}
+            if local in done:
+                fired.add("local")
+            return fired or {"timeout"}
         finally:
-            for w in waiters:
+            for w in [*waiters, local]:
                 w.cancel()
             self._wake.clear()
 
-    async def _reconcile(self) -> None:
+    async def _reconcile(self, fired: set[str]) -> None:
+        """One level-triggered round, doing only what the wake-up calls for.
+
+        A change of owner keys alone (the most frequent event in a large group
+        during a rebalance) only retries pending acquisitions; everything is
+        re-read on a group or member change, a local wake-up and every tick.
+        """
         group = self._group
         assert group is not None
+        owners_only = fired == {"owners"}
+        if owners_only:
+            pending = self._pending_acquisitions()
+            if pending and self._assignment is not None:
+                await self._acquire(pending, self._assignment.generation)
+            if time.monotonic() - self._ownership_checked_at > self._ownership_check_s:
+                await self._check_ownership(group)
+            return
         if not self._stopping and await group.coordinator.get(
                 group.keys.member(self.member_id)) is None and not self._stopping:
             # Our session is live (checked by the caller) but our member key
@@ -528,7 +558,8 @@ class GroupMember:
                 extra={"group": self.group_name, "member": self.member_id,
                        "generation": assignment.generation},
             )
-        await self._check_ownership(group)
+        if time.monotonic() - self._ownership_checked_at > self._ownership_check_s:
+            await self._check_ownership(group)
         target = set(self._assignment.shards_of(self.member_id)) if self._assignment else set()
         to_revoke = [s for s, o in self._owned.items() if s not in target and not o.revoking]
         if to_revoke:
@@ -541,11 +572,16 @@ class GroupMember:
         if to_acquire and self._assignment is not None:
             await self._acquire(to_acquire, self._assignment.generation)
 
+    def _pending_acquisitions(self) -> list[int]:
+        target = set(self._assignment.shards_of(self.member_id)) if self._assignment else set()
+        return sorted(target - set(self._owned))
+
     async def _check_ownership(self, group: GroupClient) -> None:
         """Drop shards whose owner key is no longer ours (deleted by an operator:
         ``members remove``, ``reset --force``). Our commits would be rejected
         anyway; this makes the member notice at once instead of at its next
         commit, which on an idle table can be much later."""
+        self._ownership_checked_at = time.monotonic()
         held = [o for o in self._owned.values() if not o.dropped and not o.revoking]
         if not held:
             return

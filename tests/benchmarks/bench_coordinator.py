@@ -5,7 +5,8 @@ join and after a leave, and etcd requests per second at steady state.
 Each simulated member is what ``GroupMember``'s control loop does, without
 reading: its own etcd session (lease + keep-alive thread), the same three
 watches (group dir, members, owners), and on every wake-up (or every
-``session_timeout / 4``) the same reconcile: become leader if there is none;
+``session_timeout / 4``) the same reconcile (a wake-up by owner changes alone only retries pending
+acquisitions, as in ``GroupMember``): become leader if there is none;
 as leader, compute :func:`paimon_group.assignor.assign` and publish it
 (guarded by the leader epoch); release shards no longer ours (fenced); create
 the owner keys of shards newly ours. Requests are counted by wrapping every
@@ -101,9 +102,15 @@ class SimMember:
         self.task = asyncio.create_task(self.loop())
 
     async def loop(self) -> None:
+        fired: list[str] = ["start"]
         while True:
             with contextlib.suppress(CoordinatorError):
-                await self.reconcile()
+                if fired == ["wake:owners"]:
+                    # As GroupMember: an owner change alone only retries the
+                    # acquisitions still waiting for a previous owner.
+                    await self.acquire_pending()
+                else:
+                    await self.reconcile()
             waiters = [asyncio.ensure_future(w.wait(SESSION_TIMEOUT_S / 4))
                        for w in self.watches]
             waiters.append(asyncio.ensure_future(self.wake.wait()))
@@ -113,7 +120,8 @@ class SimMember:
                 names = ("wake:group-dir", "wake:members", "wake:owners", "wake:local")
                 fired = [n for n, w in zip(names, waiters, strict=True)
                          if w in done and w.result()]
-                for name in fired or ["wake:timeout"]:
+                fired = fired or ["wake:timeout"]
+                for name in fired:
                     WAKES[name] += 1
             finally:
                 for w in waiters:
@@ -143,6 +151,12 @@ class SimMember:
         target = set(self.assignment.shards_of(self.member_id)) if self.assignment else set()
         for shard in [s for s in self.owned if s not in target]:
             await group.release(shard, self.owned.pop(shard))
+        await self.acquire_pending()
+
+    async def acquire_pending(self) -> None:
+        group = self.group
+        assert group is not None
+        target = set(self.assignment.shards_of(self.member_id)) if self.assignment else set()
         for shard in sorted(target - set(self.owned)):
             epoch = await group.acquire(shard, self.member_id,
                                         self.assignment.generation if self.assignment else 0)
