@@ -121,6 +121,12 @@ def finish(h: GroupHarness, run: Run, members: set[str], *,
     """Wait for the writer and the group, stop it, check the history, record figures."""
     h.wait_writer()
     final = h.wait_caught_up(members, timeout=caught_up_timeout)
+    # Every running member process registered itself (a killed one's key
+    # stays listed until its session expires, and a restart still starting
+    # up has no SIGTERM handler yet: stop_all would kill it with -15).
+    pids = {m: p.pid for m, p in h.procs.items() if m in members and p.poll() is None}
+    h.wait_for(lambda d: pids.items() <= {(m["member_id"], m["pid"]) for m in d["members"]},
+               caught_up_timeout, "every running member process to be registered")
     codes = stop_all(h)
     history = h.history()
     violations = check_all(h.written, history, h.bucket_function(), final["num_shards"])

@@ -52,8 +52,13 @@ def test_leader_killed_while_publishing(tmp_path: Path, chaos_backend: Backend) 
             h.kill(leader)
             h.start(leader)
             joiner = leader
-        h.wait_for(lambda d: d["state"] == "stable" and live_members(d) == set(MEMBERS),
-                   timeout=180, what="a stable group of all members")
+        # The last restart must have registered itself: a killed process's
+        # key stays listed until its session expires, and a process still
+        # starting up has no signal handler yet (SIGTERM would kill it).
+        pids = {m: h.procs[m].pid for m in MEMBERS}
+        h.wait_for(lambda d: d["state"] == "stable" and live_members(d) == set(MEMBERS)
+                   and {m["member_id"]: m["pid"] for m in d["members"]} == pids,
+                   timeout=180, what="a stable group of all the current processes")
         finish(h, run, set(MEMBERS))
     finally:
         h.cleanup()
