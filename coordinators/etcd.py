@@ -23,7 +23,8 @@ How the coordinator protocol maps onto etcd (see ``docs/etcd.md``):
 * **watch** is a prefix watch on the directory that keeps the revision it has
   seen; a broken stream resumes from the next revision (and reports a
   change), a compacted revision re-arms from a fresh read (and reports a
-  change). Deeper keys than direct children are filtered out.
+  change). Deeper keys than direct children are filtered out; progress
+  notifications and keep-alives never wake it.
 * **endpoints**: the first endpoint is used until it fails, then the next one
   (round robin). **prefix**: the URL path, prepended to every key.
 
