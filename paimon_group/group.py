@@ -48,7 +48,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from coordinators.base import Check, Coordinator, Delete, Entry, Put
-from paimon_group.errors import MemberIdInUse, ShardCountMismatch
+from paimon_group.errors import CoordinatorUnavailable, MemberIdInUse, ShardCountMismatch
 from paimon_group.names import GroupKeys, validate_member_id
 from paimon_group.records import Assignment, GroupMeta, MemberInfo, Owner, Position
 
@@ -230,13 +230,30 @@ class GroupClient:
     # -- ownership -----------------------------------------------------
 
     async def acquire(self, shard: int, member_id: str, generation: int) -> int | None:
-        """Create the owner key of ``shard``; the new epoch, or None if owned."""
-        entry = await self.coordinator.create(
-            self.keys.owner(shard),
-            Owner(member_id=member_id, generation=generation).encode(),
-            ephemeral=True,
-        )
-        return entry.create_version if entry else None
+        """Create the owner key of ``shard``; the new epoch, or None if owned by another.
+
+        If the create's outcome is unknown (the coordinator timed out, the
+        write may have landed), or the key exists, the key is read back: a
+        key created by *this session* is ours and its epoch is returned.
+        Without this, a lost acknowledgement would leave the shard held by a
+        key nobody knows it owns, until the session ends.
+        """
+        session = self.coordinator.session.id
+        key = self.keys.owner(shard)
+        try:
+            entry = await self.coordinator.create(
+                key,
+                Owner(member_id=member_id, generation=generation, session=session).encode(),
+                ephemeral=True,
+            )
+        except CoordinatorUnavailable:
+            entry = None
+        if entry is not None:
+            return entry.create_version
+        existing = await self.coordinator.get(key)
+        if existing is not None and Owner.decode(key, existing.value).session == session:
+            return existing.create_version
+        return None
 
     async def release(self, shard: int, epoch: int) -> bool:
         """Delete our owner key, only if it is still ours (same epoch)."""

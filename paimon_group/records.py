@@ -127,10 +127,16 @@ class Assignment(_Record):
 
 @dataclass(frozen=True)
 class Owner(_Record):
-    """``groups/<group>/owners/<shard>``: its create version is the shard's epoch."""
+    """``groups/<group>/owners/<shard>``: its create version is the shard's epoch.
+
+    ``session`` is the coordinator session that created it, so a member whose
+    create had an unknown outcome (a timeout after the write landed) can
+    recognise and adopt its own key instead of leaving the shard stuck.
+    """
 
     member_id: str
     generation: int
+    session: str = ""
 
 
 @dataclass(frozen=True)

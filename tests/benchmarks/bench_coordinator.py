@@ -208,7 +208,16 @@ async def wait_stable(members: list[SimMember], num_shards: int, timeout: float)
     began = time.monotonic()
     while not stable(members, num_shards):
         if time.monotonic() - began > timeout:
-            raise TimeoutError(f"not stable after {timeout:.0f} s")
+            latest = max((m.assignment for m in members if m.assignment is not None),
+                         key=lambda a: a.generation, default=None)
+            behind = [(m.member_id, sorted(set(m.owned) ^ set(latest.shards_of(m.member_id)))
+                       if latest else None,
+                       m.coord.session.state.value if m.coord else None)
+                      for m in members
+                      if latest is None or set(m.owned) != set(latest.shards_of(m.member_id))]
+            raise TimeoutError(f"not stable after {timeout:.0f} s: generation "
+                               f"{latest.generation if latest else None}, "
+                               f"{len(behind)} members behind, e.g. {behind[:5]}")
         await asyncio.sleep(0.02)
     return time.monotonic() - began
 
