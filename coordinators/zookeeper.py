@@ -721,6 +721,26 @@ class ZooKeeperCoordinator(Coordinator):
             raise CoordinatorError(f"{self!r} is not connected: await connect() first")
         return self._session
 
+    @contextlib.contextmanager
+    def _translating(self, what: str) -> Iterator[None]:
+        """Like :func:`_translated`, but once this session is LOST every failure
+        is :class:`SessionLost`: a request in flight when the session was
+        declared lost fails on the stopped kazoo client (ConnectionClosedError),
+        and the owner must rejoin, not give up."""
+        try:
+            with _translated(what):
+                yield
+        except CoordinatorError as err:
+            session = self._session
+            lost = self._lost_flag or (session is not None
+                                       and session.state is SessionState.LOST)
+            if lost and not isinstance(err, SessionLost) and not self._closed:
+                sid = session.id if session is not None else "?"
+                raise SessionLost(
+                    f"ZooKeeper session {sid} is lost ({what}): open a new coordinator"
+                ) from err
+            raise
+
     def _live_client(self) -> Any:
         if self._closed:
             raise CoordinatorError(f"{self!r} is closed")
@@ -1213,7 +1233,7 @@ class ZooKeeperCoordinator(Coordinator):
 
     async def get(self, key: str) -> Entry | None:
         self._check_key(key)
-        with _translated(f"get {key}"):
+        with self._translating(f"get {key}"):
             states = await self._read_states([key])
         return self._entry(key, states[key])
 
@@ -1221,7 +1241,7 @@ class ZooKeeperCoordinator(Coordinator):
         self._check_dir(prefix)
         client = self._live_client()
         directory = self._dir_znode(prefix[:-1])
-        with _translated(f"list {prefix}"):
+        with self._translating(f"list {prefix}"):
 
             async def children() -> list[str]:
                 try:
@@ -1348,7 +1368,7 @@ class ZooKeeperCoordinator(Coordinator):
             await self._after_failure(failure)
             raise AssertionError("unreachable")
 
-        with _translated(f"create {key}"):
+        with self._translating(f"create {key}"):
             return await self._writing(attempt)
 
     async def _created(self, key: str, nonce: str, value: bytes, ephemeral: bool) -> Entry:
@@ -1415,7 +1435,7 @@ class ZooKeeperCoordinator(Coordinator):
             await self._after_failure(failure)
             raise AssertionError("unreachable")
 
-        with _translated(f"delete {key}"):
+        with self._translating(f"delete {key}"):
             return await self._writing(attempt)
 
     async def commit(self, checks: Sequence[Check], ops: Sequence[Op]) -> bool:
@@ -1454,7 +1474,7 @@ class ZooKeeperCoordinator(Coordinator):
             await self._after_failure(failure)
             raise AssertionError("unreachable")
 
-        with _translated("commit"):
+        with self._translating("commit"):
             return await self._writing(attempt)
 
     def _plan_reads(

@@ -89,6 +89,7 @@ from paimon_group.table import ShardedTable
 log = logging.getLogger("paimon_group.member")
 
 VERSION = "0.1.0"
+TABLE_CHECK_S = 5.0  # how often an idle member checks that its table still exists
 
 
 class MemberState(enum.Enum):
@@ -537,12 +538,17 @@ class GroupMember:
             return
         if not self._stopping and await group.coordinator.get(
                 group.keys.member(self.member_id)) is None and not self._stopping:
-            # Our session is live (checked by the caller) but our member key
-            # is gone: only an operator deletes it (members remove).
-            raise MemberRemoved(
-                f"member {self.member_id!r} was removed from group {self.group_name!r} "
-                "by an operator; its shards were handed to the others"
-            )
+            # Our member key is gone although our session looked live. Either
+            # an operator removed us (members remove leaves a goodbye marker),
+            # or the session expired server-side before we noticed (a paused
+            # coordinator or process): then this is a lost session, and we
+            # rejoin like any other.
+            if self.member_id in await group.leaving():
+                raise MemberRemoved(
+                    f"member {self.member_id!r} was removed from group {self.group_name!r} "
+                    "by an operator; its shards were handed to the others"
+                )
+            raise SessionLost(f"member key of {self.member_id!r} is gone: session expired")
         await self._maybe_lead(group)
         assignment, _ = await group.read_assignment()
         if assignment is not None and (
@@ -814,10 +820,19 @@ class GroupMember:
 
     async def _read_loop(self, process: Callable[[ShardBatch], Awaitable[None]]) -> None:
         poll = self.config.poll_interval_ms / 1000.0
+        table_checked = time.monotonic()
         while True:
             await self._wait_live()
             self.raise_if_failed()
             progressed = await self._read_round(process)
+            if not progressed and time.monotonic() - table_checked > TABLE_CHECK_S:
+                # An idle table and a dropped table look alike to the planner
+                # (no new snapshot): check now and then that it still exists,
+                # so a dropped table is an error, not an endless wait.
+                table_checked = time.monotonic()
+                cfg = self.config
+                await self._in_io(functools.partial(
+                    ShardedTable.open, cfg.warehouse, cfg.table, cfg.catalog_options))
             if not progressed:
                 try:
                     await asyncio.wait_for(self._wake.wait(), timeout=poll)

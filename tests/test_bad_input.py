@@ -116,6 +116,22 @@ def test_consumer_directory_cannot_be_created(tmp_path: Path) -> None:
         h.cleanup()
 
 
+def test_table_dropped_while_running(tmp_path: Path) -> None:
+    h = group(tmp_path)
+    try:
+        h.write(range(0, 40))
+        h.start("m0")
+        h.wait_caught_up({"m0"})
+        catalog(h.warehouse).drop_table(h.table)
+        code = h.procs["m0"].wait(timeout=EXIT_TIMEOUT_S)
+        h.exit_codes.setdefault("m0", []).append(code)
+        assert code != 0, h.log("m0")[-4000:]
+        assert_one_clear_line(h, "m0", h.table)
+        assert delivered(h) == h.written
+    finally:
+        h.cleanup()
+
+
 def test_snapshot_expired_under_a_slow_shard(tmp_path: Path) -> None:
     h = group(tmp_path)
     try:

@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 
 from tests.chaos.scenario import (
+    COORDINATOR_BACKENDS,
     SESSION_TIMEOUT_S,
     Backend,
     Run,
@@ -39,16 +40,10 @@ from tests.chaos.scenario import (
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow]
 
-# ZooKeeper fails this scenario today (a member whose session the backend
-# declares lost can die of "ZooKeeper coordinator is closed" instead of
-# rejoining): see "Findings" in docs/reliability.md. It joins the
-# parametrisation (tests.chaos.scenario.COORDINATOR_BACKENDS) once fixed.
-BACKENDS_PASSING = [pytest.param("etcd", marks=pytest.mark.etcd)]
-
 MEMBERS = ("m0", "m1", "m2")
 
 
-@pytest.fixture(params=BACKENDS_PASSING)
+@pytest.fixture(params=COORDINATOR_BACKENDS)
 def own_server(request: pytest.FixtureRequest) -> tuple[Backend, Any]:
     """(backend, server): a coordinator server of this test only, with kill/pause."""
     name: str = request.param

@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from tests.chaos.scenario import (
+    COORDINATOR_BACKENDS,
     Backend,
     Run,
     events_of,
@@ -39,17 +40,11 @@ from tests.support.proxy import TcpProxy
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow]
 
-# ZooKeeper fails this scenario today (a member whose session the backend
-# declares lost can die of "ZooKeeper coordinator is closed" instead of
-# rejoining): see "Findings" in docs/reliability.md. It joins the
-# parametrisation (tests.chaos.scenario.COORDINATOR_BACKENDS) once fixed.
-BACKENDS_PASSING = [pytest.param("etcd", marks=pytest.mark.etcd)]
-
 MEMBERS = ("m0", "m1", "m2")
 VICTIM = "m2"
 
 
-@pytest.fixture(params=BACKENDS_PASSING)
+@pytest.fixture(params=COORDINATOR_BACKENDS)
 def proxied(request: pytest.FixtureRequest) -> Iterator[tuple[Backend, str, TcpProxy]]:
     """(backend with the direct URL, the same URL through the proxy, the proxy)."""
     name: str = request.param
