@@ -256,10 +256,22 @@ class GroupClient:
         return None
 
     async def release(self, shard: int, epoch: int) -> bool:
-        """Delete our owner key, only if it is still ours (same epoch)."""
-        return await self.coordinator.commit(
-            [Check.created_at(self.keys.owner(shard), epoch)], [Delete(self.keys.owner(shard))]
-        )
+        """Delete our owner key, only if it is still ours (same epoch).
+
+        A release whose outcome is unknown (the coordinator timed out) is read
+        back and tried again: a key left behind would hold the shard, owned
+        by nobody who knows it, until our session ends.
+        """
+        key = self.keys.owner(shard)
+        for _ in range(3):
+            try:
+                return await self.coordinator.commit(
+                    [Check.created_at(key, epoch)], [Delete(key)])
+            except CoordinatorUnavailable:
+                entry = await self.coordinator.get(key)
+                if entry is None or entry.create_version != epoch:
+                    return True  # it landed (or the key is no longer ours)
+        return await self.coordinator.commit([Check.created_at(key, epoch)], [Delete(key)])
 
     async def owners(self) -> dict[int, OwnerView]:
         out: dict[int, OwnerView] = {}

@@ -193,6 +193,7 @@ class GroupMember:
         # Listing every owner key is O(shards): at most once per interval.
         self._ownership_check_s = max(2.0, config.session_timeout_s)
         self._ownership_checked_at = -1e18
+        self._full_round_at = -1e18
         self._wake = asyncio.Event()
         self._session_changed = asyncio.Event()
         self._stopping = False
@@ -528,7 +529,12 @@ class GroupMember:
         """
         group = self._group
         assert group is not None
-        owners_only = fired == {"owners"}
+        # Owner changes can fire without pause in a large group; a full round
+        # still runs at least once per tick, so nothing waits on a missed
+        # wake-up for longer than that.
+        tick = max(0.2, self.config.session_timeout_s / 4)
+        owners_only = (fired == {"owners"}
+                       and time.monotonic() - self._full_round_at < tick)
         if owners_only:
             pending = self._pending_acquisitions()
             if pending and self._assignment is not None:
@@ -536,6 +542,7 @@ class GroupMember:
             if time.monotonic() - self._ownership_checked_at > self._ownership_check_s:
                 await self._check_ownership(group)
             return
+        self._full_round_at = time.monotonic()
         if not self._stopping and await group.coordinator.get(
                 group.keys.member(self.member_id)) is None and not self._stopping:
             # Our member key is gone although our session looked live. Either

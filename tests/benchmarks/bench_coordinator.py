@@ -86,6 +86,7 @@ class SimMember:
         self.task: asyncio.Task[None] | None = None
         self.wake = asyncio.Event()
         self.watches: list[Any] = []
+        self.full_round_at = -1e18
 
     async def join(self) -> None:
         coord = open_coordinator(self.url, ConnectOptions(session_timeout_s=SESSION_TIMEOUT_S))
@@ -105,11 +106,13 @@ class SimMember:
         fired: list[str] = ["start"]
         while True:
             with contextlib.suppress(CoordinatorError):
-                if fired == ["wake:owners"]:
+                if fired == ["wake:owners"] and (
+                        time.monotonic() - self.full_round_at < SESSION_TIMEOUT_S / 4):
                     # As GroupMember: an owner change alone only retries the
                     # acquisitions still waiting for a previous owner.
                     await self.acquire_pending()
                 else:
+                    self.full_round_at = time.monotonic()
                     await self.reconcile()
             waiters = [asyncio.ensure_future(w.wait(SESSION_TIMEOUT_S / 4))
                        for w in self.watches]
