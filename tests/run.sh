@@ -30,7 +30,4 @@ fi
 echo "== ruff"; .venv/bin/ruff check .
 echo "== mypy"; .venv/bin/mypy
 echo "== pytest"
-# The chaos suite (marker "chaos") is load-sensitive and still being hardened;
-# run it with: bash tests/run.sh -m chaos
-if [ "$#" -eq 0 ]; then set -- -m "not chaos"; fi
 exec .venv/bin/python -m pytest "$@"
