@@ -148,9 +148,15 @@ def test_sigkill_mid_stream_ends_with_every_row_once_in_the_sink(
 
     processes["w0"] = start_worker("w0")
     processes["w1"] = start_worker("w1")
-    wait_for("both workers to publish initial batches", lambda: {
-        m["member"] for m in marker_list()} == {"w0", "w1"} and sink_ids() == list(range(100)),
-        timeout=420, alive=processes)
+    def owns_shards(member: str) -> bool:
+        history = tmp_path / f"{member}.history.jsonl"
+        return history.exists() and '"event": "acquire"' in history.read_text()
+
+    # The initial rows are in the sink (published by w0, w1 or both, depending
+    # on when w1 joined) and both workers own shards.
+    wait_for("the initial rows in the sink and both workers owning shards", lambda:
+             sink_ids() == list(range(100)) and owns_shards("w0") and owns_shards("w1"),
+             timeout=420, alive=processes)
 
     processes["writer"] = subprocess.Popen(
         [sys.executable, "-m", "tests.support.tables", "write", "--warehouse", str(warehouse),
