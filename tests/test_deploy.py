@@ -413,12 +413,7 @@ def test_every_setting_names_a_run_option_and_parses(variant: str) -> None:
 
 
 def _cli_run_command() -> Any:
-    try:
-        cli = importlib.import_module("paimon_group.cli")
-    except ModuleNotFoundError as err:
-        if err.name != "paimon_group.cli":
-            raise
-        pytest.skip("paimon_group.cli does not exist yet")
+    cli = importlib.import_module("paimon_group.cli")
     return cli.run
 
 

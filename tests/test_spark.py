@@ -20,12 +20,13 @@ from paimon_group.batch import ShardBatch
 from paimon_group.errors import StaleEpoch
 from paimon_group.planner import BatchKind
 from paimon_group.table import ShardedTable
+from tests.support.requirements import require
 from tests.support.tables import delete_rows, make_pk_table, write_rows
 
 pytestmark = pytest.mark.spark
 
 if not os.environ.get("CI"):
-    pytest.importorskip("pyspark")
+    require("pyspark", "pip install '.[spark]' (tests/run.sh does)")
 
 from paimon_group.sinks import (  # noqa: E402
     ParquetBatchSink,

@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 
 from paimon_group.sinks import ParquetBatchSink
+from tests.support.requirements import require
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -59,7 +60,7 @@ def handle(df: Any, batch: Any) -> None:
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 if not os.environ.get("CI"):
-    pytest.importorskip("pyspark")
+    require("pyspark", "pip install '.[spark]' (tests/run.sh does)")
 
 SPARK_DEFAULTS = """\
 spark.ui.enabled false

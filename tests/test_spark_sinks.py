@@ -21,6 +21,7 @@ import pytest
 from coordinators.errors import ConfigError
 from paimon_group.planner import BatchKind
 from paimon_group.sinks import BatchKey, EpochFence, ParquetBatchSink, StaleSinkWrite
+from tests.support.requirements import require
 
 
 @dataclass(frozen=True)
@@ -186,7 +187,7 @@ def test_missing_pyspark_is_one_config_error_line(monkeypatch: pytest.MonkeyPatc
 
 
 def test_a_malformed_spark_connect_address_is_a_config_error() -> None:
-    pytest.importorskip("pyspark")
+    require("pyspark", "pip install '.[spark]' (tests/run.sh does)")
     from paimon_group.spark import build_spark_session
 
     with pytest.raises(ConfigError, match="sc://HOST:PORT"):
