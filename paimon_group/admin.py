@@ -59,7 +59,7 @@ from paimon_group.errors import GroupBusy
 from paimon_group.group import GroupClient, GroupState
 from paimon_group.mirror import ConsumerMirror
 from paimon_group.names import GroupKeys, consumer_id, validate_group, validate_member_id
-from paimon_group.records import GroupMeta, Owner, Position
+from paimon_group.records import GroupMeta, MemberInfo, Owner, Position, RemovedMember
 from paimon_group.start import parse_start
 from paimon_group.table import ShardedTable
 
@@ -478,7 +478,8 @@ async def delete_group(
     meta_entry = await coord.get(keys.meta)
     assignment_entry = await coord.get(keys.assignment)
     # Positions, and goodbyes of members (static membership) not yet processed.
-    persistent = await coord.list(keys.positions_dir) + await coord.list(keys.leaving_dir)
+    persistent = [e for d in (keys.positions_dir, keys.leaving_dir, keys.removed_dir)
+                  for e in await coord.list(d)]
     leftovers = [e for d in (keys.owners_dir, keys.members_dir) for e in await coord.list(d)]
     entries: list[Entry] = [e for e in (meta_entry, assignment_entry) if e is not None]
     entries += persistent
@@ -542,6 +543,14 @@ async def remove_member(client: GroupClient, member_id: str) -> dict[str, Any]:
             raise MemberNotFound(f"member {member_id!r} is not in group {client.group!r}")
         checks = [Check.created_at(e.key, e.create_version) for e in removing]
         ops: list[Put | Delete] = [Put(keys.leaving(member_id), b"{}")]
+        if member is not None:
+            # The leader deletes the goodbye as soon as it has moved the
+            # shards; this record stays, so a live process that notices late
+            # still learns that it was removed (it exits) rather than taking
+            # its missing member key for an expired session (it would rejoin).
+            session = MemberInfo.decode(member.key, member.value).session
+            ops.append(Put(keys.removed(member_id),
+                           RemovedMember(session=session, removed_at=time.time()).encode()))
         ops += [Delete(e.key) for e in removing]
         if await coord.commit(checks, ops):
             removed = sorted(e.key for e in removing)

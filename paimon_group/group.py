@@ -50,7 +50,14 @@ from dataclasses import dataclass, field
 from coordinators.base import Check, Coordinator, Delete, Entry, Put
 from paimon_group.errors import CoordinatorUnavailable, MemberIdInUse, ShardCountMismatch
 from paimon_group.names import GroupKeys, validate_member_id
-from paimon_group.records import Assignment, GroupMeta, MemberInfo, Owner, Position
+from paimon_group.records import (
+    Assignment,
+    GroupMeta,
+    MemberInfo,
+    Owner,
+    Position,
+    RemovedMember,
+)
 
 
 @dataclass(frozen=True)
@@ -160,6 +167,23 @@ class GroupClient:
 
     async def forget_leaving(self, member_id: str) -> None:
         await self.coordinator.delete(self.keys.leaving(member_id))
+
+    async def removed_session(self, member_id: str) -> str | None:
+        """The session an operator removed ``member_id`` in (``members remove``).
+
+        Unlike the goodbye marker, which the leader deletes as soon as it has
+        published an assignment without the member, this record stays until
+        the member itself (or its next registration, or ``delete``) clears it:
+        a removed process that notices late must still learn that it was
+        removed, not take it for an expired session and rejoin.
+        """
+        entry = await self.coordinator.get(self.keys.removed(member_id))
+        if entry is None:
+            return None
+        return RemovedMember.decode(entry.key, entry.value).session
+
+    async def forget_removed(self, member_id: str) -> None:
+        await self.coordinator.delete(self.keys.removed(member_id))
 
     async def members(self) -> dict[str, MemberInfo]:
         out: dict[str, MemberInfo] = {}

@@ -356,8 +356,10 @@ class GroupMember:
         deadline = time.monotonic() + self.config.session_timeout_s * 1.5 + 1.0
         while True:
             if await group.register(info) is not None:
-                # Back after a goodbye: we are a member again, not leaving.
+                # Back after a goodbye: we are a member again, not leaving. A
+                # removal record names an older session of this id: not ours.
                 await group.forget_leaving(self.member_id)
+                await group.forget_removed(self.member_id)
                 return
             if time.monotonic() > deadline:
                 raise MemberIdInUse(
@@ -546,11 +548,15 @@ class GroupMember:
         if not self._stopping and await group.coordinator.get(
                 group.keys.member(self.member_id)) is None and not self._stopping:
             # Our member key is gone although our session looked live. Either
-            # an operator removed us (members remove leaves a goodbye marker),
-            # or the session expired server-side before we noticed (a paused
-            # coordinator or process): then this is a lost session, and we
-            # rejoin like any other.
-            if self.member_id in await group.leaving():
+            # an operator removed us (members remove records the session it
+            # removed), or the session expired server-side before we noticed
+            # (a paused coordinator or process): then this is a lost session,
+            # and we rejoin like any other. The goodbye marker cannot tell the
+            # two apart: the leader deletes it as soon as it has moved our
+            # shards, which is usually before we look.
+            if await group.removed_session(self.member_id) == group.coordinator.session.id:
+                with contextlib.suppress(CoordinatorError):
+                    await group.forget_removed(self.member_id)
                 raise MemberRemoved(
                     f"member {self.member_id!r} was removed from group {self.group_name!r} "
                     "by an operator; its shards were handed to the others"

@@ -14,6 +14,7 @@ Key layout of one group (relative to the coordinator's prefix or chroot)::
     groups/<group>/owners/<shard>   ephemeral   ownership; create version = shard epoch
     groups/<group>/positions/<shard> persistent next snapshot to read (fenced writes)
     groups/<group>/leaving/<id>     persistent  a graceful goodbye, for static membership
+    groups/<group>/removed/<id>     persistent  an operator removed the member's session
 
 Example::
 
@@ -132,6 +133,13 @@ class GroupKeys:
 
     def leaving(self, member_id: str) -> str:
         return f"{self.leaving_dir}{validate_member_id(member_id)}"
+
+    @property
+    def removed_dir(self) -> str:
+        return f"{self.root}/removed/"
+
+    def removed(self, member_id: str) -> str:
+        return f"{self.removed_dir}{validate_member_id(member_id)}"
 
     @staticmethod
     def last_segment(key: str) -> str:

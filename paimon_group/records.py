@@ -140,6 +140,15 @@ class Owner(_Record):
 
 
 @dataclass(frozen=True)
+class RemovedMember(_Record):
+    """``groups/<group>/removed/<id>``: an operator removed the member whose
+    member key belonged to ``session`` (``members remove``), at ``removed_at``."""
+
+    session: str
+    removed_at: float = 0.0
+
+
+@dataclass(frozen=True)
 class Position(_Record):
     """``groups/<group>/positions/<shard>``: the next snapshot id to read."""
 

@@ -518,6 +518,38 @@ async def test_members_remove_forces_a_member_out_and_fences_it(
 
 
 @pytest.mark.asyncio
+async def test_members_remove_records_the_removed_session_until_it_is_seen(
+    coordinator: str, warehouse: str, sessions: list[Coordinator]
+) -> None:
+    """The goodbye is gone as soon as the leader has moved the shards; the
+    removal record, naming the removed session, stays for the process to find,
+    and never names a later session of the same id."""
+    m1 = await member(sessions, coordinator, "g", "m1", [0, 1])
+    await member(sessions, coordinator, "g", "m2", [2, 3], lead=False)
+    result = await cli("members", "remove", "--group", "g", "--coordinator", coordinator, "m2")
+    assert result.exit_code == 0, result.output
+    m2_session = sessions[1].session.id
+    # The leader has published without m2 and forgets its goodbye...
+    await m1.client.forget_leaving("m2")
+    assert "m2" not in await m1.client.leaving()
+    # ...the removal record still names m2's session, and no other.
+    assert await m1.client.removed_session("m2") == m2_session
+    assert await m1.client.removed_session("m1") is None
+    assert m2_session != sessions[0].session.id
+    # A gone member's removal writes no record (no session was removed).
+    result = await cli("members", "remove", "--group", "g", "--coordinator", coordinator, "m9")
+    assert result.exit_code == 2
+    # delete (once the group is stopped) takes the record away with the rest.
+    for coord in sessions:
+        await coord.close()
+    sessions.clear()
+    result = await cli("delete", *common(coordinator, warehouse))
+    assert result.exit_code == 0, result.output
+    async with open_coordinator(coordinator) as coord:
+        assert await coord.list(GroupKeys("g").removed_dir) == []
+
+
+@pytest.mark.asyncio
 async def test_members_remove_of_a_member_only_the_assignment_remembers(
     coordinator: str, warehouse: str
 ) -> None:
