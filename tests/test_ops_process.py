@@ -129,8 +129,11 @@ def test_metrics_show_lag_falling_to_zero_and_a_rebalance(harness: GroupHarness)
     for i in range(12):
         h.write(range(i * 10, i * 10 + 10))
     port1, port2 = free_port(), free_port()
-    # A slow handler, so that the lag is seen before it is worked off.
-    h.start("m1", "--metrics-port", str(port1), env={"PG_TEST_SLEEP_M1": "0.4"})
+    # A slow handler, one shard at a time, so that the lag is seen before it is
+    # worked off: the 12 snapshots are one catch-up step, read in 4 x 1 s,
+    # several times the metrics' 1 s lag refresh.
+    h.start("m1", "--metrics-port", str(port1), "--max-parallel-shards", "1",
+            env={"PG_TEST_SLEEP_M1": "1.0"})
     lags: list[float] = []
 
     def m1_caught_up() -> bool:
