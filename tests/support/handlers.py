@@ -4,7 +4,9 @@
 member, shard, epoch, snapshot, next_snapshot, kind and the ``id`` column.
 While it runs, ``$PG_TEST_OUT/busy-<member>`` exists (tests use it to pause a
 member in the middle of a batch). ``$PG_TEST_SLEEP_<MEMBER>`` (seconds, member
-id upper-cased with ``-`` as ``_``) slows that member's handler down.
+id upper-cased with ``-`` as ``_``) slows that member's handler down, and so does
+a file ``$PG_TEST_OUT/slow-<member>`` holding seconds, for as long as it exists
+(a test can slow a running member down).
 """
 
 from __future__ import annotations
@@ -24,6 +26,11 @@ def record(batch: Any) -> None:
         table = batch.to_arrow()
         ids = table.column("id").to_pylist() if table.num_rows else []
         delay = os.environ.get("PG_TEST_SLEEP_" + batch.member_id.upper().replace("-", "_"))
+        try:
+            with open(os.path.join(out, f"slow-{batch.member_id}")) as f:
+                delay = f.read().strip() or delay
+        except FileNotFoundError:
+            pass
         if delay:
             time.sleep(float(delay))
         line = {
