@@ -400,11 +400,12 @@ class GroupMember:
 
     async def _rejoin(self) -> None:
         lost = self.owned_shards
+        epochs = [self._owned[shard].epoch for shard in lost]
         for o in self._owned.values():
             o.dropped = True
         self._owned.clear()
         if lost:
-            self.history.record("lost", shards=lost, reason="session lost")
+            self.history.record("lost", shards=lost, epochs=epochs, reason="session lost")
             self._notify("on_lost", lost)
         self._set_state(MemberState.REJOINING)
         self._joined.clear()
@@ -605,7 +606,8 @@ class GroupMember:
         if not held:
             return
         owners = await group.owners()
-        lost = []
+        lost: list[int] = []
+        epochs: list[int] = []
         for o in held:
             view = owners.get(o.shard)
             if view is None or view.epoch != o.epoch:
@@ -613,10 +615,11 @@ class GroupMember:
                 if self._owned.get(o.shard) is o:
                     self._owned.pop(o.shard)
                 lost.append(o.shard)
+                epochs.append(o.epoch)
         if lost:
             log.warning("shards %s: owner key gone or re-created by another member", lost,
                         extra={"group": self.group_name, "member": self.member_id})
-            self.history.record("lost", shards=lost, reason="owner key gone")
+            self.history.record("lost", shards=lost, epochs=epochs, reason="owner key gone")
             self._notify("on_lost", lost)
 
     async def _maybe_lead(self, group: GroupClient) -> None:
@@ -1046,9 +1049,16 @@ class GroupMember:
                                        "shard": s, "epoch": o.epoch})
                 o.dropped = True
                 if self._owned.get(s) is o:
+                    # Our current ownership of the shard is gone. (A commit of
+                    # an ownership dropped before, e.g. a batch that was in
+                    # flight when the session was lost, is rejected after the
+                    # member may have acquired the shard again under a new
+                    # epoch: that ownership is unaffected, and the old one's
+                    # end was recorded when it was dropped.)
                     self._owned.pop(s)
-                self.history.record("lost", shards=[s], reason="stale epoch")
-                self._notify("on_lost", [s])
+                    self.history.record("lost", shards=[s], epochs=[o.epoch],
+                                        reason="stale epoch")
+                    self._notify("on_lost", [s])
 
     # -- consuming -------------------------------------------------------
 

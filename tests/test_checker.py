@@ -176,6 +176,25 @@ def test_commit_accepted_after_session_loss_is_caught() -> None:
     assert only(v) == {"commit_after_ownership_ended"}
 
 
+def test_loss_of_an_earlier_epoch_does_not_end_the_current_ownership() -> None:
+    """A batch in flight when a's session was lost is rejected after a acquired
+    the shard again: the loss recorded then names the old epoch, and a's
+    commits under the new epoch are its own."""
+    b = Builder()
+    b.ev("acquire", "a", shard=0, epoch=1)
+    b.ev("lost", "a", shards=[0], epochs=[1], reason="session lost")
+    b.ev("acquire", "a", shard=0, epoch=5)
+    b.ev("commit", "a", shard=0, epoch=1, next_snapshot=2, outcome="rejected")
+    b.ev("lost", "a", shards=[0], epochs=[1], reason="stale epoch")
+    b.batch("a", 0, 5, 1, [0])
+    assert only(check_all({0}, b.history(), bucket_of, NUM_SHARDS)) == set()
+    # A loss of the current epoch still ends it.
+    b.ev("lost", "a", shards=[0], epochs=[5], reason="owner key gone")
+    b.batch("a", 0, 5, 2, [2])
+    v = check_all({0, 2}, b.history(), bucket_of, NUM_SHARDS)
+    assert only(v) == {"commit_after_ownership_ended"}
+
+
 def test_commit_with_an_epoch_never_acquired_is_caught() -> None:
     b = clean()
     b.batch("c", 0, 9, 3, [6])

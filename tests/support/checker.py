@@ -83,6 +83,14 @@ def _shards_of(e: dict[str, Any]) -> list[int]:
     return [e["shard"]] if "shard" in e else []
 
 
+def _ended(e: dict[str, Any]) -> list[tuple[int, int | None]]:
+    """(shard, epoch) pairs a release or loss ends; epoch None: whatever is open."""
+    if "shards" in e:
+        epochs = e.get("epochs") or [None] * len(e["shards"])
+        return list(zip(e["shards"], epochs, strict=True))
+    return [(e["shard"], e.get("epoch"))] if "shard" in e else []
+
+
 def _proc(e: dict[str, Any]) -> tuple[str, int]:
     return (e["member"], e.get("pid", 0))
 
@@ -123,9 +131,14 @@ def ownerships(history: History) -> list[Ownership]:
             out.append(own)
             last_seen[(*proc, e["shard"], e["epoch"])] = e["t"]
         elif kind in ("release", "lost"):
-            for s in _shards_of(e):
-                own_or_none = open_.pop((*proc, s), None)
-                if own_or_none is not None and own_or_none.end == math.inf:
+            for s, epoch in _ended(e):
+                own_or_none = open_.get((*proc, s))
+                if own_or_none is None or (epoch is not None and own_or_none.epoch != epoch):
+                    # The end of an earlier ownership (a late rejected commit of
+                    # it), recorded after the shard was acquired again.
+                    continue
+                del open_[(*proc, s)]
+                if own_or_none.end == math.inf:
                     own_or_none.end = e["t"]
         elif kind in ("deliver", "commit"):
             key = (*proc, e["shard"], e["epoch"])
