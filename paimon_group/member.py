@@ -204,6 +204,9 @@ class GroupMember:
         self._handler: Handler | None = None
         self._queue: asyncio.Queue[tuple[ShardBatch, asyncio.Future[bool]]] = asyncio.Queue(1)
         self._acked: dict[int, asyncio.Future[bool]] = {}
+        self._lanes: set[_CommitLane] = set()  # commit lanes of steps being delivered
+        # The next step's plan, started while the current step is delivered.
+        self._prefetched: tuple[tuple[tuple[int, ...], int], asyncio.Future[Any]] | None = None
         self._joined = asyncio.Event()
         self._last_loop_tick = time.monotonic()
         self._first_generation_seen = False
@@ -747,6 +750,8 @@ class GroupMember:
                 return False
 
         owned = [self._owned[s] for s in shards if s in self._owned]
+        for lane in list(self._lanes):
+            lane.kick()  # a finished batch of a revoked shard commits now
         results = await asyncio.gather(*(wait_idle(o) for o in owned))
         group = self._group
         released: list[int] = []
@@ -785,6 +790,10 @@ class GroupMember:
         if lost:
             self._notify("on_lost", lost)
         self._wake.set()
+
+    def _mirror_write_all(self, shards: list[int], n: int) -> None:
+        for shard in shards:
+            self._mirror_write(shard, n, False)
 
     def _mirror_write(self, shard: int, n: int, force: bool) -> None:
         assert self._mirror is not None
@@ -863,9 +872,9 @@ class GroupMember:
         active = [o for o in self._owned.values() if not o.revoking and not o.dropped]
         if not active:
             return False
-        for o in active:
-            if o.next_snapshot is None:
-                await self._resolve_start(o)
+        unresolved = [o for o in active if o.next_snapshot is None]
+        if unresolved:
+            await self._resolve_start(unresolved)
         by_position: dict[tuple[int, int | None], list[_OwnedShard]] = defaultdict(list)
         for o in active:
             if o.next_snapshot is not None and not o.dropped:
@@ -879,10 +888,13 @@ class GroupMember:
                 step: StepPlan | None = await self._in_io(
                     functools.partial(planner.plan_full, shards, full_scan))
             else:
-                step = await self._in_io(functools.partial(planner.plan_next, shards, position))
+                step = await self._plan_next(shards, position)
             if step is None:
                 continue
             progressed = True
+            # Plan the step after this one while this one's batches are in the
+            # handler, so that the next step starts as soon as this one ends.
+            self._prefetch_plan(shards, step.next_snapshot)
             empty: dict[int, _OwnedShard] = {}
             deliveries: list[tuple[_OwnedShard, ShardBatch]] = []
             for o in owned:
@@ -901,58 +913,118 @@ class GroupMember:
                     plan=step,
                     planner=planner,
                 )))
-            await self._deliver_all(deliveries, step, process)
-            if empty:
-                await self._commit(
-                    {s: o for s, o in empty.items() if not o.dropped and not o.revoking},
-                    step.next_snapshot,
-                )
+            await self._deliver_all(deliveries, empty, step, process)
         return progressed
 
-    async def _resolve_start(self, o: _OwnedShard) -> None:
-        """Where a shard with no committed position and no consumer file starts."""
+    def _prefetch_plan(self, shards: list[int], position: int) -> None:
+        """Start planning ``plan_next(shards, position)`` in the planning thread."""
+        planner = self._planner
+        assert planner is not None
+        self._drop_prefetch()
+        future = asyncio.get_running_loop().run_in_executor(
+            self._io, functools.partial(planner.plan_next, shards, position))
+        self._prefetched = ((tuple(shards), position), future)
+
+    def _drop_prefetch(self) -> None:
+        if self._prefetched is not None:
+            # Unused: retrieve its outcome so an error is not reported as lost.
+            self._prefetched[1].add_done_callback(
+                lambda f: None if f.cancelled() else f.exception())
+            self._prefetched = None
+
+    async def _plan_next(self, shards: list[int], position: int) -> StepPlan | None:
+        """The next step, from the prefetched plan when it is the one asked for.
+
+        A prefetched None (the snapshot did not exist yet then) or error is
+        not trusted: the step is planned again now, so an error is raised
+        fresh and a snapshot committed since is seen.
+        """
+        planner = self._planner
+        assert planner is not None
+        prefetched = self._prefetched
+        if prefetched is not None and prefetched[0] == (tuple(shards), position):
+            self._prefetched = None
+            try:
+                step: StepPlan | None = await prefetched[1]
+            except Exception:
+                step = None
+            if step is not None:
+                return step
+        else:
+            self._drop_prefetch()
+        planned: StepPlan | None = await self._in_io(
+            functools.partial(planner.plan_next, shards, position))
+        return planned
+
+    async def _resolve_start(self, owned: list[_OwnedShard]) -> None:
+        """Where shards with no committed position and no consumer file start.
+
+        Resolved once for all of them (so shards acquired together start from
+        the same snapshot) and pinned in one commit.
+        """
         table = self.table
         assert table is not None
         resolved = await self._in_io(lambda: table.resolve_start(self._start_position))
-        o.next_snapshot = resolved.next_snapshot
-        o.full_scan = resolved.full_scan_snapshot
+        for o in owned:
+            o.next_snapshot = resolved.next_snapshot
+            o.full_scan = resolved.full_scan_snapshot
         # Pin the resolved start before reading anything: a later owner then
         # continues from it (instead of resolving "latest" again and skipping
         # what was committed in between), and a pending full scan is replayed
         # on exactly the same snapshot, so a replay is identical.
-        await self._commit({o.shard: o}, o.next_snapshot, full_scan=o.full_scan)
+        await self._commit({o.shard: o for o in owned}, resolved.next_snapshot,
+                           full_scan=resolved.full_scan_snapshot)
 
     async def _deliver_all(
         self,
         deliveries: list[tuple[_OwnedShard, ShardBatch]],
+        empty: dict[int, _OwnedShard],
         step: StepPlan,
         process: Callable[[ShardBatch], Awaitable[None]],
     ) -> None:
-        """Deliver one step's batches, up to ``max_parallel_shards`` at a time.
+        """Deliver one step's batches, up to ``max_parallel_shards`` handlers at
+        a time, and commit every shard of the step.
 
         Batches of *different* shards may be in the handler at once (reading
         releases the GIL in pyarrow); one shard never has two batches in
-        flight, and each shard commits on its own after its handler returns.
+        flight. The gate bounds handlers only: a shard's commit runs while the
+        next shard's handler already reads, and commits are coalesced by a
+        :class:`_CommitLane` (shards without rows ride along with the first).
+        A shard is idle (a revoke may take it) once its own commit is done.
         Every started delivery is awaited before an error is re-raised, so a
         failure of one shard never abandons another shard's finished batch.
         """
+        lane = _CommitLane(self._commit, step.next_snapshot, riders=empty,
+                           expected=len(deliveries))
         if not deliveries:
+            await lane.flush()
             return
-        limit = max(1, self.config.max_parallel_shards)
-        if limit == 1 or len(deliveries) == 1:
-            for o, batch in deliveries:
-                await self._deliver(o, batch, step, process)
-            return
-        gate = asyncio.Semaphore(limit)
+        gate = asyncio.Semaphore(max(1, self.config.max_parallel_shards))
 
         async def one(o: _OwnedShard, batch: ShardBatch) -> None:
-            async with gate:
-                if o.dropped or o.revoking:
-                    return
-                await self._deliver(o, batch, step, process)
+            o.idle.clear()
+            queued = False
+            try:
+                async with gate:
+                    if o.dropped or o.revoking:
+                        return  # revoked while waiting: the next owner reads it
+                    await self._handle(o, batch, step, process)
+                # Commit even if the shard was dropped meanwhile (session lost
+                # and rejoined, or abandoned by a revoke): the coordinator, not
+                # this process, decides, and it rejects a stale epoch.
+                queued = True
+                await lane.commit(o)
+            finally:
+                if not queued:
+                    lane.skipped()
+                o.idle.set()
 
-        results = await asyncio.gather(*(one(o, b) for o, b in deliveries),
-                                       return_exceptions=True)
+        self._lanes.add(lane)
+        try:
+            results = await asyncio.gather(*(one(o, b) for o, b in deliveries),
+                                           return_exceptions=True)
+        finally:
+            self._lanes.discard(lane)
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors:
             # The most important first: a failed handler, then anything
@@ -960,34 +1032,28 @@ class GroupMember:
             errors.sort(key=lambda e: 0 if isinstance(e, HandlerFailed)
                         else 2 if isinstance(e, _Stop) else 1)
             raise errors[0]
+        await lane.flush()
 
-    async def _deliver(
+    async def _handle(
         self,
         o: _OwnedShard,
         batch: ShardBatch,
         step: StepPlan,
         process: Callable[[ShardBatch], Awaitable[None]],
     ) -> None:
-        o.idle.clear()
-        try:
-            await self._wait_live()
-            started = time.monotonic()
-            await process(batch)
-            self.stats.handler_seconds.append(time.monotonic() - started)
-            if len(self.stats.handler_seconds) > 10_000:
-                # Bounded: readers (metrics) start over on a new list.
-                self.stats.handler_seconds = []
-            self.stats.batches += 1
-            self.stats.rows += int(getattr(batch, "rows_read", 0) or 0)
-            self.history.record("deliver", shard=o.shard, epoch=o.epoch,
-                                snapshot=step.snapshot_id, next_snapshot=step.next_snapshot,
-                                kind=step.kind.value)
-            # Commit even if the shard was dropped meanwhile (session lost and
-            # rejoined, or abandoned by a revoke): the coordinator, not this
-            # process, decides, and it rejects a stale epoch.
-            await self._commit({o.shard: o}, step.next_snapshot)
-        finally:
-            o.idle.set()
+        """Run the handler on one batch (nothing is committed here)."""
+        await self._wait_live()
+        started = time.monotonic()
+        await process(batch)
+        self.stats.handler_seconds.append(time.monotonic() - started)
+        if len(self.stats.handler_seconds) > 10_000:
+            # Bounded: readers (metrics) start over on a new list.
+            self.stats.handler_seconds = []
+        self.stats.batches += 1
+        self.stats.rows += int(getattr(batch, "rows_read", 0) or 0)
+        self.history.record("deliver", shard=o.shard, epoch=o.epoch,
+                            snapshot=step.snapshot_id, next_snapshot=step.next_snapshot,
+                            kind=step.kind.value)
 
     async def _commit(
         self, owned: dict[int, _OwnedShard], next_snapshot: int, *, full_scan: int | None = None
@@ -1028,6 +1094,9 @@ class GroupMember:
             for s, o in owned.items():
                 await self._commit({s: o}, next_snapshot, full_scan=full_scan)
             return
+        # Protect the pending full scan's snapshot, if any.
+        mirrored = full_scan if full_scan is not None else next_snapshot
+        mirror_due: list[int] = []
         for s, o in owned.items():
             self.history.record("commit", shard=s, epoch=o.epoch, next_snapshot=next_snapshot,
                                 outcome="accepted" if ok else "rejected")
@@ -1036,11 +1105,8 @@ class GroupMember:
                 o.next_snapshot = next_snapshot
                 o.committed = next_snapshot
                 o.full_scan = full_scan
-                if self._mirror is not None:
-                    # Protect the pending full scan's snapshot, if any.
-                    mirrored = full_scan if full_scan is not None else next_snapshot
-                    await self._in_io(
-                        functools.partial(self._mirror_write, s, mirrored, False))
+                if self._mirror is not None and self._mirror.due(s, mirrored):
+                    mirror_due.append(s)
             else:
                 self.stats.rejected_commits += 1
                 log.warning(
@@ -1059,6 +1125,9 @@ class GroupMember:
                     self.history.record("lost", shards=[s], epochs=[o.epoch],
                                         reason="stale epoch")
                     self._notify("on_lost", [s])
+        if mirror_due:
+            # Written after the coordinator accepted them: never ahead of it.
+            await self._in_io(functools.partial(self._mirror_write_all, mirror_due, mirrored))
 
     # -- consuming -------------------------------------------------------
 
@@ -1173,6 +1242,111 @@ class GroupMember:
         if done is not None and not done.done():
             done.set_result(True)
         await asyncio.sleep(0)
+
+
+COMMIT_LINGER_S = 0.5
+"""How long a finished shard's commit may wait for the other shards of its step."""
+
+
+class _CommitLane:
+    """The commits of one step's shards, coalesced (a group commit).
+
+    A shard whose batch is done queues its commit. Everything queued is
+    committed in one fenced commit (one coordinator round trip, whatever the
+    number of shards) as soon as one of these holds:
+
+    * every delivery of the step is done (committed, skipped or failed): the
+      usual case, one commit per step instead of one per shard;
+    * a queued shard is being revoked (:meth:`kick` from the revoke): a
+      handoff never waits for the other shards of the step;
+    * ``linger_s`` passed since the first shard queued: a slow handler on one
+      shard holds the others' positions back for no longer than that.
+
+    ``riders`` (shards without rows in the step) go with the first commit,
+    or in :meth:`flush`; unlike delivered shards they are left out once
+    dropped or revoking. :meth:`commit` returns once its shard's commit is
+    done, and raises that commit's error.
+
+    Example (inside the member's read round)::
+
+        lane = _CommitLane(member._commit, step.next_snapshot, riders=empty, expected=3)
+        await lane.commit(owned_shard)   # after its handler returned
+        lane.skipped()                   # a delivery that ended without a commit
+        await lane.flush()               # whatever is left, riders included
+    """
+
+    def __init__(
+        self,
+        commit: Callable[[dict[int, _OwnedShard], int], Awaitable[None]],
+        next_snapshot: int,
+        *,
+        riders: dict[int, _OwnedShard],
+        expected: int,
+        linger_s: float = COMMIT_LINGER_S,
+    ) -> None:
+        self._commit = commit
+        self._next = next_snapshot
+        self._riders = dict(riders)
+        self._queued: dict[int, tuple[_OwnedShard, asyncio.Future[None]]] = {}
+        self._outstanding = expected  # deliveries neither queued nor skipped yet
+        self._linger_s = linger_s
+        self._timer: asyncio.TimerHandle | None = None
+        self._lock = asyncio.Lock()
+        self._flushes: set[asyncio.Task[None]] = set()
+
+    async def commit(self, o: _OwnedShard) -> None:
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._queued[o.shard] = (o, done)
+        self._outstanding -= 1
+        if self._outstanding <= 0 or o.revoking:
+            self.kick()
+        elif self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self._linger_s, self.kick)
+        await done
+
+    def skipped(self) -> None:
+        """A delivery ended without queueing a commit (skipped or failed)."""
+        self._outstanding -= 1
+        if self._outstanding <= 0 and self._queued:
+            self.kick()
+
+    def kick(self) -> None:
+        """Commit what is queued now (in a task; waiters learn the outcome)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._queued:
+            task = asyncio.ensure_future(self._flush_quietly())
+            self._flushes.add(task)
+            task.add_done_callback(self._flushes.discard)
+
+    async def _flush_quietly(self) -> None:
+        with contextlib.suppress(BaseException):
+            await self.flush()  # the error reached every waiter of the batch
+
+    async def flush(self) -> None:
+        async with self._lock:
+            batch = {s: o for s, o in self._riders.items() if not o.dropped and not o.revoking}
+            self._riders = {}
+            waiters = [done for _, done in self._queued.values()]
+            batch.update({s: o for s, (o, _) in self._queued.items()})
+            self._queued = {}
+            if not batch:
+                return
+            try:
+                await self._commit(batch, self._next)
+            except BaseException as err:
+                for done in waiters:
+                    if done.done():
+                        continue
+                    if isinstance(err, asyncio.CancelledError):
+                        done.cancel()
+                    else:
+                        done.set_exception(err)
+                raise
+            for done in waiters:
+                if not done.done():
+                    done.set_result(None)
 
 
 HOME_RETENTION_S = 3600.0

@@ -45,13 +45,22 @@ class ConsumerMirror:
         consumer = self._manager.consumer(consumer_id(self._group, shard))
         return None if consumer is None else int(consumer.next_snapshot)
 
+    def due(self, shard: int, next_snapshot: int, *, force: bool = False) -> bool:
+        """Whether :meth:`write` would write now (cheap: no I/O), so that a
+        caller can skip handing a write that does nothing to an I/O thread."""
+        with self._lock:
+            return self._due(shard, next_snapshot, force, time.monotonic())
+
+    def _due(self, shard: int, next_snapshot: int, force: bool, now: float) -> bool:
+        if self._written.get(shard) == next_snapshot:
+            return False
+        return force or now - self._written_at.get(shard, -1e18) >= self._interval_s
+
     def write(self, shard: int, next_snapshot: int, *, force: bool = False) -> bool:
         """Mirror a committed position; True if the file was written."""
         with self._lock:
-            if self._written.get(shard) == next_snapshot:
-                return False
             now = time.monotonic()
-            if not force and now - self._written_at.get(shard, -1e18) < self._interval_s:
+            if not self._due(shard, next_snapshot, force, now):
                 return False
             self._manager.reset_consumer(
                 consumer_id(self._group, shard), Consumer(next_snapshot=next_snapshot)
