@@ -28,7 +28,7 @@ import click
 from coordinators.base import ConnectOptions, Secret
 from coordinators.errors import ConfigError, PaimonGroupError
 from coordinators.registry import open_coordinator, redact_url
-from paimon_group.config import MemberConfig, default_coordinator_url
+from paimon_group.config import DEFAULT_PARALLEL_SHARDS, MemberConfig, default_coordinator_url
 from paimon_group.errors import HandlerFailed
 from paimon_group.names import validate_group
 
@@ -216,8 +216,8 @@ def main() -> None:
                    "a goodbye, waiting for it to come back (static membership).")
 @click.option("--max-handler-attempts", type=int, default=5, show_default=True,
               envvar=_env("max-handler-attempts"))
-@click.option("--max-parallel-shards", type=int, default=4, show_default=True,
-              envvar=_env("max-parallel-shards"),
+@click.option("--max-parallel-shards", type=int, default=DEFAULT_PARALLEL_SHARDS,
+              show_default="one per CPU, at most 4", envvar=_env("max-parallel-shards"),
               help="Batches of different shards in the handler at once (1: one by one). "
                    "Never two batches of the same shard.")
 @click.option("--include-row-kind", is_flag=True, default=False,

@@ -19,6 +19,12 @@ from coordinators.base import ConnectOptions
 from coordinators.errors import ConfigError
 from paimon_group.names import validate_group, validate_member_id
 
+DEFAULT_PARALLEL_SHARDS = max(1, min(4, os.cpu_count() or 1))
+"""Default ``max_parallel_shards``: one shard per CPU, at most 4. pypaimon's
+merge of primary-key rows holds the GIL, so more reading threads than CPUs
+only contend for it (measured in docs/benchmarks.md); pypaimon's own reads
+use at most one thread per CPU as well."""
+
 
 def default_coordinator_url(warehouse: str) -> str:
     """The embedded coordinator's file for a warehouse.
@@ -64,7 +70,7 @@ class MemberConfig:
     include_row_kind: bool = False
     max_handler_attempts: int = 5
     # Batches of different shards handed to the handler at once (1: one by one).
-    max_parallel_shards: int = 4
+    max_parallel_shards: int = field(default_factory=lambda: DEFAULT_PARALLEL_SHARDS)
     handler_backoff_s: float = 0.5
     # The member stops processing and committing this long before its local
     # session deadline (invariant 3). Default: a quarter of the timeout.
