@@ -94,6 +94,7 @@ class GroupClient:
         self.coordinator = coordinator
         self.keys = GroupKeys(group)
         self.group = group
+        self._assignment_cache: tuple[bytes, Assignment] | None = None
 
     # -- metadata -------------------------------------------------------
 
@@ -216,7 +217,11 @@ class GroupClient:
         entry = await self.coordinator.get(self.keys.assignment)
         if entry is None:
             return None, None
-        return Assignment.decode(entry.key, entry.value), entry.version
+        # Re-read on every control round; decoded only when it changed (with
+        # thousands of shards the JSON is tens of kilobytes).
+        if self._assignment_cache is None or self._assignment_cache[0] != entry.value:
+            self._assignment_cache = (entry.value, Assignment.decode(entry.key, entry.value))
+        return self._assignment_cache[1], entry.version
 
     async def publish(
         self,

@@ -530,8 +530,9 @@ class GroupMember:
         """One level-triggered round, doing only what the wake-up calls for.
 
         A change of owner keys alone (the most frequent event in a large group
-        during a rebalance) only retries pending acquisitions; everything is
-        re-read on a group or member change, a local wake-up and every tick.
+        during a rebalance), or of members on a follower, only retries pending
+        acquisitions; everything is re-read on a group change, a member change
+        on the leader, a local wake-up and every tick.
         """
         group = self._group
         assert group is not None
@@ -539,8 +540,13 @@ class GroupMember:
         # still runs at least once per tick, so nothing waits on a missed
         # wake-up for longer than that.
         tick = max(0.2, self.config.session_timeout_s / 4)
-        owners_only = (fired == {"owners"}
-                       and time.monotonic() - self._full_round_at < tick)
+        recent = time.monotonic() - self._full_round_at < tick
+        # A change of the member list matters to the leader alone (it computes
+        # the assignment); a follower learns the outcome when the assignment
+        # or the leader changes (the group watch). In a group of N members a
+        # join or leave then costs one full round, not N.
+        owners_only = recent and (fired == {"owners"} or (
+            fired <= {"owners", "members"} and self._leader_epoch is None))
         if owners_only:
             pending = self._pending_acquisitions()
             if pending and self._assignment is not None:

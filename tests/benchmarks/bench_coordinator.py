@@ -5,8 +5,9 @@ join and after a leave, and etcd requests per second at steady state.
 Each simulated member is what ``GroupMember``'s control loop does, without
 reading: its own etcd session (lease + keep-alive thread), the same three
 watches (group dir, members, owners), and on every wake-up (or every
-``session_timeout / 4``) the same reconcile (a wake-up by owner changes alone only retries pending
-acquisitions, as in ``GroupMember``): become leader if there is none;
+``session_timeout / 4``) the same reconcile (a wake-up by owner changes alone,
+or by member changes on a follower, only retries pending acquisitions, as in
+``GroupMember``): become leader if there is none;
 as leader, compute :func:`paimon_group.assignor.assign` and publish it
 (guarded by the leader epoch); release shards no longer ours (fenced); create
 the owner keys of shards newly ours. Requests are counted by wrapping every
@@ -106,10 +107,13 @@ class SimMember:
         fired: list[str] = ["start"]
         while True:
             with contextlib.suppress(CoordinatorError):
-                if fired == ["wake:owners"] and (
-                        time.monotonic() - self.full_round_at < SESSION_TIMEOUT_S / 4):
-                    # As GroupMember: an owner change alone only retries the
-                    # acquisitions still waiting for a previous owner.
+                recent = time.monotonic() - self.full_round_at < SESSION_TIMEOUT_S / 4
+                if recent and (fired == ["wake:owners"] or (
+                        set(fired) <= {"wake:owners", "wake:members"}
+                        and self.leader_epoch is None)):
+                    # As GroupMember: an owner change alone, or a member change
+                    # on a follower, only retries the acquisitions still
+                    # waiting for a previous owner.
                     await self.acquire_pending()
                 else:
                     self.full_round_at = time.monotonic()
