@@ -185,6 +185,37 @@ def wait_stable_with(h: GroupHarness, members: set[str], timeout: float = 120
     return found
 
 
+def running_group(h: GroupHarness, members: tuple[str, ...], *, count: int,
+                  interval_s: float, first: int = 100) -> dict[str, Any]:
+    """Start ``members`` on ``first`` rows, wait until they caught up, keep a
+    writer running (``count`` more rows, 20 a snapshot) and return the describe
+    report once every member owns shards."""
+    h.write(range(0, first))
+    for m in members:
+        h.start(m)
+    h.wait_caught_up(set(members))
+    h.start_writer(first=first, count=count, per_snapshot=20, interval_s=interval_s)
+    report: dict[str, Any] = h.wait_for(
+        lambda d: d["state"] == "stable" and all(m["owned_shards"] for m in d["members"]),
+        what="every member owning shards")
+    return report
+
+
+def stop_past_takeover(h: GroupHarness, run: Run, victim: str, kind: str,
+                       hold_s: float) -> Fault:
+    """SIGSTOP ``victim`` until the others took its shards and at least
+    ``hold_s`` passed, then SIGCONT it; the fault (its time is the SIGSTOP)."""
+    import signal
+
+    fault = run.fault(kind, victim, h.procs[victim].pid)
+    h.signal(victim, signal.SIGSTOP)
+    h.wait_for(lambda d: not any(s["owner"] == victim for s in d["shards"])
+               and d["state"] == "stable", what=f"{victim}'s shards to move")
+    time.sleep(max(0.0, hold_s - (time.monotonic() - fault.t)))
+    h.signal(victim, signal.SIGCONT)
+    return fault
+
+
 def events_of(h: GroupHarness, member: str, kind: str, after: float = -math.inf
               ) -> list[dict[str, Any]]:
     """``member``'s history events of ``kind`` recorded after ``after`` (monotonic)."""

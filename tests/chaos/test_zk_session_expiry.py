@@ -11,8 +11,6 @@ rejoins with a *new* session. Nothing is lost.
 
 from __future__ import annotations
 
-import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -24,6 +22,8 @@ from tests.chaos.scenario import (
     events_of,
     finish,
     harness,
+    running_group,
+    stop_past_takeover,
     wait_stable_with,
     wait_until,
 )
@@ -38,23 +38,12 @@ def test_zk_session_expiry_is_lost_and_rejoined(tmp_path: Path, zk_url: str) -> 
     h = harness(tmp_path, backend)
     run = Run("7 zk session expiry + reconnect", backend.name)
     try:
-        h.write(range(0, 100))
-        for m in MEMBERS:
-            h.start(m)
-        h.wait_caught_up(set(MEMBERS))
-        h.start_writer(first=100, count=300, per_snapshot=20, interval_s=0.4)
-        before = h.wait_for(lambda d: d["state"] == "stable" and all(
-            m["owned_shards"] for m in d["members"]), what="every member owning shards")
+        before = running_group(h, MEMBERS, count=300, interval_s=0.4)
         victim = run.rng.choice(MEMBERS)
         old = next(m for m in before["members"] if m["member_id"] == victim)
-        fault = run.fault("sigstop 2.5x (session expiry)", victim, h.procs[victim].pid)
-        h.signal(victim, signal.SIGSTOP)
         # The others take its shards while it is stopped.
-        h.wait_for(lambda d: not any(s["owner"] == victim for s in d["shards"])
-                   and d["state"] == "stable", what=f"{victim}'s shards to move")
-        elapsed = time.monotonic() - fault.t
-        time.sleep(max(0.0, 2.5 * SESSION_TIMEOUT_S - elapsed))
-        h.signal(victim, signal.SIGCONT)
+        fault = stop_past_takeover(h, run, victim, "sigstop 2.5x (session expiry)",
+                                   2.5 * SESSION_TIMEOUT_S)
 
         # kazoo reconnects with the expired session: LOST, then a new session.
         lost = wait_until(h, lambda: [e for e in events_of(h, victim, "lost", after=fault.t)

@@ -11,8 +11,6 @@ session) and the group goes on with nothing lost. Runs on every backend.
 
 from __future__ import annotations
 
-import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -25,6 +23,8 @@ from tests.chaos.scenario import (
     explain,
     finish,
     harness,
+    running_group,
+    stop_past_takeover,
     wait_stable_with,
     wait_until,
 )
@@ -39,27 +39,17 @@ def test_zombie_is_fenced_and_rejoins(tmp_path: Path, chaos_backend: Backend) ->
     h = harness(tmp_path, chaos_backend)
     run = Run("2 sigstop past timeout (zombie)", chaos_backend.name)
     try:
-        h.write(range(0, 100))
-        for m in MEMBERS:
-            h.start(m)
-        h.wait_caught_up(set(MEMBERS))
-        h.start_writer(first=100, count=400, per_snapshot=20, interval_s=0.3)
-        before = h.wait_for(lambda d: d["state"] == "stable" and all(
-            m["owned_shards"] for m in d["members"]), what="every member owning shards")
+        before = running_group(h, MEMBERS, count=400, interval_s=0.3)
         victim = run.rng.choice(MEMBERS)
         old = next(m for m in before["members"] if m["member_id"] == victim)
-        # Slow the victim's handler down from now on (it re-reads the
-        # variable on every batch), so it is caught in the middle of one.
-        (h.out / f"slow-{victim}").write_text("0.6")
+        # Slow the victim's handler down from now on (it reads the file on
+        # every batch), so that it is stopped in the middle of one.
+        slow = h.out / f"slow-{victim}"
+        slow.write_text("0.6")
         h.wait_busy(victim)
-        fault = run.fault("sigstop past the timeout", victim, h.procs[victim].pid)
-        h.signal(victim, signal.SIGSTOP)
-        h.wait_for(lambda d: not any(s["owner"] == victim for s in d["shards"])
-                   and d["state"] == "stable", what=f"{victim}'s shards to move")
-        elapsed = time.monotonic() - fault.t
-        time.sleep(max(0.0, 2.0 * SESSION_TIMEOUT_S - elapsed))
-        (h.out / f"slow-{victim}").unlink()
-        h.signal(victim, signal.SIGCONT)
+        fault = stop_past_takeover(h, run, victim, "sigstop past the timeout",
+                                   2.0 * SESSION_TIMEOUT_S)
+        slow.unlink()
 
         # Its batch in flight ends in a commit under the old epoch: never accepted.
         late = wait_until(h, lambda: [e for e in events_of(h, victim, "commit", after=fault.t)
