@@ -1332,15 +1332,20 @@ class _CommitLane:
 
     async def flush(self) -> None:
         async with self._lock:
-            batch = {s: o for s, o in self._riders.items() if not o.dropped and not o.revoking}
+            riders = {s: o for s, o in self._riders.items() if not o.dropped and not o.revoking}
             self._riders = {}
+            # A revoke of a rider waits for this commit (it waits for idle):
+            # otherwise it could commit the rider's older position and release
+            # while this commit of a newer one is still in flight, and the
+            # position would move back (invariant 2).
+            for o in riders.values():
+                o.idle.clear()
             waiters = [done for _, done in self._queued.values()]
-            batch.update({s: o for s, (o, _) in self._queued.items()})
+            batch = {**riders, **{s: o for s, (o, _) in self._queued.items()}}
             self._queued = {}
-            if not batch:
-                return
             try:
-                await self._commit(batch, self._next)
+                if batch:
+                    await self._commit(batch, self._next)
             except BaseException as err:
                 for done in waiters:
                     if done.done():
@@ -1350,6 +1355,9 @@ class _CommitLane:
                     else:
                         done.set_exception(err)
                 raise
+            finally:
+                for o in riders.values():
+                    o.idle.set()
             for done in waiters:
                 if not done.done():
                     done.set_result(None)
