@@ -205,8 +205,9 @@ class GroupMember:
         self._queue: asyncio.Queue[tuple[ShardBatch, asyncio.Future[bool]]] = asyncio.Queue(1)
         self._acked: dict[int, asyncio.Future[bool]] = {}
         self._lanes: set[_CommitLane] = set()  # commit lanes of steps being delivered
-        # The next step's plan, started while the current step is delivered.
-        self._prefetched: tuple[tuple[tuple[int, ...], int], asyncio.Future[Any]] | None = None
+        # Next steps' plans, started while the current ones are delivered:
+        # (shards, position) -> the planning thread's future.
+        self._prefetched: dict[tuple[tuple[int, ...], int], asyncio.Future[Any]] = {}
         self._joined = asyncio.Event()
         self._last_loop_tick = time.monotonic()
         self._first_generation_seen = False
@@ -872,12 +873,28 @@ class GroupMember:
                 self._wake.clear()
 
     async def _read_round(self, process: Callable[[ShardBatch], Awaitable[None]]) -> bool:
-        planner = self._planner
-        table = self.table
-        assert planner is not None and table is not None
         active = [o for o in self._owned.values() if not o.revoking and not o.dropped]
         if not active:
             return False
+        # Plans prefetched in the previous round; what this round does not use
+        # is dropped at its end (the shards moved, or were re-grouped).
+        prefetched, self._prefetched = self._prefetched, {}
+        try:
+            return await self._read_groups(active, prefetched, process)
+        finally:
+            for future in prefetched.values():
+                # Unused: retrieve its outcome so an error is not reported as lost.
+                future.add_done_callback(lambda f: None if f.cancelled() else f.exception())
+
+    async def _read_groups(
+        self,
+        active: list[_OwnedShard],
+        prefetched: dict[tuple[tuple[int, ...], int], asyncio.Future[Any]],
+        process: Callable[[ShardBatch], Awaitable[None]],
+    ) -> bool:
+        """One step for every group of active shards at the same position."""
+        planner = self._planner
+        assert planner is not None
         unresolved = [o for o in active if o.next_snapshot is None]
         if unresolved:
             await self._resolve_start(unresolved)
@@ -894,7 +911,7 @@ class GroupMember:
                 step: StepPlan | None = await self._in_io(
                     functools.partial(planner.plan_full, shards, full_scan))
             else:
-                step = await self._plan_next(shards, position)
+                step = await self._plan_next(shards, position, prefetched)
             if step is None:
                 continue
             progressed = True
@@ -926,19 +943,15 @@ class GroupMember:
         """Start planning ``plan_next(shards, position)`` in the planning thread."""
         planner = self._planner
         assert planner is not None
-        self._drop_prefetch()
-        future = asyncio.get_running_loop().run_in_executor(
+        self._prefetched[(tuple(shards), position)] = asyncio.get_running_loop().run_in_executor(
             self._io, functools.partial(planner.plan_next, shards, position))
-        self._prefetched = ((tuple(shards), position), future)
 
-    def _drop_prefetch(self) -> None:
-        if self._prefetched is not None:
-            # Unused: retrieve its outcome so an error is not reported as lost.
-            self._prefetched[1].add_done_callback(
-                lambda f: None if f.cancelled() else f.exception())
-            self._prefetched = None
-
-    async def _plan_next(self, shards: list[int], position: int) -> StepPlan | None:
+    async def _plan_next(
+        self,
+        shards: list[int],
+        position: int,
+        prefetched: dict[tuple[tuple[int, ...], int], asyncio.Future[Any]],
+    ) -> StepPlan | None:
         """The next step, from the prefetched plan when it is the one asked for.
 
         A prefetched None (the snapshot did not exist yet then) or error is
@@ -947,17 +960,14 @@ class GroupMember:
         """
         planner = self._planner
         assert planner is not None
-        prefetched = self._prefetched
-        if prefetched is not None and prefetched[0] == (tuple(shards), position):
-            self._prefetched = None
+        future = prefetched.pop((tuple(shards), position), None)
+        if future is not None:
             try:
-                step: StepPlan | None = await prefetched[1]
+                step: StepPlan | None = await future
             except Exception:
                 step = None
             if step is not None:
                 return step
-        else:
-            self._drop_prefetch()
         planned: StepPlan | None = await self._in_io(
             functools.partial(planner.plan_next, shards, position))
         return planned
@@ -993,10 +1003,11 @@ class GroupMember:
 
         Batches of *different* shards may be in the handler at once (reading
         releases the GIL in pyarrow); one shard never has two batches in
-        flight. The gate bounds handlers only: a shard's commit runs while the
-        next shard's handler already reads, and commits are coalesced by a
-        :class:`_CommitLane` (shards without rows ride along with the first).
-        A shard is idle (a revoke may take it) once its own commit is done.
+        flight. The gate bounds handlers only (a handler may start while an
+        earlier shard's commit is in flight); commits are coalesced by a
+        :class:`_CommitLane`, normally one for the whole step, and shards
+        without rows ride along. A shard is idle (a revoke may take it) once
+        its own commit is done.
         Every started delivery is awaited before an error is re-raised, so a
         failure of one shard never abandons another shard's finished batch.
         """

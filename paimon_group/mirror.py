@@ -45,11 +45,11 @@ class ConsumerMirror:
         consumer = self._manager.consumer(consumer_id(self._group, shard))
         return None if consumer is None else int(consumer.next_snapshot)
 
-    def due(self, shard: int, next_snapshot: int, *, force: bool = False) -> bool:
-        """Whether :meth:`write` would write now (cheap: no I/O), so that a
-        caller can skip handing a write that does nothing to an I/O thread."""
+    def due(self, shard: int, next_snapshot: int) -> bool:
+        """Whether an unforced :meth:`write` would write now (cheap: no I/O), so
+        that a caller can skip handing a write that does nothing to an I/O thread."""
         with self._lock:
-            return self._due(shard, next_snapshot, force, time.monotonic())
+            return self._due(shard, next_snapshot, False, time.monotonic())
 
     def _due(self, shard: int, next_snapshot: int, force: bool, now: float) -> bool:
         if self._written.get(shard) == next_snapshot:
