@@ -88,7 +88,7 @@ class ShardBatch:
         if shard not in plan.splits:
             raise PlanInvariantViolated(f"the step was not planned for shard {shard}")
         splits = tuple(plan.splits[shard])
-        check_routing({shard: splits}, num_shards)
+        check_routing({shard: splits}, num_shards, planner.rule)
         self.group = group
         self.member_id = member_id
         self.shard = shard
@@ -115,7 +115,8 @@ class ShardBatch:
 
     @property
     def buckets(self) -> tuple[int, ...]:
-        """The buckets whose files this batch reads (all ``b % num_shards == shard``)."""
+        """The buckets whose files this batch reads (the group's sharding rule put
+        them, in their partitions, in this shard)."""
         return tuple(sorted({int(split.bucket) for split in self.splits}))
 
     @property

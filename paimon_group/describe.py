@@ -3,7 +3,10 @@
 The report is a plain dict (printed as JSON by ``describe --json``, as rich
 tables by :mod:`paimon_group.render`):
 
-* the group: ``group``, ``exists``, ``table``, ``num_shards``, ``state``
+* the group: ``group``, ``exists``, ``table``, ``num_shards``, ``sharding``
+  (the group's rule: ``{"rule": ..., "formula": ...}``, see
+  :mod:`paimon_group.sharding`), ``table_kind`` (fixed, dynamic, unaware or
+  postpone), ``state``
   (``empty``: no live member; ``stable``: the published assignment names
   exactly the live members and every shard is owned by the member it is
   assigned to; ``rebalancing``: anything else), ``generation``, ``leader``,
@@ -58,6 +61,7 @@ from coordinators.errors import ConfigError
 from paimon_group.group import GroupClient, GroupState
 from paimon_group.mirror import ConsumerMirror
 from paimon_group.names import consumer_id
+from paimon_group.sharding import Sharding, ShardRule
 from paimon_group.table import ShardedTable
 
 log = logging.getLogger("paimon_group.describe")
@@ -117,9 +121,11 @@ class SnapshotFacts:
         *,
         max_snapshots: int = DEFAULT_MAX_SNAPSHOTS,
         count_rows: bool = True,
+        rule: ShardRule = ShardRule.BUCKET,
     ) -> None:
         self.table = table
         self.num_shards = num_shards
+        self.sharding = Sharding(rule, num_shards)
         self.max_snapshots = max(1, max_snapshots)
         self.count_rows = count_rows
         self.latest: int | None = None
@@ -180,9 +186,8 @@ class SnapshotFacts:
                 manifests = self._manifest_lists.read_delta(snapshot)
             if manifests:
                 for entry in self._manifests.read_entries_parallel(manifests, max_workers=2):
-                    bucket = int(entry.bucket)
-                    if bucket >= 0:
-                        shard = bucket % self.num_shards
+                    if int(entry.bucket) >= 0:  # the pending bucket is read by no one
+                        shard = self.sharding.shard_of_entry(entry)
                         rows[shard] = rows.get(shard, 0) + int(entry.file.row_count)
         self._rows[snapshot_id] = rows
         return rows
@@ -274,6 +279,7 @@ async def report_from_state(
     ``count_rows`` False skips the unread-rows estimate (no manifest reads).
     """
     num_shards = state.meta.num_shards if state.meta else 0
+    rule = ShardRule.parse(state.meta.sharding if state.meta else None)
     # A pinned but undelivered full scan still needs its snapshot: lag counts from it.
     positions = {s: (state.positions[s].effective if s in state.positions else None)
                  for s in range(num_shards)}
@@ -283,9 +289,9 @@ async def report_from_state(
     earliest: int | None = None
     latest_time_ms: int | None = None
     if table is not None and num_shards:
-        if facts is None or facts.num_shards != num_shards:
+        if facts is None or facts.num_shards != num_shards or facts.sharding.rule is not rule:
             facts = SnapshotFacts(table, num_shards, max_snapshots=max_snapshots,
-                                  count_rows=count_rows)
+                                  count_rows=count_rows, rule=rule)
         used = facts
 
         def read_table() -> tuple[dict[int, ShardProgress], dict[int, int], int | None]:
@@ -375,6 +381,10 @@ async def report_from_state(
         "table": state.meta.table if state.meta else None,
         "created_at": state.meta.created_at if state.meta else None,
         "num_shards": num_shards,
+        "sharding": (
+            {"rule": rule.value, "formula": rule.formula} if state.meta is not None else None
+        ),
+        "table_kind": table.kind.value if table is not None else None,
         "state": group_status(len(live), assigned, live, owners_match),
         "generation": state.assignment.generation if state.assignment else 0,
         "leader": state.leader,

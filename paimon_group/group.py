@@ -102,11 +102,15 @@ class GroupClient:
         entry = await self.coordinator.get(self.keys.meta)
         return GroupMeta.decode(entry.key, entry.value) if entry else None
 
-    async def ensure_meta(self, num_shards: int | None, table: str) -> GroupMeta:
+    async def ensure_meta(
+        self, num_shards: int | None, table: str, *, sharding: str = "bucket"
+    ) -> GroupMeta:
         """The group's metadata, creating it with ``num_shards`` if the group is new.
 
         ``num_shards`` None means "whatever the group has" (required when new).
         A different shard count for an existing group is a ShardCountMismatch.
+        ``sharding`` (a :class:`~paimon_group.sharding.ShardRule` value) is
+        stored only when the group is created: an existing group keeps its rule.
         """
         meta = await self.read_meta()
         if meta is None:
@@ -114,7 +118,8 @@ class GroupClient:
                 raise ShardCountMismatch(
                     f"group {self.group!r} does not exist yet: give its shard count"
                 )
-            new = GroupMeta(num_shards=num_shards, table=table, created_at=time.time())
+            new = GroupMeta(num_shards=num_shards, table=table, created_at=time.time(),
+                            sharding=sharding)
             created = await self.coordinator.create(self.keys.meta, new.encode())
             if created is not None:
                 return new

@@ -82,7 +82,8 @@ from paimon_group.group import GroupClient
 from paimon_group.history import HistoryRecorder, NullRecorder
 from paimon_group.mirror import ConsumerMirror
 from paimon_group.planner import ShardPlanner, StepPlan
-from paimon_group.records import Assignment, MemberInfo
+from paimon_group.records import Assignment, GroupMeta, MemberInfo
+from paimon_group.sharding import ShardRule, plan_new_group
 from paimon_group.start import parse_start
 from paimon_group.table import ShardedTable
 
@@ -182,6 +183,7 @@ class GroupMember:
         )
         self.table: ShardedTable | None = None
         self.num_shards = 0
+        self.sharding = ShardRule.BUCKET
         self._planner: ShardPlanner | None = None
         self._mirror: ConsumerMirror | None = None
         self._coord: Coordinator | None = None
@@ -310,12 +312,9 @@ class GroupMember:
         coord = await self._open_coordinator()
         group = GroupClient(coord, self.group_name)
         try:
-            default_shards = self.config.shards or self.table.num_buckets
-            meta = await group.ensure_meta(default_shards if first else None, self.table.identifier)
-            if first and self.config.shards is None and meta.num_shards != default_shards:
-                log.info("group %s keeps its stored shard count %d", self.group_name,
-                         meta.num_shards)
+            meta = await self._ensure_meta(group, first=first)
             self.num_shards = meta.num_shards
+            self.sharding = ShardRule.parse(meta.sharding)
             info = MemberInfo(
                 member_id=self.member_id,
                 host=socket.gethostname(),
@@ -332,7 +331,8 @@ class GroupMember:
         self._coord, self._group = coord, group
         if self._planner is None:
             self._planner = self.table.planner(
-                self.num_shards, include_row_kind=self.config.include_row_kind
+                self.num_shards, include_row_kind=self.config.include_row_kind,
+                rule=self.sharding,
             )
             self._mirror = ConsumerMirror(
                 self.table.table.file_io,
@@ -349,6 +349,25 @@ class GroupMember:
         self._set_state(MemberState.RUNNING)
         self._joined.set()
         self._wake.set()
+
+    async def _ensure_meta(self, group: GroupClient, *, first: bool) -> GroupMeta:
+        """The group's metadata; a new group gets the shard count and sharding
+        rule of :func:`paimon_group.sharding.plan_new_group` (checked before
+        anything is created)."""
+        assert self.table is not None
+        if not first:
+            return await group.ensure_meta(None, self.table.identifier)
+        existing = await group.read_meta()
+        if existing is not None:
+            # An existing group keeps its shard count and rule; an explicit
+            # --shards that contradicts the count is refused by ensure_meta.
+            meta = await group.ensure_meta(self.config.shards, self.table.identifier)
+            if self.config.shards is None:
+                log.info("group %s keeps its stored shard count %d (sharding %s)",
+                         self.group_name, meta.num_shards, meta.sharding)
+            return meta
+        shards, rule = plan_new_group(self.table, self.config.shards)
+        return await group.ensure_meta(shards, self.table.identifier, sharding=rule.value)
 
     async def _register(self, group: GroupClient, info: MemberInfo) -> None:
         """Register; if our id is held, wait for a dead holder's session to expire.

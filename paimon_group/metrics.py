@@ -41,6 +41,7 @@ coordinator URL or a credential):
 ``paimon_group_session_state{state}``           1 for the session's state, 0 for the others
 ``paimon_group_member_state{state}``            1 for the member's state, 0 for the others
 ``paimon_group_member_info{version}``           always 1
+``paimon_group_sharding_info{rule,table_kind}``  always 1: the sharding rule
 ==============================================  ===========================================
 
 Lag is computed when scraped (at most once per ``lag_refresh_s``; snapshot
@@ -73,6 +74,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
+
+from paimon_group.sharding import ShardRule
 
 log = logging.getLogger("paimon_group.metrics")
 
@@ -159,6 +162,7 @@ class MemberCollector(Collector):
         self._histogram = _HandlerHistogram()
         self._facts: Any = None
         self._facts_shards = 0
+        self._facts_rule = ShardRule.BUCKET
         self._lag: dict[int, tuple[int | None, int | None, float | None]] = {}
         self._latest: int | None = None
         self._lag_at = -1e18
@@ -179,13 +183,15 @@ class MemberCollector(Collector):
         from paimon_group.describe import SnapshotFacts
         from paimon_group.table import ShardedTable
 
-        if self._facts is None or self._facts_shards != num_shards:
+        rule = getattr(member, "sharding", ShardRule.BUCKET)
+        if self._facts is None or self._facts_shards != num_shards or self._facts_rule != rule:
             # Our own wrapper (and snapshot manager) over the member's table,
             # so this thread shares no reader state with the member's.
             own = ShardedTable(table.table, warehouse=table.warehouse,
                                identifier=table.identifier)
-            self._facts = SnapshotFacts(own, num_shards, count_rows=False)
+            self._facts = SnapshotFacts(own, num_shards, count_rows=False, rule=rule)
             self._facts_shards = num_shards
+            self._facts_rule = rule
         positions = _positions(member)
         progress = self._facts.progress(positions)
         self._latest = self._facts.latest
@@ -301,6 +307,14 @@ class MemberCollector(Collector):
 
         info.add_metric([*values, VERSION], 1)
         yield info
+        table = getattr(m, "table", None)
+        if num_shards and table is not None:
+            rule = getattr(m, "sharding", ShardRule.BUCKET)
+            sharding = GaugeMetricFamily(
+                "paimon_group_sharding_info", "The group's sharding rule and table kind.",
+                labels=[*labels, "rule", "table_kind"])
+            sharding.add_metric([*values, rule.value, table.kind.value], 1)
+            yield sharding
 
 
 def health(member: Any, max_loop_lag_s: float) -> tuple[bool, str]:

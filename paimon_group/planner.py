@@ -1,7 +1,10 @@
 """Shard-exact planning: which files of which snapshots each shard reads next.
 
-Shard ``k`` of ``S`` holds bucket ``b`` iff ``b % S == k`` (invariant 4: every
-plan a shard reads holds exactly its buckets, on every path). pypaimon's
+Which shard holds which files is the group's sharding rule
+(:class:`~paimon_group.sharding.Sharding`): ``bucket % S`` by default,
+(partition, bucket) for partitioned and dynamic-bucket tables, the data file
+for bucket-unaware append tables (invariant 4: every plan a shard reads
+holds exactly its rows, on every path). pypaimon's
 streaming scan cannot be used per shard for this: its bucket filter is not
 applied to the initial full scan nor to the diff-based catch-up, so ``S``
 shards would each read the whole table there. And calling it once per owned
@@ -9,10 +12,14 @@ shard would read the same manifests once per shard. So :class:`ShardPlanner`
 plans itself, reusing pypaimon's building blocks:
 
 * it reads the manifests of a step **once per call** whatever the number of
-  shards asked for, keeps only entries of the requested shards' buckets
-  (filtered while the manifests are decoded) and routes every split to
-  ``split.bucket % S``; :class:`StepPlan` re-checks the routing of every
-  split and raises :class:`~paimon_group.errors.PlanInvariantViolated`.
+  shards asked for, keeps only entries of the requested shards (by bucket
+  while the manifests are decoded when the rule depends on the bucket alone)
+  and routes every split by the rule, cutting a split whose files belong to
+  several shards (file rule) into one split per shard; :class:`StepPlan`
+  re-checks the routing of every split and raises
+  :class:`~paimon_group.errors.PlanInvariantViolated`. Files in a negative
+  bucket (the pending bucket of postpone tables) are never read: no reader
+  can see them until a compaction assigns them a bucket.
 * **initial** (``plan_full``): the full content of one snapshot, through
   pypaimon's ``FileScanner`` (the merged, batch view of primary-key tables,
   with deletion vectors), exactly as pypaimon's streaming scan does its first
@@ -52,6 +59,7 @@ Example::
 from __future__ import annotations
 
 import enum
+import logging
 import os
 import threading
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
@@ -63,12 +71,14 @@ import pyarrow as pa
 from pypaimon.read.scanner.file_scanner import FileScanner
 
 from coordinators.errors import PaimonGroupError
-from paimon_group.errors import PlanInvariantViolated
+from paimon_group.sharding import Sharding, ShardRule
 
 if TYPE_CHECKING:
     from paimon_group.table import ShardedTable
 
 __all__ = ["BatchKind", "PlannerStats", "ShardPlanner", "StepPlan", "check_routing"]
+
+log = logging.getLogger(__name__)
 
 Split = Any
 """A pypaimon ``DataSplit`` (pypaimon ships no type information)."""
@@ -90,19 +100,14 @@ class BatchKind(enum.Enum):
     """The deltas or changelogs of every snapshot in a long gap, in one step."""
 
 
-def check_routing(splits: Mapping[int, Sequence[Split]], num_shards: int) -> None:
-    """Raise :class:`PlanInvariantViolated` unless every split of shard ``k``
-    has ``split.bucket % num_shards == k`` (invariant 4)."""
-    for shard, shard_splits in splits.items():
-        if not 0 <= shard < num_shards:
-            raise PlanInvariantViolated(f"plan names shard {shard}, outside 0..{num_shards - 1}")
-        for split in shard_splits:
-            bucket = int(split.bucket)
-            if bucket < 0 or bucket % num_shards != shard:
-                raise PlanInvariantViolated(
-                    f"bucket {bucket} routed to shard {shard} of {num_shards}: "
-                    f"it belongs to shard {bucket % num_shards}; refusing to deliver it"
-                )
+def check_routing(
+    splits: Mapping[int, Sequence[Split]],
+    num_shards: int,
+    rule: ShardRule = ShardRule.BUCKET,
+) -> None:
+    """Raise :class:`PlanInvariantViolated` unless every file of every split of
+    shard ``k`` belongs to shard ``k`` under ``rule`` (invariant 4)."""
+    Sharding(rule, num_shards).check(splits)
 
 
 @dataclass(frozen=True)
@@ -113,8 +118,9 @@ class StepPlan:
     position to commit once the step is processed. ``splits`` has a key for
     EVERY requested shard (an empty tuple when the shard has no data in this
     step). ``num_shards``, when given (the planner always gives it), makes the
-    constructor check the routing of every split. ``first_snapshot`` is the
-    first snapshot covered (``snapshot_id`` except for catch-up steps).
+    constructor check the routing of every split, under ``rule`` (the
+    group's sharding rule). ``first_snapshot`` is the first snapshot covered
+    (``snapshot_id`` except for catch-up steps).
 
     Example::
 
@@ -129,6 +135,7 @@ class StepPlan:
     splits: Mapping[int, Sequence[Split]]
     num_shards: int | None = None
     first_snapshot: int | None = None
+    rule: ShardRule = ShardRule.BUCKET
 
     def __post_init__(self) -> None:
         frozen = MappingProxyType({int(k): tuple(v) for k, v in self.splits.items()})
@@ -136,7 +143,7 @@ class StepPlan:
         if self.first_snapshot is None:
             object.__setattr__(self, "first_snapshot", self.snapshot_id)
         if self.num_shards is not None:
-            check_routing(self.splits, self.num_shards)
+            check_routing(self.splits, self.num_shards, self.rule)
 
     @property
     def shards(self) -> tuple[int, ...]:
@@ -209,6 +216,7 @@ class ShardPlanner:
         projection: Sequence[str] | None = None,
         catch_up_threshold: int = 10,
         batch_rows: int | None = None,
+        rule: ShardRule | None = None,
     ) -> None:
         if isinstance(num_shards, bool) or not isinstance(num_shards, int) or num_shards < 1:
             raise PaimonGroupError(
@@ -218,6 +226,7 @@ class ShardPlanner:
             raise PaimonGroupError(f"catch_up_threshold must be >= 1, not {catch_up_threshold}")
         self.table = table
         self.num_shards = num_shards
+        self.sharding = Sharding(table.default_rule if rule is None else rule, num_shards)
         self.include_row_kind = include_row_kind
         self.projection: tuple[str, ...] | None = tuple(projection) if projection else None
         self.catch_up_threshold = catch_up_threshold
@@ -244,11 +253,12 @@ class ShardPlanner:
         if self.batch_rows < 1:
             raise PaimonGroupError(f"batch_rows must be >= 1, not {self.batch_rows}")
         self._max_workers = max(1, min(8, os.cpu_count() or 1))
+        self._overwrites_warned: set[int] = set()
 
     def __repr__(self) -> str:
         return (
             f"ShardPlanner({self.table.identifier!r}, shards={self.num_shards}, "
-            f"follow_up={self.follow_up_kind.value})"
+            f"rule={self.sharding.rule.value}, follow_up={self.follow_up_kind.value})"
         )
 
     @property
@@ -256,9 +266,13 @@ class ShardPlanner:
         """The arrow schema of what is read (``_row_kind`` first when requested)."""
         return self._schema
 
-    def shard_of(self, bucket: int) -> int:
-        """The shard that holds ``bucket``."""
-        return bucket % self.num_shards
+    @property
+    def rule(self) -> ShardRule:
+        return self.sharding.rule
+
+    def shard_of(self, bucket: int, partition: Any = (), file_name: str = "") -> int:
+        """The shard that holds a file of ``bucket`` in ``partition``."""
+        return self.sharding.shard_of(partition, bucket, file_name)
 
     # -- planning ------------------------------------------------------------
 
@@ -272,18 +286,17 @@ class ShardPlanner:
         return result
 
     def _bucket_filter(self, shard_set: frozenset[int]) -> Callable[[int], bool]:
-        num_shards = self.num_shards
-        if len(shard_set) == num_shards:
-            return lambda bucket: bucket >= 0
-        return lambda bucket: bucket >= 0 and bucket % num_shards in shard_set
+        return self.sharding.bucket_filter(shard_set)
 
     def _manifest_may_hold(self, meta: Any, shard_set: frozenset[int]) -> bool:
         """False only when a manifest's bucket range proves it has none of our buckets."""
         low, high = meta.min_bucket, meta.max_bucket
-        if low is None or high is None or len(shard_set) == self.num_shards:
+        if low is None or high is None:
             return True
         if high < 0:
-            return False
+            return False  # only pending (postpone) buckets: nothing a reader can see
+        if len(shard_set) == self.num_shards or not self.sharding.by_bucket_only:
+            return True
         low = max(int(low), 0)
         high = min(int(high), low + self.num_shards - 1)
         return any(b % self.num_shards in shard_set for b in range(low, high + 1))
@@ -298,18 +311,9 @@ class ShardPlanner:
         return self.table.snapshot(snapshot_id)
 
     def _route(self, splits: Iterable[Split], shard_set: frozenset[int]) -> dict[int, list[Split]]:
-        routed: dict[int, list[Split]] = {k: [] for k in sorted(shard_set)}
-        for split in splits:
-            bucket = int(split.bucket)
-            if bucket < 0:
-                raise PlanInvariantViolated(
-                    f"split of bucket {bucket} in table {self.table.identifier}: "
-                    "only fixed buckets can be sharded"
-                )
-            shard = bucket % self.num_shards
-            if shard in routed:  # buckets of other shards were filtered while decoding
-                routed[shard].append(split)
-        return routed
+        """Splits per requested shard; splits (or files) of other shards are
+        dropped (with the bucket rule they were mostly filtered while decoding)."""
+        return self.sharding.route(splits, shard_set)
 
     def _step(
         self,
@@ -326,6 +330,7 @@ class ShardPlanner:
             splits=routed,
             num_shards=self.num_shards,
             first_snapshot=first,
+            rule=self.sharding.rule,
         )
 
     def plan_full(self, shards: Iterable[int], snapshot_id: int) -> StepPlan:
@@ -360,10 +365,30 @@ class ShardPlanner:
         )
 
     def _should_scan(self, snapshot: Any) -> bool:
-        """pypaimon's follow-up scanners' rule (Delta/ChangelogFollowUpScanner)."""
+        """pypaimon's follow-up scanners' rule (Delta/ChangelogFollowUpScanner).
+
+        An OVERWRITE snapshot (INSERT OVERWRITE, e.g. the rewrite of a bucket
+        rescale) is skipped as Paimon's streaming reads skip it, but never
+        silently: one warning line names it (once per snapshot).
+        """
         if self._changelog:
-            return bool(snapshot.changelog_manifest_list)
-        return bool(snapshot.commit_kind == "APPEND")
+            scan = bool(snapshot.changelog_manifest_list)
+        else:
+            scan = bool(snapshot.commit_kind == "APPEND")
+        if not scan and snapshot.commit_kind == "OVERWRITE":
+            self._warn_overwrite(int(snapshot.id))
+        return scan
+
+    def _warn_overwrite(self, snapshot_id: int) -> None:
+        if snapshot_id in self._overwrites_warned:
+            return
+        self._overwrites_warned.add(snapshot_id)
+        log.warning(
+            "snapshot %d of table %s is an OVERWRITE: a streaming read skips it, as Paimon's "
+            "does, so the rows it rewrote are not delivered again; the rows it added anew are "
+            "not delivered at all (read them with a batch read of snapshot %d)",
+            snapshot_id, self.table.identifier, snapshot_id,
+        )
 
     def _increment_manifests(self, snapshot: Any) -> list[Any]:
         self.stats.add(manifest_lists_read=1)
@@ -443,7 +468,12 @@ class ShardPlanner:
                 f"an incremental manifest of table {self.table.identifier} up to snapshot "
                 f"{snapshot_id} deletes file {err}: not a streamable increment"
             ) from err
-        entries = [e for e in entries if bucket_ok(int(e.bucket))]
+        sharding = self.sharding
+        entries = [
+            e for e in entries
+            if bucket_ok(int(e.bucket))
+            and (sharding.by_bucket_only or sharding.shard_of_entry(e) in shard_set)
+        ]
         if not entries:
             return []
         options = self._pt.options

@@ -54,12 +54,19 @@ class _Record:
 
 @dataclass(frozen=True)
 class GroupMeta(_Record):
-    """``groups/<group>``: fixed at creation; a different shard count is an error."""
+    """``groups/<group>``: fixed at creation; a different shard count is an error.
+
+    ``sharding`` is the group's sharding rule (a
+    :class:`~paimon_group.sharding.ShardRule` value), chosen at creation; a
+    record stored without one (older groups) decodes as ``"bucket"``, the
+    ``bucket % num_shards`` those groups were created with.
+    """
 
     num_shards: int
     table: str
     created_at: float
     format: int = FORMAT_VERSION
+    sharding: str = "bucket"
 
     @classmethod
     def _from_dict(cls, data: dict[str, Any]) -> GroupMeta:
@@ -68,7 +75,11 @@ class GroupMeta(_Record):
             table=str(data["table"]),
             created_at=float(data["created_at"]),
             format=int(data.get("format", FORMAT_VERSION)),
+            sharding=str(data.get("sharding") or "bucket"),
         )
+        from paimon_group.sharding import ShardRule
+
+        ShardRule.parse(meta.sharding)  # an unknown rule is a corrupt value
         if meta.num_shards < 1:
             raise ValueError("num_shards < 1")
         return meta

@@ -74,6 +74,14 @@ def describe_renderable(report: dict[str, Any]) -> Group:
         ("  unread rows ", "bold"), _num(report.get("total_unread_rows")),
     )
     parts: list[Any] = [head, totals]
+    sharding = report.get("sharding")
+    if sharding:
+        parts.append(Text.assemble(
+            ("sharding ", "bold"), str(sharding.get("rule")),
+            (f" ({sharding.get('formula')})", "dim"),
+            ("  shards ", "bold"), _num(report.get("num_shards")),
+            ("  table kind ", "bold"), _num(report.get("table_kind")),
+        ))
     if report.get("expired_shards"):
         parts.append(Text(
             f"shards {report['expired_shards']} point at expired snapshots: they cannot "

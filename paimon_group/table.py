@@ -1,14 +1,12 @@
 """The Paimon table a group reads: opening it, its snapshots, start positions.
 
-:class:`ShardedTable` wraps one pypaimon ``FileStoreTable`` whose rows can be
-sharded by bucket: shard ``k`` of ``S`` holds bucket ``b`` iff ``b % S == k``.
-That needs every row of a key to stay in one bucket, so only fixed-bucket
-tables (``bucket > 0``: primary-key tables, and append tables with a
-bucket key) are accepted. Postpone-bucket tables (``bucket = -2``, rows wait
-in a pending bucket until compaction assigns them), bucket-unaware append
-tables (``bucket = -1`` without primary key: every file is in bucket 0) and
-dynamic-bucket primary-key tables (``bucket = -1``: no fixed bucket count to
-shard by) raise :class:`~paimon_group.errors.UnsupportedTable`.
+:class:`ShardedTable` wraps one pypaimon ``FileStoreTable`` and knows its
+kind (:class:`~paimon_group.sharding.TableKind`): fixed buckets, dynamic
+buckets (primary key, ``bucket = -1``), bucket-unaware append
+(``bucket = -1``) or postpone buckets (``bucket = -2``, accepted only with a
+compaction-made changelog). How its rows are spread over shards is the
+group's sharding rule (:mod:`paimon_group.sharding`); variants no rule can
+shard raise :class:`~paimon_group.errors.UnsupportedTable` with one line.
 
 Example::
 
@@ -17,9 +15,9 @@ Example::
 
     table = ShardedTable.open("/data/warehouse", "db.orders")
     start = table.resolve_start(parse_start("latest-full"))
-    planner = table.planner(table.num_buckets)
+    planner = table.planner(table.default_shards)
     if start.full_scan_snapshot is not None:
-        step = planner.plan_full(range(table.num_buckets), start.full_scan_snapshot)
+        step = planner.plan_full(range(table.default_shards), start.full_scan_snapshot)
 """
 
 from __future__ import annotations
@@ -30,7 +28,8 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from coordinators.errors import ConfigError
-from paimon_group.errors import SnapshotExpired, TableNotFound, UnsupportedTable
+from paimon_group.errors import SnapshotExpired, TableNotFound
+from paimon_group.sharding import ShardRule, TableKind, choose_rule, default_shards, table_kind
 from paimon_group.start import ResolvedStart, StartKind, StartPosition
 
 if TYPE_CHECKING:
@@ -51,10 +50,10 @@ def _normalise_warehouse(warehouse: str) -> str:
 
 
 class ShardedTable:
-    """A fixed-bucket Paimon table, ready to be read shard by shard.
+    """A Paimon table, ready to be read shard by shard.
 
-    Attributes: ``identifier`` (``"db.table"``), ``warehouse``,
-    ``num_buckets``, ``table_path``, ``table`` (the pypaimon
+    Attributes: ``identifier`` (``"db.table"``), ``warehouse``, ``kind``,
+    ``num_buckets`` (None unless the kind is fixed), ``table_path``, ``table`` (the pypaimon
     ``FileStoreTable``), ``is_primary_key_table`` and ``changelog_producer``
     (``"none"``, ``"input"``, ``"lookup"`` or ``"full-compaction"``).
 
@@ -74,7 +73,9 @@ class ShardedTable:
         self.identifier = identifier
         self.table_path: str = str(pypaimon_table.table_path)
         self.is_primary_key_table: bool = bool(pypaimon_table.is_primary_key_table)
-        self.num_buckets: int = self._check_shardable()
+        self.kind: TableKind = table_kind(pypaimon_table, identifier)
+        bucket = int(pypaimon_table.options.bucket())
+        self.num_buckets: int | None = bucket if self.kind is TableKind.FIXED else None
         producer = pypaimon_table.options.changelog_producer()
         self.changelog_producer: str = str(getattr(producer, "value", producer) or "none")
         self._snapshot_manager: Any = pypaimon_table.snapshot_manager()
@@ -119,32 +120,24 @@ class ShardedTable:
             raise ConfigError(f"cannot open table {table} in warehouse {location}: {err}") from err
         return cls(loaded, warehouse=location, identifier=table)
 
-    def _check_shardable(self) -> int:
-        bucket = int(self.table.options.bucket())
-        name = self.identifier
-        if bucket == -2:
-            raise UnsupportedTable(
-                f"table {name} uses postpone buckets (bucket = -2): its rows sit in a pending "
-                "bucket until compaction assigns them, so they cannot be sharded by bucket; "
-                "set a fixed 'bucket' count (> 0) on the table"
-            )
-        if bucket == -1 and not self.is_primary_key_table:
-            raise UnsupportedTable(
-                f"table {name} is a bucket-unaware append table (bucket = -1): every file is "
-                "in bucket 0, so there is nothing to shard; recreate it with 'bucket' > 0 and "
-                "a 'bucket-key'"
-            )
-        if bucket == -1:
-            raise UnsupportedTable(
-                f"table {name} uses dynamic buckets (bucket = -1): there is no fixed bucket "
-                "count to shard by; set a fixed 'bucket' count (> 0) on the table"
-            )
-        if bucket <= 0:
-            raise UnsupportedTable(f"table {name} has unsupported bucket option {bucket}")
-        return bucket
+    @property
+    def partitioned(self) -> bool:
+        return bool(self.table.partition_keys)
+
+    @property
+    def default_rule(self) -> ShardRule:
+        """The sharding rule a new group on this table gets (:mod:`paimon_group.sharding`)."""
+        return choose_rule(self.table, self.kind)
+
+    @property
+    def default_shards(self) -> int:
+        """Shard count of a new group without ``--shards``: the bucket count of a
+        fixed-bucket table, else :data:`~paimon_group.sharding.DEFAULT_SHARDS`."""
+        return default_shards(self.kind, self.num_buckets)
 
     def __repr__(self) -> str:
-        return f"ShardedTable({self.identifier!r}, buckets={self.num_buckets})"
+        buckets = self.num_buckets if self.num_buckets is not None else self.kind.value
+        return f"ShardedTable({self.identifier!r}, buckets={buckets})"
 
     # -- snapshots -----------------------------------------------------------
 
@@ -293,13 +286,16 @@ class ShardedTable:
         include_row_kind: bool = False,
         projection: Sequence[str] | None = None,
         catch_up_threshold: int = 10,
+        rule: ShardRule | None = None,
     ) -> ShardPlanner:
-        """A :class:`~paimon_group.planner.ShardPlanner` for ``num_shards`` shards."""
+        """A :class:`~paimon_group.planner.ShardPlanner` for ``num_shards`` shards
+        under ``rule`` (default: :attr:`default_rule`; a group passes its own)."""
         from paimon_group.planner import ShardPlanner
 
         return ShardPlanner(
             self,
             num_shards,
+            rule=rule,
             include_row_kind=include_row_kind,
             projection=projection,
             catch_up_threshold=catch_up_threshold,

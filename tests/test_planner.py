@@ -15,6 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from pypaimon import Schema
 
 from coordinators.errors import PaimonGroupError
 from paimon_group.batch import ShardBatch
@@ -29,6 +30,7 @@ from paimon_group.planner import BatchKind, ShardPlanner, StepPlan
 from paimon_group.table import ShardedTable
 from tests.support.tables import (
     bucket_of,
+    catalog,
     commit_empty,
     compact,
     delete_rows,
@@ -36,6 +38,7 @@ from tests.support.tables import (
     make_append_table,
     make_pk_table,
     open_table,
+    table_schema,
     write_rows,
 )
 
@@ -461,26 +464,28 @@ def test_future_full_scan_is_an_error_not_an_expiry(warehouse: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("kind", "buckets", "words"),
+    ("options", "partitioned", "words", "fix"),
     [
-        ("pk", -2, "postpone"),
-        ("pk", -1, "dynamic"),
-        ("append", -1, "bucket-unaware"),
+        ({"bucket": "-2"}, False, "postpone", "'changelog-producer'"),
+        ({"bucket": "-1"}, True, "cross-partition", "primary key"),
     ],
 )
 def test_unshardable_tables_are_refused_with_one_line(
-    warehouse: str, kind: str, buckets: int, words: str
+    warehouse: str, options: dict[str, str], partitioned: bool, words: str, fix: str
 ) -> None:
-    if kind == "pk":
-        make_pk_table(warehouse, "db.x", buckets=buckets)
-    else:
-        make_append_table(warehouse, "db.x", buckets=buckets)
+    schema = table_schema(partitioned=partitioned)
+    cat = catalog(warehouse)
+    cat.create_database("db", True)
+    # The key does not hold the partition key: a cross-partition update table.
+    cat.create_table("db.x", Schema.from_pyarrow_schema(
+        schema, partition_keys=["part"] if partitioned else None, primary_keys=["id"],
+        options=options), False)
     with pytest.raises(UnsupportedTable) as info:
         ShardedTable.open(warehouse, "db.x")
     message = str(info.value)
     assert isinstance(info.value, ConfigError)
     assert words in message and "db.x" in message and "\n" not in message
-    assert "'bucket'" in message  # says what to do
+    assert fix in message  # says what to do
 
 
 def test_missing_table_database_and_bad_name(warehouse: str) -> None:

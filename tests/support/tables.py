@@ -9,7 +9,10 @@ Rows have the columns ``id`` (int64, the primary key / bucket key), ``v``
 (int64, a version chosen by the writer so that ``(id, v)`` names one written
 row even when ``id`` is updated) and ``payload`` (string). Tables made with
 ``row_kind_field=True`` also have ``op`` (string, ``+I``/``-U``/``+U``/``-D``),
-declared as the table's ``rowkind.field`` so deletes can be written.
+declared as the table's ``rowkind.field`` so deletes can be written. Tables
+made with ``partitioned=True`` also have ``part`` (string, the partition key:
+``p<id % PARTITIONS>``, so a key never changes partition; primary-key tables
+then have the key ``(part, id)``).
 
 Example::
 
@@ -51,7 +54,15 @@ _MAX_LEVEL = 5
 _FILE_SOURCE_COMPACT = 1
 
 
-def table_schema(*, row_kind_field: bool = False) -> pa.Schema:
+PARTITIONS = 8
+"""Partitions of a partitioned test table: ``part = f"p{id % PARTITIONS}"``."""
+
+
+def partition_of(key: int) -> str:
+    return f"p{int(key) % PARTITIONS}"
+
+
+def table_schema(*, row_kind_field: bool = False, partitioned: bool = False) -> pa.Schema:
     """The pyarrow schema of the test tables."""
     fields = [
         pa.field("id", pa.int64(), nullable=False),
@@ -60,6 +71,8 @@ def table_schema(*, row_kind_field: bool = False) -> pa.Schema:
     ]
     if row_kind_field:
         fields.append(pa.field("op", pa.string()))
+    if partitioned:
+        fields.append(pa.field("part", pa.string(), nullable=False))
     return pa.schema(fields)
 
 
@@ -80,13 +93,19 @@ def _create(
     *,
     primary_keys: Sequence[str],
     options: Mapping[str, str],
+    partition_keys: Sequence[str] = (),
 ) -> Any:
     cat = catalog(warehouse)
     database = name.split(".", 1)[0]
     cat.create_database(database, True)
     cat.create_table(
         name,
-        Schema.from_pyarrow_schema(schema, primary_keys=list(primary_keys), options=dict(options)),
+        Schema.from_pyarrow_schema(
+            schema,
+            partition_keys=list(partition_keys) or None,
+            primary_keys=list(primary_keys),
+            options=dict(options),
+        ),
         False,
     )
     return cat.get_table(name)
@@ -100,10 +119,12 @@ def make_pk_table(
     changelog_producer: str | None = None,
     row_kind_field: bool = False,
     options: Mapping[str, str] | None = None,
+    partitioned: bool = False,
 ) -> Any:
     """Create a primary-key table (key ``id``) with ``buckets`` fixed buckets.
 
     ``buckets=-2`` makes a postpone-bucket table, ``-1`` a dynamic-bucket one.
+    ``partitioned`` adds the partition key ``part`` (key ``(part, id)``).
     ``changelog_producer`` is ``None`` (Paimon's ``none``), ``"input"``,
     ``"lookup"`` or ``"full-compaction"``.
     """
@@ -116,9 +137,10 @@ def make_pk_table(
     return _create(
         warehouse,
         name,
-        table_schema(row_kind_field=row_kind_field),
-        primary_keys=["id"],
+        table_schema(row_kind_field=row_kind_field, partitioned=partitioned),
+        primary_keys=["part", "id"] if partitioned else ["id"],
         options=opts,
+        partition_keys=["part"] if partitioned else (),
     )
 
 
@@ -128,16 +150,21 @@ def make_append_table(
     *,
     buckets: int = 4,
     options: Mapping[str, str] | None = None,
+    partitioned: bool = False,
 ) -> Any:
     """Create an append table; ``buckets > 0`` gives fixed buckets keyed by ``id``.
 
     ``buckets=-1`` gives a bucket-unaware append table (every file in bucket 0).
+    ``partitioned`` adds the partition key ``part``.
     """
     opts = {"bucket": str(buckets)}
     if buckets > 0:
         opts["bucket-key"] = "id"
     opts.update(options or {})
-    return _create(warehouse, name, table_schema(), primary_keys=[], options=opts)
+    return _create(
+        warehouse, name, table_schema(partitioned=partitioned), primary_keys=[], options=opts,
+        partition_keys=["part"] if partitioned else (),
+    )
 
 
 def rows_table(table: Any, ids: Iterable[int], *, v: int = 0, op: str = "+I") -> pa.Table:
@@ -151,7 +178,10 @@ def rows_table(table: Any, ids: Iterable[int], *, v: int = 0, op: str = "+I") ->
     has_op = "op" in table.field_names
     if has_op:
         columns["op"] = pa.array([op] * len(id_list), pa.string())
-    return pa.table(columns, schema=table_schema(row_kind_field=has_op))
+    partitioned = "part" in table.field_names
+    if partitioned:
+        columns["part"] = pa.array([partition_of(i) for i in id_list], pa.string())
+    return pa.table(columns, schema=table_schema(row_kind_field=has_op, partitioned=partitioned))
 
 
 def _committed_snapshot_id(table: Any, commit_user: str) -> int:
@@ -224,8 +254,10 @@ def bucket_of(table: Any, key: int) -> int:
     if not hasattr(table, "create_row_key_extractor"):
         table = table.table
     extractor = table.create_row_key_extractor()
-    values = {name: None for name in table.field_names}
+    values: dict[str, Any] = {name: None for name in table.field_names}
     values["id"] = int(key)
+    if "part" in values:
+        values["part"] = partition_of(key)
     _partition, bucket = extractor.extract_partition_bucket_row(values)
     return int(bucket)
 

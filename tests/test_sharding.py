@@ -1,0 +1,315 @@
+"""Sharding rules for every table kind, on real pypaimon-written tables.
+
+Shows, per kind (fixed, fixed partitioned, dynamic, dynamic partitioned,
+bucket-unaware append, append partitioned): the rule a new group gets; the
+initial full scan over all shards equals pypaimon's own batch read, row for
+row, and each shard's plan holds only its files; follow-ups (delta and
+catch-up) deliver every written row version once; a key's versions stay in
+one shard; rows spread over the shards. Then the bucket rescale, the
+postpone and shard-count decisions, and the stored rule's compatibility.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from pypaimon.schema.schema_change import SchemaChange
+
+from coordinators.errors import ConfigError, CorruptValue
+from paimon_group.errors import PlanInvariantViolated
+from paimon_group.planner import BatchKind, ShardPlanner, StepPlan
+from paimon_group.records import GroupMeta
+from paimon_group.sharding import (
+    DEFAULT_SHARDS,
+    Sharding,
+    ShardRule,
+    TableKind,
+    file_hash,
+    partition_hash,
+    plan_new_group,
+)
+from paimon_group.table import ShardedTable
+from tests.support.tables import (
+    catalog,
+    make_append_table,
+    make_pk_table,
+    open_table,
+    rows_table,
+    write_rows,
+)
+
+Row = tuple[int, int]  # (id, v)
+Maker = Callable[[str], Any]
+
+KINDS: dict[str, tuple[Maker, TableKind, ShardRule, bool]] = {
+    # name: (create db.t in the warehouse, kind, rule of a new group, has keys)
+    "fixed": (lambda wh: make_pk_table(wh, "db.t", buckets=4),
+              TableKind.FIXED, ShardRule.BUCKET, True),
+    "fixed-partitioned": (lambda wh: make_pk_table(wh, "db.t", buckets=2, partitioned=True),
+                          TableKind.FIXED, ShardRule.PARTITION_BUCKET, True),
+    "dynamic": (lambda wh: make_pk_table(
+        wh, "db.t", buckets=-1, options={"dynamic-bucket.target-row-num": "15"}),
+        TableKind.DYNAMIC, ShardRule.BUCKET, True),
+    "dynamic-partitioned": (lambda wh: make_pk_table(
+        wh, "db.t", buckets=-1, partitioned=True,
+        options={"dynamic-bucket.target-row-num": "4"}),
+        TableKind.DYNAMIC, ShardRule.PARTITION_BUCKET, True),
+    "append": (lambda wh: make_append_table(wh, "db.t", buckets=-1),
+               TableKind.UNAWARE, ShardRule.FILE, False),
+    "append-partitioned": (lambda wh: make_append_table(wh, "db.t", buckets=-1, partitioned=True),
+                           TableKind.UNAWARE, ShardRule.FILE, False),
+}
+
+
+@pytest.fixture
+def warehouse(tmp_path: Path) -> str:
+    return str(tmp_path / "warehouse")
+
+
+def rows_of(table: pa.Table) -> list[Row]:
+    return list(zip(table.column("id").to_pylist(), table.column("v").to_pylist(), strict=True))
+
+
+def batch_read(warehouse: str) -> collections.Counter[Row]:
+    """pypaimon's own batch read of the latest snapshot."""
+    builder = open_table(warehouse, "db.t").new_read_builder()
+    return collections.Counter(rows_of(builder.new_read().to_arrow(builder.new_scan().plan()
+                                                                     .splits())))
+
+
+def read_all(planner: ShardPlanner, step: StepPlan) -> dict[int, list[Row]]:
+    return {s: rows_of(planner.read_arrow(splits)) for s, splits in step.splits.items()}
+
+
+# -- each kind, planned and read ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", list(KINDS))
+def test_every_kind_is_sharded_exactly_on_every_path(warehouse: str, name: str) -> None:
+    make, kind, rule, keyed = KINDS[name]
+    make(warehouse)
+    written: list[Row] = []
+
+    def write(ids: range, v: int) -> int:
+        written.extend((i, v) for i in ids)
+        return write_rows(warehouse, "db.t", ids, v=v)
+
+    write(range(0, 60), 0)
+    full_at = write(range(30, 90), 1)  # updates 30..59 on keyed tables
+    table = ShardedTable.open(warehouse, "db.t")
+    assert (table.kind, table.default_rule) == (kind, rule)
+    shards, rule_of_group = plan_new_group(table, None)
+    assert rule_of_group is rule
+    assert shards == (4 if kind is TableKind.FIXED and not table.partitioned else
+                      2 if kind is TableKind.FIXED else DEFAULT_SHARDS)
+    num_shards = 4
+    planner = table.planner(num_shards, rule=rule, catch_up_threshold=3)
+
+    # Initial: all shards together are pypaimon's batch read, row for row.
+    full = planner.plan_full(range(num_shards), full_at)
+    per_shard = read_all(planner, full)
+    union = collections.Counter(r for rows in per_shard.values() for r in rows)
+    assert union == batch_read(warehouse)
+    if keyed:  # (an append table has 2 files here; spread is shown with many files)
+        assert sum(1 for rows in per_shard.values() if rows) >= 3, per_shard.keys()
+    # A subset of shards is planned the same as those shards of the whole.
+    part = planner.plan_full([1, 3], full_at)
+    assert {s: sorted(r) for s, r in read_all(planner, part).items()} == {
+        s: sorted(per_shard[s]) for s in (1, 3)}
+
+    # Follow-ups: two deltas, then a catch-up over four snapshots; updates
+    # of keys written before the full scan and new keys (new buckets).
+    before = len(written)
+    for v, ids in enumerate([range(80, 130), range(0, 20), range(120, 200), range(10, 70),
+                             range(190, 260), range(40, 45)], start=2):
+        write(ids, v)
+        if v == 3:
+            position, steps = full_at + 1, []
+            while (step := planner.plan_next(range(num_shards), position)) is not None:
+                steps.append(step)
+                position = step.next_snapshot
+    while (step := planner.plan_next(range(num_shards), position)) is not None:
+        steps.append(step)
+        position = step.next_snapshot
+    assert [s.kind for s in steps] == [BatchKind.DELTA, BatchKind.DELTA, BatchKind.CATCH_UP]
+    delivered: collections.Counter[Row] = collections.Counter()
+    shard_of_key: dict[int, set[int]] = collections.defaultdict(set)
+    versions: dict[int, list[int]] = collections.defaultdict(list)
+    for step in steps:
+        for shard, rows in read_all(planner, step).items():
+            delivered.update(rows)
+            for i, v in rows:
+                shard_of_key[i].add(shard)
+                versions[i].append(v)
+    assert delivered == collections.Counter(written[before:])
+    for _shard, rows in per_shard.items():
+        for i, _v in rows:
+            shard_of_key[i].add(_shard)
+    if keyed:
+        moved = {i: s for i, s in shard_of_key.items() if len(s) > 1}
+        assert not moved, f"keys read by several shards: {list(moved.items())[:5]}"
+        assert all(v == sorted(v) for v in versions.values())
+
+
+def test_a_split_of_files_of_several_shards_is_cut_per_shard(warehouse: str) -> None:
+    make_append_table(warehouse, "db.t", buckets=-1)
+    for v in range(8):
+        last = write_rows(warehouse, "db.t", range(v * 10, v * 10 + 10), v=v)
+    table = ShardedTable.open(warehouse, "db.t")
+    planner = table.planner(3)
+    # pypaimon packs the 8 small files into one split; the plan cuts it.
+    whole = open_table(warehouse, "db.t").new_read_builder().new_scan().plan().splits()
+    assert len(whole) == 1 and len(whole[0].files) == 8
+    step = planner.plan_full(range(3), last)
+    sharding = Sharding(ShardRule.FILE, 3)
+    for shard, splits in step.splits.items():
+        for split in splits:
+            assert {sharding.shard_of(split.partition, 0, f.file_name) for f in split.files} \
+                == {shard}
+    # A forged plan with the uncut split is refused.
+    with pytest.raises(PlanInvariantViolated, match="file rule"):
+        StepPlan(BatchKind.INITIAL, last, last + 1, {0: whole}, num_shards=3, rule=ShardRule.FILE)
+
+
+# -- the rules themselves ----------------------------------------------------------------
+
+
+def test_rules_follow_their_formulas() -> None:
+    bucket = Sharding(ShardRule.BUCKET, 4)
+    assert [bucket.shard_of(("x",), b, "f") for b in range(6)] == [0, 1, 2, 3, 0, 1]
+    pb = Sharding(ShardRule.PARTITION_BUCKET, 8)
+    # Paimon's Flink assignment: (hash(partition) % n + bucket) % n.
+    for part in [("2024-01-01",), ("p3",), (7, "x")]:
+        base = partition_hash(part) % 8
+        assert [pb.shard_of(part, b, "f") for b in range(3)] == [(base + b) % 8 for b in range(3)]
+    # A non-partitioned table: the same as bucket % n.
+    assert [pb.shard_of((), b, "f") for b in range(9)] == [b % 8 for b in range(9)]
+    # Eight partitions of 2 buckets fill (nearly) all of 8 shards.
+    spread = {pb.shard_of((f"p{p}",), b, "") for p in range(8) for b in range(2)}
+    assert len(spread) >= 6
+    f = Sharding(ShardRule.FILE, 5)
+    assert f.shard_of(("p1",), 0, "data-a") == file_hash(("p1",), "data-a") % 5
+
+
+def test_hashes_are_stable_across_processes() -> None:
+    """Not Python's salted hash(): another process computes the same values."""
+    code = ("from paimon_group.sharding import partition_hash, file_hash; "
+            "print(partition_hash(('p1', 3)), file_hash(('p1',), 'data-x.parquet'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env={"PYTHONHASHSEED": "123", "PATH": ""},
+                         cwd=Path(__file__).resolve().parents[1]).stdout.split()
+    assert [int(x) for x in out] == [partition_hash(("p1", 3)),
+                                     file_hash(("p1",), "data-x.parquet")]
+
+
+def test_group_meta_keeps_its_rule_and_old_records_keep_bucket() -> None:
+    old = b'{"created_at":1.0,"format":1,"num_shards":4,"table":"db.t"}'
+    assert GroupMeta.decode("k", old).sharding == "bucket"
+    new = GroupMeta(num_shards=8, table="db.t", created_at=1.0, sharding="partition-bucket")
+    assert GroupMeta.decode("k", new.encode()).sharding == "partition-bucket"
+    with pytest.raises(CorruptValue):
+        GroupMeta.decode("k", old.replace(b'"table"', b'"sharding":"nope","table"'))
+
+
+def test_shuffle_option_off_keeps_bucket_rule(warehouse: str) -> None:
+    make_pk_table(warehouse, "db.t", buckets=2, partitioned=True,
+                  options={"read.shuffle-bucket-with-partition": "false"})
+    assert ShardedTable.open(warehouse, "db.t").default_rule is ShardRule.BUCKET
+
+
+# -- shard counts ------------------------------------------------------------------------
+
+
+def test_more_shards_than_a_fixed_table_can_fill_is_refused(warehouse: str) -> None:
+    make_pk_table(warehouse, "db.t", buckets=4)
+    table = ShardedTable.open(warehouse, "db.t")
+    with pytest.raises(ConfigError) as info:
+        plan_new_group(table, 8)
+    message = str(info.value)
+    assert "--shards 8" in message and "4 buckets" in message and "\n" not in message
+    assert plan_new_group(table, 4) == (4, ShardRule.BUCKET)
+    assert plan_new_group(table, 3) == (3, ShardRule.BUCKET)
+
+
+def test_more_shards_than_buckets_is_useful_on_partitioned_and_unbucketed_tables(
+    warehouse: str,
+) -> None:
+    make_pk_table(warehouse, "db.t", buckets=2, partitioned=True)
+    assert plan_new_group(ShardedTable.open(warehouse, "db.t"), 8) == (
+        8, ShardRule.PARTITION_BUCKET)
+    make_append_table(warehouse, "db.a", buckets=-1)
+    assert plan_new_group(ShardedTable.open(warehouse, "db.a"), 16) == (16, ShardRule.FILE)
+
+
+# -- postpone buckets ----------------------------------------------------------------------
+
+
+def test_postpone_table_with_a_compaction_changelog_reads_only_real_buckets(
+    warehouse: str,
+) -> None:
+    """pypaimon writes into the pending bucket -2: nothing can be planned (a
+    reader sees those rows once a compaction assigns them a bucket, with its
+    changelog), and nothing fails."""
+    make_pk_table(warehouse, "db.t", buckets=-2, changelog_producer="lookup")
+    last = write_rows(warehouse, "db.t", range(20))
+    table = ShardedTable.open(warehouse, "db.t")
+    assert table.kind is TableKind.POSTPONE
+    assert table.default_rule is ShardRule.BUCKET and table.default_shards == DEFAULT_SHARDS
+    planner = table.planner(4)
+    assert planner.plan_full(range(4), last).is_empty
+    step = planner.plan_next(range(4), last)
+    assert step is not None and step.is_empty
+    assert not open_table(warehouse, "db.t").new_read_builder().new_scan().plan().splits()
+
+
+# -- a bucket rescale ----------------------------------------------------------------------
+
+
+def _overwrite(warehouse: str, ids: range, v: int) -> None:
+    table = open_table(warehouse, "db.t")
+    builder = table.new_batch_write_builder().overwrite()
+    write, commit = builder.new_write(), builder.new_commit()
+    try:
+        write.write_arrow(rows_table(table, ids, v=v))
+        commit.commit(write.prepare_commit())
+    finally:
+        write.close()
+        commit.close()
+
+
+@pytest.mark.parametrize("num_shards", [4, 3])
+def test_bucket_rescale_keeps_routing_and_warns_about_the_overwrite(
+    warehouse: str, num_shards: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    make_pk_table(warehouse, "db.t", buckets=4)
+    first = write_rows(warehouse, "db.t", range(0, 40), v=1)
+    catalog(warehouse).alter_table("db.t", [SchemaChange.set_option("bucket", "8")])
+    _overwrite(warehouse, range(0, 50), v=2)  # ALTER + INSERT OVERWRITE: rescaled
+    write_rows(warehouse, "db.t", range(30, 60), v=3)
+    table = ShardedTable.open(warehouse, "db.t")
+    assert table.num_buckets == 8
+    planner = table.planner(num_shards, rule=ShardRule.BUCKET)
+    position, shard_of_key = first, collections.defaultdict(set)
+    delivered: collections.Counter[Row] = collections.Counter()
+    with caplog.at_level(logging.WARNING, logger="paimon_group.planner"):
+        while (step := planner.plan_next(range(num_shards), position)) is not None:
+            for shard, rows in read_all(planner, step).items():  # routing checked by StepPlan
+                delivered.update(rows)
+                for i, _ in rows:
+                    shard_of_key[i].add(shard)
+            position = step.next_snapshot
+    assert delivered == collections.Counter([(i, 1) for i in range(40)]
+                                            + [(i, 3) for i in range(30, 60)])
+    assert any("OVERWRITE" in r.getMessage() and "skips it" in r.getMessage()
+               for r in caplog.records)
+    moved = [i for i, s in shard_of_key.items() if len(s) > 1]
+    if num_shards == 4:  # 4 divides both bucket counts: keys keep their shard
+        assert moved == []
