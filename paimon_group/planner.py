@@ -71,6 +71,7 @@ import pyarrow as pa
 from pypaimon.read.scanner.file_scanner import FileScanner
 
 from coordinators.errors import PaimonGroupError
+from paimon_group.arrowread import ArrowSplitReader, ReadPath
 from paimon_group.sharding import Sharding, ShardRule
 
 if TYPE_CHECKING:
@@ -254,6 +255,17 @@ class ShardPlanner:
             raise PaimonGroupError(f"batch_rows must be >= 1, not {self.batch_rows}")
         self._max_workers = max(1, min(8, os.cpu_count() or 1))
         self._overwrites_warned: set[int] = set()
+        self._read_path = self._arrow_read_path()
+
+    def _arrow_read_path(self) -> ReadPath | None:
+        """The Arrow reader (``paimon_group.arrowread``) unless switched off
+        with ``PAIMON_GROUP_ARROW_READER=0``; pypaimon's reader otherwise."""
+        if os.environ.get("PAIMON_GROUP_ARROW_READER", "1").strip().lower() in ("0", "false"):
+            return None
+        reader = ArrowSplitReader(self._pt, self._schema, include_row_kind=self.include_row_kind)
+        return ReadPath(
+            reader, self.table.identifier, self.pypaimon_read_arrow, self.pypaimon_iter_batches
+        )
 
     def __repr__(self) -> str:
         return (
@@ -500,14 +512,35 @@ class ShardPlanner:
         return self._read_builder.new_read()
 
     def read_arrow(self, splits: Sequence[Split]) -> pa.Table:
-        """All rows of ``splits`` as one table with :attr:`schema`."""
+        """All rows of ``splits`` as one table with :attr:`schema`: the
+        Arrow reader's (``paimon_group.arrowread``), equal to pypaimon's."""
+        if not splits:
+            return self._schema.empty_table()
+        if self._read_path is not None:
+            return self._read_path.read_arrow(list(splits))
+        return self.pypaimon_read_arrow(splits)
+
+    def pypaimon_read_arrow(self, splits: Sequence[Split]) -> pa.Table:
+        """:meth:`read_arrow` by pypaimon's reader."""
         if not splits:
             return self._schema.empty_table()
         table: pa.Table = self._new_read().to_arrow(list(splits))
         return table
 
     def iter_batches(self, splits: Sequence[Split]) -> Iterator[pa.RecordBatch]:
-        """Record batches of ``splits``, streamed, in split order.
+        """Record batches of ``splits``, streamed, in split order, of at
+        most :attr:`batch_rows` rows: the Arrow reader's, one split decoded
+        at a time (its files in parallel), see ``paimon_group.arrowread``;
+        pypaimon's (:meth:`pypaimon_iter_batches`) for splits it cannot read."""
+        if not splits:
+            return
+        if self._read_path is not None:
+            yield from self._read_path.iter_batches(list(splits), self.batch_rows)
+        else:
+            yield from self.pypaimon_iter_batches(splits)
+
+    def pypaimon_iter_batches(self, splits: Sequence[Split]) -> Iterator[pa.RecordBatch]:
+        """Record batches of ``splits`` by pypaimon's reader, in split order.
 
         Splits are read one after another, so that the changes of a bucket
         come out in commit order and at most one split is open at a time.

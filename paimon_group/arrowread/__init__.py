@@ -1,0 +1,14 @@
+"""An Arrow-native reader of a shard's splits, equal to pypaimon's reader.
+
+* :mod:`.files`: decoding data files (Parquet, ORC, Avro), deletion vectors;
+* :mod:`.classify`: which tables and splits are read here, and how;
+* :mod:`.merge`: merge-on-read of primary-key rows with pyarrow compute;
+* :mod:`.reader`: a split's pieces and their output batches;
+* :mod:`.path`: the planner's read path, with pypaimon's reader as fallback.
+"""
+
+from paimon_group.arrowread.files import Unsupported
+from paimon_group.arrowread.path import ReadPath
+from paimon_group.arrowread.reader import ArrowSplitReader
+
+__all__ = ["ArrowSplitReader", "ReadPath", "Unsupported"]

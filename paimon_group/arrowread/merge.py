@@ -1,0 +1,108 @@
+"""Merge-on-read of primary-key rows with pyarrow compute, as pypaimon merges.
+
+pypaimon merges the sorted runs of a section row by row: a min-heap ordered
+by (primary key, ``sequence.field`` values, ``_SEQUENCE_NUMBER``) feeds each
+key's versions, in that order, to the merge function; deletes and
+update-befores are then dropped (``DropDeleteRecordReader``). The same result
+in columns:
+
+1. one stable ``sort_indices`` over the section's rows by the same keys
+   (``sequence.field`` nulls first in either sort order, as pypaimon's
+   comparator; descending order flips non-null values only);
+2. the group boundaries where the primary key changes (``not_equal`` of each
+   sorted key column against its successor);
+3. **deduplicate**: the last row of each key, kept only when it is ``+I`` or
+   ``+U``; **first-row**: the first ``+I``/``+U`` row of each key (deletes
+   and update-befores are skipped with ``ignore-delete``; without it pypaimon
+   refuses them with an error, so such a section is left to pypaimon's
+   reader, which raises that same error).
+
+The merged rows come out in primary-key order, as pypaimon's do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from paimon_group.arrowread.files import SEQUENCE_NUMBER, VALUE_KIND, Unsupported
+
+__all__ = ["ROW_KINDS", "adds_only", "merge_indices", "row_kind_strings"]
+
+ROW_KINDS = ("+I", "-U", "+U", "-D")
+"""Row kind strings by ``_VALUE_KIND`` byte, as pypaimon prints them."""
+
+_KIND_STRINGS = pa.array(ROW_KINDS, type=pa.string())
+
+
+def row_kind_strings(kinds: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
+    """``_VALUE_KIND`` bytes as pypaimon's ``_row_kind`` strings."""
+    result: pa.ChunkedArray | pa.Array = pc.take(_KIND_STRINGS, kinds.cast(pa.int32()))
+    return result
+
+
+def _is_add(kinds: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    values = np.asarray(kinds.to_numpy(zero_copy_only=False))
+    result: np.ndarray = (values == 0) | (values == 2)
+    return result
+
+
+def adds_only(table: pa.Table) -> pa.Table:
+    """The ``+I``/``+U`` rows of ``table`` (deletes and update-befores dropped)."""
+    mask = _is_add(table.column(VALUE_KIND))
+    return table if mask.all() else table.filter(pa.array(mask))
+
+
+def _key_changes(sorted_keys: Sequence[pa.ChunkedArray]) -> np.ndarray:
+    """``changes[i]`` is True when sorted row ``i + 1`` has another key than row ``i``."""
+    n = len(sorted_keys[0])
+    changes = np.zeros(max(n - 1, 0), dtype=bool)
+    if n < 2:
+        return changes
+    for column in sorted_keys:
+        differs = pc.not_equal(column.slice(0, n - 1), column.slice(1))
+        changes |= np.asarray(differs.to_numpy(zero_copy_only=False), dtype=bool)
+    return changes
+
+
+def merge_indices(
+    table: pa.Table,
+    keys: Sequence[str],
+    sequence_fields: Sequence[str],
+    *,
+    ascending: bool,
+    first_row: bool,
+    ignore_delete: bool,
+) -> pa.Array:
+    """Row indices of ``table`` that a merge keeps, in primary-key order.
+
+    ``table`` holds the rows of one section (all versions of its keys) with
+    the key columns, the ``sequence.field`` columns, ``_SEQUENCE_NUMBER``
+    and ``_VALUE_KIND``. Raises :class:`Unsupported` where pypaimon's merge
+    would raise (first-row without ``ignore-delete`` meeting a delete).
+    """
+    order = "ascending" if ascending else "descending"
+    sort_keys = [(k, "ascending") for k in keys]
+    sort_keys += [(f, order) for f in sequence_fields]
+    sort_keys.append((SEQUENCE_NUMBER, "ascending"))
+    indices = pc.sort_indices(table, sort_keys=sort_keys, null_placement="at_start")
+    is_add = _is_add(table.column(VALUE_KIND).take(indices))
+    if first_row:
+        if not ignore_delete and not is_add.all():
+            raise Unsupported("first-row merge met a delete without ignore-delete")
+        indices = indices.filter(pa.array(is_add))
+        is_add = np.ones(len(indices), dtype=bool)
+    n = len(indices)
+    if n == 0:
+        return indices
+    sorted_keys = [table.column(k).take(indices) for k in keys]
+    changes = _key_changes(sorted_keys)
+    if first_row:
+        keep = np.concatenate(([True], changes))
+    else:
+        keep = np.concatenate((changes, [True])) & is_add
+    result: pa.Array = indices.filter(pa.array(keep))
+    return result

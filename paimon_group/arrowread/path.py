@@ -1,0 +1,107 @@
+"""The read path of a planner: the Arrow reader first, pypaimon's reader for
+what it cannot read exactly (one log line per reason per table).
+
+Both entry points keep split order: the rows of a bucket come out in commit
+order (streaming splits) or key order (merged splits), as pypaimon gives.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from paimon_group.arrowread.files import Unsupported
+from paimon_group.arrowread.reader import ArrowSplitReader, Piece, decode_pool
+
+__all__ = ["ReadPath"]
+
+log = logging.getLogger("paimon_group.arrowread")
+
+
+class ReadPath:
+    """Reads splits with :class:`ArrowSplitReader`, falling back per split.
+
+    ``fallback_table(splits)`` and ``fallback_batches(splits)`` are
+    pypaimon's reads of the same splits (the planner's).
+    """
+
+    def __init__(
+        self,
+        reader: ArrowSplitReader,
+        identifier: str,
+        fallback_table: Callable[[Sequence[Any]], pa.Table],
+        fallback_batches: Callable[[Sequence[Any]], Iterator[pa.RecordBatch]],
+    ) -> None:
+        self.reader = reader
+        self.identifier = identifier
+        self._fallback_table = fallback_table
+        self._fallback_batches = fallback_batches
+        self.fallback_splits = 0
+        """Splits pypaimon's reader has read (for tests and metrics)."""
+        self._logged: set[str] = set()
+        self._lock = threading.Lock()
+        if reader.fallback_reason is not None:
+            self._note(reader.fallback_reason)
+
+    def _note(self, reason: str, splits: int = 0) -> None:
+        with self._lock:
+            self.fallback_splits += splits
+            if reason in self._logged:
+                return
+            self._logged.add(reason)
+        log.info(
+            "table %s: pypaimon's reader reads splits with %s (the Arrow reader does not)",
+            self.identifier,
+            reason,
+        )
+
+    def _pieces(self, split: Any, *, parallel: bool) -> list[Piece] | None:
+        try:
+            return self.reader.read_split(split, parallel=parallel)
+        except Unsupported as err:
+            self._note(str(err), 1)
+            return None
+
+    def read_arrow(self, splits: Sequence[Any]) -> pa.Table:
+        """All rows of ``splits``; splits are decoded and merged in parallel."""
+        if self.reader.fallback_reason is not None:
+            self._note(self.reader.fallback_reason, len(splits))
+            return self._fallback_table(splits)
+
+        def one(split: Any) -> list[pa.Table]:
+            pieces = self._pieces(split, parallel=False)
+            if pieces is None:
+                return [self._fallback_table([split])]
+            return self.reader.tables(pieces)
+
+        if len(splits) > 1:
+            parts = list(decode_pool().map(one, splits))
+        else:
+            parts = [one(s) for s in splits]
+        tables = [t for part in parts for t in part if t.num_rows]
+        if not tables:
+            return self.reader.schema.empty_table()
+        return pa.concat_tables(tables)
+
+    def iter_batches(self, splits: Sequence[Any], batch_rows: int) -> Iterator[pa.RecordBatch]:
+        """Batches of at most ``batch_rows`` rows, one split decoded at a time
+        (its files in parallel), Arrow's unused memory released after each."""
+        if self.reader.fallback_reason is not None:
+            self._note(self.reader.fallback_reason, len(splits))
+            yield from self._fallback_batches(splits)
+            return
+        pool = pa.default_memory_pool()
+        for split in splits:
+            pieces = self._pieces(split, parallel=True)
+            if pieces is None:
+                yield from self._fallback_batches([split])
+                continue
+            try:
+                yield from self.reader.batches(pieces, batch_rows)
+            finally:
+                del pieces
+                pool.release_unused()

@@ -1,0 +1,242 @@
+"""The Arrow-native reader of a shard's splits.
+
+:class:`ArrowSplitReader` reads one split into :class:`Piece` objects
+(decoded columns plus, for merged sections, the row indices that survive the
+merge), and cuts pieces into output tables of :attr:`schema` -- the schema
+pypaimon's reader gives (``_row_kind`` first when row kinds are requested).
+Everything a split needs is decided and decoded before its first row is
+produced, so a split that turns out :class:`Unsupported` is handed whole to
+pypaimon's reader and never delivered half from each.
+
+Memory: a split's needed columns are decoded at once (Arrow, columnar); a
+merged section's output is taken from them ``batch_rows`` rows at a time by
+:meth:`ArrowSplitReader.output`, so the merged copy is never whole in memory
+when streaming.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import pyarrow as pa
+
+from paimon_group.arrowread.classify import (
+    SplitMode,
+    split_fallback_reason,
+    split_mode,
+    table_fallback_reason,
+    trimmed_keys,
+)
+from paimon_group.arrowread.files import (
+    SEQUENCE_NUMBER,
+    VALUE_KIND,
+    Unsupported,
+    apply_deletion_vector,
+    decode_file,
+    read_deletion_vector,
+)
+from paimon_group.arrowread.merge import adds_only, merge_indices, row_kind_strings
+
+__all__ = ["ArrowSplitReader", "Piece", "decode_pool"]
+
+log = logging.getLogger(__name__)
+
+ROW_KIND_COLUMN = "_row_kind"
+T = TypeVar("T")
+R = TypeVar("R")
+
+_POOL: ThreadPoolExecutor | None = None
+
+
+def decode_pool() -> ThreadPoolExecutor:
+    """The process-wide pool that decodes files and merges splits.
+
+    One pool for every planner of the process, so that parallel shards share
+    ``min(4, CPUs)`` decoding threads instead of multiplying them. pyarrow
+    releases the GIL while it decodes, sorts and takes. Work submitted to it
+    never submits more work to it (no nesting, so no deadlock).
+    """
+    global _POOL
+    if _POOL is None:
+        workers = max(1, min(4, os.cpu_count() or 1))
+        _POOL = ThreadPoolExecutor(workers, thread_name_prefix="paimon-group-decode")
+    return _POOL
+
+
+def pool_map(fn: Callable[[T], R], items: Sequence[T], parallel: bool) -> list[R]:
+    """``[fn(x) for x in items]``, on the decode pool when ``parallel``."""
+    if not parallel or len(items) < 2:
+        return [fn(item) for item in items]
+    return list(decode_pool().map(fn, items))
+
+
+@dataclass(frozen=True)
+class Piece:
+    """Rows of a split ready for output: ``source`` columns, in order, or the
+    rows of ``source`` at ``indices`` (a merged section). ``kinds`` is how
+    row kinds are given: from ``_VALUE_KIND`` or all ``+I``."""
+
+    source: pa.Table
+    indices: pa.Array | None
+    kinds_from_file: bool
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.indices) if self.indices is not None else self.source.num_rows
+
+    def rows(self, offset: int, length: int) -> pa.Table:
+        if self.indices is None:
+            return self.source.slice(offset, length)
+        return self.source.take(self.indices.slice(offset, length))
+
+
+class ArrowSplitReader:
+    """Reads the splits of one table (see the module docstring).
+
+    ``schema`` is the output schema (pypaimon's); ``fallback_reason`` is set
+    when no split of this table can be read here (pypaimon reads them all).
+    """
+
+    def __init__(self, table: Any, schema: pa.Schema, *, include_row_kind: bool) -> None:
+        self.table = table
+        self.schema = schema
+        self.include_row_kind = include_row_kind
+        names = list(schema.names)
+        if include_row_kind and names and names[0] == ROW_KIND_COLUMN:
+            names = names[1:]
+        self.columns = names
+        self.fallback_reason = table_fallback_reason(table, names)
+        self._types: dict[str, pa.DataType] = {}
+        self._keys: list[str] = []
+        self._sequence: list[str] = []
+        if self.fallback_reason is None:
+            from pypaimon.schema.data_types import PyarrowFieldParser
+
+            arrow_schema = PyarrowFieldParser.from_paimon_schema(table.fields)
+            self._types = {f.name: f.type for f in arrow_schema}
+            if table.is_primary_key_table:
+                self._keys = trimmed_keys(table)
+                self._sequence = list(table.options.sequence_field())
+        options = table.options
+        self._first_row = self.fallback_reason is None and getattr(
+            options.merge_engine(), "value", ""
+        ) == "first-row"
+        self._ignore_delete = bool(options.ignore_delete()) if table.is_primary_key_table else False
+        self._ascending = bool(
+            table.is_primary_key_table and options.sequence_field_sort_order_is_ascending()
+        )
+
+    def unsupported(self, split: Any) -> str | None:
+        """Why ``split`` must be read by pypaimon's reader, or None."""
+        return self.fallback_reason or split_fallback_reason(self.table, split)
+
+    # -- reading a split -----------------------------------------------------
+
+    def read_split(self, split: Any, *, parallel: bool) -> list[Piece]:
+        """The pieces of one split; raises :class:`Unsupported` before output."""
+        reason = self.unsupported(split)
+        if reason is not None:
+            raise Unsupported(reason)
+        mode = split_mode(self.table, split)
+        files = list(split.files)
+        deletions = list(split.data_deletion_files or [None] * len(files))
+        if mode is SplitMode.RAW:
+            tables = self._decode(files, deletions, self.columns, parallel)
+            return [Piece(t, None, False) for t in tables if t.num_rows]
+        if mode is SplitMode.STREAM:
+            columns = self.columns + ([VALUE_KIND] if self.include_row_kind else [])
+            tables = self._decode(files, deletions, columns, parallel)
+            return [Piece(t, None, self.include_row_kind) for t in tables if t.num_rows]
+        return self._merge_split(files, deletions, parallel)
+
+    def _merge_columns(self) -> list[str]:
+        columns = list(self.columns)
+        for name in (*self._keys, *self._sequence):
+            if name not in columns:
+                columns.append(name)
+        return [*columns, SEQUENCE_NUMBER, VALUE_KIND]
+
+    def _merge_split(self, files: list[Any], deletions: list[Any], parallel: bool) -> list[Piece]:
+        from pypaimon.read.interval_partition import IntervalPartition
+
+        deletion_of = {f.file_name: d for f, d in zip(files, deletions, strict=True)}
+        sections = IntervalPartition(files).partition()
+        ordered = [f for section in sections for run in section for f in run.files]
+        decoded = self._decode(
+            ordered, [deletion_of[f.file_name] for f in ordered], self._merge_columns(), parallel
+        )
+        by_name = {f.file_name: t for f, t in zip(ordered, decoded, strict=True)}
+        pieces = []
+        for section in sections:
+            tables = [by_name[f.file_name] for run in section for f in run.files]
+            rows = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+            piece = self._merge_section(rows, single_run=len(section) == 1)
+            if piece.num_rows:
+                pieces.append(piece)
+        return pieces
+
+    def _merge_section(self, rows: pa.Table, *, single_run: bool) -> Piece:
+        """One section: a single sorted run holds each key once (decode only)."""
+        if single_run:
+            kept = adds_only(rows)
+            if self._first_row and not self._ignore_delete and kept.num_rows != rows.num_rows:
+                raise Unsupported("first-row merge met a delete without ignore-delete")
+            return Piece(kept, None, True)
+        indices = merge_indices(
+            rows,
+            self._keys,
+            self._sequence,
+            ascending=self._ascending,
+            first_row=self._first_row,
+            ignore_delete=self._ignore_delete,
+        )
+        return Piece(rows, indices, True)
+
+    def _decode(
+        self, files: list[Any], deletions: list[Any], columns: list[str], parallel: bool
+    ) -> list[pa.Table]:
+        file_io = self.table.file_io
+
+        def one(item: tuple[Any, Any]) -> pa.Table:
+            file, deletion = item
+            table = decode_file(file_io, file, columns, self._types)
+            if deletion is not None:
+                table = apply_deletion_vector(table, read_deletion_vector(file_io, deletion))
+            return table
+
+        return pool_map(one, list(zip(files, deletions, strict=True)), parallel)
+
+    # -- output --------------------------------------------------------------
+
+    def output(self, piece: Piece, offset: int = 0, length: int | None = None) -> pa.Table:
+        """Rows ``offset .. offset + length`` of ``piece`` as a table of :attr:`schema`."""
+        rows = piece.rows(offset, piece.num_rows - offset if length is None else length)
+        arrays: list[Any] = []
+        fields = list(self.schema)
+        if self.include_row_kind:
+            if piece.kinds_from_file:
+                arrays.append(row_kind_strings(rows.column(VALUE_KIND)))
+            else:
+                arrays.append(pa.array(["+I"] * rows.num_rows, type=pa.string()))
+            fields = fields[1:]
+        for field in fields:
+            column = rows.column(field.name)
+            arrays.append(column if column.type == field.type else column.cast(field.type))
+        return pa.Table.from_arrays(arrays, schema=self.schema)
+
+    def tables(self, pieces: Iterable[Piece]) -> list[pa.Table]:
+        return [self.output(p) for p in pieces]
+
+    def batches(self, pieces: Iterable[Piece], batch_rows: int) -> Iterator[pa.RecordBatch]:
+        """The rows of ``pieces`` in batches of at most ``batch_rows`` rows."""
+        for piece in pieces:
+            for offset in range(0, piece.num_rows, batch_rows):
+                table = self.output(piece, offset, batch_rows)
+                for batch in table.to_batches():
+                    if batch.num_rows:
+                        yield batch
