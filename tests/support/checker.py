@@ -297,11 +297,13 @@ def overlapping_committers(history: History) -> list[str]:
     return bad
 
 
-def unexplained_duplicates(history: History) -> list[str]:
+def unexplained_duplicates(history: History, *, versions: bool = False) -> list[str]:
     """A row delivered twice must come from a batch whose commit was not accepted.
 
     (Duplicates are allowed only from batches in flight at a fault: killed,
-    paused or cut off before their commit was accepted.)
+    paused or cut off before their commit was accepted.) With ``versions``
+    a row is a version ``(id, v)``: a table whose keys are updated delivers
+    each key once per version.
     """
     accepted = {(c["member"], c.get("pid", 0), c["shard"], c["epoch"], c["next_snapshot"])
                 for c in history.commits("accepted")}
@@ -312,10 +314,13 @@ def unexplained_duplicates(history: History) -> list[str]:
     last: dict[tuple[Any, ...], dict[str, Any]] = {}
     for d in sorted(history.deliveries, key=lambda d: d["t"]):
         last[(d["member"], d.get("pid", 0), d["shard"], d["epoch"], d["next_snapshot"])] = d
-    committed_ids: Counter[int] = Counter()
+    committed_ids: Counter[Any] = Counter()
     for key, d in last.items():
         if key in accepted:
-            committed_ids.update(set(d["ids"]))
+            if versions:
+                committed_ids.update(set(zip(d["ids"], d.get("vs") or [], strict=True)))
+            else:
+                committed_ids.update(set(d["ids"]))
     dup = [i for i, n in committed_ids.items() if n > 1]
     return [f"{len(dup)} rows delivered by two committed batches, e.g. {sorted(dup)[:10]}"] \
         if dup else []
@@ -326,7 +331,7 @@ def duplicates(history: History) -> int:
 
 
 def check_all(written: set[int], history: History, bucket_of: Callable[[int], int],
-              num_shards: int) -> dict[str, list[str]]:
+              num_shards: int, *, versions: bool = False) -> dict[str, list[str]]:
     return {
         "lost": lost_rows(written, history),
         "wrong_shard": wrong_shard(history, bucket_of, num_shards),
@@ -335,8 +340,77 @@ def check_all(written: set[int], history: History, bucket_of: Callable[[int], in
         "stale_commit_accepted": stale_commits_accepted(history),
         "commit_after_ownership_ended": commits_after_ownership_ended(history),
         "overlapping_committers": overlapping_committers(history),
-        "unexplained_duplicates": unexplained_duplicates(history),
+        "unexplained_duplicates": unexplained_duplicates(history, versions=versions),
     }
+
+
+# -- row versions (tables whose rows carry a version ``v``) --------------------
+
+
+def delivered_versions(history: History) -> Counter[tuple[int, int]]:
+    """How many times each row version ``(id, v)`` was delivered."""
+    c: Counter[tuple[int, int]] = Counter()
+    for d in history.deliveries:
+        c.update(zip(d["ids"], d.get("vs") or [None] * len(d["ids"]), strict=True))
+    return c
+
+
+def versions_not_exactly_once(written: Iterable[tuple[int, int]], history: History
+                              ) -> list[str]:
+    """Every written version delivered once, nothing else delivered (a clean run)."""
+    want = Counter(written)
+    got = delivered_versions(history)
+    missing = sorted(want - got)
+    extra = sorted(got - want)
+    bad = []
+    if missing:
+        bad.append(f"{len(missing)} versions not delivered, e.g. {missing[:10]}")
+    if extra:
+        bad.append(f"{len(extra)} versions delivered too often or never written, "
+                   f"e.g. {extra[:10]}")
+    return bad
+
+
+def versions_lost(written: Iterable[tuple[int, int]], history: History) -> list[str]:
+    missing = sorted(set(written) - set(delivered_versions(history)))
+    return [f"{len(missing)} versions never delivered, e.g. {missing[:10]}"] if missing else []
+
+
+def key_order(history: History) -> list[str]:
+    """Each key's versions come from one shard, in snapshot order: within a
+    batch a key's versions come in increasing ``v``, and the snapshot a
+    version was (first) delivered in never decreases with ``v``.
+
+    Replays after a fault deliver a version again, in the same snapshot, so
+    they do not count against the order.
+    """
+    shards: dict[int, set[int]] = defaultdict(set)
+    first: dict[tuple[int, int], int] = {}
+    bad: list[str] = []
+    for d in history.deliveries:
+        last: dict[int, int] = {}
+        snap = int(d["snapshot"])
+        for i, v in zip(d["ids"], d.get("vs") or [], strict=True):
+            shards[i].add(d["shard"])
+            if v < last.get(i, v):
+                bad.append(f"key {i}: version {v} after {last[i]} in one batch "
+                           f"(shard {d['shard']}, snapshot {snap})")
+            last[i] = v
+            if (i, v) not in first or snap < first[(i, v)]:
+                first[(i, v)] = snap
+    bad += [f"key {i} delivered by shards {sorted(s)}" for i, s in shards.items() if len(s) > 1]
+    by_key: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for (i, v), snap in first.items():
+        by_key[i].append((v, snap))
+    for i, vs in by_key.items():
+        snaps = [snap for _v, snap in sorted(vs)]
+        if snaps != sorted(snaps):
+            bad.append(f"key {i}: versions (v, snapshot) {sorted(vs)} out of snapshot order")
+    return bad[:20]
+
+
+def shards_with_rows(history: History) -> set[int]:
+    return {d["shard"] for d in history.deliveries if d["ids"]}
 
 
 def by_member(history: History) -> dict[str, list[dict[str, Any]]]:

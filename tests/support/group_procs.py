@@ -22,7 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.checker import History
-from tests.support.tables import bucket_of, make_pk_table, open_table, write_rows
+from tests.support.tables import (
+    bucket_of,
+    make_kind_table,
+    make_pk_table,
+    open_table,
+    write_rows,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -36,7 +42,7 @@ class GroupHarness:
     def __init__(self, base: Path, coordinator: str, *, group: str = "g", buckets: int = 8,
                  table: str = "db.t", session_timeout_s: float = 2.0,
                  poll_interval_ms: int = 100, start: str = "latest-full",
-                 create: bool = True) -> None:
+                 create: bool = True, kind: str = "fixed", target_row_num: int = 40) -> None:
         self.base = base
         self.warehouse = str(base / "wh")
         self.out = base / "out"
@@ -51,26 +57,46 @@ class GroupHarness:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.exit_codes: dict[str, list[int]] = {}
         self.written: set[int] = set()
+        # Every written row version (id, v), in commit order.
+        self.versions: list[tuple[int, int]] = []
+        self.kind = kind
+        self._v = 0
         self._writer: threading.Thread | None = None
         self._writer_error: BaseException | None = None
         self.env: dict[str, str] = {**os.environ, "PG_TEST_OUT": str(self.out)}
-        if create:
+        if create and kind == "fixed":
             make_pk_table(self.warehouse, table, buckets=buckets)
+        elif create:
+            make_kind_table(self.warehouse, table, kind, buckets=buckets,
+                            target_row_num=target_row_num)
         self._bucket_cache: dict[int, int] = {}
 
     # -- writing -----------------------------------------------------------
 
     def write(self, ids: range | list[int]) -> int:
-        snapshot = write_rows(self.warehouse, self.table, list(ids))
+        """One commit of ``ids``, all with the next version ``v`` (0 first)."""
+        v = self._v
+        snapshot = write_rows(self.warehouse, self.table, list(ids), v=v)
+        self._v += 1
         self.written.update(ids)
+        self.versions.extend((int(i), v) for i in ids)
         return snapshot
 
     def start_writer(self, *, first: int, count: int, per_snapshot: int,
-                     interval_s: float) -> None:
+                     interval_s: float, updates: int = 0) -> None:
+        """Write ``count`` new ids from ``first``, ``per_snapshot`` a commit;
+        with ``updates`` each commit also writes a new version of that many
+        ids written before (spread over every earlier id)."""
         def run() -> None:
             try:
+                done = 0
                 for start in range(first, first + count, per_snapshot):
-                    self.write(range(start, min(start + per_snapshot, first + count)))
+                    new = list(range(start, min(start + per_snapshot, first + count)))
+                    old = sorted(self.written)
+                    picked = ({old[(done * 7919 + k * 104729) % len(old)]
+                               for k in range(updates)} if old and updates else set())
+                    self.write(new + sorted(picked - set(new)))
+                    done += 1
                     time.sleep(interval_s)
             except BaseException as err:
                 self._writer_error = err
@@ -90,6 +116,10 @@ class GroupHarness:
         return self._bucket_cache[key]
 
     def bucket_function(self) -> Any:
+        """Key -> bucket, for the checker's ``bucket % shards`` check; on tables
+        of the other kinds key -> shard (:meth:`shard_function`)."""
+        if self.kind != "fixed":
+            return self.shard_function()
         table = open_table(self.warehouse, self.table)
         cache: dict[int, int] = {}
 
@@ -99,6 +129,26 @@ class GroupHarness:
             return cache[key]
 
         return f
+
+    def shard_function(self) -> Any:
+        """Key -> shard under the group's stored rule, from the files of the
+        table's latest snapshot (independent of the planner: pypaimon's own
+        batch plan, each split or file read alone). A key found in files of two
+        shards is an error here (each key must live in one shard)."""
+        from paimon_group.sharding import Sharding, ShardRule
+
+        d = self.describe()
+        sharding = Sharding(ShardRule.parse(d["sharding"]["rule"]), d["num_shards"])
+        table = open_table(self.warehouse, self.table)
+        builder = table.new_read_builder()
+        shards: dict[int, int] = {}
+        for split in builder.new_scan().plan().splits():
+            for shard, part in sharding.split_shards(split).items():
+                for key in builder.new_read().to_arrow([part]).column("id").to_pylist():
+                    if shards.setdefault(int(key), shard) != shard:
+                        raise AssertionError(f"key {key} in files of shards "
+                                             f"{shards[int(key)]} and {shard}")
+        return lambda key: shards[int(key)]
 
     # -- members -------------------------------------------------------------
 

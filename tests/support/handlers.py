@@ -1,7 +1,8 @@
 """Handlers used by multi-process tests (imported by real ``paimon-group run``).
 
 ``record`` appends one JSON line per batch to ``$PG_TEST_OUT/deliveries-<pid>.jsonl``:
-member, shard, epoch, snapshot, next_snapshot, kind and the ``id`` column.
+member, shard, epoch, snapshot, next_snapshot, kind, the ``id`` column and
+the ``v`` column (``vs``: the version of each row).
 While it runs, ``$PG_TEST_OUT/busy-<member>`` exists (tests use it to pause a
 member in the middle of a batch). ``$PG_TEST_SLEEP_<MEMBER>`` (seconds, member
 id upper-cased with ``-`` as ``_``) slows that member's handler down, and so does
@@ -25,6 +26,8 @@ def record(batch: Any) -> None:
     try:
         table = batch.to_arrow()
         ids = table.column("id").to_pylist() if table.num_rows else []
+        vs = table.column("v").to_pylist() if table.num_rows and "v" in table.column_names \
+            else []
         delay = os.environ.get("PG_TEST_SLEEP_" + batch.member_id.upper().replace("-", "_"))
         try:
             with open(os.path.join(out, f"slow-{batch.member_id}")) as f:
@@ -43,6 +46,7 @@ def record(batch: Any) -> None:
             "next_snapshot": batch.next_snapshot,
             "kind": batch.kind.value,
             "ids": ids,
+            "vs": vs,
         }
         with open(os.path.join(out, f"deliveries-{os.getpid()}.jsonl"), "a") as f:
             f.write(json.dumps(line) + "\n")

@@ -167,6 +167,41 @@ def make_append_table(
     )
 
 
+TABLE_KINDS = (
+    "fixed", "fixed-partitioned", "dynamic", "dynamic-partitioned", "append",
+    "append-partitioned",
+)
+"""Kinds :func:`make_kind_table` makes (the sharding rule tests' tables)."""
+
+
+def make_kind_table(
+    warehouse: str | os.PathLike[str],
+    name: str,
+    kind: str,
+    *,
+    buckets: int = 8,
+    target_row_num: int = 40,
+) -> Any:
+    """A table of one of :data:`TABLE_KINDS`: ``fixed`` is a primary-key table
+    with ``buckets`` buckets (``fixed-partitioned``: the same over
+    :data:`PARTITIONS` partitions); ``dynamic`` a dynamic-bucket primary-key
+    table that opens a new bucket every ``target_row_num`` keys (per
+    partition for ``dynamic-partitioned``); ``append`` a bucket-unaware
+    append table (``append-partitioned`` over partitions)."""
+    partitioned = kind.endswith("-partitioned")
+    base = kind.removesuffix("-partitioned")
+    if base == "fixed":
+        return make_pk_table(warehouse, name, buckets=buckets, partitioned=partitioned)
+    if base == "dynamic":
+        return make_pk_table(
+            warehouse, name, buckets=-1, partitioned=partitioned,
+            options={"dynamic-bucket.target-row-num": str(target_row_num)},
+        )
+    if base == "append":
+        return make_append_table(warehouse, name, buckets=-1, partitioned=partitioned)
+    raise ValueError(f"unknown table kind {kind!r}: one of {TABLE_KINDS}")
+
+
 def rows_table(table: Any, ids: Iterable[int], *, v: int = 0, op: str = "+I") -> pa.Table:
     """The arrow rows :func:`write_rows` writes for ``ids``."""
     id_list = [int(i) for i in ids]
