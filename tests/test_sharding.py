@@ -313,3 +313,136 @@ def test_bucket_rescale_keeps_routing_and_warns_about_the_overwrite(
     moved = [i for i, s in shard_of_key.items() if len(s) > 1]
     if num_shards == 4:  # 4 divides both bucket counts: keys keep their shard
         assert moved == []
+
+
+# -- reading, describe and metrics follow each kind ------------------------------------
+
+
+def _steps(planner: ShardPlanner, full_at: int) -> list[StepPlan]:
+    steps = [planner.plan_full(range(planner.num_shards), full_at)]
+    position = full_at + 1
+    while (step := planner.plan_next(range(planner.num_shards), position)) is not None:
+        steps.append(step)
+        position = step.next_snapshot
+    return steps
+
+
+@pytest.mark.parametrize("name", list(KINDS))
+def test_every_kind_reads_in_bounded_batches_as_pypaimon_does(warehouse: str, name: str) -> None:
+    make, _kind, rule, _keyed = KINDS[name]
+    make(warehouse)
+    full_at = write_rows(warehouse, "db.t", range(0, 120), v=0)
+    for v in range(1, 5):
+        write_rows(warehouse, "db.t", range(v * 25, v * 25 + 60), v=v)
+    table = ShardedTable.open(warehouse, "db.t")
+    planner = ShardPlanner(table, 4, rule=rule, batch_rows=16, catch_up_threshold=2)
+    read = 0
+    for step in _steps(planner, full_at):
+        for shard, splits in step.splits.items():
+            ours = planner.read_arrow(splits)
+            # Invariant 6: what we read is what pypaimon reads, row for row.
+            assert rows_of(ours) == rows_of(planner.pypaimon_read_arrow(splits)), (step, shard)
+            batches = list(planner.iter_batches(splits))
+            assert all(0 < b.num_rows <= 16 for b in batches)
+            assert [r for b in batches for r in rows_of(pa.Table.from_batches([b]))] \
+                == rows_of(ours)
+            read += ours.num_rows
+    assert read >= 120 + 4 * 60 - (4 * 60 if _keyed else 0)
+
+
+@pytest.mark.parametrize("name", ["dynamic-partitioned", "append-partitioned"])
+def test_describe_counts_unread_rows_per_shard_under_the_rule(warehouse: str, name: str) -> None:
+    import asyncio
+
+    from coordinators.registry import open_coordinator
+    from paimon_group.describe import describe_group
+    from paimon_group.group import GroupClient
+
+    make, _kind, rule, _keyed = KINDS[name]
+    make(warehouse)
+    first = write_rows(warehouse, "db.t", range(0, 80), v=0)
+    for v in range(1, 4):
+        write_rows(warehouse, "db.t", range(v * 30, v * 30 + 50), v=v)
+    table = ShardedTable.open(warehouse, "db.t")
+    planner = table.planner(4, rule=rule)
+    expected = collections.Counter[int]()
+    position = first + 1
+    while (step := planner.plan_next(range(4), position)) is not None:
+        for shard in step.splits:
+            expected[shard] += step.estimated_rows(shard)
+        position = step.next_snapshot
+
+    async def go() -> dict[str, Any]:
+        async with open_coordinator(f"memory://describe-{name}") as coord:
+            group = GroupClient(coord, "g")
+            await group.ensure_meta(4, "db.t", sharding=rule.value)
+            await group.reset_positions({s: first + 1 for s in range(4)}, "test")
+            return await describe_group(coord, "g", table)
+
+    report = asyncio.run(go())
+    assert report["sharding"] == {"rule": rule.value, "formula": rule.formula}
+    assert report["table_kind"] == KINDS[name][1].value
+    assert {s["shard"]: s["unread_rows"] for s in report["shards"]} == {
+        s: expected[s] for s in range(4)}
+    assert sum(expected.values()) == 150
+
+
+def test_metrics_name_the_rule_and_the_table_kind(warehouse: str) -> None:
+    from paimon_group.metrics import serve_metrics
+    from tests.test_ops_metrics import HOST, StandInMember, scrape, value
+
+    make_append_table(warehouse, "db.t", buckets=-1)
+    write_rows(warehouse, "db.t", range(10))
+    member = StandInMember(ShardedTable.open(warehouse, "db.t"), num_shards=4)
+    member.sharding = ShardRule.FILE  # type: ignore[attr-defined]
+    server = serve_metrics(member, 0, host=HOST)
+    try:
+        samples = scrape(server)
+        assert value(samples, "paimon_group_sharding_info", rule="file",
+                     table_kind="unaware") == 1
+    finally:
+        server.close()
+
+
+def test_describe_json_text_and_reset_on_an_append_group(warehouse: str, tmp_path: Path) -> None:
+    """The CLI on a bucket-unaware table: describe --json and the text view
+    show the rule; reset writes positions and consumer files."""
+    import asyncio
+    import json
+
+    from click.testing import CliRunner
+
+    from coordinators.registry import open_coordinator
+    from paimon_group.cli import main
+    from paimon_group.group import GroupClient
+    from paimon_group.mirror import ConsumerMirror
+
+    make_append_table(warehouse, "db.t", buckets=-1)
+    for v in range(4):
+        write_rows(warehouse, "db.t", range(v * 10, v * 10 + 10), v=v)
+    url = f"sqlite://{tmp_path / 'coordinator.sqlite'}"
+
+    async def create() -> None:
+        async with open_coordinator(url) as coord:
+            group = GroupClient(coord, "g")
+            await group.ensure_meta(4, "db.t", sharding=ShardRule.FILE.value)
+            await group.reset_positions(dict.fromkeys(range(4), 5), "test")
+
+    asyncio.run(create())
+    common = ["--group", "g", "--warehouse", warehouse, "--table", "db.t", "--coordinator", url]
+    runner = CliRunner()
+    result = runner.invoke(main, ["describe", *common, "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["sharding"]["rule"] == "file" and report["table_kind"] == "unaware"
+    text = runner.invoke(main, ["describe", *common], catch_exceptions=False, terminal_width=200)
+    assert "sharding file" in " ".join(text.stdout.split()), text.stdout
+    reset = runner.invoke(main, ["reset", *common, "--to-snapshot", "2", "--execute", "--json"],
+                          catch_exceptions=False)
+    assert reset.exit_code == 0, reset.output
+    table = ShardedTable.open(warehouse, "db.t")
+    assert ConsumerMirror(table.table.file_io, table.table_path, "g").all() == dict.fromkeys(
+        range(4), 2)
+    after = json.loads(runner.invoke(main, ["describe", *common, "--json"]).stdout)
+    assert [s["next_snapshot"] for s in after["shards"]] == [2, 2, 2, 2]
+    assert sum(s["unread_rows"] for s in after["shards"]) == 30

@@ -9,7 +9,8 @@ versions of earlier keys on primary-key tables) while 3 members read:
 * each key's versions from one shard, in snapshot order;
 * rows in at least 3 of the 4 shards (6 of 8 for the fixed partitioned case);
 * then one member is SIGKILLed while the writer goes on: nothing is lost,
-  and the checker's fencing rules hold.
+  the checker's fencing rules hold, and once the group stopped every shard's
+  Paimon consumer file holds its final position.
 
 The non-fixed kinds run on all three coordinators between them (sqlite,
 etcd, ZooKeeper).
@@ -90,6 +91,7 @@ def test_table_kind_in_a_group_of_three(
         h.wait_writer()
         h.wait_caught_up({"m0", "m1"})
         codes = h.terminate_all()
+        stopped = h.describe()
     finally:
         h.cleanup()
 
@@ -108,3 +110,6 @@ def test_table_kind_in_a_group_of_three(
                            versions=True)
     assert violations == {k: [] for k in violations}, (violations, _explain(h))
     assert {m: c for m, c in codes.items() if m != "m2"} == {"m0": 0, "m1": 0}, codes
+    # Paimon consumer files mirror every shard's final position (written on release).
+    assert [s["consumer_file"] for s in stopped["shards"]] == [
+        s["next_snapshot"] for s in stopped["shards"]]
