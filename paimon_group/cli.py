@@ -195,7 +195,8 @@ def main() -> None:
               help="Stable member id (static membership). Default: the pod name in "
                    "Kubernetes, else HOST-PID-RANDOM.")
 @click.option("--shards", type=int, envvar=_env("shards"),
-              help="Shard count of a new group (default: the table's bucket count).")
+              help="Shard count of a new group (default: the table's bucket count; 4 for "
+                   "tables without a fixed bucket count). See README, table kinds.")
 @click.option("--start", default="latest-full", show_default=True, envvar=_env("start"),
               help="Where a shard without a position starts: latest-full, latest, earliest, "
                    "snapshot:N, timestamp:ISO-8601.")

@@ -113,3 +113,24 @@ def test_table_kind_in_a_group_of_three(
     # Paimon consumer files mirror every shard's final position (written on release).
     assert [s["consumer_file"] for s in stopped["shards"]] == [
         s["next_snapshot"] for s in stopped["shards"]]
+
+
+def test_more_shards_than_a_table_can_fill_is_refused_before_the_group_exists(
+    tmp_path: Path,
+) -> None:
+    """``--shards 8`` on a non-partitioned table of 4 buckets would leave shards
+    4..7 empty for ever: one line, exit 2, and no group is created. On a
+    partitioned table the same count spreads partitions and is accepted
+    (test_table_kind_in_a_group_of_three)."""
+    from tests.test_bad_input import assert_one_clear_line
+
+    h = GroupHarness(tmp_path, f"sqlite://{tmp_path}/coordinator.sqlite", buckets=4)
+    try:
+        h.write(range(10))
+        proc = h.start("m0", "--shards", "8")
+        assert proc.wait(timeout=60) == 2, h.log("m0")
+    finally:
+        h.cleanup()
+    line = assert_one_clear_line(h, "m0", "--shards 8")
+    assert "4 buckets" in line and "shards 4..7 would never get a row" in line
+    assert h.describe()["exists"] is False
