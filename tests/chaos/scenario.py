@@ -144,7 +144,8 @@ def finish(h: GroupHarness, run: Run, members: set[str], *,
     assert violations == {k: [] for k in violations}, (violations, explain(h))
     live_codes = {m: c for m, c in codes.items() if m in members}
     assert set(live_codes.values()) <= {0}, (codes, explain(h))
-    dups = duplicates(history)
+    dups = (sum(n - 1 for n in delivered_versions(history).values() if n > 1) if by_version
+            else duplicates(history))
     if max_duplicates is not None:
         assert dups <= max_duplicates, (dups, explain(h))
     recoveries = list(run.recoveries) + [r for f in run.faults if f.member is not None
@@ -153,7 +154,7 @@ def finish(h: GroupHarness, run: Run, members: set[str], *,
         "scenario": run.scenario,
         "backend": run.backend,
         "faults": len(run.faults),
-        "rows_written": len(h.written),
+        "rows_written": len(h.versions) if by_version else len(h.written),
         "rows_lost": (len(set(h.versions) - set(delivered_versions(history))) if by_version
                       else len(h.written - set(history.delivered_counts()))),
         "duplicates": dups,
