@@ -446,3 +446,32 @@ def test_describe_json_text_and_reset_on_an_append_group(warehouse: str, tmp_pat
     after = json.loads(runner.invoke(main, ["describe", *common, "--json"]).stdout)
     assert [s["next_snapshot"] for s in after["shards"]] == [2, 2, 2, 2]
     assert sum(s["unread_rows"] for s in after["shards"]) == 30
+
+
+@pytest.mark.asyncio
+async def test_a_group_stored_without_a_rule_keeps_bucket_sharding(warehouse: str) -> None:
+    """A group created before rules existed (its record has no ``sharding``)
+    keeps ``bucket % S`` when its members are upgraded, even on a partitioned
+    table where a new group would get the partition-bucket rule; a new group
+    on the same table gets that rule."""
+    import asyncio
+    import uuid
+
+    from coordinators.base import Put
+    from coordinators.registry import open_coordinator
+    from paimon_group import GroupMember, MemberConfig
+    from paimon_group.names import GroupKeys
+
+    make_pk_table(warehouse, "db.t", buckets=2, partitioned=True)
+    write_rows(warehouse, "db.t", range(40))
+    coord = f"memory://rules-{uuid.uuid4().hex}"
+    async with open_coordinator(coord) as c:
+        old = b'{"created_at":1.0,"format":1,"num_shards":4,"table":"db.t"}'
+        assert await c.commit([], [Put(GroupKeys("old").meta, old)])
+        for group, rule in (("old", ShardRule.BUCKET), ("new", ShardRule.PARTITION_BUCKET)):
+            config = MemberConfig(group=group, warehouse=warehouse, table="db.t",
+                                  coordinator=coord, member_id="m", session_timeout_s=3,
+                                  poll_interval_ms=50, shards=4)
+            async with GroupMember(config) as member:
+                batch = await asyncio.wait_for(member.batches().__anext__(), timeout=30)
+                assert member.sharding is rule and batch._planner.rule is rule
