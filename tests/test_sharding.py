@@ -1,10 +1,11 @@
 """Sharding rules for every table kind, on real pypaimon-written tables.
 
-Shows, per kind (fixed, fixed partitioned, dynamic, dynamic partitioned,
-bucket-unaware append, append partitioned): the rule a new group gets; the
+Shows, per kind (fixed, fixed partitioned, dynamic, dynamic partitioned, the
+same with ``changelog-producer = input``, bucket-unaware append, append
+partitioned): the rule a new group gets; the
 initial full scan over all shards equals pypaimon's own batch read, row for
 row, and each shard's plan holds only its files; follow-ups (delta and
-catch-up) deliver every written row version once; a key's versions stay in
+changelog, catch-up) deliver every written row version once; a key's versions stay in
 one shard; rows spread over the shards. Then the bucket rescale, the
 postpone and shard-count decisions, and the stored rule's compatibility.
 """
@@ -60,6 +61,10 @@ KINDS: dict[str, tuple[Maker, TableKind, ShardRule, bool]] = {
         TableKind.DYNAMIC, ShardRule.BUCKET, True),
     "dynamic-partitioned": (lambda wh: make_pk_table(
         wh, "db.t", buckets=-1, partitioned=True,
+        options={"dynamic-bucket.target-row-num": "4"}),
+        TableKind.DYNAMIC, ShardRule.PARTITION_BUCKET, True),
+    "dynamic-partitioned-changelog": (lambda wh: make_pk_table(
+        wh, "db.t", buckets=-1, partitioned=True, changelog_producer="input",
         options={"dynamic-bucket.target-row-num": "4"}),
         TableKind.DYNAMIC, ShardRule.PARTITION_BUCKET, True),
     "append": (lambda wh: make_append_table(wh, "db.t", buckets=-1),
@@ -139,7 +144,8 @@ def test_every_kind_is_sharded_exactly_on_every_path(warehouse: str, name: str) 
     while (step := planner.plan_next(range(num_shards), position)) is not None:
         steps.append(step)
         position = step.next_snapshot
-    assert [s.kind for s in steps] == [BatchKind.DELTA, BatchKind.DELTA, BatchKind.CATCH_UP]
+    follow_up = BatchKind.CHANGELOG if table.changelog_producer != "none" else BatchKind.DELTA
+    assert [s.kind for s in steps] == [follow_up, follow_up, BatchKind.CATCH_UP]
     delivered: collections.Counter[Row] = collections.Counter()
     shard_of_key: dict[int, set[int]] = collections.defaultdict(set)
     versions: dict[int, list[int]] = collections.defaultdict(list)
