@@ -83,7 +83,7 @@ from paimon_group.history import HistoryRecorder, NullRecorder
 from paimon_group.mirror import ConsumerMirror
 from paimon_group.planner import ShardPlanner, StepPlan
 from paimon_group.records import Assignment, GroupMeta, MemberInfo
-from paimon_group.sharding import ShardRule, plan_new_group
+from paimon_group.sharding import Sharding, ShardRule, idle_shards_note, plan_new_group
 from paimon_group.start import parse_start
 from paimon_group.table import ShardedTable
 
@@ -367,7 +367,17 @@ class GroupMember:
                          self.group_name, meta.num_shards, meta.sharding)
             return meta
         shards, rule = plan_new_group(self.table, self.config.shards)
-        return await group.ensure_meta(shards, self.table.identifier, sharding=rule.value)
+        meta = await group.ensure_meta(shards, self.table.identifier, sharding=rule.value)
+        table = self.table
+        try:
+            note = await self._in_io(lambda: idle_shards_note(
+                table, Sharding(ShardRule.parse(meta.sharding), meta.num_shards)))
+        except Exception as err:  # a hint only: never a reason not to start
+            log.debug("shards with rows not counted: %s", err)
+            note = None
+        if note:
+            log.warning("group %s: %s", self.group_name, note)
+        return meta
 
     async def _register(self, group: GroupClient, info: MemberInfo) -> None:
         """Register; if our id is held, wait for a dead holder's session to expire.

@@ -55,6 +55,7 @@ __all__ = [
     "choose_rule",
     "default_shards",
     "file_hash",
+    "idle_shards_note",
     "partition_hash",
     "plan_new_group",
     "table_kind",
@@ -172,11 +173,26 @@ def default_shards(kind: TableKind, num_buckets: int | None) -> int:
 
 def check_shard_count(
     identifier: str, kind: TableKind, rule: ShardRule, num_shards: int,
-    num_buckets: int | None, partitioned: bool,
+    num_buckets: int | None, partitioned: bool, max_buckets: int | None = None,
 ) -> None:
     """Refuse (one line, :class:`ConfigError`) a NEW group whose shards the
     table can never all fill: under ``bucket % S`` on a non-partitioned
-    fixed-bucket table, shards ``>= buckets`` would stay empty for ever."""
+    fixed-bucket table, shards ``>= buckets`` would stay empty for ever; the
+    same on a non-partitioned dynamic-bucket table capped by
+    ``dynamic-bucket.max-buckets``."""
+    if (
+        kind is TableKind.DYNAMIC
+        and rule is ShardRule.BUCKET
+        and not partitioned
+        and max_buckets is not None
+        and 0 < max_buckets < num_shards
+    ):
+        raise ConfigError(
+            f"--shards {num_shards} is more than the at most {max_buckets} buckets of table "
+            f"{identifier} ('dynamic-bucket.max-buckets'): shards "
+            f"{max_buckets}..{num_shards - 1} would never get a row; use --shards "
+            f"{max_buckets} or fewer"
+        )
     if (
         kind is TableKind.FIXED
         and rule is ShardRule.BUCKET
@@ -197,10 +213,47 @@ def plan_new_group(table: Any, shards: int | None) -> tuple[int, ShardRule]:
     or None; refuses counts the table can never fill (:func:`check_shard_count`)."""
     rule: ShardRule = table.default_rule
     count = int(shards) if shards is not None else int(table.default_shards)
+    max_buckets = table.table.options.dynamic_bucket_max_buckets()
     check_shard_count(
-        table.identifier, table.kind, rule, count, table.num_buckets, table.partitioned
+        table.identifier, table.kind, rule, count, table.num_buckets, table.partitioned,
+        None if max_buckets is None else int(max_buckets),
     )
     return count, rule
+
+
+def idle_shards_note(table: Any, sharding: Sharding) -> str | None:
+    """One line when the files of ``table``'s latest snapshot (a
+    :class:`~paimon_group.table.ShardedTable`) reach fewer shards than the
+    group has, saying why; None when every shard has rows (or the table is
+    empty). Reads the latest snapshot's manifests once: for a new group."""
+    from pypaimon.manifest.manifest_file_manager import ManifestFileManager
+    from pypaimon.manifest.manifest_list_manager import ManifestListManager
+
+    latest = table.latest_snapshot_id()
+    snapshot = None if latest is None else table.snapshot(latest)
+    if snapshot is None:
+        return None
+    manifests = ManifestListManager(table.table).read_all(snapshot)
+    entries = ManifestFileManager(table.table).read_entries_parallel(manifests, max_workers=2)
+    live = [e for e in entries if int(e.bucket) >= 0]
+    if not live:
+        return None
+    used = {sharding.shard_of_entry(e) for e in live}
+    if len(used) >= sharding.num_shards:
+        return None
+    partitions = len({_values(e.partition) for e in live})
+    if table.kind is TableKind.UNAWARE:
+        why = f"{len(live)} data file(s) so far; each goes to one shard"
+    else:
+        pairs = len({(_values(e.partition), int(e.bucket)) for e in live})
+        why = f"{partitions} partition(s) with {pairs} bucket(s) in all so far"
+        if table.kind is TableKind.DYNAMIC:
+            target = table.table.options.dynamic_bucket_target_row_num()
+            why += f", a new bucket every {target} keys"
+    return (
+        f"{len(used)} of {sharding.num_shards} shards have rows in table {table.identifier} "
+        f"now ({why}); the other shards get rows as the table grows"
+    )
 
 
 def _values(partition: Any) -> tuple[Any, ...]:

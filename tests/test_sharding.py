@@ -34,6 +34,7 @@ from paimon_group.sharding import (
     ShardRule,
     TableKind,
     file_hash,
+    idle_shards_note,
     partition_hash,
     plan_new_group,
 )
@@ -253,6 +254,37 @@ def test_more_shards_than_buckets_is_useful_on_partitioned_and_unbucketed_tables
         8, ShardRule.PARTITION_BUCKET)
     make_append_table(warehouse, "db.a", buckets=-1)
     assert plan_new_group(ShardedTable.open(warehouse, "db.a"), 16) == (16, ShardRule.FILE)
+
+
+def test_a_capped_dynamic_table_refuses_shards_it_can_never_fill(warehouse: str) -> None:
+    make_pk_table(warehouse, "db.t", buckets=-1, options={"dynamic-bucket.max-buckets": "3"})
+    table = ShardedTable.open(warehouse, "db.t")
+    with pytest.raises(ConfigError) as info:
+        plan_new_group(table, 4)
+    assert "max-buckets" in str(info.value) and "--shards 3 or fewer" in str(info.value)
+    assert plan_new_group(table, 3) == (3, ShardRule.BUCKET)
+
+
+@pytest.mark.parametrize(("name", "rows", "words"), [
+    ("dynamic", 20, "1 bucket(s) in all so far, a new bucket every 15 keys"),
+    ("append", 20, "1 data file(s) so far"),
+])
+def test_shards_without_rows_yet_are_named_in_one_line(
+    warehouse: str, name: str, rows: int, words: str
+) -> None:
+    make, _kind, rule, _keyed = KINDS[name]
+    make(warehouse)
+    table = ShardedTable.open(warehouse, "db.t")
+    assert idle_shards_note(table, Sharding(rule, 4)) is None  # empty: nothing to say
+    write_rows(warehouse, "db.t", range(10))
+    note = idle_shards_note(table, Sharding(rule, 4))
+    assert note is not None and "1 of 4 shards have rows" in note and words in note
+    assert "\n" not in note
+    for v in range(1, 61):  # more buckets or files, until every shard has rows
+        write_rows(warehouse, "db.t", range(v * 20, v * 20 + 20), v=v)
+        if idle_shards_note(table, Sharding(rule, 4)) is None:
+            break
+    assert idle_shards_note(table, Sharding(rule, 4)) is None
 
 
 # -- postpone buckets ----------------------------------------------------------------------
