@@ -300,6 +300,16 @@ class ShardPlanner:
     def _bucket_filter(self, shard_set: frozenset[int]) -> Callable[[int], bool]:
         return self.sharding.bucket_filter(shard_set)
 
+    def _entry_filter(self, shard_set: frozenset[int]) -> Callable[[Any], bool] | None:
+        """Under a rule that needs more than the bucket, whether a decoded
+        manifest entry is of a requested shard (None: the bucket filter
+        already decides). An entry's ADD and DELETE name the same file, so
+        they are kept or dropped together."""
+        sharding = self.sharding
+        if sharding.by_bucket_only or len(shard_set) == self.num_shards:
+            return None
+        return lambda entry: sharding.shard_of_entry(entry) in shard_set
+
     def _manifest_may_hold(self, meta: Any, shard_set: frozenset[int]) -> bool:
         """False only when a manifest's bucket range proves it has none of our buckets."""
         low, high = meta.min_bucket, meta.max_bucket
@@ -370,7 +380,10 @@ class ShardPlanner:
             self.stats.add(manifest_lists_read=2)
             return self._prune_manifests(manifests, shard_set), snapshot
 
-        scanner = _ShardFileScanner(self._pt, manifest_scanner, self._bucket_filter(shard_set))
+        scanner = _ShardFileScanner(
+            self._pt, manifest_scanner, self._bucket_filter(shard_set),
+            self._entry_filter(shard_set),
+        )
         splits = scanner.scan().splits()
         return self._step(
             BatchKind.INITIAL, snapshot_id, snapshot_id, self._route(splits, shard_set)
@@ -671,17 +684,31 @@ class _RowMergeHooks:
 
 class _ShardFileScanner(FileScanner):  # type: ignore[misc]
     """pypaimon's FileScanner with our bucket filter applied while manifests
-    are decoded (entries of other shards' buckets are never materialised).
+    are decoded (entries of other shards' buckets are never materialised),
+    and, under a rule that needs the partition or the file, our entry filter
+    applied to each decoded entry (other shards' files never reach the split
+    generator).
 
-    If a later pypaimon stops calling ``_build_early_bucket_filter``, plans
-    stay exact: :meth:`ShardPlanner._route` drops splits of other shards.
+    If a later pypaimon stops calling ``_build_early_bucket_filter`` or
+    ``_filter_manifest_entry``, plans stay exact:
+    :meth:`ShardPlanner._route` drops splits (and files) of other shards.
     """
 
     def __init__(
-        self, table: Any, manifest_scanner: Callable[[], Any], bucket_ok: Callable[[int], bool]
+        self,
+        table: Any,
+        manifest_scanner: Callable[[], Any],
+        bucket_ok: Callable[[int], bool],
+        entry_ok: Callable[[Any], bool] | None = None,
     ) -> None:
         self._shard_bucket_ok = bucket_ok
+        self._shard_entry_ok = entry_ok
         super().__init__(table, manifest_scanner)
+
+    def _filter_manifest_entry(self, entry: Any) -> bool:
+        if self._shard_entry_ok is not None and not self._shard_entry_ok(entry):
+            return False
+        return bool(super()._filter_manifest_entry(entry))
 
     def _build_early_bucket_filter(self) -> Callable[[int, int], bool]:
         inner = super()._build_early_bucket_filter()
