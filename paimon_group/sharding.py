@@ -16,7 +16,7 @@ The rules, for ``S`` shards:
   Paimon's own Flink source assignment (``read.shuffle-bucket-with-partition``,
   on by default), with ``h`` a stable hash (:func:`partition_hash`), so that
   the same bucket number of different partitions lands on different shards.
-  Partitioned fixed-bucket and dynamic-bucket tables. A table that sets
+  Partitioned tables with buckets (fixed, dynamic or postpone). A table that sets
   ``read.shuffle-bucket-with-partition = false`` gets :attr:`ShardRule.BUCKET`.
 * :attr:`ShardRule.FILE` -- ``h(partition, file name) % S``
   (:func:`file_hash`). Bucket-unaware append tables: every file is in bucket
@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import enum
 import hashlib
-import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -60,8 +59,6 @@ __all__ = [
     "plan_new_group",
     "table_kind",
 ]
-
-log = logging.getLogger(__name__)
 
 DEFAULT_SHARDS = 4
 """Shard count of a new group on a table without a fixed bucket count
