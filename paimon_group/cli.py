@@ -223,6 +223,8 @@ def main() -> None:
                    "Never two batches of the same shard.")
 @click.option("--include-row-kind", is_flag=True, default=False,
               envvar=_env("include-row-kind"), help="Add the _row_kind column.")
+@click.option("--columns", envvar=_env("columns"), metavar="A,B,...",
+              help="Read only these columns (the others are never decoded).")
 @click.option("--metrics-port", type=int, envvar=_env("metrics-port"),
               help="Serve /metrics, /healthz and /readyz on this port.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text",
@@ -256,6 +258,7 @@ def run(**kw: Any) -> None:
         shutdown_timeout_s=kw["shutdown_timeout_s"],
         rebalance_delay_s=kw["rebalance_delay"],
         include_row_kind=kw["include_row_kind"],
+        columns=kw["columns"],
         max_handler_attempts=kw["max_handler_attempts"],
         max_parallel_shards=kw["max_parallel_shards"],
         connect=build_connect_options(kw, kw["session_timeout_s"]),

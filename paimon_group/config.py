@@ -18,6 +18,7 @@ from pathlib import Path
 from coordinators.base import ConnectOptions
 from coordinators.errors import ConfigError
 from paimon_group.names import validate_group, validate_member_id
+from paimon_group.projection import parse_columns
 
 DEFAULT_PARALLEL_SHARDS = max(1, min(4, os.cpu_count() or 1))
 """Default ``max_parallel_shards``: one shard per CPU, at most 4. pypaimon's
@@ -68,6 +69,8 @@ class MemberConfig:
     shutdown_timeout_s: float = 30.0
     rebalance_delay_s: float = 0.0
     include_row_kind: bool = False
+    # Columns to read (None: all); the others are never decoded.
+    columns: tuple[str, ...] | None = None
     max_handler_attempts: int = 5
     # Batches of different shards handed to the handler at once (1: one by one).
     max_parallel_shards: int = field(default_factory=lambda: DEFAULT_PARALLEL_SHARDS)
@@ -92,6 +95,7 @@ class MemberConfig:
             raise ConfigError("--max-parallel-shards must be at least 1")
         if self.poll_interval_ms < 1:
             raise ConfigError("--poll-interval-ms must be at least 1")
+        self.columns = parse_columns(self.columns)
         if "." not in self.table:
             raise ConfigError(f"--table must be DATABASE.TABLE, got {self.table!r}")
         if self.coordinator is None:

@@ -82,6 +82,7 @@ from paimon_group.group import GroupClient
 from paimon_group.history import HistoryRecorder, NullRecorder
 from paimon_group.mirror import ConsumerMirror
 from paimon_group.planner import ShardPlanner, StepPlan
+from paimon_group.projection import check_columns
 from paimon_group.records import Assignment, GroupMeta, MemberInfo
 from paimon_group.sharding import Sharding, ShardRule, idle_shards_note, plan_new_group
 from paimon_group.start import parse_start
@@ -291,6 +292,7 @@ class GroupMember:
         self.table = await loop.run_in_executor(
             self._io, lambda: ShardedTable.open(cfg.warehouse, cfg.table, cfg.catalog_options)
         )
+        check_columns(self.table.table.field_names, cfg.columns)
         self._start_position = parse_start(cfg.start)
         await self._join(first=True)
         self._supervisor = asyncio.create_task(self._supervise(), name="pg-supervisor")
@@ -332,7 +334,7 @@ class GroupMember:
         if self._planner is None:
             self._planner = self.table.planner(
                 self.num_shards, include_row_kind=self.config.include_row_kind,
-                rule=self.sharding,
+                rule=self.sharding, projection=self.config.columns,
             )
             self._mirror = ConsumerMirror(
                 self.table.table.file_io,

@@ -128,3 +128,15 @@ def test_describe_of_unknown_table_and_bad_url(warehouse: str) -> None:
                  "--coordinator", "nope")
     assert result.returncode == 2
     one_line(result)
+
+
+@pytest.mark.parametrize(
+    ("columns", "needle"),
+    [("id,nope", "['nope'] are not columns of the table"), ("id,,v", "comma-separated")],
+)
+def test_bad_columns(tmp_path: Path, warehouse: str, columns: str, needle: str) -> None:
+    coordinator = f"sqlite://{tmp_path}/coord.sqlite"
+    result = cli(*run_args(warehouse, "--columns", columns, "--coordinator", coordinator))
+    assert result.returncode == 2
+    assert needle in one_line(result)
+    assert not Path(f"{tmp_path}/coord.sqlite").exists()  # nothing joined or created
