@@ -369,6 +369,10 @@ def test_deletion_vector_drops_rows_by_position() -> None:
     table = pa.table({"x": list(range(6))})
     assert apply_deletion_vector(table, [0, 4]).column("x").to_pylist() == [1, 2, 3, 5]
     assert apply_deletion_vector(table, []).num_rows == 6
+    # a chunk holding file positions 4..9: positions 4 and 9 are its rows 0 and 5
+    assert apply_deletion_vector(table, [0, 4, 9], offset=4).column("x").to_pylist() == [
+        1, 2, 3, 4
+    ]
 
 
 def test_row_kind_strings() -> None:

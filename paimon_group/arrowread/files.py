@@ -16,7 +16,7 @@ anything else looks at the rows (DV positions are physical file positions).
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -30,6 +30,7 @@ __all__ = [
     "apply_deletion_vector",
     "decode_file",
     "file_format",
+    "iter_file",
 ]
 
 SEQUENCE_NUMBER = "_SEQUENCE_NUMBER"
@@ -54,74 +55,108 @@ def decode_file(
     """The ``columns`` of one data file, in that order, cast to ``types``
     (system columns have their own types). Raises :class:`Unsupported` for a
     format or a layout we do not decode (pypaimon then reads the split)."""
+    chunks = list(iter_file(file_io, file, columns, types, batch_rows=None))
+    schema = pa.schema([pa.field(c, _SYSTEM_TYPES.get(c) or types[c]) for c in columns])
+    if len(chunks) == 1:
+        return chunks[0]
+    return pa.concat_tables(chunks) if chunks else schema.empty_table()
+
+
+def iter_file(
+    file_io: Any,
+    file: Any,
+    columns: Sequence[str],
+    types: dict[str, pa.DataType],
+    *,
+    batch_rows: int | None,
+) -> Iterator[pa.Table]:
+    """:func:`decode_file` in chunks of about ``batch_rows`` rows (None: the
+    whole file, decoded with pyarrow's threads). Chunked decoding is single
+    threaded: buffers are allocated and freed by the reading thread, whose
+    allocator then returns them (Arrow's mimalloc keeps per-thread heaps).
+    Everything that can make the file :class:`Unsupported` is checked before
+    the first chunk."""
     path = file.physical_path()
     fmt = file_format(path)
     fs = getattr(file_io, "filesystem", None)
     to_fs_path = getattr(file_io, "to_filesystem_path", None)
     if fs is None or to_fs_path is None:
         raise Unsupported(f"file system {type(file_io).__name__}")
-    fs_path = to_fs_path(path)
-    wanted = [pa.field(c, _SYSTEM_TYPES.get(c) or types[c]) for c in columns]
-    if fmt == "parquet":
-        table = _decode_parquet(fs, fs_path, list(columns))
-    elif fmt == "orc":
-        table = _decode_orc(fs, fs_path, list(columns))
-    elif fmt == "avro":
-        return _decode_avro(fs, fs_path, pa.schema(wanted))
-    else:
+    if fmt not in SUPPORTED_FORMATS:
         raise Unsupported(f"file format {fmt!r}")
-    missing = [c for c in columns if c not in table.column_names]
+    schema = pa.schema([pa.field(c, _SYSTEM_TYPES.get(c) or types[c]) for c in columns])
+    with fs.open_input_file(to_fs_path(path)) as source:
+        if fmt == "avro":
+            yield _decode_avro(source, schema)
+            return
+        chunks = _parquet_chunks if fmt == "parquet" else _orc_chunks
+        for chunk in chunks(source, file, list(columns), batch_rows):
+            arrays = []
+            for field in schema:
+                column = chunk.column(field.name)
+                arrays.append(column if column.type == field.type else column.cast(field.type))
+            yield pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _check(present: Sequence[str], rows: int, file: Any, columns: Sequence[str]) -> list[str]:
+    missing = [c for c in columns if c not in present]
     if missing:
         raise Unsupported(f"columns {missing} not in {file.file_name}")
-    if table.num_rows != int(file.row_count):
-        raise Unsupported(f"{file.file_name}: {table.num_rows} rows, not {file.row_count}")
-    arrays = []
-    for field in wanted:
-        column = table.column(field.name)
-        arrays.append(column if column.type == field.type else column.cast(field.type))
-    return pa.Table.from_arrays(arrays, schema=pa.schema(wanted))
+    if rows != int(file.row_count):
+        raise Unsupported(f"{file.file_name}: {rows} rows, not {file.row_count}")
+    return list(columns)
 
 
-def _decode_parquet(fs: Any, path: str, columns: list[str]) -> pa.Table:
+def _parquet_chunks(
+    source: Any, file: Any, columns: list[str], batch_rows: int | None
+) -> Iterator[pa.Table]:
     import pyarrow.parquet as pq
 
-    with fs.open_input_file(path) as source:
-        parquet = pq.ParquetFile(source)
-        present = set(parquet.schema_arrow.names)
-        table: pa.Table = parquet.read(columns=[c for c in columns if c in present])
-    return table
+    parquet = pq.ParquetFile(source)
+    wanted = _check(parquet.schema_arrow.names, parquet.metadata.num_rows, file, columns)
+    if batch_rows is None:
+        yield parquet.read(columns=wanted)
+        return
+    for batch in parquet.iter_batches(batch_size=batch_rows, columns=wanted, use_threads=False):
+        yield pa.Table.from_batches([batch])
 
 
-def _decode_orc(fs: Any, path: str, columns: list[str]) -> pa.Table:
+def _orc_chunks(
+    source: Any, file: Any, columns: list[str], batch_rows: int | None
+) -> Iterator[pa.Table]:
     import pyarrow.orc as orc
 
-    with fs.open_input_file(path) as source:
-        reader = orc.ORCFile(source)
-        present = set(reader.schema.names)
-        table: pa.Table = reader.read(columns=[c for c in columns if c in present])
-    return table
+    reader = orc.ORCFile(source)
+    wanted = _check(reader.schema.names, reader.nrows, file, columns)
+    if batch_rows is None:
+        yield reader.read(columns=wanted)
+        return
+    for stripe in range(reader.nstripes):
+        yield pa.Table.from_batches([reader.read_stripe(stripe, columns=wanted)])
 
 
-def _decode_avro(fs: Any, path: str, schema: pa.Schema) -> pa.Table:
+def _decode_avro(source: Any, schema: pa.Schema) -> pa.Table:
     import fastavro
 
     names = schema.names
     data: dict[str, list[Any]] = {name: [] for name in names}
-    with fs.open_input_file(path) as source:
-        record: Any
-        for record in fastavro.reader(source):
-            for name in names:
-                data[name].append(record.get(name))
+    record: Any
+    for record in fastavro.reader(source):
+        for name in names:
+            data[name].append(record.get(name))
     return pa.Table.from_pydict(data, schema=schema)
 
 
-def apply_deletion_vector(table: pa.Table, deleted: Sequence[int] | None) -> pa.Table:
-    """``table`` without the rows at the ``deleted`` positions."""
+def apply_deletion_vector(
+    table: pa.Table, deleted: Sequence[int] | None, offset: int = 0
+) -> pa.Table:
+    """``table`` (the file's rows from position ``offset`` on) without the
+    rows at the ``deleted`` file positions."""
     if not deleted:
         return table
     keep = np.ones(table.num_rows, dtype=bool)
-    positions = np.fromiter(deleted, dtype=np.int64)
-    keep[positions[positions < table.num_rows]] = False
+    positions = np.fromiter(deleted, dtype=np.int64) - offset
+    keep[positions[(positions >= 0) & (positions < table.num_rows)]] = False
     return table.filter(pa.array(keep))
 
 

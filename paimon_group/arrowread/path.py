@@ -14,6 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from coordinators.errors import PaimonGroupError
 from paimon_group.arrowread.files import Unsupported
 from paimon_group.arrowread.reader import ArrowSplitReader, Piece, decode_pool
 
@@ -88,20 +89,34 @@ class ReadPath:
         return pa.concat_tables(tables)
 
     def iter_batches(self, splits: Sequence[Any], batch_rows: int) -> Iterator[pa.RecordBatch]:
-        """Batches of at most ``batch_rows`` rows, one split decoded at a time
-        (its files in parallel), Arrow's unused memory released after each."""
+        """Batches of at most ``batch_rows`` rows, one unit (a file, or a
+        merged section) decoded at a time, its files in parallel; Arrow's
+        unused memory released after each unit."""
         if self.reader.fallback_reason is not None:
             self._note(self.reader.fallback_reason, len(splits))
             yield from self._fallback_batches(splits)
             return
         pool = pa.default_memory_pool()
         for split in splits:
-            pieces = self._pieces(split, parallel=True)
-            if pieces is None:
+            try:
+                units = self.reader.units(split)
+            except Unsupported as err:
+                self._note(str(err), 1)
                 yield from self._fallback_batches([split])
                 continue
+            delivered = False
             try:
-                yield from self.reader.batches(pieces, batch_rows)
-            finally:
-                del pieces
-                pool.release_unused()
+                for unit in units:
+                    for piece in self.reader.stream_unit(unit, batch_rows):
+                        for batch in self.reader.batches([piece], batch_rows):
+                            delivered = True
+                            yield batch
+                    pool.release_unused()
+            except Unsupported as err:
+                if delivered:  # rows of this split were delivered: pypaimon cannot resume
+                    raise PaimonGroupError(
+                        f"table {self.identifier}: cannot read a split of bucket "
+                        f"{split.bucket}: {err}"
+                    ) from err
+                self._note(str(err), 1)
+                yield from self._fallback_batches([split])

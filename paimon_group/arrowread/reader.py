@@ -4,14 +4,15 @@
 (decoded columns plus, for merged sections, the row indices that survive the
 merge), and cuts pieces into output tables of :attr:`schema` -- the schema
 pypaimon's reader gives (``_row_kind`` first when row kinds are requested).
-Everything a split needs is decided and decoded before its first row is
-produced, so a split that turns out :class:`Unsupported` is handed whole to
-pypaimon's reader and never delivered half from each.
+Whether a split can be read here is decided before anything is decoded, so
+a split that is :class:`Unsupported` is handed whole to pypaimon's reader
+and never delivered half from each.
 
-Memory: a split's needed columns are decoded at once (Arrow, columnar); a
-merged section's output is taken from them ``batch_rows`` rows at a time by
-:meth:`ArrowSplitReader.output`, so the merged copy is never whole in memory
-when streaming.
+Memory: a split is read in :class:`Unit` s, one file (not merged) or one
+section (files whose key ranges overlap, merged) at a time; a merged
+section's output is taken from its decoded columns ``batch_rows`` rows at a
+time by :meth:`ArrowSplitReader.output`, so the merged copy is never whole
+in memory when streaming.
 """
 
 from __future__ import annotations
@@ -38,11 +39,12 @@ from paimon_group.arrowread.files import (
     Unsupported,
     apply_deletion_vector,
     decode_file,
+    iter_file,
     read_deletion_vector,
 )
 from paimon_group.arrowread.merge import adds_only, merge_indices, row_kind_strings
 
-__all__ = ["ArrowSplitReader", "Piece", "decode_pool"]
+__all__ = ["ArrowSplitReader", "Piece", "Unit", "decode_pool"]
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +97,18 @@ class Piece:
         return self.source.take(self.indices.slice(offset, length))
 
 
+@dataclass(frozen=True)
+class Unit:
+    """What is decoded at once: ``files`` (with their deletion files) and
+    ``columns``; ``single_run`` None for files output as they are, else a
+    merged section (True: one sorted run, each key once)."""
+
+    files: tuple[tuple[Any, Any], ...]
+    columns: list[str]
+    kinds_from_file: bool
+    single_run: bool | None
+
+
 class ArrowSplitReader:
     """Reads the splits of one table (see the module docstring).
 
@@ -139,6 +153,12 @@ class ArrowSplitReader:
 
     def read_split(self, split: Any, *, parallel: bool) -> list[Piece]:
         """The pieces of one split; raises :class:`Unsupported` before output."""
+        return [p for unit in self.units(split) for p in self.read_unit(unit, parallel=parallel)]
+
+    def units(self, split: Any) -> list[Unit]:
+        """The units ``split`` is read in, in output order: one per file (not
+        merged) or per section (merged). Raises :class:`Unsupported` for a
+        split pypaimon's reader must read, before anything is decoded."""
         reason = self.unsupported(split)
         if reason is not None:
             raise Unsupported(reason)
@@ -146,13 +166,60 @@ class ArrowSplitReader:
         files = list(split.files)
         deletions = list(split.data_deletion_files or [None] * len(files))
         if mode is SplitMode.RAW:
-            tables = self._decode(files, deletions, self.columns, parallel)
-            return [Piece(t, None, False) for t in tables if t.num_rows]
+            return [Unit(((f, d),), self.columns, False, None) for f, d in zip(files, deletions,
+                                                                              strict=True)]
         if mode is SplitMode.STREAM:
-            columns = self.columns + ([VALUE_KIND] if self.include_row_kind else [])
-            tables = self._decode(files, deletions, columns, parallel)
-            return [Piece(t, None, self.include_row_kind) for t in tables if t.num_rows]
-        return self._merge_split(files, deletions, parallel)
+            kinds = self.include_row_kind
+            columns = self.columns + ([VALUE_KIND] if kinds else [])
+            return [Unit(((f, d),), columns, kinds, None) for f, d in zip(files, deletions,
+                                                                         strict=True)]
+        from pypaimon.read.interval_partition import IntervalPartition
+
+        deletion_of = {f.file_name: d for f, d in zip(files, deletions, strict=True)}
+        columns = self._merge_columns()
+        return [
+            Unit(
+                tuple((f, deletion_of[f.file_name]) for run in section for f in run.files),
+                columns,
+                True,
+                len(section) == 1,
+            )
+            for section in IntervalPartition(files).partition()
+        ]
+
+    def read_unit(self, unit: Unit, *, parallel: bool) -> list[Piece]:
+        """Decode (and merge) one unit; its files in parallel when ``parallel``."""
+        tables = self._decode(unit.files, unit.columns, parallel)
+        if unit.single_run is None:
+            return [Piece(t, None, unit.kinds_from_file) for t in tables if t.num_rows]
+        rows = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+        piece = self._merge_section(rows, single_run=unit.single_run)
+        return [piece] if piece.num_rows else []
+
+    def stream_unit(self, unit: Unit, batch_rows: int) -> Iterator[Piece]:
+        """The pieces of one unit, decoded ``batch_rows`` rows at a time where
+        no merge needs the unit whole (files output as they are, and sections
+        of one sorted run); a merged section is decoded whole, its files in
+        parallel. May raise :class:`Unsupported` after pieces were given."""
+        if unit.single_run is False:
+            yield from self.read_unit(unit, parallel=True)
+            return
+        file_io = self.table.file_io
+        for file, deletion in unit.files:
+            deleted = read_deletion_vector(file_io, deletion) if deletion is not None else None
+            offset = 0
+            for chunk in iter_file(file_io, file, unit.columns, self._types,
+                                   batch_rows=batch_rows):
+                rows = chunk.num_rows
+                if deleted:
+                    chunk = apply_deletion_vector(chunk, deleted, offset)
+                offset += rows
+                if unit.single_run:
+                    piece = self._merge_section(chunk, single_run=True)
+                else:
+                    piece = Piece(chunk, None, unit.kinds_from_file)
+                if piece.num_rows:
+                    yield piece
 
     def _merge_columns(self) -> list[str]:
         columns = list(self.columns)
@@ -160,25 +227,6 @@ class ArrowSplitReader:
             if name not in columns:
                 columns.append(name)
         return [*columns, SEQUENCE_NUMBER, VALUE_KIND]
-
-    def _merge_split(self, files: list[Any], deletions: list[Any], parallel: bool) -> list[Piece]:
-        from pypaimon.read.interval_partition import IntervalPartition
-
-        deletion_of = {f.file_name: d for f, d in zip(files, deletions, strict=True)}
-        sections = IntervalPartition(files).partition()
-        ordered = [f for section in sections for run in section for f in run.files]
-        decoded = self._decode(
-            ordered, [deletion_of[f.file_name] for f in ordered], self._merge_columns(), parallel
-        )
-        by_name = {f.file_name: t for f, t in zip(ordered, decoded, strict=True)}
-        pieces = []
-        for section in sections:
-            tables = [by_name[f.file_name] for run in section for f in run.files]
-            rows = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
-            piece = self._merge_section(rows, single_run=len(section) == 1)
-            if piece.num_rows:
-                pieces.append(piece)
-        return pieces
 
     def _merge_section(self, rows: pa.Table, *, single_run: bool) -> Piece:
         """One section: a single sorted run holds each key once (decode only)."""
@@ -198,7 +246,7 @@ class ArrowSplitReader:
         return Piece(rows, indices, True)
 
     def _decode(
-        self, files: list[Any], deletions: list[Any], columns: list[str], parallel: bool
+        self, files: Sequence[tuple[Any, Any]], columns: list[str], parallel: bool
     ) -> list[pa.Table]:
         file_io = self.table.file_io
 
@@ -209,7 +257,7 @@ class ArrowSplitReader:
                 table = apply_deletion_vector(table, read_deletion_vector(file_io, deletion))
             return table
 
-        return pool_map(one, list(zip(files, deletions, strict=True)), parallel)
+        return pool_map(one, list(files), parallel)
 
     # -- output --------------------------------------------------------------
 
