@@ -207,12 +207,16 @@ def validate_dir(prefix: str) -> str:
 class Session(abc.ABC):
     """The session of one :class:`Coordinator`; see :class:`SessionState`."""
 
-    def __init__(self, timeout_s: float) -> None:
+    def __init__(self, timeout_s: float, *, sent_at: float | None = None) -> None:
+        """``sent_at``: the monotonic instant the request that opened the
+        session was sent (default: now). The first deadline counts from it,
+        never from the reply, which may come a round trip later."""
         self.timeout_s = timeout_s
         self._state = SessionState.CONNECTED
         self._listeners: list[SessionListener] = []
         # Monotonic instant until which the server certainly keeps the session.
-        self._deadline = time.monotonic() + timeout_s
+        start = time.monotonic() if sent_at is None else sent_at
+        self._deadline = start + timeout_s
 
     @property
     @abc.abstractmethod

@@ -77,7 +77,6 @@ from coordinators.base import (
     Entry,
     Op,
     Put,
-    Session,
     SessionState,
     Watch,
     validate_dir,
@@ -91,6 +90,7 @@ from coordinators.errors import (
     InvalidCoordinatorURL,
     SessionLost,
 )
+from coordinators.keepalive import ThreadedSession
 from coordinators.registry import redact_url
 
 log = logging.getLogger(__name__)
@@ -484,38 +484,24 @@ class _AioConnection:
 # -- session -----------------------------------------------------------------
 
 
-class EtcdSession(Session):
+class EtcdSession(ThreadedSession):
     """A session backed by one etcd lease. State changes from the keep-alive
     thread are handed to the event loop, so listeners run on the loop."""
 
-    def __init__(self, lease_id: int, timeout_s: float, loop: asyncio.AbstractEventLoop) -> None:
-        super().__init__(timeout_s)
+    def __init__(
+        self,
+        lease_id: int,
+        timeout_s: float,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        sent_at: float | None = None,
+    ) -> None:
+        super().__init__(timeout_s, loop, sent_at=sent_at)
         self.lease_id = lease_id
-        self._loop = loop
-        self._loop_thread = threading.get_ident()  # built on the loop's thread
-        self._reported = SessionState.CONNECTED
-        self._report_lock = threading.Lock()
 
     @property
     def id(self) -> str:
         return format(self.lease_id, "x")
-
-    def report(self, state: SessionState) -> None:
-        """Record ``state`` from any thread; listeners run on the event loop."""
-        with self._report_lock:
-            if self._reported is SessionState.LOST or state is self._reported:
-                return
-            self._reported = state
-        if state is SessionState.LOST:
-            # Visible to is_live() at once, even before the loop runs the update.
-            self._deadline = -math.inf
-        try:
-            if threading.get_ident() == self._loop_thread:
-                self._set_state(state)
-            else:
-                self._loop.call_soon_threadsafe(self._set_state, state)
-        except RuntimeError:  # the loop is closed: nobody is listening
-            pass
 
     def __repr__(self) -> str:
         return f"EtcdSession(lease={self.id}, state={self.state.value})"
@@ -902,10 +888,13 @@ class EtcdCoordinator(Coordinator):
         )
         if response.error:
             raise CoordinatorError(f"etcd refused a lease of {requested}s: {response.error}")
+        # The server starts the lease's TTL when it grants it, no earlier than
+        # ``sent_at`` (read before the request, and before any retry of it):
+        # the first deadline counts from there, not from the reply, which may
+        # come a round trip later (invariant 3).
         session = EtcdSession(
-            int(response.ID), float(response.TTL), asyncio.get_running_loop()
+            int(response.ID), float(response.TTL), asyncio.get_running_loop(), sent_at=sent_at
         )
-        session.confirmed(sent_at)
         self._session = session
         self._keepalive = _KeepAlive(
             session, self._factory, self._target.endpoints, self._conn.index, self._options

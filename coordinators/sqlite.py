@@ -68,7 +68,10 @@ Change notification
     watches, every 25 ms while any of them is being waited on.
 
 All SQLite calls of a coordinator run on its own single-thread executor, so
-the event loop never blocks and operations run in the order they were issued.
+the event loop never blocks and operations run in the order they were issued;
+except heartbeats, which run on a thread of their own so that a blocked event
+loop cannot starve them (see :mod:`coordinators.keepalive`). Both use the
+same connection, one whole transaction at a time, under the database's lock.
 """
 
 from __future__ import annotations
@@ -97,7 +100,6 @@ from coordinators.base import (
     Entry,
     Op,
     Put,
-    Session,
     SessionState,
     Watch,
     validate_dir,
@@ -110,6 +112,7 @@ from coordinators.errors import (
     InvalidCoordinatorURL,
     SessionLost,
 )
+from coordinators.keepalive import KeepAliveThread, ThreadedSession
 from coordinators.registry import redact_url
 
 log = logging.getLogger(__name__)
@@ -567,11 +570,13 @@ def _dir_revisions(dirs: Iterable[str], conn: sqlite3.Connection) -> dict[str, i
 # ------------------------------------------------------------------ the coordinator
 
 
-class SqliteSession(Session):
-    """A row in the ``sessions`` table, kept alive by heartbeats."""
+class SqliteSession(ThreadedSession):
+    """A row in the ``sessions`` table, kept alive by a heartbeat thread."""
 
-    def __init__(self, session_id: str, timeout_s: float) -> None:
-        super().__init__(timeout_s)
+    def __init__(
+        self, session_id: str, timeout_s: float, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        super().__init__(timeout_s, loop)
         self._id = session_id
 
     @property
@@ -579,11 +584,8 @@ class SqliteSession(Session):
         return self._id
 
     def mark(self, state: SessionState) -> None:
-        """Move to ``state`` (no-op once LOST); a failing listener is logged."""
-        try:
-            self._set_state(state)
-        except Exception:
-            log.exception("session %s: a state listener failed", self._id)
+        """Move to ``state`` (no-op once LOST); same as :meth:`report`."""
+        self.report(state)
 
 
 class SqliteCoordinator(Coordinator):
@@ -628,7 +630,7 @@ class SqliteCoordinator(Coordinator):
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._db: _Database | None = None
         self._session: SqliteSession | None = None
-        self._heartbeat: asyncio.Task[None] | None = None
+        self._heartbeat: KeepAliveThread | None = None
         self._watches: set[_SqliteWatch] = set()
         self._poller: asyncio.Task[None] | None = None
         self._closed = False
@@ -702,7 +704,7 @@ class SqliteCoordinator(Coordinator):
         except BaseException:
             executor.shutdown(wait=False)
             raise
-        session = SqliteSession(uuid.uuid4().hex, self._timeout_s)
+        session = SqliteSession(uuid.uuid4().hex, self._timeout_s, asyncio.get_running_loop())
         # The base class set the deadline to now + timeout before the row
         # exists; the row's expiry is computed later, so the deadline is safe.
         try:
@@ -717,9 +719,16 @@ class SqliteCoordinator(Coordinator):
             await self._release(executor, db)
             raise
         self._executor, self._db, self._session = executor, db, session
-        self._heartbeat = asyncio.create_task(
-            self._heartbeat_loop(session), name=f"sqlite-heartbeat-{session.id}"
+        # Heartbeats run on a thread of their own, never on the event loop:
+        # a loop held by user code (a synchronous body of ``async for``)
+        # must not let the session expire (see coordinators.keepalive).
+        self._heartbeat = KeepAliveThread(
+            session,
+            renew=functools.partial(self._renew, db, session),
+            interval_s=self._heartbeat_interval_s,
+            name=f"sqlite-heartbeat-{session.id}",
         )
+        self._heartbeat.start()
         log.debug("connected to %s with session %s", self._where(), session.id)
 
     async def _open(self, executor: concurrent.futures.Executor) -> _Database:
@@ -755,12 +764,16 @@ class SqliteCoordinator(Coordinator):
         if self._closed:
             return
         self._closed = True
-        for task in (self._heartbeat, self._poller):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-        self._heartbeat = self._poller = None
+        heartbeat, self._heartbeat = self._heartbeat, None
+        if heartbeat is not None:
+            heartbeat.stop()
+            # At most one renewal in flight: one busy timeout of waiting.
+            await asyncio.to_thread(heartbeat.join, self._busy_timeout_s + 5.0)
+        if self._poller is not None:
+            self._poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._poller
+        self._poller = None
         for watch in list(self._watches):
             watch._shut()
         executor, db, session = self._executor, self._db, self._session
@@ -778,33 +791,21 @@ class SqliteCoordinator(Coordinator):
         session.mark(SessionState.LOST)
         await self._release(executor, db)
 
-    async def _heartbeat_loop(self, session: SqliteSession) -> None:
+    def _renew(self, db: _Database, session: SqliteSession) -> bool:
+        """One heartbeat, on the heartbeat thread: True if our row was renewed,
+        False if it was reaped (LOST); raises CoordinatorError when unknown.
+
+        Thread safety: ``db.run`` holds the database's lock for the whole
+        transaction, so the heartbeat and the executor's operations never use
+        the connection at once. The row's new expiry is read from the clock
+        inside the transaction, after the thread's ``sent_at``, so the local
+        deadline ``sent_at + timeout`` is never later than the row's.
+        """
         renew = functools.partial(_renew_session, session.id, self._timeout_s)
-        while True:
-            await asyncio.sleep(self._heartbeat_interval_s)
-            sent_at = time.monotonic()
-            try:
-                alive = await self._write(renew)
-            except CoordinatorError as err:
-                if session.state is SessionState.CONNECTED:
-                    log.warning("session %s suspended: %s", session.id, err)
-                session.mark(SessionState.SUSPENDED)
-                continue
-            except Exception:
-                log.exception("session %s: heartbeat failed unexpectedly", session.id)
-                session.mark(SessionState.SUSPENDED)
-                continue
-            if not alive:
-                log.warning(
-                    "session %s expired (its row was reaped): ephemeral keys are gone",
-                    session.id,
-                )
-                session.mark(SessionState.LOST)
-                return
-            # Our row's expiry is now >= sent_at + timeout (the clock was read
-            # inside the transaction, after sent_at).
-            session.confirmed(sent_at)
-            session.mark(SessionState.CONNECTED)
+        try:
+            return db.run(functools.partial(_write, body=renew))
+        except sqlite3.Error as err:
+            raise translate(err, self._where()) from err
 
     # -- operations
 
