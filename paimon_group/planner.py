@@ -233,21 +233,9 @@ class ShardPlanner:
         self.catch_up_threshold = catch_up_threshold
         self.stats = PlannerStats()
 
-        from pypaimon.manifest.manifest_file_manager import ManifestFileManager
-        from pypaimon.manifest.manifest_list_manager import ManifestListManager
-
         pt = table.table
-        self._pt: Any = pt
-        self._manifest_lists: Any = ManifestListManager(pt)
-        self._manifests: Any = ManifestFileManager(pt)
         self._changelog = table.changelog_producer != "none"
         self.follow_up_kind = BatchKind.CHANGELOG if self._changelog else BatchKind.DELTA
-        self._read_builder: Any = pt.new_stream_read_builder().with_include_row_kind(
-            include_row_kind
-        )
-        if self.projection is not None:
-            self._read_builder.with_projection(list(self.projection))
-        self._schema: pa.Schema = self._read_builder.new_read().to_arrow_batch_reader([]).schema
         self.batch_rows = int(
             batch_rows if batch_rows is not None else pt.options.read_batch_size()
         )
@@ -255,7 +243,58 @@ class ShardPlanner:
             raise PaimonGroupError(f"batch_rows must be >= 1, not {self.batch_rows}")
         self._max_workers = max(1, min(8, os.cpu_count() or 1))
         self._overwrites_warned: set[int] = set()
+        self._build_read(pt)
+
+    def _build_read(self, pt: Any) -> None:
+        """Everything that depends on the table's schema: the manifest
+        readers, the read builder, :attr:`schema` and the Arrow read path.
+
+        Built at construction and again by :meth:`_follow_schema` when a
+        planned snapshot was committed under a newer schema (ALTER TABLE):
+        the attributes are replaced one by one, each a complete object, so a
+        read running in another thread meanwhile uses either the old or the
+        new reader, both of which read old files (pypaimon maps fields by id,
+        a column added later reads as null).
+        """
+        from pypaimon.manifest.manifest_file_manager import ManifestFileManager
+        from pypaimon.manifest.manifest_list_manager import ManifestListManager
+
+        builder: Any = pt.new_stream_read_builder().with_include_row_kind(self.include_row_kind)
+        if self.projection is not None:
+            builder.with_projection(list(self.projection))
+        schema: pa.Schema = builder.new_read().to_arrow_batch_reader([]).schema
+        self._pt: Any = pt
+        self._schema_id = int(pt.table_schema.id)
+        self._manifest_lists: Any = ManifestListManager(pt)
+        self._manifests: Any = ManifestFileManager(pt)
+        self._read_builder: Any = builder
+        self._schema = schema
         self._read_path = self._arrow_read_path()
+
+    def _follow_schema(self, snapshot: Any) -> None:
+        """Pick up a schema change before planning ``snapshot``.
+
+        A snapshot committed under a schema newer than the one this planner
+        reads with (``ALTER TABLE ... ADD COLUMN``) switches the read path to
+        the table's latest schema, so that its rows, and every row after,
+        come with the new columns, as a member started now would deliver
+        them. Without this the columns of a running member would stay those
+        of its start, forever.
+        """
+        schema_id = getattr(snapshot, "schema_id", None)
+        if schema_id is None or int(schema_id) <= self._schema_id:
+            return
+        from pypaimon.schema.schema_manager import SchemaManager
+        from pypaimon.table.file_store_table import FileStoreTable
+
+        pt = self._pt
+        latest = SchemaManager(pt.file_io, str(pt.table_path)).latest()
+        if latest is None or int(latest.id) <= self._schema_id:
+            return
+        log.info("table %s: schema %d -> %d at snapshot %s: reading its new columns",
+                 self.table.identifier, self._schema_id, int(latest.id), snapshot.id)
+        self._build_read(FileStoreTable(pt.file_io, pt.identifier, pt.table_path, latest,
+                                        pt.catalog_environment))
 
     def _arrow_read_path(self) -> ReadPath | None:
         """The Arrow reader (``paimon_group.arrowread``) unless switched off
@@ -372,6 +411,7 @@ class ShardPlanner:
                 f"cannot fully scan snapshot {snapshot_id} of table {self.table.identifier}: "
                 f"it does not exist yet (latest: {latest})"
             )
+        self._follow_schema(snapshot)
         if not shard_set:
             return self._step(BatchKind.INITIAL, snapshot_id, snapshot_id, {})
 
@@ -444,6 +484,7 @@ class ShardPlanner:
         snapshot = self._snapshot(next_snapshot)
         if snapshot is None:
             raise self.table.expired_error(next_snapshot)
+        self._follow_schema(snapshot)
         if not self._should_scan(snapshot) or not shard_set:
             return self._step(
                 self.follow_up_kind, next_snapshot, next_snapshot, {k: () for k in shard_set}
@@ -460,6 +501,7 @@ class ShardPlanner:
             snapshot = self._snapshot(snapshot_id)
             if snapshot is None:
                 raise self.table.expired_error(snapshot_id)
+            self._follow_schema(snapshot)
             if shard_set and self._should_scan(snapshot):
                 manifests.extend(self._increment_manifests(snapshot))
         splits = self._increment_splits(manifests, shard_set, last) if shard_set else []
