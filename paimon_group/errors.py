@@ -39,12 +39,25 @@ __all__ = [
     "SnapshotExpired",
     "StaleEpoch",
     "TableNotFound",
+    "TableReplaced",
     "UnsupportedTable",
 ]
 
 
 class TableNotFound(ConfigError):
     """The Paimon table (or its warehouse) does not exist."""
+
+
+class TableReplaced(PaimonGroupError):
+    """The group's table was dropped and re-created under the same name.
+
+    Never retried: the group's positions are snapshot ids of the old table,
+    which mean nothing in the new one (waiting would stall, then skip the new
+    table's first snapshots). An operator deletes the group (``paimon-group
+    delete``) and starts it again, or uses another group name.
+    """
+
+    retriable = False
 
 
 class UnsupportedTable(ConfigError):

@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 
 from coordinators.base import Check, Coordinator, Delete, Entry, Put
 from paimon_group.errors import CoordinatorUnavailable, MemberIdInUse, ShardCountMismatch
+from paimon_group.identity import check_table_identity
 from paimon_group.names import GroupKeys, validate_member_id
 from paimon_group.records import (
     Assignment,
@@ -103,14 +104,19 @@ class GroupClient:
         return GroupMeta.decode(entry.key, entry.value) if entry else None
 
     async def ensure_meta(
-        self, num_shards: int | None, table: str, *, sharding: str = "bucket"
+        self, num_shards: int | None, table: str, *, sharding: str = "bucket",
+        incarnation: str = "", table_id: str = "",
     ) -> GroupMeta:
         """The group's metadata, creating it with ``num_shards`` if the group is new.
 
         ``num_shards`` None means "whatever the group has" (required when new).
         A different shard count for an existing group is a ShardCountMismatch.
-        ``sharding`` (a :class:`~paimon_group.sharding.ShardRule` value) is
-        stored only when the group is created: an existing group keeps its rule.
+        ``sharding`` (a :class:`~paimon_group.sharding.ShardRule` value),
+        ``incarnation`` and ``table_id`` are stored only when the group is
+        created: an existing group keeps its own. A ``table_id`` that differs
+        from the stored one (the table was dropped and re-created) is a
+        :class:`~paimon_group.errors.TableReplaced`; a record without one (a
+        group created before identities were stored) is not checked.
         """
         meta = await self.read_meta()
         if meta is None:
@@ -119,7 +125,7 @@ class GroupClient:
                     f"group {self.group!r} does not exist yet: give its shard count"
                 )
             new = GroupMeta(num_shards=num_shards, table=table, created_at=time.time(),
-                            sharding=sharding)
+                            sharding=sharding, incarnation=incarnation, table_id=table_id)
             created = await self.coordinator.create(self.keys.meta, new.encode())
             if created is not None:
                 return new
@@ -134,6 +140,8 @@ class GroupClient:
             raise ShardCountMismatch(
                 f"group {self.group!r} reads table {meta.table!r}, not {table!r}"
             )
+        if table_id:
+            check_table_identity(meta, self.group, table_id)
         return meta
 
     # -- membership -----------------------------------------------------
@@ -201,11 +209,37 @@ class GroupClient:
     # -- leadership and assignment -----------------------------------------
 
     async def try_lead(self, member_id: str) -> int | None:
-        """Become leader if there is none; our leader epoch, or None."""
-        entry = await self.coordinator.create(
-            self.keys.leader, Owner(member_id=member_id, generation=0).encode(), ephemeral=True
-        )
-        return entry.create_version if entry else None
+        """Become leader if there is none; our leader epoch, or None.
+
+        The leader record carries our session. A create whose outcome is
+        unknown (it raised, but may have landed) is read back: a leader key
+        created by *this session* is ours, and its create version is our
+        leader epoch. Without this the key would exist, nobody would know it
+        leads, and no assignment would be published until our session ended.
+        """
+        session = self.coordinator.session.id
+        try:
+            entry = await self.coordinator.create(
+                self.keys.leader,
+                Owner(member_id=member_id, generation=0, session=session).encode(),
+                ephemeral=True,
+            )
+        except CoordinatorUnavailable:
+            entry = None
+        if entry is not None:
+            return entry.create_version
+        return await self.own_leader_epoch(member_id)
+
+    async def own_leader_epoch(self, member_id: str) -> int | None:
+        """The leader epoch if the leader key was created by this session as
+        ``member_id`` (an ambiguous create that landed), else None."""
+        entry = await self.coordinator.get(self.keys.leader)
+        if entry is None:
+            return None
+        owner = Owner.decode(entry.key, entry.value)
+        if owner.member_id == member_id and owner.session == self.coordinator.session.id:
+            return entry.create_version
+        return None
 
     async def leader(self) -> tuple[str, int] | None:
         entry = await self.coordinator.get(self.keys.leader)

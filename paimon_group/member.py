@@ -51,12 +51,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import enum
 import functools
 import logging
 import os
 import socket
 import time
+import uuid
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -77,9 +79,11 @@ from coordinators.registry import open_coordinator
 from paimon_group.assignor import assign
 from paimon_group.batch import ShardBatch
 from paimon_group.config import MemberConfig
+from paimon_group.consumer_meta import ConsumerFilesOrigin, prepare_new_group, resume_allowed
 from paimon_group.errors import HandlerFailed, MemberIdInUse, MemberRemoved
 from paimon_group.group import GroupClient
 from paimon_group.history import HistoryRecorder, NullRecorder
+from paimon_group.identity import check_table_identity, table_identity
 from paimon_group.mirror import ConsumerMirror
 from paimon_group.planner import ShardPlanner, StepPlan
 from paimon_group.projection import check_columns
@@ -91,7 +95,7 @@ from paimon_group.table import ShardedTable
 log = logging.getLogger("paimon_group.member")
 
 VERSION = "0.1.0"
-TABLE_CHECK_S = 5.0  # how often an idle member checks that its table still exists
+TABLE_CHECK_S = 5.0  # how often a member checks that its table still exists and is the same
 
 
 class MemberState(enum.Enum):
@@ -185,6 +189,7 @@ class GroupMember:
         self.table: ShardedTable | None = None
         self.num_shards = 0
         self.sharding = ShardRule.BUCKET
+        self._meta: GroupMeta | None = None
         self._planner: ShardPlanner | None = None
         self._mirror: ConsumerMirror | None = None
         self._coord: Coordinator | None = None
@@ -315,6 +320,7 @@ class GroupMember:
         group = GroupClient(coord, self.group_name)
         try:
             meta = await self._ensure_meta(group, first=first)
+            self._meta = meta
             self.num_shards = meta.num_shards
             self.sharding = ShardRule.parse(meta.sharding)
             info = MemberInfo(
@@ -357,20 +363,27 @@ class GroupMember:
         rule of :func:`paimon_group.sharding.plan_new_group` (checked before
         anything is created)."""
         assert self.table is not None
+        table = self.table
+        # The identity of what is at the table's path now (read afresh, not
+        # from the table loaded at start): a re-created table is refused here.
+        table_id: str = await self._in_io(functools.partial(table_identity, table.table))
         if not first:
-            return await group.ensure_meta(None, self.table.identifier)
+            meta = await group.ensure_meta(None, table.identifier, table_id=table_id)
+            return self._with_table_id(meta, table_id)
         existing = await group.read_meta()
         if existing is not None:
             # An existing group keeps its shard count and rule; an explicit
             # --shards that contradicts the count is refused by ensure_meta.
-            meta = await group.ensure_meta(self.config.shards, self.table.identifier)
+            meta = await group.ensure_meta(self.config.shards, table.identifier,
+                                           table_id=table_id)
             if self.config.shards is None:
                 log.info("group %s keeps its stored shard count %d (sharding %s)",
                          self.group_name, meta.num_shards, meta.sharding)
-            return meta
-        shards, rule = plan_new_group(self.table, self.config.shards)
-        meta = await group.ensure_meta(shards, self.table.identifier, sharding=rule.value)
-        table = self.table
+            return self._with_table_id(meta, table_id)
+        shards, rule = plan_new_group(table, self.config.shards)
+        incarnation = await self._vet_consumer_files(shards, rule.value)
+        meta = await group.ensure_meta(shards, table.identifier, sharding=rule.value,
+                                       incarnation=incarnation, table_id=table_id)
         try:
             note = await self._in_io(lambda: idle_shards_note(
                 table, Sharding(ShardRule.parse(meta.sharding), meta.num_shards)))
@@ -379,7 +392,37 @@ class GroupMember:
             note = None
         if note:
             log.warning("group %s: %s", self.group_name, note)
+        return self._with_table_id(meta, table_id)
+
+    def _with_table_id(self, meta: GroupMeta, table_id: str) -> GroupMeta:
+        """A group created before table identities were stored is checked
+        against the identity its member saw at its first join."""
+        if not meta.table_id:
+            known = self._meta.table_id if self._meta is not None else ""
+            meta = dataclasses.replace(meta, table_id=known or table_id)
+        check_table_identity(meta, self.group_name, table_id)
         return meta
+
+    async def _vet_consumer_files(self, num_shards: int, sharding: str) -> str:
+        """A new group's incarnation id, after its consumer files were vetted
+        (:func:`paimon_group.consumer_meta.prepare_new_group`)."""
+        assert self.table is not None
+        table = self.table
+        incarnation = uuid.uuid4().hex
+        origin = ConsumerFilesOrigin(self.group_name, incarnation, num_shards, sharding)
+        mirror = ConsumerMirror(table.table.file_io, table.table_path, self.group_name)
+        try:
+            note = await self._in_io(functools.partial(
+                prepare_new_group, mirror, table.table.file_io, table.table_path, origin))
+        except Exception as err:
+            # Then the origin does not name this incarnation: no shard resumes
+            # from a consumer file, each starts as configured.
+            log.warning("group %s: consumer files not vetted (%s): shards without a "
+                        "coordinator position start as configured", self.group_name, err)
+            return incarnation
+        if note:
+            log.warning("%s", note)
+        return incarnation
 
     async def _register(self, group: GroupClient, info: MemberInfo) -> None:
         """Register; if our id is held, wait for a dead holder's session to expire.
@@ -673,6 +716,13 @@ class GroupMember:
                 self._leader_epoch = epoch
         elif leader[0] == self.member_id and leader[1] == self._leader_epoch:
             pass
+        elif leader[0] == self.member_id and (
+                epoch := await group.own_leader_epoch(self.member_id)) is not None:
+            # A leader key our session created, though our create raised (its
+            # outcome was unknown): we lead, at its create version.
+            log.info("adopted leader key (epoch %d)", epoch,
+                     extra={"group": self.group_name, "member": self.member_id})
+            self._leader_epoch = epoch
         else:
             self._leader_epoch = None
         if self._leader_epoch is not None:
@@ -760,7 +810,7 @@ class GroupMember:
                 owned.committed = position.next_snapshot
                 owned.full_scan = position.full_scan
             else:
-                mirrored = await self._in_io(functools.partial(self._mirror_read, shard))
+                mirrored = await self._in_io(functools.partial(self._resume_from_file, shard))
                 if mirrored is not None:
                     owned.next_snapshot = mirrored
             self._owned[shard] = owned
@@ -774,9 +824,24 @@ class GroupMember:
             self._notify("on_assigned", acquired)
             self._wake.set()
 
-    def _mirror_read(self, shard: int) -> int | None:
-        assert self._mirror is not None
-        return self._mirror.read(shard)
+    def _resume_from_file(self, shard: int) -> int | None:
+        """The next snapshot in the shard's consumer file, if the group may
+        resume from it (:func:`paimon_group.consumer_meta.resume_allowed`:
+        written under this group's shard count and rule, by this incarnation
+        or one it vetted); else None, and the shard starts as configured."""
+        assert self._mirror is not None and self.table is not None and self._meta is not None
+        mirrored = self._mirror.read(shard)
+        if mirrored is None:
+            return None
+        origin = ConsumerFilesOrigin.read(self.table.table.file_io, self.table.table_path,
+                                          self.group_name)
+        if resume_allowed(self._meta, origin):
+            return mirrored
+        log.warning("shard %d: consumer file (next snapshot %d) not resumed from: it was not "
+                    "written under this group's %d shards by this group; starting as "
+                    "configured (%s)", shard, mirrored, self.num_shards, self.config.start,
+                    extra={"group": self.group_name, "member": self.member_id, "shard": shard})
+        return None
 
     async def _revoke(self, shards: list[int], *, reason: str) -> None:
         """Finish (or abandon) in-flight batches, then commit+release in one commit."""
@@ -888,20 +953,29 @@ class GroupMember:
             await self._wait_live()
             self.raise_if_failed()
             progressed = await self._read_round(process)
-            if not progressed and time.monotonic() - table_checked > TABLE_CHECK_S:
+            if time.monotonic() - table_checked > TABLE_CHECK_S:
                 # An idle table and a dropped table look alike to the planner
-                # (no new snapshot): check now and then that it still exists,
-                # so a dropped table is an error, not an endless wait.
+                # (no new snapshot), and a re-created one looks like a table
+                # whose next snapshot is not there yet, until it gets there:
+                # check now and then, busy or idle, that the table exists and
+                # is the one the group was created on (TableNotFound,
+                # TableReplaced), so neither is an endless wait or a skip.
                 table_checked = time.monotonic()
-                cfg = self.config
-                await self._in_io(functools.partial(
-                    ShardedTable.open, cfg.warehouse, cfg.table, cfg.catalog_options))
+                await self._in_io(self._check_table)
             if not progressed:
                 try:
                     await asyncio.wait_for(self._wake.wait(), timeout=poll)
                 except TimeoutError:
                     pass
                 self._wake.clear()
+
+    def _check_table(self) -> None:
+        """Raise TableNotFound if the table is gone, TableReplaced if it was
+        dropped and re-created since the group was created."""
+        cfg = self.config
+        reopened = ShardedTable.open(cfg.warehouse, cfg.table, cfg.catalog_options)
+        if self._meta is not None:
+            check_table_identity(self._meta, self.group_name, table_identity(reopened.table))
 
     async def _read_round(self, process: Callable[[ShardBatch], Awaitable[None]]) -> bool:
         active = [o for o in self._owned.values() if not o.revoking and not o.dropped]

@@ -34,6 +34,8 @@ from paimon_group.names import consumer_id, consumer_id_pattern
 class ConsumerMirror:
     def __init__(self, file_io: Any, table_path: str, group: str, interval_s: float = 1.0) -> None:
         self._manager = ConsumerManager(file_io, table_path)
+        self._file_io = file_io
+        self._table_path = table_path
         self._group = group
         self._interval_s = interval_s
         self._written: dict[int, int] = {}
@@ -86,7 +88,12 @@ class ConsumerMirror:
         return out
 
     def delete_all(self) -> int:
+        """Delete every consumer file of this group (and the record of which
+        incarnation wrote them, :mod:`paimon_group.consumer_meta`)."""
+        from paimon_group.consumer_meta import origin_path
+
         shards = self.all()
         for shard in shards:
             self._manager.delete_consumer(consumer_id(self._group, shard))
+        self._file_io.delete_quietly(origin_path(self._table_path, self._group))
         return len(shards)

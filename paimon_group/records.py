@@ -60,6 +60,14 @@ class GroupMeta(_Record):
     :class:`~paimon_group.sharding.ShardRule` value), chosen at creation; a
     record stored without one (older groups) decodes as ``"bucket"``, the
     ``bucket % num_shards`` those groups were created with.
+
+    ``incarnation`` is a random id given to the group when it is created (a
+    group re-created after a wiped or switched coordinator gets a new one):
+    the Paimon consumer files record which incarnation wrote them
+    (:mod:`paimon_group.consumer_meta`). ``table_id`` is the identity of the
+    table the group was created on (:func:`paimon_group.identity.table_identity`):
+    a table dropped and re-created under the same name has another one.
+    Both are empty in records of groups created before they existed.
     """
 
     num_shards: int
@@ -67,6 +75,8 @@ class GroupMeta(_Record):
     created_at: float
     format: int = FORMAT_VERSION
     sharding: str = "bucket"
+    incarnation: str = ""
+    table_id: str = ""
 
     @classmethod
     def _from_dict(cls, data: dict[str, Any]) -> GroupMeta:
@@ -76,6 +86,8 @@ class GroupMeta(_Record):
             created_at=float(data["created_at"]),
             format=int(data.get("format", FORMAT_VERSION)),
             sharding=str(data.get("sharding") or "bucket"),
+            incarnation=str(data.get("incarnation") or ""),
+            table_id=str(data.get("table_id") or ""),
         )
         from paimon_group.sharding import ShardRule
 

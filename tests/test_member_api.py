@@ -125,7 +125,9 @@ def test_sync_wrapper_runs_a_handler(tmp_path: Path) -> None:
 
 @pytest.mark.asyncio
 async def test_shard_without_position_resumes_from_its_consumer_file(tmp_path: Path) -> None:
-    """A group whose coordinator state is gone resumes from the Paimon consumer files."""
+    """A group whose coordinator state is gone resumes from the Paimon consumer files
+    (written by an earlier incarnation of the group with the same shard count)."""
+    from paimon_group.consumer_meta import ConsumerFilesOrigin
     from paimon_group.mirror import ConsumerMirror
     from tests.support.tables import open_table
 
@@ -136,6 +138,7 @@ async def test_shard_without_position_resumes_from_its_consumer_file(tmp_path: P
     table = open_table(str(wh), "db.t")
     ConsumerMirror(table.file_io, table.table_path, "api").write(0, 2, force=True)
     ConsumerMirror(table.file_io, table.table_path, "api").write(1, 2, force=True)
+    ConsumerFilesOrigin("api", "earlier", 2, "bucket").write(table.file_io, table.table_path)
     coord = f"memory://api-{uuid.uuid4().hex}"
     got: list[int] = []
     async with GroupMember(_config(wh, coord, "a")) as member:
