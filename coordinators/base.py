@@ -59,10 +59,11 @@ import abc
 import enum
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from types import TracebackType
 from typing import Self
 
+from coordinators.credentials import mask_options
 from coordinators.errors import ConfigError
 
 SessionListener = Callable[["SessionState"], None]
@@ -186,10 +187,27 @@ class ConnectOptions:
     auth_scheme: str | None = None
     acl: str = "creator"
     extra: dict[str, str] = field(default_factory=dict)
+    # A password that would cross the network in the clear (etcd without TLS,
+    # ZooKeeper digest without TLS) is refused unless this is set
+    # (``--allow-plaintext-credentials``); see :mod:`coordinators.credentials`.
+    allow_plaintext_credentials: bool = False
 
     @property
     def tls(self) -> bool:
         return self.tls_ca is not None or self.tls_cert is not None
+
+    def __repr__(self) -> str:
+        # Like the generated repr, with secret-looking ``extra`` values masked
+        # (the password is a Secret and masks itself).
+        shown = []
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "extra":
+                value = mask_options(value)
+            shown.append(f"{f.name}={value!r}")
+        return f"ConnectOptions({', '.join(shown)})"
+
+    __str__ = __repr__
 
 
 def validate_key(key: str) -> str:

@@ -82,6 +82,7 @@ from coordinators.base import (
     validate_dir,
     validate_key,
 )
+from coordinators.credentials import refuse_plaintext_credentials
 from coordinators.errors import (
     AuthenticationFailed,
     ConfigError,
@@ -839,6 +840,16 @@ class EtcdCoordinator(Coordinator):
             raise ConfigError("session and connect timeouts must be positive")
         self._prefix = self._target.prefix.encode()
         self._factory = _ChannelFactory(self._target, self._options)
+        if (
+            self._options.password is not None
+            and not self._factory.tls
+            and not self._options.allow_plaintext_credentials
+        ):
+            # etcd's Authenticate sends the password as it is.
+            raise refuse_plaintext_credentials(
+                "etcd", "a username and password",
+                "use etcds:// or give a CA (tls_ca, --coordinator-ca)",
+            )
         self._budget = self._options.connect_timeout_s
         self._rpc_timeout = max(0.5, self._budget / 2)
         self._conn = _AioConnection(

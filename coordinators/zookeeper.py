@@ -1,13 +1,17 @@
 """The ZooKeeper coordinator (kazoo): ``zk://HOST:PORT[,HOST:PORT...][/CHROOT][?acl=...]``.
 
-Example (needs a ZooKeeper server with digest authentication allowed)::
+Example (needs a ZooKeeper server with TLS on port 2281 and digest
+authentication allowed; digest without TLS is refused unless
+``allow_plaintext_credentials=True``)::
 
     import asyncio
     from coordinators import Check, ConnectOptions, Put, Secret, open_coordinator
 
     async def main() -> None:
-        options = ConnectOptions(username="app", password=Secret("s3cret"))
-        async with open_coordinator("zk://127.0.0.1:2181/paimon", options) as coord:
+        options = ConnectOptions(
+            username="app", password=Secret("s3cret"), tls_ca="/etc/zk/ca.pem"
+        )
+        async with open_coordinator("zk://127.0.0.1:2281/paimon", options) as coord:
             owner = await coord.create("owners/0", b"me", ephemeral=True)
             assert owner is not None
             assert await coord.commit(
@@ -217,6 +221,7 @@ from coordinators.base import (
     validate_dir,
     validate_key,
 )
+from coordinators.credentials import refuse_plaintext_credentials
 from coordinators.errors import (
     AuthenticationFailed,
     ConfigError,
@@ -408,6 +413,21 @@ class _Credentials:
 
     def __repr__(self) -> str:
         return f"_Credentials(scheme={self.scheme!r})"
+
+    @property
+    def mechanism(self) -> str:
+        if self.sasl_options is None:
+            return self.scheme
+        return f"SASL {self.sasl_options.get('mechanism', 'DIGEST-MD5')}"
+
+    @property
+    def plaintext(self) -> bool:
+        """Whether the password itself crosses the wire: digest sends
+        ``user:password`` in its auth packet, SASL PLAIN sends it too;
+        SASL DIGEST-MD5 answers a challenge instead."""
+        if self.sasl_options is None:
+            return True
+        return str(self.sasl_options.get("mechanism", "")).upper() == "PLAIN"
 
 
 def _credentials(options: ConnectOptions) -> _Credentials | None:
@@ -664,6 +684,16 @@ class ZooKeeperCoordinator(Coordinator):
             raise ConfigError(f"connect timeout must be positive, got {options.connect_timeout_s}")
         self._options = options
         self._credentials = _credentials(options)
+        if (
+            self._credentials is not None
+            and self._credentials.plaintext
+            and not options.tls
+            and not options.allow_plaintext_credentials
+        ):
+            raise refuse_plaintext_credentials(
+                "ZooKeeper", f"{self._credentials.mechanism} authentication",
+                "give a CA (tls_ca, --coordinator-ca) for TLS, or use SASL DIGEST-MD5",
+            )
         acl_spec = self._target.acl if self._target.acl is not None else options.acl
         self._acl = parse_acl(acl_spec)
         # A TLS client certificate is an identity too (ZooKeeper's x509 provider).

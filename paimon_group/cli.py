@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 import click
 
 from coordinators.base import ConnectOptions, Secret
+from coordinators.credentials import describe_option
 from coordinators.errors import ConfigError, PaimonGroupError
 from coordinators.registry import open_coordinator, redact_url
 from paimon_group.config import DEFAULT_PARALLEL_SHARDS, MemberConfig, default_coordinator_url
@@ -60,7 +61,8 @@ def _load_config_file(ctx: click.Context, _param: click.Parameter, path: str | N
 
             data = tomllib.loads(text)
     except Exception as err:
-        raise click.BadParameter(f"cannot parse config file {path}: {err}") from err
+        raise click.BadParameter(
+            f"cannot parse config file {path}: {_parse_error(err)}") from None
     if not isinstance(data, dict):
         raise click.BadParameter(f"config file {path} must hold a mapping of option names")
     known = {p.name for p in ctx.command.params if p.name}
@@ -74,6 +76,16 @@ def _load_config_file(ctx: click.Context, _param: click.Parameter, path: str | N
         defaults[name] = value
     ctx.default_map = {**(ctx.default_map or {}), **defaults}
     return path
+
+
+def _parse_error(err: Exception) -> str:
+    """A parser's complaint without the file's text: PyYAML quotes the offending
+    line, which may hold a secret (``s3.secret-key: ...``)."""
+    mark = getattr(err, "problem_mark", None)
+    if mark is not None:
+        problem = getattr(err, "problem", None) or "syntax error"
+        return f"{problem} at line {mark.line + 1}, column {mark.column + 1}"
+    return str(err).splitlines()[0] if str(err) else type(err).__name__
 
 
 def coordinator_options(fn: F) -> F:
@@ -99,6 +111,10 @@ def coordinator_options(fn: F) -> F:
         click.option("--coordinator-auth", envvar=_env("coordinator-auth"),
                      type=click.Choice(["digest", "sasl"]),
                      help="ZooKeeper authentication scheme (default digest with a user)."),
+        click.option("--allow-plaintext-credentials", is_flag=True, default=False,
+                     envvar=_env("allow-plaintext-credentials"),
+                     help="Accept sending the coordinator password without TLS (etcd:// "
+                          "with a password, ZooKeeper digest): trusted networks only."),
     ]
     for opt in reversed(opts):
         fn = opt(fn)
@@ -125,6 +141,7 @@ def build_connect_options(kw: dict[str, Any], session_timeout_s: float = 10.0) -
         tls_key=kw.get("coordinator_key"),
         tls_server_name=kw.get("coordinator_server_name"),
         auth_scheme=kw.get("coordinator_auth"),
+        allow_plaintext_credentials=bool(kw.get("allow_plaintext_credentials")),
     )
 
 
@@ -144,7 +161,8 @@ def _catalog_options(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:
     for pair in pairs:
         key, sep, value = str(pair).partition("=")
         if not sep or not key:
-            raise ConfigError(f"--catalog-option {pair!r} must be KEY=VALUE")
+            # Never echo a value: the key may be s3.secret-key.
+            raise ConfigError(f"--catalog-option {describe_option(str(pair))} must be KEY=VALUE")
         out[key] = value
     return out
 
@@ -267,6 +285,9 @@ def run(**kw: Any) -> None:
     from paimon_group.start import parse_start
 
     parse_start(cfg.start)
+    # Bad coordinator options (a password over plaintext) fail here, in one
+    # line, before the table is opened or anything is joined.
+    open_coordinator(cfg.coordinator_url, cfg.connect_options())
     from paimon_group.handlers import load_callable
     from paimon_group.runner import run_until_signalled
 

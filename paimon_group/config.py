@@ -12,10 +12,11 @@ from __future__ import annotations
 import os
 import socket
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from coordinators.base import ConnectOptions
+from coordinators.credentials import mask_options
 from coordinators.errors import ConfigError
 from paimon_group.names import validate_group, validate_member_id
 from paimon_group.projection import parse_columns
@@ -104,6 +105,19 @@ class MemberConfig:
             self.safety_margin_s = self.session_timeout_s / 4
         if self.safety_margin_s >= self.session_timeout_s:
             raise ConfigError("the safety margin must be below the session timeout")
+
+    def __repr__(self) -> str:
+        # The generated repr, with the values of secret-looking catalog
+        # options masked (``s3.secret-key`` ...); ConnectOptions masks its own.
+        shown = []
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "catalog_options":
+                value = mask_options(value)
+            shown.append(f"{f.name}={value!r}")
+        return f"MemberConfig({', '.join(shown)})"
+
+    __str__ = __repr__
 
     @property
     def id(self) -> str:

@@ -27,6 +27,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from coordinators.credentials import scrub, secret_values
 from coordinators.errors import ConfigError
 from paimon_group.errors import SnapshotExpired, TableNotFound
 from paimon_group.sharding import ShardRule, TableKind, choose_rule, default_shards, table_kind
@@ -117,7 +118,12 @@ class ShardedTable:
                 f"table {table} not found in warehouse {location}: check --warehouse and --table"
             ) from err
         except ValueError as err:
-            raise ConfigError(f"cannot open table {table} in warehouse {location}: {err}") from err
+            # pypaimon's message may quote an option: never a secret one.
+            reason = scrub(str(err), secret_values(options))
+            error = ConfigError(f"cannot open table {table} in warehouse {location}: {reason}")
+            if reason != str(err):  # the original would carry the secret in a traceback
+                raise error from None
+            raise error from err
         return cls(loaded, warehouse=location, identifier=table)
 
     @property

@@ -244,6 +244,7 @@ def test_options_reach_the_member_config(
         "handler": "json:dumps", "shards": 6, "start": "earliest", "poll_interval_ms": 250,
         "session_timeout_s": 8.0, "metrics_port": 9400, "log_format": "text",
         "coordinator": "etcd://127.0.0.1:2379/pg", "coordinator_username": "pg",
+        "allow_plaintext_credentials": True,
     }, dashes=True)
     env = {
         "PAIMON_GROUP_MEMBER_ID": "worker-0",

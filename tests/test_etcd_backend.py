@@ -129,7 +129,8 @@ def test_half_credentials_and_half_client_cert_are_config_errors(tmp_path: Any) 
 
 
 def test_repr_and_str_never_show_credentials() -> None:
-    options = ConnectOptions(username="root", password=Secret(ROOT_PASSWORD))
+    options = ConnectOptions(username="root", password=Secret(ROOT_PASSWORD),
+                             allow_plaintext_credentials=True)
     coord = open_coordinator("etcd://127.0.0.1:1,127.0.0.1:2/app", options)
     for text in (repr(coord), str(coord), repr(options), str(options), coord.url):
         assert ROOT_PASSWORD not in text
@@ -625,7 +626,8 @@ async def test_an_expired_token_is_refreshed_mid_run(
     ttl = 1
     server = etcd_server_factory(auth=True, auth_token_ttl=ttl)
     url = server.url_with_prefix("app")
-    options = ConnectOptions(username="root", password=Secret(ROOT_PASSWORD))
+    options = ConnectOptions(username="root", password=Secret(ROOT_PASSWORD),
+                             allow_plaintext_credentials=True)
     caplog.set_level(logging.DEBUG)
     async with open_coordinator(url, options) as coord, open_coordinator(url, options) as peer:
         assert isinstance(coord, EtcdCoordinator)
@@ -650,7 +652,8 @@ async def test_credentials_never_in_messages_or_logs(
 ) -> None:
     server = etcd_server_factory(auth=True)
     caplog.set_level(logging.DEBUG)
-    options = ConnectOptions(username="root", password=Secret("wrong-Pa55"))
+    options = ConnectOptions(username="root", password=Secret("wrong-Pa55"),
+                             allow_plaintext_credentials=True)
     coord = open_coordinator(server.url_with_prefix("app"), options)
     with pytest.raises(AuthenticationFailed) as info:
         await coord.connect()

@@ -180,7 +180,8 @@ class TestAclAndOptions:
         ZooKeeperCoordinator("zk://h:1/x?acl=open")
         ZooKeeperCoordinator("zk://h:1/x", ConnectOptions(acl="open"))
         # A username/password or a TLS client certificate is an identity.
-        ZooKeeperCoordinator("zk://h:1/x", ConnectOptions(username="u", password=Secret("p")))
+        ZooKeeperCoordinator("zk://h:1/x", ConnectOptions(
+            username="u", password=Secret("p"), allow_plaintext_credentials=True))
         ZooKeeperCoordinator("zk://h:1/x", ConnectOptions(tls_cert="c.pem", tls_key="k.pem"))
 
     @pytest.mark.parametrize(
@@ -646,7 +647,8 @@ async def test_no_contact_for_a_whole_session_timeout_is_lost_for_good(
 
 def digest_options(password: str = PASSWORD, **kwargs: Any) -> ConnectOptions:
     return ConnectOptions(
-        username="alice", password=Secret(password), connect_timeout_s=20.0, **kwargs
+        username="alice", password=Secret(password), connect_timeout_s=20.0,
+        allow_plaintext_credentials=True, **kwargs
     )
 
 
