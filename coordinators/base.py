@@ -153,19 +153,48 @@ class Delete:
 Op = Put | Delete
 
 
-@dataclass(frozen=True)
 class Secret:
-    """A credential. Its repr and str never show the value."""
+    """A credential. Its repr, str and format never show the value.
 
-    value: str = field(repr=False)
+    Deliberately not a dataclass: ``dataclasses.asdict`` of the options that
+    hold it would turn a dataclass into ``{"value": ...}``, in the clear; a
+    plain object stays a ``Secret`` (and ``json.dumps`` refuses it rather
+    than printing it). Only :meth:`reveal` gives the value.
+    """
+
+    __slots__ = ("_value",)
+    _value: str
+
+    def __init__(self, value: str) -> None:
+        object.__setattr__(self, "_value", value)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("a Secret is immutable")
 
     def __repr__(self) -> str:
         return "Secret('***')"
 
     __str__ = __repr__
 
+    def __format__(self, spec: str) -> str:
+        return repr(self)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash((Secret, self._value))
+
+    def __reduce__(self) -> tuple[type[Secret], tuple[str]]:
+        return (Secret, (self._value,))
+
+    @property
+    def value(self) -> str:
+        """The value (same as :meth:`reveal`; kept for existing callers)."""
+        return self._value
+
     def reveal(self) -> str:
-        return self.value
+        return self._value
 
 
 @dataclass(frozen=True)

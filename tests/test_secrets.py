@@ -229,3 +229,18 @@ def test_cli_refuses_a_plaintext_password_before_opening_anything(
     assert "--allow-plaintext-credentials" in result.output
     _one_line_without_secret(result.output)
     assert not (tmp_path / "missing").exists()
+
+
+def test_options_turned_into_plain_data_keep_the_password_masked() -> None:
+    """``dataclasses.asdict`` (a common way to log or dump a configuration)
+    must not unwrap the password."""
+    import copy
+    import dataclasses
+    import pickle
+
+    options = ConnectOptions(username="u", password=Secret(SECRET))
+    data = dataclasses.asdict(options)
+    assert SECRET not in repr(data) and SECRET not in json.dumps(data, default=str)
+    assert SECRET not in f"{options.password}" and SECRET not in str([options.password])
+    assert copy.deepcopy(options.password) == options.password
+    assert pickle.loads(pickle.dumps(options.password)).reveal() == SECRET

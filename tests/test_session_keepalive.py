@@ -182,3 +182,35 @@ async def test_etcd_first_deadline_counts_from_the_grant_send_time(
     finally:
         coord.session.report(SessionState.LOST)  # nothing to revoke: no server
         await coord.close()
+
+
+@pytest.mark.etcd
+@pytest.mark.asyncio
+async def test_etcd_first_deadline_through_a_slow_network(etcd_server: object) -> None:
+    """A real etcd behind a proxy that delays every chunk by 0.5 s each way:
+    the grant's reply comes at least one delay after the grant was sent, so
+    a deadline from the send time is at least that much before
+    ``reply + TTL``."""
+    from coordinators import ConnectOptions, open_coordinator
+    from tests.support.etcd_server import EtcdServer
+    from tests.support.proxy import TcpProxy
+
+    assert isinstance(etcd_server, EtcdServer)
+    delay = 0.5
+    proxy = TcpProxy("127.0.0.1", etcd_server.client_port, delay_s=delay)
+    proxy.start()
+    try:
+        proxy.set_mode("delay")
+        coord = open_coordinator(
+            f"etcd://127.0.0.1:{proxy.port}/slow-grant",
+            ConnectOptions(session_timeout_s=10, connect_timeout_s=30),
+        )
+        await coord.connect()
+        replied = time.monotonic()
+        try:
+            # No keep-alive has been answered yet (the first is sent TTL/3 in).
+            assert coord.session.deadline <= replied - delay + coord.session.timeout_s
+        finally:
+            await coord.close()
+    finally:
+        proxy.stop()
