@@ -31,7 +31,9 @@ Transitions:
   above ran for this very group (a group record written by another creator
   that lost the race, or a crash before the stamp, makes the files untrusted:
   the shard starts as configured, which never skips more than the configured
-  start does). Within one incarnation a shard without a position has no file
+  start does). A creator that lost the race hands its stamp to the winner
+  (:func:`adopt_winner`) when the winner's count and rule are the ones it
+  vetted for. Within one incarnation a shard without a position has no file
   of its own (files are written only after the coordinator accepted a
   position), so every file it finds predates the group, and was vetted above.
 * **groups created before incarnations existed** (empty ``incarnation``) keep
@@ -55,7 +57,8 @@ if TYPE_CHECKING:
     from paimon_group.mirror import ConsumerMirror
     from paimon_group.records import GroupMeta
 
-__all__ = ["ConsumerFilesOrigin", "origin_path", "prepare_new_group", "resume_allowed"]
+__all__ = ["ConsumerFilesOrigin", "adopt_winner", "origin_path", "prepare_new_group",
+           "resume_allowed"]
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +125,25 @@ def prepare_new_group(
                 "a coordinator position start as configured (--start)")
     origin.write(file_io, table_path)
     return note
+
+
+def adopt_winner(file_io: Any, table_path: str, ours: ConsumerFilesOrigin,
+                 meta: GroupMeta) -> bool:
+    """After losing the race to create the group (``meta`` names another
+    incarnation), hand the origin we stamped to the winner, if it is still
+    ours and the winner's shard count and rule are those we vetted the files
+    for; True if it was rewritten. (Both creators read the same files and
+    decide alike; without this a loser that stamped last would leave the
+    winner's shards unable to resume.)"""
+    if meta.incarnation in ("", ours.incarnation) or not ours.matches(meta.num_shards,
+                                                                       meta.sharding):
+        return False
+    current = ConsumerFilesOrigin.read(file_io, table_path, ours.group)
+    if current != ours:
+        return False
+    ConsumerFilesOrigin(ours.group, meta.incarnation, meta.num_shards, meta.sharding).write(
+        file_io, table_path)
+    return True
 
 
 def resume_allowed(meta: GroupMeta, origin: ConsumerFilesOrigin | None) -> bool:

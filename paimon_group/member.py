@@ -79,7 +79,12 @@ from coordinators.registry import open_coordinator
 from paimon_group.assignor import assign
 from paimon_group.batch import ShardBatch
 from paimon_group.config import MemberConfig
-from paimon_group.consumer_meta import ConsumerFilesOrigin, prepare_new_group, resume_allowed
+from paimon_group.consumer_meta import (
+    ConsumerFilesOrigin,
+    adopt_winner,
+    prepare_new_group,
+    resume_allowed,
+)
 from paimon_group.errors import HandlerFailed, MemberIdInUse, MemberRemoved
 from paimon_group.group import GroupClient
 from paimon_group.history import HistoryRecorder, NullRecorder
@@ -381,9 +386,13 @@ class GroupMember:
                          self.group_name, meta.num_shards, meta.sharding)
             return self._with_table_id(meta, table_id)
         shards, rule = plan_new_group(table, self.config.shards)
-        incarnation = await self._vet_consumer_files(shards, rule.value)
+        origin = await self._vet_consumer_files(shards, rule.value)
         meta = await group.ensure_meta(shards, table.identifier, sharding=rule.value,
-                                       incarnation=incarnation, table_id=table_id)
+                                       incarnation=origin.incarnation, table_id=table_id)
+        if meta.incarnation != origin.incarnation:
+            with contextlib.suppress(Exception):  # then the winner's shards start as configured
+                await self._in_io(functools.partial(
+                    adopt_winner, table.table.file_io, table.table_path, origin, meta))
         try:
             note = await self._in_io(lambda: idle_shards_note(
                 table, Sharding(ShardRule.parse(meta.sharding), meta.num_shards)))
@@ -403,9 +412,9 @@ class GroupMember:
         check_table_identity(meta, self.group_name, table_id)
         return meta
 
-    async def _vet_consumer_files(self, num_shards: int, sharding: str) -> str:
-        """A new group's incarnation id, after its consumer files were vetted
-        (:func:`paimon_group.consumer_meta.prepare_new_group`)."""
+    async def _vet_consumer_files(self, num_shards: int, sharding: str) -> ConsumerFilesOrigin:
+        """A new group's origin (its new incarnation id), after its consumer
+        files were vetted (:func:`paimon_group.consumer_meta.prepare_new_group`)."""
         assert self.table is not None
         table = self.table
         incarnation = uuid.uuid4().hex
@@ -419,10 +428,10 @@ class GroupMember:
             # from a consumer file, each starts as configured.
             log.warning("group %s: consumer files not vetted (%s): shards without a "
                         "coordinator position start as configured", self.group_name, err)
-            return incarnation
+            return origin
         if note:
             log.warning("%s", note)
-        return incarnation
+        return origin
 
     async def _register(self, group: GroupClient, info: MemberInfo) -> None:
         """Register; if our id is held, wait for a dead holder's session to expire.

@@ -122,3 +122,34 @@ async def test_files_without_an_origin_are_not_resumed_from(tmp_path: Path) -> N
     got: list[int] = []
     await _run_until(_config(wh, f"memory://fb-{uuid.uuid4().hex}", 2), 3, got)
     assert sorted(got) == list(range(20))  # started as configured: earliest
+
+
+def test_a_creator_that_lost_the_race_hands_its_stamp_to_the_winner(tmp_path: Path) -> None:
+    """Two members create the group at once: both vet the files alike, the one
+    whose group record lost stamped last. It hands the origin to the winner,
+    whose shards can then resume."""
+    from paimon_group.consumer_meta import (
+        ConsumerFilesOrigin,
+        adopt_winner,
+        prepare_new_group,
+        resume_allowed,
+    )
+    from paimon_group.records import GroupMeta
+
+    wh = str(tmp_path / "wh")
+    make_pk_table(wh, "db.t", buckets=4)
+    write_rows(wh, "db.t", range(10))
+    table: Any = open_table(wh, "db.t")
+    mirror = ConsumerMirror(table.file_io, table.table_path, "fb")
+    mirror.write(0, 2, force=True)
+    ConsumerFilesOrigin("fb", "earlier", 4, "bucket").write(table.file_io, table.table_path)
+    winner = ConsumerFilesOrigin("fb", "winner", 4, "bucket")
+    loser = ConsumerFilesOrigin("fb", "loser", 4, "bucket")
+    assert prepare_new_group(mirror, table.file_io, table.table_path, winner) is None
+    assert prepare_new_group(mirror, table.file_io, table.table_path, loser) is None
+    meta = GroupMeta(num_shards=4, table="db.t", created_at=0.0, incarnation="winner")
+    origin = ConsumerFilesOrigin.read(table.file_io, table.table_path, "fb")
+    assert not resume_allowed(meta, origin)
+    assert adopt_winner(table.file_io, table.table_path, loser, meta)
+    assert resume_allowed(meta, ConsumerFilesOrigin.read(table.file_io, table.table_path, "fb"))
+    assert mirror.read(0) == 2  # kept: written under the same count and rule

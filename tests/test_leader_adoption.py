@@ -55,11 +55,13 @@ def _url(request: pytest.FixtureRequest, backend: str, tmp_path: Path) -> str:
         return f"memory://lead-{uuid.uuid4().hex}"
     if backend == "sqlite":
         return f"sqlite://{tmp_path}/coord.sqlite"
+    if backend == "zk":
+        return str(request.getfixturevalue("zk_url"))
     return f"{request.getfixturevalue('etcd_url')}/lead-{uuid.uuid4().hex}"
 
 
 @pytest.mark.asyncio
-@pytest.mark.parametrize("backend", ["memory", "sqlite", "etcd"])
+@pytest.mark.parametrize("backend", ["memory", "sqlite", "etcd", "zk"])
 async def test_ambiguous_leader_create_is_adopted_by_its_session(
         request: pytest.FixtureRequest, backend: str, tmp_path: Path) -> None:
     url = _url(request, backend, tmp_path)
