@@ -71,7 +71,6 @@ import tenacity
 from coordinators.base import Coordinator, SessionState, Watch
 from coordinators.errors import (
     CoordinatorError,
-    CoordinatorUnavailable,
     PaimonGroupError,
     SessionLost,
 )
@@ -584,8 +583,15 @@ class GroupMember:
             if coord.session.is_live(self.config.margin):
                 try:
                     await self._reconcile(fired)
-                except CoordinatorUnavailable as err:
-                    log.warning("coordinator unavailable: %s", err)
+                except PaimonGroupError as err:
+                    # Whether trying again may succeed is a fact of the error
+                    # (``retriable``), not a list of classes: a ZooKeeper
+                    # SessionSuspended mid-round is retried like a timeout,
+                    # while SessionLost (rejoin) and MemberRemoved propagate.
+                    if not err.retriable:
+                        raise
+                    log.warning("control round failed, retrying: %s", err,
+                                extra={"group": self.group_name, "member": self.member_id})
             fired = await self._wait_for_change(
                 timeout=max(0.2, self.config.session_timeout_s / 4))
 
@@ -1326,7 +1332,10 @@ class GroupMember:
             except HandlerFailed as err:
                 self._fail(err)
                 return
-            except CoordinatorUnavailable as err:
+            except PaimonGroupError as err:
+                if not err.retriable:
+                    self._fail(err)
+                    return
                 log.warning("coordinator unavailable while reading: %s", err)
                 await asyncio.sleep(0.5)
             except asyncio.CancelledError:
