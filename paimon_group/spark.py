@@ -65,9 +65,11 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from paimon_group.batch import ShardBatch
+    from paimon_group.spark_source import PaimonGroupDataSource as PaimonGroupDataSource
 
 __all__ = [
     "ARROW_CONF",
+    "PaimonGroupDataSource",
     "SparkBatchHandler",
     "SparkFunction",
     "arrow_to_dataframe",
@@ -305,3 +307,12 @@ def spark_handler_from_spec(
     handler = SparkBatchHandler(fn, master=master, remote=remote, conf=conf)
     handler.start()
     return handler
+
+
+def __getattr__(name: str) -> Any:
+    # The streaming source needs PySpark at import: loaded on first use only.
+    if name == "PaimonGroupDataSource":
+        from paimon_group.spark_source import PaimonGroupDataSource
+
+        return PaimonGroupDataSource
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,193 @@
+"""The group member behind a streaming query: one per query, in the source's driver process.
+
+Spark calls the stream reader's methods (``latestOffset``, ``partitions``,
+``commit``) synchronously, from one thread of the Python process that hosts
+the reader on the driver. The member runs on an asyncio loop in a background
+thread of that process (its control loop: leadership, assignment, acquiring
+and handing off shards, session keep-alive); :class:`GroupDriver` calls into
+that loop and waits for the answer.
+
+The member does not read here (no ``run``/``batches``): the query plans and
+reads. What the query holds of a shard between planning a batch and
+Spark's commit of it is marked busy (the shard's idle event cleared), so a
+revocation waits for that commit (up to ``revoke_timeout_s``), then
+releases with the position the coordinator has: the protocol of a worker's
+batch in flight. Every commit is the member's fenced commit, under the
+epoch it holds now: the coordinator rejects it if another member owns the
+shard, and the member drops the shard (never committed over a new owner).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Awaitable, Mapping
+from typing import Any, TypeVar
+
+from coordinators.errors import PaimonGroupError
+from paimon_group.member import GroupMember
+from paimon_group.planner import ShardPlanner
+from paimon_group.spark_source.offsets import NO_CATCH_UP, Cursor
+from paimon_group.spark_source.options import SourceOptions
+
+__all__ = ["GroupDriver", "OwnedCursor"]
+
+log = logging.getLogger("paimon_group.spark_source")
+
+T = TypeVar("T")
+
+OwnedCursor = tuple[int, Cursor]
+"""(epoch, cursor) of a shard this member owns."""
+
+
+class GroupDriver:
+    """A :class:`GroupMember` on a loop thread, driven by the stream reader's calls.
+
+    Transitions: created -> :meth:`start` (table opened, group joined,
+    waits up to ``ready_timeout_s`` for the assigned shards) -> calls ->
+    :meth:`stop` (graceful leave: shards released with their committed
+    positions). A member that failed (table gone, removed, ...) makes every
+    later call raise its error.
+    """
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self.member = GroupMember(options.member_config(), auto_commit=False)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="pg-spark-member",
+                                        daemon=True)
+        self._thread.start()
+        self._planner: ShardPlanner | None = None
+        # shard -> the next snapshot of the batch that holds it (see hold()).
+        self._busy: dict[int, int] = {}
+        self._stopped = False
+
+    def __repr__(self) -> str:
+        return f"GroupDriver({self.options.group!r}, member {self.member.member_id!r})"
+
+    def _call(self, coro: Awaitable[T], timeout: float | None = None) -> T:
+        async def wrapped() -> T:
+            return await coro
+
+        future = asyncio.run_coroutine_threadsafe(wrapped(), self._loop)
+        return future.result(timeout)
+
+    def start(self) -> None:
+        """Join the group; wait (bounded) until the shards assigned to us are ours."""
+        try:
+            self._call(self.member.start())
+        except BaseException:
+            self._close_loop()
+            raise
+        deadline = time.monotonic() + self.options.ready_timeout_s
+        while not self.member.ready and time.monotonic() < deadline:
+            self.member.raise_if_failed()
+            time.sleep(0.05)
+        table = self.member.table
+        assert table is not None
+        self._planner = table.planner(
+            self.member.num_shards, include_row_kind=self.options.include_row_kind,
+            rule=self.member.sharding, catch_up_threshold=NO_CATCH_UP)
+        log.info("member %s joined group %s (shards %s)", self.member.member_id,
+                 self.options.group, self.member.owned_shards)
+
+    @property
+    def planner(self) -> ShardPlanner:
+        assert self._planner is not None, "start() first"
+        return self._planner
+
+    def owned(self) -> dict[int, OwnedCursor]:
+        """The shards owned now with their epoch and the coordinator's cursor.
+
+        Shards with no position yet get their start resolved and pinned in
+        the coordinator first (fenced, as a worker does before reading).
+        """
+        self.member.raise_if_failed()
+        return self._call(self._owned())
+
+    async def _owned(self) -> dict[int, OwnedCursor]:
+        member = self.member
+        held = [o for o in member._owned.values() if not o.dropped and not o.revoking]
+        unresolved = [o for o in held if o.next_snapshot is None]
+        if unresolved:
+            await member._resolve_start(unresolved)
+        out: dict[int, OwnedCursor] = {}
+        for o in held:
+            if o.dropped or o.next_snapshot is None or member._owned.get(o.shard) is not o:
+                continue
+            out[o.shard] = (o.epoch, Cursor(next=o.next_snapshot, full=o.full_scan))
+        return out
+
+    def hold(self, positions: Mapping[int, int]) -> None:
+        """Mark shards busy until a commit reaches ``shard -> next snapshot``
+        (the end of the batch just planned): a revocation waits for it."""
+        self._call(self._hold(dict(positions)))
+
+    async def _hold(self, positions: dict[int, int]) -> None:
+        for shard, to in positions.items():
+            o = self.member._owned.get(shard)
+            if o is not None:
+                o.idle.clear()
+                self._busy[shard] = to
+
+    def commit(self, positions: Mapping[int, int]) -> dict[int, bool]:
+        """Fenced commit of ``shard -> next snapshot`` for the shards still ours.
+
+        Returns per shard whether the coordinator has the position now (False:
+        not ours any more, or rejected). Positions only move forward: a shard
+        whose coordinator position is already at or beyond is left alone.
+        Busy marks are cleared afterwards, so a waiting revocation goes on.
+        """
+        self.member.raise_if_failed()
+        return self._call(self._commit(dict(positions)))
+
+    async def _commit(self, positions: dict[int, int]) -> dict[int, bool]:
+        member = self.member
+        result: dict[int, bool] = {}
+        by_position: dict[int, dict[int, Any]] = {}
+        try:
+            for shard, to in positions.items():
+                o = member._owned.get(shard)
+                if o is None or o.dropped or o.next_snapshot is None:
+                    result[shard] = False
+                    continue
+                done = o.full_scan if o.full_scan is not None else o.next_snapshot
+                if to <= done:
+                    result[shard] = True
+                    continue
+                by_position.setdefault(to, {})[shard] = o
+            for to, owned in sorted(by_position.items()):
+                try:
+                    await member._commit(owned, to)
+                except PaimonGroupError as err:
+                    log.warning("commit of shards %s at %d failed: %s", sorted(owned), to, err)
+                for shard, o in owned.items():
+                    result[shard] = (not o.dropped and o.committed == to)
+        finally:
+            # Spark commits batch N after planning batch N+1: only what was
+            # held up to this commit's positions is free now.
+            for shard, to in positions.items():
+                if shard in self._busy and self._busy[shard] <= to:
+                    del self._busy[shard]
+                    o = member._owned.get(shard)
+                    if o is not None:
+                        o.idle.set()
+        return result
+
+    def stop(self) -> None:
+        """Leave the group gracefully (idempotent)."""
+        if self._stopped:
+            return
+        self._stopped = True
+        try:
+            self._call(self.member.stop(), timeout=self.options.session_timeout_s * 3 + 30)
+        except Exception as err:
+            log.warning("leaving the group failed: %s", err)
+        finally:
+            self._close_loop()
+
+    def _close_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)

@@ -1,0 +1,78 @@
+"""Offsets of the Spark source without Spark: ranges, restart cursor, caps, re-planning."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import pytest
+
+from coordinators.errors import ConfigError, PaimonGroupError
+from paimon_group.spark_source.offsets import (
+    NO_CATCH_UP,
+    Caps,
+    Cursor,
+    ShardRange,
+    decode_offset,
+    encode_offset,
+    plan_ranges,
+    start_cursor,
+)
+from paimon_group.spark_source.options import SourceOptions
+from paimon_group.table import ShardedTable
+from tests.support.tables import make_pk_table, write_rows
+
+
+def test_offset_round_trip_and_foreign_offsets_are_refused() -> None:
+    ranges = {0: ShardRange(0, 7, 5, None, 9), 3: ShardRange(3, 8, 2, 1, 2)}
+    assert decode_offset(encode_offset(ranges)) == ranges
+    assert decode_offset({}) == {}
+    with pytest.raises(PaimonGroupError, match="new checkpoint location"):
+        decode_offset({"partition": 3})
+
+
+def test_start_cursor_coordinator_wins_unless_the_checkpoint_got_further() -> None:
+    coordinator = Cursor(next=5)
+    # The previous batch (completed by Spark) ended beyond the coordinator's
+    # position: its commit did not reach the coordinator before a crash.
+    assert start_cursor(coordinator, ShardRange(0, 1, 3, None, 8)) == Cursor(next=8)
+    # Another member moved the shard on meanwhile: its position wins.
+    assert start_cursor(Cursor(next=12), ShardRange(0, 1, 3, None, 8)) == Cursor(next=12)
+    # A pending full scan (pinned start) stays pending unless a batch got past it.
+    assert start_cursor(Cursor(next=4, full=3), None) == Cursor(next=4, full=3)
+    assert start_cursor(Cursor(next=4, full=3), ShardRange(0, 1, 4, 3, 3)) == Cursor(4, 3)
+    assert start_cursor(Cursor(next=4, full=3), ShardRange(0, 1, 4, 3, 6)) == Cursor(next=6)
+
+
+def test_plan_ranges_caps_and_deterministic_replay(tmp_path: Path) -> None:
+    make_pk_table(tmp_path, "db.t", buckets=4)
+    for k in range(6):
+        write_rows(tmp_path, "db.t", range(10 * k, 10 * k + 10))
+    table = ShardedTable.open(str(tmp_path), "db.t")
+    planner = table.planner(2, catch_up_threshold=NO_CATCH_UP)
+    cursors = {0: Cursor(next=3, full=2), 1: Cursor(next=5)}
+    reached, pieces = plan_ranges(planner, cursors, latest=6, caps=Caps(max_snapshots=3))
+    # The full scan of 2 is one step; then 3 and 4 for shard 0 (shard 1 starts at 5).
+    assert reached == {0: 5, 1: 5}
+    assert [p.snapshot for p in pieces[0]] == [2, 3, 4]
+    assert 1 not in pieces
+    everything, all_pieces = plan_ranges(planner, cursors, latest=6)
+    assert everything == {0: 7, 1: 7}
+    replayed_to, replayed = plan_ranges(planner, cursors, until=everything)
+    assert replayed_to == everything
+    assert pickle.dumps(replayed) == pickle.dumps(all_pieces)
+    rows_capped, _ = plan_ranges(planner, {0: Cursor(next=1), 1: Cursor(next=1)}, latest=6,
+                                 caps=Caps(max_rows=25))
+    assert rows_capped == {0: 3, 1: 3}  # 10 rows per snapshot; a step is never cut
+
+
+def test_options_are_checked_before_anything_runs(tmp_path: Path) -> None:
+    opts = SourceOptions.parse({"group": "g", "warehouse": str(tmp_path), "table": "db.t",
+                                "catalog.fs.key": "v", "coordinator_password": "s3cret"})
+    assert opts.catalog_options == {"fs.key": "v"}
+    assert "s3cret" not in repr(opts)
+    assert opts.coordinator.startswith("sqlite://")
+    with pytest.raises(ConfigError, match="unknown option"):
+        SourceOptions.parse({"group": "g", "warehouse": "w", "table": "db.t", "grup": "x"})
+    with pytest.raises(ConfigError, match="start"):
+        SourceOptions.parse({"group": "g", "warehouse": "w", "table": "db.t", "start": "soon"})

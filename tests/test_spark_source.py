@@ -1,0 +1,159 @@
+"""The ``paimon-group`` Spark streaming source: real PySpark (local master), real tables.
+
+One SparkSession for the module. Each query writes through the documented
+idempotent sink (:func:`paimon_group.spark_source.sink.write_replacing`:
+Parquet partitions (shard, snapshot) replaced as a whole) and records what
+every micro-batch held, so a test sees both the sink's final content and
+whether a restart re-read anything.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.requirements import require
+from tests.support.tables import make_pk_table, write_rows
+
+pytestmark = pytest.mark.spark
+
+if not os.environ.get("CI"):
+    require("pyspark", "pip install '.[spark]' (tests/run.sh does)")
+
+from paimon_group.spark import PaimonGroupDataSource, build_spark_session  # noqa: E402
+from paimon_group.spark_source.sink import read_sink, write_replacing  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+
+TEST_CONF = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "2",
+    "spark.default.parallelism": "1",
+    "spark.driver.memory": "512m",
+}
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    # The source's Python processes (driver side and executors) run this
+    # interpreter and import paimon_group from this checkout.
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    path = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = f"{REPO}{os.pathsep}{path}" if path else str(REPO)
+    session = build_spark_session(master="local[2]", app_name="paimon-group-source-tests",
+                                  conf=TEST_CONF)
+    session.sparkContext.setLogLevel("ERROR")
+    session.dataSource.register(PaimonGroupDataSource)
+    yield session
+    session.stop()
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 120,
+              query: Any = None) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if query is not None and query.exception() is not None:
+            raise AssertionError(f"query failed while waiting for {what}: {query.exception()}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(0.3)
+
+
+class Recorder:
+    """A foreachBatch function: the documented sink, plus a log of every batch's ids."""
+
+    def __init__(self, sink: Path) -> None:
+        self.sink = sink
+        self.batches: list[tuple[int, list[int]]] = []
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        ids = sorted(r["id"] for r in df.select("id").collect())
+        write_replacing(df, str(self.sink))
+        self.batches.append((batch_id, ids))
+
+    def sink_ids(self, spark: Any) -> list[int]:
+        return read_sink(spark, str(self.sink), ["id"])
+
+
+def start_query(spark: Any, warehouse: Path, recorder: Recorder, checkpoint: Path,
+                **options: str) -> Any:
+    reader = (spark.readStream.format("paimon-group")
+              .option("group", "g").option("warehouse", str(warehouse))
+              .option("table", "db.t").option("member_id", "q1")
+              .option("session_timeout_s", "4").option("metadata_columns", "true"))
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return (reader.load().writeStream.foreachBatch(recorder)
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(processingTime="300 milliseconds").start())
+
+
+def test_single_query_restarted_from_its_checkpoint_loses_nothing_and_rereads_nothing(
+    spark: Any, tmp_path: Path
+) -> None:
+    warehouse, checkpoint = tmp_path / "wh", tmp_path / "ckpt"
+    make_pk_table(warehouse, "db.t", buckets=4)
+    write_rows(warehouse, "db.t", range(100))
+    recorder = Recorder(tmp_path / "sink")
+    query = start_query(spark, warehouse, recorder, checkpoint, max_snapshots_per_batch="2")
+    try:
+        wait_for("the initial rows", lambda: len(recorder.sink_ids(spark)) == 100, query=query)
+        for k in range(1, 4):
+            write_rows(warehouse, "db.t", range(100 * k, 100 * k + 50))
+        wait_for("the follow-ups", lambda: len(recorder.sink_ids(spark)) == 250, query=query)
+    finally:
+        query.stop()
+    first_run = len(recorder.batches)
+    write_rows(warehouse, "db.t", range(1000, 1050))  # committed while the query is down
+    query = start_query(spark, warehouse, recorder, checkpoint)
+    try:
+        wait_for("the rows written while down", lambda: len(recorder.sink_ids(spark)) == 300,
+                 query=query)
+        write_rows(warehouse, "db.t", range(2000, 2050))
+        wait_for("rows after the restart", lambda: len(recorder.sink_ids(spark)) == 350,
+                 query=query)
+    finally:
+        query.stop()
+    ids = recorder.sink_ids(spark)
+    assert sorted(ids) == sorted({*range(100), *range(100, 150), *range(200, 250),
+                                  *range(300, 350), *range(1000, 1050), *range(2000, 2050)})
+    reread = [i for _, batch in recorder.batches[first_run:] for i in batch if i < 1000]
+    assert reread == [], "the restarted query read rows of the first run again"
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"group": None}, 'the paimon-group source needs option "group"'),
+        ({"coordinator": "zookeper://zk-0:2181/pg"}, "unknown coordinator scheme 'zookeper'"),
+        ({"coordinator": "etcd-0:2379"}, "malformed coordinator URL"),
+        ({"table": "db.missing"}, "table db.missing not found in warehouse"),
+        ({"max_rows_per_batch": "many"}, "option max_rows_per_batch='many' must be an integer"),
+    ],
+)
+def test_bad_options_fail_the_query_at_load_with_one_clear_line(
+    spark: Any, tmp_path: Path, options: dict[str, str | None], message: str
+) -> None:
+    warehouse = tmp_path / "wh"
+    make_pk_table(warehouse, "db.t", buckets=2)
+    settings: dict[str, str | None] = {"group": "g", "warehouse": str(warehouse),
+                                       "table": "db.t", **options}
+    reader = spark.readStream.format("paimon-group")
+    for key, value in settings.items():
+        if value is not None:
+            reader = reader.option(key, value)
+    with pytest.raises(Exception) as caught:
+        reader.load()
+    assert message in str(caught.value)
+    # Nothing was joined or created: the embedded coordinator was never opened.
+    assert not (warehouse / ".paimon-group").exists()
