@@ -79,3 +79,28 @@ async def test_running_member_delivers_a_column_added_to_the_table(
     after = [rows[i] for i in range(100, 300)]
     with_column = [r for r in after if r.get("extra") == r["id"] * 10]
     assert len(with_column) == 200, f"{len(with_column)} of 200 rows came with the new column"
+
+
+@pytest.mark.timeout(300)
+def test_running_processes_deliver_a_column_added_to_the_table(tmp_path: Path) -> None:
+    """The issue's measurement, with two real ``paimon-group run`` processes."""
+    from tests.support.group_procs import GroupHarness
+
+    h = GroupHarness(tmp_path, f"sqlite://{tmp_path}/coord.sqlite", buckets=4)
+    try:
+        h.write(range(100))
+        h.start("m0")
+        h.start("m1")
+        h.wait_caught_up({"m0", "m1"})
+        _add_column(h.warehouse, h.table)
+        _write_with_extra(h.warehouse, h.table, range(1000, 1100))
+        _write_with_extra(h.warehouse, h.table, range(1100, 1200))
+        h.wait_caught_up({"m0", "m1"})
+        assert h.terminate_all() == {"m0": 0, "m1": 0}
+    finally:
+        h.cleanup()
+    later = [d for d in h.history().deliveries if any(i >= 1000 for i in d["ids"])]
+    rows = sum(len(d["ids"]) for d in later)
+    with_column = sum(len(d["ids"]) for d in later if "extra" in d["columns"])
+    assert rows == 200 and with_column == 200, f"{with_column} of {rows} rows with the column"
+    assert {d["member"] for d in later} == {"m0", "m1"}

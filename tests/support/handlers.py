@@ -1,8 +1,8 @@
 """Handlers used by multi-process tests (imported by real ``paimon-group run``).
 
 ``record`` appends one JSON line per batch to ``$PG_TEST_OUT/deliveries-<pid>.jsonl``:
-member, shard, epoch, snapshot, next_snapshot, kind, the ``id`` column and
-the ``v`` column (``vs``: the version of each row).
+member, shard, epoch, snapshot, next_snapshot, kind, the ``id`` column, the
+``v`` column (``vs``: the version of each row) and the batch's column names.
 While it runs, ``$PG_TEST_OUT/busy-<member>`` exists (tests use it to pause a
 member in the middle of a batch). ``$PG_TEST_SLEEP_<MEMBER>`` (seconds, member
 id upper-cased with ``-`` as ``_``) slows that member's handler down, and so does
@@ -47,6 +47,7 @@ def record(batch: Any) -> None:
             "kind": batch.kind.value,
             "ids": ids,
             "vs": vs,
+            "columns": table.column_names,
         }
         with open(os.path.join(out, f"deliveries-{os.getpid()}.jsonl"), "a") as f:
             f.write(json.dumps(line) + "\n")
