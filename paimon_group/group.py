@@ -21,8 +21,11 @@ guarded commit:
   position never moves backwards (invariant 2): a new owner reads the
   position *after* creating its owner key, so it sees every commit the
   previous owner made (those commits either happened before the key was
-  re-created, or failed their check), and an owner only ever commits
-  positions greater than the one it started from.
+  re-created, or failed their check), and an owner's own commits never
+  lower the stored position either: :meth:`GroupClient.commit_positions`
+  leaves out the write of a position lower than one this client already
+  committed, or may have committed (a commit that raised), under the same
+  epoch (see there).
 
 Example (in-memory backend)::
 
@@ -58,6 +61,7 @@ from paimon_group.records import (
     Owner,
     Position,
     RemovedMember,
+    position_order,
 )
 
 
@@ -96,6 +100,12 @@ class GroupClient:
         self.keys = GroupKeys(group)
         self.group = group
         self._assignment_cache: tuple[bytes, Assignment] | None = None
+        # Per shard, under one epoch: the stored position is at least
+        # ``_floor`` (commits acknowledged, or read back); a commit up to
+        # ``_unsure`` raised and may have landed. Only this client writes
+        # positions under its epochs (the commits are fenced by them).
+        self._floor: dict[int, tuple[int, tuple[int, int]]] = {}
+        self._unsure: dict[int, tuple[int, tuple[int, int]]] = {}
 
     # -- metadata -------------------------------------------------------
 
@@ -381,22 +391,72 @@ class GroupClient:
         (invariant 1). With ``release`` the owner keys are deleted in the same
         commit (a graceful handoff: the position and the release land together,
         so the next owner always starts from the final position).
+
+        Positions never move backwards (invariant 2). A shard's position lower
+        (in :func:`~paimon_group.records.position_order`) than one this client
+        committed under the same epoch, or read back, is **not written**: the
+        rest of the commit (the epoch check, the release) still applies, and
+        the result is True. It is a no-op rather than a rejection because a
+        rejection means "stale epoch" to the caller, which would drop a shard
+        it still owns. A position lower than one of our commits that *raised*
+        (it may have landed) is first compared with the stored one, read back.
         """
         if not updates:
             return True
         now = time.time()
+        scans = full_scan or {}
         checks: list[Check] = []
         ops: list[Put | Delete] = []
+        written: dict[int, tuple[int, tuple[int, int]]] = {}
         for shard, (epoch, next_snapshot) in sorted(updates.items()):
             checks.append(Check.created_at(self.keys.owner(shard), epoch))
-            pos = Position(
-                next_snapshot=next_snapshot, epoch=epoch, member_id=member_id, committed_at=now,
-                full_scan=(full_scan or {}).get(shard),
-            )
-            ops.append(Put(self.keys.position(shard), pos.encode()))
+            order = position_order(next_snapshot, scans.get(shard))
+            if not await self._lowers(shard, epoch, order):
+                pos = Position(
+                    next_snapshot=next_snapshot, epoch=epoch, member_id=member_id,
+                    committed_at=now, full_scan=scans.get(shard),
+                )
+                ops.append(Put(self.keys.position(shard), pos.encode()))
+                written[shard] = (epoch, order)
             if release:
                 ops.append(Delete(self.keys.owner(shard)))
-        return await self.coordinator.commit(checks, ops)
+        try:
+            ok = await self.coordinator.commit(checks, ops)
+        except BaseException:
+            for shard, mark in written.items():
+                self._raise_mark(self._unsure, shard, mark)
+            raise
+        if ok:
+            for shard, mark in written.items():
+                self._raise_mark(self._floor, shard, mark)
+        return ok
+
+    async def _lowers(self, shard: int, epoch: int, order: tuple[int, int]) -> bool:
+        """Whether writing ``order`` under ``epoch`` would lower the stored position."""
+        floor = self._floor.get(shard)
+        if floor is not None and floor[0] == epoch and order < floor[1]:
+            return True
+        unsure = self._unsure.get(shard)
+        if unsure is None or unsure[0] != epoch or order >= unsure[1]:
+            return False
+        # A commit of ours that raised may have landed above ``order``: read
+        # the stored position back (rare; the common path reads nothing). A
+        # commit still in flight on the server lands before anything we send
+        # later on the same session (ZooKeeper orders a session's requests),
+        # so a later landing of it only moves the position forwards.
+        stored, _ = await self.position(shard)
+        del self._unsure[shard]
+        if stored is None:
+            return False
+        self._raise_mark(self._floor, shard, (epoch, stored.order))
+        return order < stored.order
+
+    @staticmethod
+    def _raise_mark(marks: dict[int, tuple[int, tuple[int, int]]], shard: int,
+                    mark: tuple[int, tuple[int, int]]) -> None:
+        old = marks.get(shard)  # a mark of a newer epoch is never replaced by an older one
+        if old is None or mark[0] > old[0] or (mark[0] == old[0] and mark[1] > old[1]):
+            marks[shard] = mark
 
     async def reset_positions(self, positions: Mapping[int, int], actor: str) -> bool:
         """Administrative reset: write positions for shards that have no owner.

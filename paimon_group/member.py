@@ -91,7 +91,7 @@ from paimon_group.identity import check_table_identity, table_identity
 from paimon_group.mirror import ConsumerMirror
 from paimon_group.planner import ShardPlanner, StepPlan
 from paimon_group.projection import check_columns
-from paimon_group.records import Assignment, GroupMeta, MemberInfo
+from paimon_group.records import Assignment, GroupMeta, MemberInfo, position_order
 from paimon_group.sharding import Sharding, ShardRule, idle_shards_note, plan_new_group
 from paimon_group.start import parse_start
 from paimon_group.table import ShardedTable
@@ -140,6 +140,11 @@ class _OwnedShard:
     # yet (a pending full scan) must never leak (invariant 5).
     committed: int | None = None
     full_scan: int | None = None  # a full scan of this snapshot is due first
+    # A commit of this ownership raised: it may have landed or not, so the
+    # stored position may be ahead of ``committed``. It is read back before
+    # ``committed`` is used again (the next step, a release): committing the
+    # older value on release would move the position backwards (invariant 2).
+    uncertain: bool = False
     revoking: bool = False
     dropped: bool = False
     idle: asyncio.Event = field(default_factory=asyncio.Event)
@@ -885,7 +890,13 @@ class GroupMember:
                 self.config.margin
             ):
                 try:
-                    if o.committed is not None and o.full_scan is None and finished:
+                    if o.uncertain:
+                        # Never release with a value older than what may have
+                        # landed; unreadable now: release without a position.
+                        with contextlib.suppress(CoordinatorError):
+                            await self._read_back([o])
+                    if (o.committed is not None and o.full_scan is None and finished
+                            and not o.uncertain):
                         ok = await group.commit_positions(
                             {o.shard: (o.epoch, o.committed)}, self.member_id, release=True
                         )
@@ -1015,7 +1026,8 @@ class GroupMember:
         """One step for every group of active shards at the same position."""
         planner = self._planner
         assert planner is not None
-        unresolved = [o for o in active if o.next_snapshot is None]
+        await self._read_back([o for o in active if o.uncertain and not o.dropped])
+        unresolved = [o for o in active if o.next_snapshot is None and not o.dropped]
         if unresolved:
             await self._resolve_start(unresolved)
         by_position: dict[tuple[int, int | None], list[_OwnedShard]] = defaultdict(list)
@@ -1092,6 +1104,28 @@ class GroupMember:
             functools.partial(planner.plan_next, shards, position))
         return planned
 
+    async def _read_back(self, owned: list[_OwnedShard]) -> None:
+        """After a commit with an unknown outcome: take the stored positions.
+
+        While we hold a shard's owner key nobody else writes its position (the
+        writes are fenced by our epoch), so what is stored is what our own
+        commits left: if the ambiguous commit landed, we continue after it
+        (nothing is delivered twice) and a release never re-commits the older
+        value; if it did not, the stored value is ``committed`` already.
+        """
+        group = self._group
+        if not owned or group is None:
+            return
+        for o in owned:
+            position, _ = await group.position(o.shard)
+            o.uncertain = False
+            if position is None:
+                continue  # a pin that did not land: still unresolved
+            stored = position.order
+            if o.committed is None or stored > position_order(o.committed, o.full_scan):
+                o.next_snapshot = o.committed = position.next_snapshot
+                o.full_scan = position.full_scan
+
     async def _resolve_start(self, owned: list[_OwnedShard]) -> None:
         """Where shards with no committed position and no consumer file start.
 
@@ -1101,13 +1135,14 @@ class GroupMember:
         table = self.table
         assert table is not None
         resolved = await self._in_io(lambda: table.resolve_start(self._start_position))
-        for o in owned:
-            o.next_snapshot = resolved.next_snapshot
-            o.full_scan = resolved.full_scan_snapshot
         # Pin the resolved start before reading anything: a later owner then
         # continues from it (instead of resolving "latest" again and skipping
         # what was committed in between), and a pending full scan is replayed
-        # on exactly the same snapshot, so a replay is identical.
+        # on exactly the same snapshot, so a replay is identical. Local state
+        # is set by the accepted commit only: a pin that raises leaves the
+        # shards unresolved (and uncertain), so the next round reads back
+        # what landed, or resolves and pins again; nothing is read from a
+        # start that was never pinned.
         await self._commit({o.shard: o for o in owned}, resolved.next_snapshot,
                            full_scan=resolved.full_scan_snapshot)
 
@@ -1222,6 +1257,7 @@ class GroupMember:
             # The outcome is unknown to us; record the attempt so that a
             # redelivery of this batch is explained in the history.
             for s, o in owned.items():
+                o.uncertain = True
                 self.history.record("commit", shard=s, epoch=o.epoch,
                                     next_snapshot=next_snapshot, outcome="error",
                                     error=type(err).__name__)
@@ -1239,6 +1275,7 @@ class GroupMember:
                                 outcome="accepted" if ok else "rejected")
             if ok:
                 self.stats.commits += 1
+                o.uncertain = False
                 o.next_snapshot = next_snapshot
                 o.committed = next_snapshot
                 o.full_scan = full_scan

@@ -189,6 +189,12 @@ class Position(_Record):
         """The oldest snapshot this shard still needs (for lag and expiration)."""
         return self.full_scan if self.full_scan is not None else self.next_snapshot
 
+    @property
+    def order(self) -> tuple[int, int]:
+        """Where this position is in the order positions advance (see
+        :func:`position_order`)."""
+        return position_order(self.next_snapshot, self.full_scan)
+
     @classmethod
     def _from_dict(cls, data: dict[str, Any]) -> Position:
         full = data.get("full_scan")
@@ -202,3 +208,11 @@ class Position(_Record):
         if pos.next_snapshot < 1:
             raise ValueError("next_snapshot < 1")
         return pos
+
+
+def position_order(next_snapshot: int, full_scan: int | None) -> tuple[int, int]:
+    """Positions in the order they advance: by ``next_snapshot``, and at one
+    ``next_snapshot`` a pending full scan before its delivery (a pinned start
+    ``(n, full_scan=n-1)`` is followed by ``(n, None)`` once the scan is
+    delivered)."""
+    return (next_snapshot, 0 if full_scan is not None else 1)

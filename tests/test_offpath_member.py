@@ -11,6 +11,7 @@ an outcome: the tests wait for a state with a bound.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -19,11 +20,13 @@ from typing import Any
 
 import pytest
 
+from coordinators import open_coordinator
 from coordinators.base import Coordinator, Delete, Op, Put
 from coordinators.errors import CoordinatorError, CoordinatorUnavailable, SessionSuspended
 from paimon_group import GroupMember, MemberConfig
 from paimon_group.group import GroupClient
 from paimon_group.member import MemberState
+from paimon_group.records import Position
 from tests.support.tables import make_pk_table, write_rows
 
 
@@ -189,3 +192,143 @@ async def test_zookeeper_suspension_during_a_control_round_is_retried(
         assert await read_ids(member, 10) == set(range(10))
         assert state["left"] == 0
         assert member.state is MemberState.RUNNING and member.error is None
+
+
+# -- finding 1: a failed start pin ---------------------------------------------
+
+
+def position_put(pred: Callable[[Position], bool], *,
+                 release: bool | None = None) -> Callable[[tuple[Any, ...]], bool]:
+    """A commit that puts a position for which ``pred`` holds (and releases
+    its owner key or not, unless ``release`` is None)."""
+    def match(args: tuple[Any, ...]) -> bool:
+        ops: Sequence[Op] = args[1]
+        deletes = any(isinstance(op, Delete) and "/owners/" in op.key for op in ops)
+        if release is not None and deletes != release:
+            return False
+        return any(isinstance(op, Put) and "/positions/" in op.key
+                   and pred(Position.decode(op.key, op.value)) for op in ops)
+    return match
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("applied", [False, True], ids=["not-applied", "applied"])
+async def test_a_failed_start_pin_is_retried_before_anything_is_read(
+        table: str, monkeypatch: pytest.MonkeyPatch, applied: bool) -> None:
+    """The commit pinning the resolved start raises: nothing is read before
+    a pin is stored (the next round reads back a pin that landed, or resolves
+    and pins again), so a later owner can never resolve the start anew."""
+    fault = Fault("commit", position_put(lambda p: p.full_scan is not None), unavailable,
+                  applied=applied)
+    faulty_members(monkeypatch, fault)
+    unpinned: list[int] = []
+    async with GroupMember(config(table, memory_url(), "a")) as member:
+        assert member._coord is not None
+        client = GroupClient(member._coord, "g")
+
+        async def pinned(batch: Any) -> None:
+            position, _ = await client.position(batch.shard)
+            if position is None:
+                unpinned.append(batch.shard)
+
+        assert await read_ids(member, 10, pinned) == set(range(10))
+    assert fault.hits == 1
+    assert unpinned == []
+
+
+# -- finding 7: an ambiguous step commit, then a release -----------------------
+
+
+@pytest.mark.asyncio
+async def test_release_after_an_ambiguous_step_commit_never_lowers_the_position(
+        table: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Member a's commit of next snapshot 3 lands but raises. Before a reads
+    again, member b joins and one shard moves: a's release must not write the
+    older position 2 (b would deliver snapshot 2 again, and the position would
+    move backwards)."""
+    fault = Fault("commit", position_put(lambda p: p.next_snapshot == 3, release=False),
+                  unavailable, applied=True)
+    faulty_members(monkeypatch, fault, member="a")
+    resume = asyncio.Event()
+    real_plan = GroupMember._plan_next
+
+    async def plan_next(self: GroupMember, *args: Any) -> Any:
+        if fault.hits and self.member_id == "a":
+            await resume.wait()  # a does not read on until b has its shard
+        return await real_plan(self, *args)
+
+    monkeypatch.setattr(GroupMember, "_plan_next", plan_next)
+    url = memory_url()
+    async with GroupMember(config(table, url, "a")) as a:
+        batches = a.batches()
+        got: set[int] = set()
+        while len(got) < 10:
+            got.update((await asyncio.wait_for(batches.__anext__(), 30))
+                       .to_arrow().column("id").to_pylist())
+        write_rows(table, "db.t", range(10, 20))
+        while len(got) < 20:
+            got.update((await asyncio.wait_for(batches.__anext__(), 30))
+                       .to_arrow().column("id").to_pylist())
+        pending = asyncio.ensure_future(batches.__anext__())  # acks the last batch
+        try:
+            await until(lambda: _true(fault.hits == 1), "the ambiguous commit")
+            async with GroupMember(config(table, url, "b")) as b:
+                await until(lambda: _true(len(b.owned_shards) == 1
+                                          and len(a.owned_shards) == 1), "one shard moved")
+                assert b._coord is not None
+                positions = await GroupClient(b._coord, "g").positions()
+                assert {s: p.next_snapshot for s, p in positions.items()} == {0: 3, 1: 3}
+                resume.set()
+        finally:
+            resume.set()
+            pending.cancel()
+            with contextlib.suppress(BaseException):
+                await pending
+            await batches.aclose()
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+# -- finding 7: the coordinator-side guard ----------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_a_lower_position_is_never_written_under_the_same_epoch() -> None:
+    async with open_coordinator(memory_url()) as coord:
+        group = GroupClient(coord, "g")
+        epoch = await group.acquire(0, "m", generation=1)
+        assert epoch is not None
+        assert await group.commit_positions({0: (epoch, 5)}, "m")
+        # Lower: not written, and the result is not a rejection.
+        assert await group.commit_positions({0: (epoch, 3)}, "m")
+        # A pending full scan at the same next snapshot is lower too.
+        assert await group.commit_positions({0: (epoch, 5)}, "m", full_scan={0: 4})
+        position, _ = await group.position(0)
+        assert position is not None and (position.next_snapshot, position.full_scan) == (5, None)
+        # The release of a lower position still releases.
+        assert await group.commit_positions({0: (epoch, 4)}, "m", release=True)
+        assert await coord.get(group.keys.owner(0)) is None
+        position, _ = await group.position(0)
+        assert position is not None and position.next_snapshot == 5
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("applied", [False, True], ids=["not-applied", "applied"])
+async def test_a_lower_position_after_an_ambiguous_commit(applied: bool) -> None:
+    """A commit of 5 raised: a later commit of 3 is compared with the stored
+    position, read back: written if 5 did not land, left out if it did."""
+    async with open_coordinator(memory_url()) as coord:
+        group = GroupClient(coord, "g")
+        epoch = await group.acquire(0, "m", generation=1)
+        assert epoch is not None
+        assert await group.commit_positions({0: (epoch, 2)}, "m")
+        inject(coord, Fault("commit", position_put(lambda p: p.next_snapshot == 5),
+                            unavailable, applied=applied))
+        with pytest.raises(CoordinatorUnavailable):
+            await group.commit_positions({0: (epoch, 5)}, "m")
+        assert await group.commit_positions({0: (epoch, 3)}, "m", release=True)
+        position, _ = await group.position(0)
+        assert position is not None and position.next_snapshot == (5 if applied else 3)
+        assert await coord.get(group.keys.owner(0)) is None
