@@ -115,12 +115,16 @@ class GroupClient:
 
     async def ensure_meta(
         self, num_shards: int | None, table: str, *, sharding: str = "bucket",
-        incarnation: str = "", table_id: str = "",
+        incarnation: str = "", table_id: str = "", explicit: bool = True,
     ) -> GroupMeta:
         """The group's metadata, creating it with ``num_shards`` if the group is new.
 
         ``num_shards`` None means "whatever the group has" (required when new).
-        A different shard count for an existing group is a ShardCountMismatch.
+        A different shard count for an existing group is a ShardCountMismatch
+        when it was asked for (``explicit``: ``--shards``). A count that was
+        only planned for a new group (``explicit=False``: the table's default)
+        yields to the stored one: another member may create the group, with
+        another count, between our read and our create.
         ``sharding`` (a :class:`~paimon_group.sharding.ShardRule` value),
         ``incarnation`` and ``table_id`` are stored only when the group is
         created: an existing group keeps its own. A ``table_id`` that differs
@@ -141,10 +145,11 @@ class GroupClient:
                 return new
             meta = await self.read_meta()
             assert meta is not None  # created concurrently by another member
-        if num_shards is not None and meta.num_shards != num_shards:
+        if explicit and num_shards is not None and meta.num_shards != num_shards:
             raise ShardCountMismatch(
-                f"group {self.group!r} has {meta.num_shards} shards; --shards {num_shards} "
-                "contradicts it (use another group name, or delete the group first)"
+                f"group {self.group!r} has {meta.num_shards} shards stored; --shards "
+                f"{num_shards} contradicts it (leave out --shards to use the stored count, "
+                "use another group name, or delete the group first)"
             )
         if meta.table != table:
             raise ShardCountMismatch(

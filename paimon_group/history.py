@@ -4,8 +4,8 @@ Each line of the JSONL file is one event with a monotonic timestamp (``t``,
 CLOCK_MONOTONIC, comparable across the processes of one host) and a wall-clock
 one (``wall``). Events: ``acquire``, ``release``, ``lost``, ``deliver`` (a
 batch handed to the handler and returned), ``commit`` (an attempt, with
-``outcome`` ``accepted`` / ``rejected`` / ``refused`` -- refused locally
-because the session could not be confirmed live).
+``outcome`` ``accepted`` / ``rejected`` / ``refused`` -- refused locally,
+never sent: the member was leaving and its session was already closed).
 
 Example::
 

@@ -391,8 +391,14 @@ class GroupMember:
             return self._with_table_id(meta, table_id)
         shards, rule = plan_new_group(table, self.config.shards)
         origin = await self._vet_consumer_files(shards, rule.value)
+        # Without --shards the planned count is a default only: if another
+        # member created the group meanwhile, its stored count wins.
         meta = await group.ensure_meta(shards, table.identifier, sharding=rule.value,
-                                       incarnation=origin.incarnation, table_id=table_id)
+                                       incarnation=origin.incarnation, table_id=table_id,
+                                       explicit=self.config.shards is not None)
+        if meta.num_shards != shards:
+            log.info("group %s keeps its stored shard count %d (sharding %s): another member "
+                     "created it meanwhile", self.group_name, meta.num_shards, meta.sharding)
         if meta.incarnation != origin.incarnation:
             with contextlib.suppress(Exception):  # then the winner's shards start as configured
                 await self._in_io(functools.partial(
@@ -1239,7 +1245,10 @@ class GroupMember:
             return
         try:
             await self._wait_live(for_commit=True)
-        except SessionLost:
+        except _Stop:
+            # Refused locally, never sent: the member is leaving and its
+            # session is closed (a batch that finished after the graceful
+            # leave stopped waiting for it). The next owner reads it again.
             for o in owned.values():
                 self.stats.refused_commits += 1
                 self.history.record("commit", shard=o.shard, epoch=o.epoch,

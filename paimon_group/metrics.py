@@ -32,7 +32,7 @@ coordinator URL or a credential):
 ``paimon_group_handler_errors_total``           handler exceptions (retried or not)
 ``paimon_group_commits_total``                  accepted position commits
 ``paimon_group_rejected_commits_total``         commits fenced off: another member owns it
-``paimon_group_refused_commits_total``          commits not attempted: session not live
+``paimon_group_refused_commits_total``          commits not attempted: session closed
 ``paimon_group_rebalances_total``               new assignments followed after the first
 ``paimon_group_generation``                     generation of the followed assignment
 ``paimon_group_leader``                         1 if this member leads the group
@@ -272,7 +272,7 @@ class MemberCollector(Collector):
                       "Position commits rejected because another member owns the shard "
                       "(fenced).", stats.rejected_commits)
         yield counter("paimon_group_refused_commits",
-                      "Position commits not attempted because the session was not live.",
+                      "Position commits not attempted because the session was closed.",
                       stats.refused_commits)
         yield counter("paimon_group_rebalances", "Assignments followed after the first.",
                       stats.rebalances)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import threading
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -24,6 +26,7 @@ from coordinators import open_coordinator
 from coordinators.base import Coordinator, Delete, Op, Put
 from coordinators.errors import CoordinatorError, CoordinatorUnavailable, SessionSuspended
 from paimon_group import GroupMember, MemberConfig
+from paimon_group.errors import ShardCountMismatch
 from paimon_group.group import GroupClient
 from paimon_group.member import MemberState
 from paimon_group.records import Position
@@ -332,3 +335,80 @@ async def test_a_lower_position_after_an_ambiguous_commit(applied: bool) -> None
         position, _ = await group.position(0)
         assert position is not None and position.next_snapshot == (5 if applied else 3)
         assert await coord.get(group.keys.owner(0)) is None
+
+
+# -- finding 12: the stored shard count, and the refused commit -------------------
+
+
+@pytest.mark.asyncio
+async def test_without_shards_a_group_created_meanwhile_keeps_its_count(
+        table: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """Between the member's read of the group record (absent) and its create,
+    another member creates the group with 1 shard. Without --shards the stored
+    count wins (one log line), instead of "--shards 2 contradicts it"."""
+    url = memory_url()
+
+    async def create_first(coord: Coordinator) -> None:
+        meta_key = GroupClient(coord, "g").keys.meta
+        real_create = coord.create
+
+        async def create(key: str, value: bytes, *, ephemeral: bool = False) -> Any:
+            if key == meta_key:
+                async with open_coordinator(url) as other:
+                    await GroupClient(other, "g").ensure_meta(1, "db.t")
+            return await real_create(key, value, ephemeral=ephemeral)
+
+        coord.create = create  # type: ignore[method-assign]
+
+    real_open = GroupMember._open_coordinator
+
+    async def open_racing(self: GroupMember) -> Coordinator:
+        coord = await real_open(self)
+        await create_first(coord)
+        return coord
+
+    monkeypatch.setattr(GroupMember, "_open_coordinator", open_racing)
+    caplog.set_level(logging.INFO, logger="paimon_group.member")
+    async with GroupMember(config(table, url, "a")) as member:
+        assert member.num_shards == 1
+        assert await read_ids(member, 10) == set(range(10))
+    assert any("keeps its stored shard count 1" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.asyncio
+async def test_an_explicit_contradicting_shards_names_the_stored_count(table: str) -> None:
+    url = memory_url()
+    async with open_coordinator(url) as other:  # the memory store lives while it is open
+        await GroupClient(other, "g").ensure_meta(1, "db.t")
+        with pytest.raises(ShardCountMismatch,
+                           match=r"has 1 shards stored; --shards 2 contradicts"):
+            await GroupMember(config(table, url, "a", shards=2)).start()
+        # Without --shards the same group is joined with its stored count.
+        async with GroupMember(config(table, url, "b")) as member:
+            assert member.num_shards == 1
+
+
+@pytest.mark.asyncio
+async def test_a_commit_after_the_graceful_leave_gave_up_is_refused(table: str) -> None:
+    """A batch still in the handler when the leave stops waiting for it is
+    abandoned; its commit, once the handler returns, is refused locally
+    (counted in ``refused_commits`` and the history), never sent."""
+    member = GroupMember(config(table, memory_url(), "a", revoke_timeout_s=0.1,
+                                max_parallel_shards=1))
+    await member.start()
+    entered, release = threading.Event(), threading.Event()
+
+    def handler(batch: Any) -> None:
+        entered.set()
+        release.wait(30)
+
+    runner = asyncio.ensure_future(member.run(handler))
+    try:
+        await until(lambda: _true(entered.is_set()), "a batch in the handler")
+        await member.stop(timeout=1)
+        release.set()
+        with contextlib.suppress(BaseException):
+            await asyncio.wait_for(runner, 30)
+    finally:
+        release.set()
+    assert member.stats.refused_commits == 1
