@@ -157,3 +157,22 @@ def test_bad_options_fail_the_query_at_load_with_one_clear_line(
     assert message in str(caught.value)
     # Nothing was joined or created: the embedded coordinator was never opened.
     assert not (warehouse / ".paimon-group").exists()
+
+
+def test_available_now_reads_what_is_there_then_ends(spark: Any, tmp_path: Path) -> None:
+    warehouse = tmp_path / "wh"
+    make_pk_table(warehouse, "db.t", buckets=2)
+    write_rows(warehouse, "db.t", range(40))
+    write_rows(warehouse, "db.t", range(40, 60))
+    recorder = Recorder(tmp_path / "sink")
+    reader = (spark.readStream.format("paimon-group").option("group", "once")
+              .option("warehouse", str(warehouse)).option("table", "db.t")
+              .option("start", "earliest").option("metadata_columns", "true")
+              .option("max_snapshots_per_batch", "1"))
+    query = (reader.load().writeStream.foreachBatch(recorder)
+             .option("checkpointLocation", str(tmp_path / "ckpt"))
+             .trigger(availableNow=True).start())
+    assert query.awaitTermination(180)
+    assert query.exception() is None
+    assert sorted(recorder.sink_ids(spark)) == list(range(60))
+    assert len(recorder.batches) == 2  # one snapshot per batch: the cap applies

@@ -33,6 +33,7 @@ from pyspark.sql.streaming.datasource import (
     ReadLimit,
     ReadMaxFiles,
     ReadMaxRows,
+    SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import StructType
 
@@ -114,17 +115,19 @@ class ShardPartition(InputPartition):
         return f"ShardPartition(shard={self.shard}, epoch={self.epoch}, snapshots={snapshots})"
 
 
-class PaimonGroupStreamReader(DataSourceStreamReader):
+class PaimonGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Offsets, partitions and commits of one query; see the module docstring."""
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
         self._driver: GroupDriver | None = None
+        # Trigger.AvailableNow: no snapshot after this one is read.
+        self._target: int | None = None
         # Pieces planned by latestOffset, for the partitions() call that follows.
         self._planned: dict[str, dict[int, list[Piece]]] = {}
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"options": self.options, "_driver": None, "_planned": {}}
+        return {"options": self.options, "_driver": None, "_planned": {}, "_target": None}
 
     # -- the group ---------------------------------------------------------
 
@@ -139,6 +142,10 @@ class PaimonGroupStreamReader(DataSourceStreamReader):
     def initialOffset(self) -> dict[str, Any]:
         self.driver  # noqa: B018  (join now: a bad coordinator fails the query at start)
         return encode_offset({})
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Read up to the table's latest snapshot now, then report nothing new."""
+        self._target = self.driver.planner.table.latest_snapshot_id() or 0
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_rows_per_batch is not None:
@@ -173,6 +180,8 @@ class PaimonGroupStreamReader(DataSourceStreamReader):
         owned = driver.owned()
         cursors = {s: start_cursor(cursor, previous.get(s)) for s, (_, cursor) in owned.items()}
         latest = driver.planner.table.latest_snapshot_id()
+        if self._target is not None and latest is not None:
+            latest = min(latest, self._target)
         reached, pieces = plan_ranges(driver.planner, cursors, latest=latest,
                                       caps=self._caps(limit))
         ranges = {s: ShardRange(shard=s, epoch=owned[s][0], next=c.next, full=c.full,
