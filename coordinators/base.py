@@ -59,11 +59,11 @@ import abc
 import enum
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Self
 
-from coordinators.credentials import mask_options
+from coordinators.credentials import masked_repr
 from coordinators.errors import ConfigError
 
 SessionListener = Callable[["SessionState"], None]
@@ -228,13 +228,7 @@ class ConnectOptions:
     def __repr__(self) -> str:
         # Like the generated repr, with secret-looking ``extra`` values masked
         # (the password is a Secret and masks itself).
-        shown = []
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name == "extra":
-                value = mask_options(value)
-            shown.append(f"{f.name}={value!r}")
-        return f"ConnectOptions({', '.join(shown)})"
+        return masked_repr(self, "extra")
 
     __str__ = __repr__
 

@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from typing import Final
+from dataclasses import fields
+from typing import Any, Final
 
 from coordinators.errors import ConfigError
 
@@ -73,6 +74,19 @@ def mask_options(options: Mapping[str, str]) -> dict[str, str]:
 def secret_values(options: Mapping[str, str]) -> list[str]:
     """The non-empty values of ``options`` under secret-looking keys."""
     return [v for k, v in options.items() if v and is_secret_key(k)]
+
+
+def masked_repr(obj: Any, masked: str) -> str:
+    """A dataclass's generated repr, with the option mapping in field ``masked``
+    shown through :func:`mask_options` (``ConnectOptions.extra``,
+    ``MemberConfig.catalog_options``)."""
+    shown = []
+    for f in fields(obj):
+        value = getattr(obj, f.name)
+        if f.name == masked:
+            value = mask_options(value)
+        shown.append(f"{f.name}={value!r}")
+    return f"{type(obj).__name__}({', '.join(shown)})"
 
 
 def describe_option(pair: str) -> str:

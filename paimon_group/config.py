@@ -12,11 +12,11 @@ from __future__ import annotations
 import os
 import socket
 import uuid
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from coordinators.base import ConnectOptions
-from coordinators.credentials import mask_options
+from coordinators.credentials import masked_repr
 from coordinators.errors import ConfigError
 from paimon_group.names import validate_group, validate_member_id
 from paimon_group.projection import parse_columns
@@ -109,13 +109,7 @@ class MemberConfig:
     def __repr__(self) -> str:
         # The generated repr, with the values of secret-looking catalog
         # options masked (``s3.secret-key`` ...); ConnectOptions masks its own.
-        shown = []
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name == "catalog_options":
-                value = mask_options(value)
-            shown.append(f"{f.name}={value!r}")
-        return f"MemberConfig({', '.join(shown)})"
+        return masked_repr(self, "catalog_options")
 
     __str__ = __repr__
 
