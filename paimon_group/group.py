@@ -71,6 +71,7 @@ class OwnerView:
     member_id: str
     epoch: int
     generation: int
+    session: str = ""  # the coordinator session that created the key ("" before it was stored)
 
 
 @dataclass(frozen=True)
@@ -363,7 +364,8 @@ class GroupClient:
             if shard is None:
                 continue
             owner = Owner.decode(entry.key, entry.value)
-            out[shard] = OwnerView(shard, owner.member_id, entry.create_version, owner.generation)
+            out[shard] = OwnerView(shard, owner.member_id, entry.create_version, owner.generation,
+                                   owner.session)
         return out
 
     # -- progress ------------------------------------------------------

@@ -92,6 +92,7 @@ from paimon_group.mirror import ConsumerMirror
 from paimon_group.planner import ShardPlanner, StepPlan
 from paimon_group.projection import check_columns
 from paimon_group.records import Assignment, GroupMeta, MemberInfo, position_order
+from paimon_group.releasing import PendingReleases
 from paimon_group.sharding import Sharding, ShardRule, idle_shards_note, plan_new_group
 from paimon_group.start import parse_start
 from paimon_group.table import ShardedTable
@@ -222,6 +223,7 @@ class GroupMember:
         self._queue: asyncio.Queue[tuple[ShardBatch, asyncio.Future[bool]]] = asyncio.Queue(1)
         self._acked: dict[int, asyncio.Future[bool]] = {}
         self._lanes: set[_CommitLane] = set()  # commit lanes of steps being delivered
+        self._releases = PendingReleases()  # owner keys still to delete (revoke failed)
         # Next steps' plans, started while the current ones are delivered:
         # (shards, position) -> the planning thread's future.
         self._prefetched: dict[tuple[tuple[int, ...], int], asyncio.Future[Any]] = {}
@@ -501,6 +503,7 @@ class GroupMember:
         for o in self._owned.values():
             o.dropped = True
         self._owned.clear()
+        self._releases.clear()  # the lost session's keys are gone with it
         if lost:
             self.history.record("lost", shards=lost, epochs=epochs, reason="session lost")
             self._notify("on_lost", lost)
@@ -637,6 +640,11 @@ class GroupMember:
         """
         group = self._group
         assert group is not None
+        if self._releases:
+            released = await self._releases.retry(group)
+            if released:
+                log.info("owner keys of shards %s released on retry", released,
+                         extra={"group": self.group_name, "member": self.member_id})
         # Owner changes can fire without pause in a large group; a full round
         # still runs at least once per tick, so nothing waits on a missed
         # wake-up for longer than that.
@@ -710,12 +718,15 @@ class GroupMember:
         """Drop shards whose owner key is no longer ours (deleted by an operator:
         ``members remove``, ``reset --force``). Our commits would be rejected
         anyway; this makes the member notice at once instead of at its next
-        commit, which on an idle table can be much later."""
+        commit, which on an idle table can be much later. The same listing
+        sweeps owner keys that are ours but not owned (:mod:`paimon_group.releasing`)."""
         self._ownership_checked_at = time.monotonic()
         held = [o for o in self._owned.values() if not o.dropped and not o.revoking]
-        if not held:
-            return
         owners = await group.owners()
+        assigned = set(self._assignment.shards_of(self.member_id)) if self._assignment else set()
+        await self._releases.sweep(
+            group, self.member_id, owned={s: o.epoch for s, o in self._owned.items()},
+            assigned=assigned, owners=owners)
         lost: list[int] = []
         epochs: list[int] = []
         for o in held:
@@ -827,6 +838,7 @@ class GroupMember:
             epoch = await group.acquire(shard, self.member_id, generation)
             if epoch is None:
                 continue  # the previous owner has not released yet: its release wakes us
+            self._releases.discard(shard)  # a key of ours still pending release: ours again
             owned = _OwnedShard(shard=shard, epoch=epoch, generation=generation)
             # Read the position only after the owner key exists: every commit of
             # the previous owner is then visible (or was rejected).
@@ -892,6 +904,9 @@ class GroupMember:
                 log.warning("shard %d: batch in flight abandoned after %.1fs", o.shard,
                             self.config.revoke_timeout_s)
             ok = False
+            # Whether the owner key may still be ours: until a release
+            # commit returns (True: deleted; False: not ours any more).
+            undecided = True
             if group is not None and self._coord is not None and self._coord.session.is_live(
                 self.config.margin
             ):
@@ -908,10 +923,19 @@ class GroupMember:
                         )
                     else:
                         ok = await group.release(o.shard, o.epoch)
+                    undecided = False
                 except CoordinatorError as err:
                     log.warning("shard %d: release failed: %s", o.shard, err)
             o.dropped = True
             self._owned.pop(o.shard, None)
+            if undecided:
+                # Left bound to our live session, the key would hold the
+                # shard from its new assignee for ever: retried every round.
+                log.warning("shard %d: owner key (epoch %d) not released yet; retrying every "
+                            "control round until it is gone", o.shard, o.epoch,
+                            extra={"group": self.group_name, "member": self.member_id,
+                                   "shard": o.shard, "epoch": o.epoch})
+                self._releases.add(o.shard, o.epoch)
             self.history.record("release", shard=o.shard, epoch=o.epoch, ok=ok, reason=reason,
                                 next_snapshot=o.committed)
             (released if ok else lost).append(o.shard)

@@ -412,3 +412,86 @@ async def test_a_commit_after_the_graceful_leave_gave_up_is_refused(table: str) 
     finally:
         release.set()
     assert member.stats.refused_commits == 1
+
+
+# -- finding 4: a revoke that cannot release --------------------------------------
+
+
+def release_commit(args: tuple[Any, ...]) -> bool:
+    """A commit deleting an owner key (a revoke's release)."""
+    ops: Sequence[Op] = args[1]
+    return any(isinstance(op, Delete) and "/owners/" in op.key for op in ops)
+
+
+@pytest.mark.asyncio
+async def test_a_release_that_raised_is_retried_until_the_key_is_gone(
+        table: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Member b joins and one of a's shards moves to it; a's release commit
+    raises without being applied. a's session lives on, so the owner key is
+    only ever deleted by a retry: b acquires the shard and delivers it."""
+    fault = Fault("commit", release_commit, unavailable)
+    faulty_members(monkeypatch, fault, member="a")
+    url = memory_url()
+    async with GroupMember(config(table, url, "a")) as a:
+        assert await read_ids(a, 10) == set(range(10))
+        async with GroupMember(config(table, url, "b")) as b:
+            await until(lambda: _true(fault.hits == 1), "the release raised")
+            await until(lambda: _true(len(b.owned_shards) == 1 and len(a.owned_shards) == 1),
+                        "the moved shard acquired by b")
+            assert await read_ids(b, 1)  # b reads its shard
+            assert not a._releases
+
+
+@pytest.mark.asyncio
+async def test_a_revoke_while_the_session_is_not_confirmed_live_releases_later(
+        table: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The session cannot be confirmed live at the moment of the revoke (a
+    suspended etcd keep-alive, a ZooKeeper disconnection): the release is not
+    attempted then, but once the session is confirmed again."""
+    url = memory_url()
+    real_revoke = GroupMember._revoke
+    blinded: list[str] = []
+
+    async def revoke(self: GroupMember, shards: list[int], *, reason: str) -> None:
+        if self.member_id == "a" and reason == "reassigned" and not blinded:
+            blinded.append(reason)
+            assert self._coord is not None
+            session = self._coord.session
+            real_is_live = session.is_live
+            session.is_live = lambda margin_s=0.0: False  # type: ignore[method-assign]
+            try:
+                await real_revoke(self, shards, reason=reason)
+            finally:
+                session.is_live = real_is_live  # type: ignore[method-assign]
+            return
+        await real_revoke(self, shards, reason=reason)
+
+    monkeypatch.setattr(GroupMember, "_revoke", revoke)
+    async with GroupMember(config(table, url, "a")) as a:
+        assert await read_ids(a, 10) == set(range(10))
+        async with GroupMember(config(table, url, "b")) as b:
+            await until(lambda: _true(len(b.owned_shards) == 1 and len(a.owned_shards) == 1),
+                        "the moved shard acquired by b")
+            assert blinded
+
+
+@pytest.mark.asyncio
+async def test_sweep_releases_only_unowned_keys_of_our_own() -> None:
+    from paimon_group.releasing import PendingReleases
+
+    url = memory_url()
+    async with open_coordinator(url) as ours, open_coordinator(url) as theirs, \
+            open_coordinator(url) as old:
+        mine, other, older = (GroupClient(c, "g") for c in (ours, theirs, old))
+        owned = await mine.acquire(0, "m", 1)
+        orphan = await mine.acquire(1, "m", 1)
+        assigned = await mine.acquire(2, "m", 1)
+        foreign = await other.acquire(3, "x", 1)
+        stale = await older.acquire(4, "m", 1)  # our member id, an older session
+        assert None not in (owned, orphan, assigned, foreign, stale)
+        pending = PendingReleases()
+        assert owned is not None
+        released = await pending.sweep(mine, "m", owned={0: owned}, assigned={2})
+        assert sorted(released) == [1, 4]
+        assert sorted(await mine.owners()) == [0, 2, 3]
+        assert not pending
