@@ -110,12 +110,20 @@ class GroupDriver:
     async def _owned(self) -> dict[int, OwnedCursor]:
         member = self.member
         held = [o for o in member._owned.values() if not o.dropped and not o.revoking]
-        unresolved = [o for o in held if o.next_snapshot is None]
-        if unresolved:
-            await member._resolve_start(unresolved)
+        try:
+            # A commit whose outcome was unknown: take what the coordinator stored.
+            await member._read_back([o for o in held if o.uncertain])
+            unresolved = [o for o in held if o.next_snapshot is None and not o.dropped]
+            if unresolved:
+                await member._resolve_start(unresolved)
+        except PaimonGroupError as err:
+            # Those shards stay out of this batch (unresolved or uncertain);
+            # the next offset call tries again.
+            log.warning("positions not settled this round: %s", err)
         out: dict[int, OwnedCursor] = {}
         for o in held:
-            if o.dropped or o.next_snapshot is None or member._owned.get(o.shard) is not o:
+            if (o.dropped or o.uncertain or o.next_snapshot is None
+                    or member._owned.get(o.shard) is not o):
                 continue
             out[o.shard] = (o.epoch, Cursor(next=o.next_snapshot, full=o.full_scan))
         return out
@@ -161,7 +169,9 @@ class GroupDriver:
             for to, owned in sorted(by_position.items()):
                 try:
                     await member._commit(owned, to)
-                except PaimonGroupError as err:
+                except Exception as err:  # coordinator errors, or leaving: not committed
+                    # The rows are written; not committing only means that the
+                    # next owner of these shards reads them again.
                     log.warning("commit of shards %s at %d failed: %s", sorted(owned), to, err)
                 for shard, o in owned.items():
                     result[shard] = (not o.dropped and o.committed == to)
@@ -176,12 +186,23 @@ class GroupDriver:
                         o.idle.set()
         return result
 
+    async def _unhold_all(self) -> None:
+        for shard in list(self._busy):
+            del self._busy[shard]
+            o = self.member._owned.get(shard)
+            if o is not None:
+                o.idle.set()
+
     def stop(self) -> None:
         """Leave the group gracefully (idempotent)."""
         if self._stopped:
             return
         self._stopped = True
         try:
+            # A batch still held when the query stops was abandoned by Spark
+            # (it is not in its commit log): release its shards with the
+            # committed positions at once instead of waiting for a commit.
+            self._call(self._unhold_all(), timeout=10)
             self._call(self.member.stop(), timeout=self.options.session_timeout_s * 3 + 30)
         except Exception as err:
             log.warning("leaving the group failed: %s", err)
