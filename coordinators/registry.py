@@ -53,6 +53,15 @@ def scheme_of(url: str) -> str:
 
 def redact_url(url: str) -> str:
     """The URL with any ``user:password@`` part and query values masked."""
+    if "://" not in url:
+        # Not a URL at all (``etcd//oops``): show it as given, minus any
+        # ``user:password@`` part and query values.
+        text, _, query = url.partition("?")
+        if "@" in text:
+            text = "***@" + text.rsplit("@", 1)[1]
+        masked = "&".join(f"{kv.split('=', 1)[0]}=***" if "=" in kv else kv
+                          for kv in query.split("&") if kv)
+        return text + (f"?{masked}" if masked else "")
     try:
         parts = urlsplit(url)
     except ValueError:

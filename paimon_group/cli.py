@@ -36,6 +36,7 @@ from paimon_group.names import validate_group
 F = TypeVar("F", bound=Callable[..., Any])
 
 ENV_PREFIX = "PAIMON_GROUP_"
+LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 
 
 def _env(name: str) -> str:
@@ -86,6 +87,12 @@ def _parse_error(err: Exception) -> str:
         problem = getattr(err, "problem", None) or "syntax error"
         return f"{problem} at line {mark.line + 1}, column {mark.column + 1}"
     return str(err).splitlines()[0] if str(err) else type(err).__name__
+
+
+def group_option(fn: F) -> F:
+    """``--group``, shared by every command that acts on one group."""
+    return click.option("--group", required=True, envvar=_env("group"),
+                        help="The group name.")(fn)
 
 
 def coordinator_options(fn: F) -> F:
@@ -193,7 +200,42 @@ def setup_logging(fmt: str, level: str) -> None:
     configure_logging(fmt, level)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class OneLineErrors(click.Group):
+    """A command group whose usage errors are one line, ``error: ...``, exit 2.
+
+    Click's own format is three lines (usage, hint, error); a bad flag should
+    read like every other bad input of this CLI.
+    """
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs["standalone_mode"] = False
+        try:
+            code = super().main(*args, **kwargs)
+        except click.ClickException as err:
+            hint = ""
+            if isinstance(err, click.UsageError) and err.ctx is not None:
+                hint = f" (see {err.ctx.command_path} --help)"
+            click.echo(f"error: {err.format_message()}{hint}", err=True)
+            sys.exit(err.exit_code)
+        except click.Abort:
+            click.echo("aborted", err=True)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The command list with each summary whole (click cuts them with "...")."""
+        rows = []
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                rows.append((name, cmd.get_short_help_str(limit=200)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+@click.group(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"],
+                                                  "max_content_width": 100})
 @click.version_option(package_name="paimon-group")
 def main() -> None:
     """Coordinated, sharded consumer groups for Apache Paimon tables."""
@@ -202,7 +244,7 @@ def main() -> None:
 @main.command()
 @click.option("--config", type=click.Path(dir_okay=False), is_eager=True, expose_value=False,
               callback=_load_config_file, help="TOML or YAML file with option values.")
-@click.option("--group", required=True, envvar=_env("group"), help="The group name.")
+@group_option
 @table_options
 @click.option("--handler", envvar=_env("handler"), metavar="MODULE:CALLABLE",
               help="Called with each ShardBatch.")
@@ -219,9 +261,12 @@ def main() -> None:
               help="Where a shard without a position starts: latest-full, latest, earliest, "
                    "snapshot:N, timestamp:ISO-8601.")
 @click.option("--poll-interval-ms", type=int, default=1000, show_default=True,
-              envvar=_env("poll-interval-ms"))
+              envvar=_env("poll-interval-ms"),
+              help="How often an idle shard looks for a new snapshot.")
 @click.option("--session-timeout-s", type=float, default=10.0, show_default=True,
-              envvar=_env("session-timeout-s"))
+              envvar=_env("session-timeout-s"),
+              help="The coordinator session (lease) timeout: a member that stops "
+                   "heartbeating loses its shards after this long; also the connect timeout.")
 @click.option("--revoke-timeout-s", type=float, default=10.0, show_default=True,
               envvar=_env("revoke-timeout-s"),
               help="How long a revoked shard's batch in flight may take before it is "
@@ -234,7 +279,9 @@ def main() -> None:
               help="Seconds the leader keeps the shards of a member that vanished without "
                    "a goodbye, waiting for it to come back (static membership).")
 @click.option("--max-handler-attempts", type=int, default=5, show_default=True,
-              envvar=_env("max-handler-attempts"))
+              envvar=_env("max-handler-attempts"),
+              help="Calls of the handler for one batch (with backoff) before the member "
+                   "fails with exit 3; the batch is not committed.")
 @click.option("--max-parallel-shards", type=int, default=DEFAULT_PARALLEL_SHARDS,
               show_default="one per CPU, at most 4", envvar=_env("max-parallel-shards"),
               help="Batches of different shards in the handler at once (1: one by one). "
@@ -246,12 +293,17 @@ def main() -> None:
 @click.option("--metrics-port", type=int, envvar=_env("metrics-port"),
               help="Serve /metrics, /healthz and /readyz on this port.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text",
-              show_default=True, envvar=_env("log-format"))
-@click.option("--log-level", default="INFO", show_default=True, envvar=_env("log-level"))
+              show_default=True, envvar=_env("log-format"),
+              help="Log lines as text or as one JSON object per line.")
+@click.option("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False),
+              default="INFO", show_default=True, envvar=_env("log-level"),
+              help="INFO: state changes and a progress line every few seconds; DEBUG: "
+                   "one line per batch, and the client libraries' own logs.")
 @click.option("--history", envvar=_env("history"), type=click.Path(dir_okay=False),
               help="Append a JSONL history of deliveries and commits here (for audits).")
 @click.option("--spark-master", default="local[*]", show_default=True,
-              envvar=_env("spark-master"))
+              envvar=_env("spark-master"),
+              help="Spark master of the --spark-handler's session.")
 @click.option("--spark-remote", envvar=_env("spark-remote"),
               help="Spark Connect address sc://HOST:PORT (instead of --spark-master).")
 @friendly_errors
@@ -282,13 +334,19 @@ def run(**kw: Any) -> None:
         connect=build_connect_options(kw, kw["session_timeout_s"]),
         history_path=kw["history"],
     )
+    from paimon_group.preflight import check_coordinator_target
     from paimon_group.start import parse_start
 
     parse_start(cfg.start)
     # Bad coordinator options (a password over plaintext) fail here, in one
     # line, before the table is opened or anything is joined.
     open_coordinator(cfg.coordinator_url, cfg.connect_options())
+    check_coordinator_target(cfg.coordinator_url, create=True,
+                             default_url=default_coordinator_url(cfg.warehouse))
+    from paimon_group import preflight
     from paimon_group.handlers import load_callable
+
+    preflight.check_table(cfg.warehouse, cfg.table, cfg.catalog_options, cfg.columns)
     from paimon_group.runner import run_until_signalled
 
     if kw["handler"]:
@@ -299,6 +357,7 @@ def run(**kw: Any) -> None:
         handler = spark_handler_from_spec(
             kw["spark_handler"], master=kw["spark_master"], remote=kw["spark_remote"]
         )
+    preflight.probe_coordinator(cfg.coordinator_url, cfg.connect_options())
     run_until_signalled(cfg, handler, metrics_port=kw["metrics_port"])
 
 
@@ -315,7 +374,7 @@ def _open_for_admin(kw: dict[str, Any]) -> tuple[str, ConnectOptions]:
 
 
 @main.command()
-@click.option("--group", required=True, envvar=_env("group"))
+@group_option
 @table_options
 @coordinator_options
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
@@ -325,8 +384,10 @@ def _open_for_admin(kw: dict[str, Any]) -> tuple[str, ConnectOptions]:
 @friendly_errors
 def describe(**kw: Any) -> None:
     """Members, leader, generation, and per shard its owner, epoch, position and lag."""
+    from paimon_group.cli_admin import admin_coordinator
+
     validate_group(kw["group"])
-    url, options = _open_for_admin(kw)
+    url, options = admin_coordinator(kw)
     if kw["watch"] is not None:
         from paimon_group.cli_admin import watch_describe
 

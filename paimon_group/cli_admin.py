@@ -28,15 +28,18 @@ from coordinators.base import ConnectOptions
 from coordinators.errors import ConfigError
 from coordinators.registry import open_coordinator, redact_url
 from paimon_group.cli import (
+    OneLineErrors,
     _catalog_options,
     _env,
     _open_for_admin,
     coordinator_options,
     friendly_errors,
+    group_option,
     main,
     table_options,
 )
 from paimon_group.names import validate_group
+from paimon_group.preflight import check_coordinator_target
 from paimon_group.table import ShardedTable
 
 DEFAULT_WATCH_INTERVAL_S = 2.0
@@ -54,15 +57,7 @@ def admin_coordinator(kw: dict[str, Any]) -> tuple[str, ConnectOptions]:
             "give --coordinator URL, or --warehouse for the embedded coordinator under it"
         )
     url, options = _open_for_admin(kw)
-    if url.lower().startswith("sqlite://"):
-        from coordinators.sqlite import parse_url
-
-        path = parse_url(url).location
-        if not os.path.exists(path):
-            raise ConfigError(
-                f"no coordinator at {path}: no group has run with this warehouse "
-                "(check --warehouse, or give --coordinator)"
-            )
+    check_coordinator_target(url, default_url=None, create=False)
     return url, options
 
 
@@ -175,7 +170,7 @@ def list_command(**kw: Any) -> None:
 
 
 @main.command()
-@click.option("--group", required=True, envvar=_env("group"), help="The group name.")
+@group_option
 @table_options
 @coordinator_options
 @click.option("--to-earliest", is_flag=True,
@@ -237,7 +232,7 @@ def reset(**kw: Any) -> None:
 
 
 @main.command()
-@click.option("--group", required=True, envvar=_env("group"), help="The group name.")
+@group_option
 @table_options
 @coordinator_options
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
@@ -272,13 +267,13 @@ def delete(**kw: Any) -> None:
 # -- members -----------------------------------------------------------------
 
 
-@main.group()
+@main.group(cls=OneLineErrors)
 def members() -> None:
     """Operate on the members of a group."""
 
 
 @members.command(name="remove")
-@click.option("--group", required=True, envvar=_env("group"), help="The group name.")
+@group_option
 @_optional_warehouse
 @coordinator_options
 @click.argument("member_id")

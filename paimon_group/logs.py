@@ -56,7 +56,12 @@ def configure_logging(fmt: str = "text", level: str = "INFO") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    # Chatty libraries stay at WARNING unless asked for DEBUG.
+    # Chatty libraries stay at WARNING unless asked for DEBUG. The coordinator
+    # clients log every connection retry (kazoo at WARNING, one line per
+    # attempt): below DEBUG they are silent, and what failed is said once, by
+    # our own error line.
     if level.upper() != "DEBUG":
-        for name in ("kazoo", "aetcd", "grpc", "pypaimon", "py4j", "urllib3"):
+        for name in ("pypaimon", "py4j", "urllib3"):
             logging.getLogger(name).setLevel(logging.WARNING)
+        for name in ("kazoo", "coordinators.zookeeper.kazoo", "aetcd", "grpc"):
+            logging.getLogger(name).setLevel(logging.CRITICAL)

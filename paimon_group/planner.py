@@ -100,6 +100,10 @@ class BatchKind(enum.Enum):
     CATCH_UP = "catch-up"
     """The deltas or changelogs of every snapshot in a long gap, in one step."""
 
+    def __str__(self) -> str:
+        # ``str(batch.kind)`` and f-strings print "delta", not "BatchKind.DELTA".
+        return self.value
+
 
 def check_routing(
     splits: Mapping[int, Sequence[Split]],

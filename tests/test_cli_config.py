@@ -22,7 +22,7 @@ import pytest
 import yaml
 from click.testing import CliRunner, Result
 
-from paimon_group import cli
+from paimon_group import cli, preflight
 from paimon_group.cli import main
 
 RUN = cli.run
@@ -237,6 +237,10 @@ def test_options_reach_the_member_config(
     import paimon_group.runner
 
     monkeypatch.setattr(paimon_group.runner, "run_until_signalled", fake_runner)
+    # No table, no coordinator here: the checks before joining are tested with
+    # real ones in tests/test_cli_bad_input.py.
+    monkeypatch.setattr(preflight, "check_table", lambda *args: None)
+    monkeypatch.setattr(preflight, "probe_coordinator", lambda *args: None)
     monkeypatch.setattr(cli, "setup_logging", lambda fmt, level: logging_setup.append(
         (fmt, level)))
     config = write_config(tmp_path / "member.yaml", {

@@ -1,0 +1,105 @@
+"""Checks the command line makes before anything is joined or created.
+
+Bad input must give one line and a non-zero exit *before* a member joins a
+group or a file appears. So ``paimon-group run`` checks, in this order: the
+options (click), the coordinator URL (:func:`check_coordinator_target`), the
+table (opened once), the handler (imported), and finally that the
+coordinator answers (:func:`probe_coordinator`), saying "connecting to URL
+(timeout N s)" first for network coordinators, which may keep a user waiting.
+
+Creating coordinator state is explicit: ``run`` creates the *default*
+embedded file (``WAREHOUSE/.paimon-group/coordinator.sqlite``) and its
+directory; an explicitly given ``sqlite://`` file may be created by ``run``
+only inside an existing directory; the admin commands (``describe``,
+``list``, ``reset``, ``delete``, ``members``) create nothing, so a typo in a
+path is reported instead of looking like an empty coordinator.
+
+Example::
+
+    check_coordinator_target("sqlite:///no/such/dir/c.sqlite", default_url=None, create=True)
+    # ConfigError: directory /no/such/dir of the SQLite coordinator ... does not exist
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Sequence
+
+from coordinators.base import ConnectOptions
+from coordinators.errors import ConfigError, CoordinatorUnavailable
+from coordinators.registry import open_coordinator, redact_url, scheme_of
+
+log = logging.getLogger("paimon_group.cli")
+
+NETWORK_SCHEMES = frozenset({"etcd", "etcds", "zk"})
+
+
+def check_coordinator_target(url: str, *, default_url: str | None, create: bool) -> None:
+    """Refuse a ``sqlite://`` URL whose file (admin) or directory (run) is missing.
+
+    ``create``: the command may create the coordinator file (``run``). The
+    default embedded file may also have its directory created.
+    """
+    if scheme_of(url) != "sqlite":
+        return
+    from coordinators.sqlite import parse_url
+
+    path = parse_url(url).location
+    if os.path.isdir(path):
+        raise ConfigError(f"SQLite coordinator path {path} is a directory, not a file")
+    if create:
+        parent = os.path.dirname(path) or "."
+        if url != default_url and not os.path.isdir(parent):
+            raise ConfigError(
+                f"directory {parent} of the SQLite coordinator {path} does not exist: "
+                "create it first (only the default embedded file is created for you)"
+            )
+        return
+    if not os.path.exists(path):
+        raise ConfigError(
+            f"no coordinator at {path}: no group has run with this warehouse "
+            "(check --warehouse, or give --coordinator)"
+        )
+
+
+def check_table(warehouse: str, identifier: str, catalog_options: dict[str, str],
+                columns: Sequence[str] | None) -> None:
+    """Open the table once (a missing table, a bad warehouse) and check ``--columns``."""
+    from paimon_group.projection import check_columns
+    from paimon_group.table import ShardedTable
+
+    table = ShardedTable.open(warehouse, identifier, catalog_options)
+    check_columns(table.table.field_names, columns)
+
+
+async def _probe(url: str, options: ConnectOptions) -> None:
+    coordinator = open_coordinator(url, options)
+    try:
+        await coordinator.connect()
+    finally:
+        await coordinator.close()
+
+
+def probe_coordinator(url: str, options: ConnectOptions) -> None:
+    """Connect once and close, within ``options.connect_timeout_s``.
+
+    For etcd and ZooKeeper a line "connecting to URL (timeout N s)" comes
+    first, so a slow or unreachable server is never silent; the client
+    libraries' own retry messages are kept quiet by the logging setup.
+    """
+    timeout = float(options.connect_timeout_s)
+    shown = redact_url(url)
+    if scheme_of(url) in NETWORK_SCHEMES:
+        log.info("connecting to %s (timeout %g s)", shown, timeout)
+
+    async def bounded() -> None:
+        try:
+            await asyncio.wait_for(_probe(url, options), timeout)
+        except TimeoutError:
+            raise CoordinatorUnavailable(
+                f"cannot reach coordinator {shown} within {timeout:g} s", retriable=False
+            ) from None
+
+    asyncio.run(bounded())

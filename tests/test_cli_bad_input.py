@@ -1,0 +1,102 @@
+"""Every bad input of a first run: one line, a non-zero exit, nothing created.
+
+Each case runs twice, through the installed console script (``paimon-group``
+beside the test's Python, what a user types) and through ``python -m
+paimon_group`` from the source tree. Both, because the console script imports
+the package from wherever the virtualenv's install points (an editable
+install points at one checkout), while ``-m`` with ``cwd`` = this checkout
+always runs the code under test: the first proves the entry point, the second
+that the code being changed behaves.
+
+"Nothing created": the warehouse and the scratch directory hold the same
+files and directories after the command as before, and no SQLite coordinator
+or parent directory appears. The one extra line allowed is "connecting to
+URL (timeout N s)" before a network coordinator that does not answer.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support.group_procs import REPO
+from tests.support.tables import make_pk_table, write_rows
+
+SCRIPT = Path(sys.executable).parent / "paimon-group"
+
+ENTRIES = {
+    "script": [str(SCRIPT)],
+    "module": [sys.executable, "-m", "paimon_group"],
+}
+
+
+def tree(*roots: Path) -> set[str]:
+    return {str(p) for root in roots for p in root.rglob("*")}
+
+
+@pytest.fixture(scope="module")
+def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    wh = tmp_path_factory.mktemp("bad-input") / "wh"
+    make_pk_table(str(wh), "db.t", buckets=4)
+    write_rows(str(wh), "db.t", range(10))
+    return wh
+
+
+def run_args(wh: Path, *extra: str) -> list[str]:
+    return ["run", "--group", "g", "--warehouse", str(wh), "--table", "db.t",
+            "--handler", "tests.support.handlers:record", *extra]
+
+
+def cases(wh: Path, scratch: Path) -> dict[str, tuple[list[str], str]]:
+    """Name -> (arguments, a word the error line must hold)."""
+    missing_dir = scratch / "no" / "such" / "dir"
+    return {
+        "log-level": (run_args(wh, "--log-level", "LOUD"), "'LOUD'"),
+        "mangled-url": (run_args(wh, "--coordinator", "etcd//oops"), "'etcd//oops'"),
+        "sqlite-missing-dir": (
+            run_args(wh, "--coordinator", f"sqlite://{missing_dir}/c.sqlite"),
+            f"{missing_dir} of the SQLite coordinator"),
+        "etcd-unreachable": (run_args(wh, "--coordinator", "etcd://127.0.0.1:1"),
+                             "etcd://127.0.0.1:1"),
+        "zk-unreachable": (run_args(wh, "--coordinator", "zk://127.0.0.1:1/?acl=open"),
+                           "zk://127.0.0.1:1"),
+        "missing-table": (["run", "--group", "g", "--warehouse", str(wh), "--table", "db.nope",
+                           "--handler", "tests.support.handlers:record"], "db.nope"),
+        "bad-group-name": (["run", "--group", "bad/name", "--warehouse", str(wh),
+                            "--table", "db.t", "--handler", "tests.support.handlers:record"],
+                           "bad/name"),
+        "describe-missing-group": (["describe", "--group", "nope", "--warehouse", str(wh),
+                                    "--table", "db.t"], "no coordinator at"),
+        "list-no-coordinator": (["list", "--warehouse", str(wh)], "no coordinator at"),
+        "unknown-option": (["describe", "--gruop", "g"], "--gruop"),
+    }
+
+
+CASE_NAMES = list(cases(Path("/w"), Path("/s")))
+
+
+@pytest.mark.parametrize("entry", list(ENTRIES))
+@pytest.mark.parametrize("case", CASE_NAMES)
+def test_bad_input_is_one_line(warehouse: Path, tmp_path: Path, entry: str, case: str) -> None:
+    if entry == "script" and not SCRIPT.exists():
+        pytest.fail(f"the console script {SCRIPT} is not installed")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    args, needle = cases(warehouse, scratch)[case]
+    before = tree(warehouse, scratch)
+    result = subprocess.run([*ENTRIES[entry], *args], cwd=REPO, capture_output=True,
+                            text=True, timeout=60)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    lines = [line for line in lines if "connecting to " not in line
+             or not case.endswith("unreachable")]
+    assert result.returncode != 0, result.stderr
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: "), lines
+    assert needle in lines[0], lines[0]
+    assert result.stdout == ""
+    assert tree(warehouse, scratch) == before
+    if case.endswith("unreachable"):
+        assert "(timeout " in result.stderr, result.stderr
