@@ -95,6 +95,22 @@ def group_option(fn: F) -> F:
                         help="The group name.")(fn)
 
 
+def optional_group_option(fn: F) -> F:
+    """``--group`` or ``--all-groups`` (``describe``)."""
+    fn = click.option("--all-groups", is_flag=True, default=False,
+                      help="Every group of the coordinator, each with the table it was "
+                           "created on.")(fn)
+    return click.option("--group", envvar=_env("group"),
+                        help="The group name (or --all-groups).")(fn)
+
+
+def wide_option(fn: F) -> F:
+    """``--wide``, shared by the commands that print tables."""
+    return click.option("--wide", is_flag=True, default=False,
+                        help="Never cut a cell, even on a narrow terminal (piped output is "
+                             "never cut).")(fn)
+
+
 def coordinator_options(fn: F) -> F:
     opts = [
         click.option("--coordinator", envvar=_env("coordinator"),
@@ -152,15 +168,41 @@ def build_connect_options(kw: dict[str, Any], session_timeout_s: float = 10.0) -
     )
 
 
-def table_options(fn: F) -> F:
+def _table_options(fn: F, *, table_required: bool) -> F:
     fn = click.option("--catalog-option", "catalog_option", multiple=True,
                       envvar=_env("catalog-option"), metavar="KEY=VALUE",
                       help="Extra pypaimon catalog option (repeatable).")(fn)
-    fn = click.option("--table", required=True, envvar=_env("table"),
-                      help="The table, DATABASE.TABLE.")(fn)
+    table_help = "The table, DATABASE.TABLE." if table_required else (
+        "The table, DATABASE.TABLE. Default: the one the group was created on.")
+    fn = click.option("--table", required=table_required, envvar=_env("table"),
+                      help=table_help)(fn)
     fn = click.option("--warehouse", required=True, envvar=_env("warehouse"),
                       help="The Paimon warehouse (path or URI).")(fn)
     return fn
+
+
+def table_options(fn: F) -> F:
+    """``--warehouse``, ``--table`` (required) and ``--catalog-option``."""
+    return _table_options(fn, table_required=True)
+
+
+def stored_table_options(fn: F) -> F:
+    """The same, ``--table`` optional: commands on an existing group read its table."""
+    return _table_options(fn, table_required=False)
+
+
+async def group_table(coordinator: Any, group: str, given: str | None) -> str:
+    """``--table``, or else the table an existing group was created on."""
+    if given:
+        return given
+    from paimon_group.describe import GroupNotFound
+    from paimon_group.group import GroupClient
+
+    meta = await GroupClient(coordinator, group).read_meta()
+    if meta is None:
+        raise GroupNotFound(f"group {group!r} does not exist in this coordinator "
+                            "(so --table cannot be read from it)")
+    return meta.table
 
 
 def _catalog_options(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:
@@ -374,10 +416,12 @@ def _open_for_admin(kw: dict[str, Any]) -> tuple[str, ConnectOptions]:
 
 
 @main.command()
-@group_option
-@table_options
+@optional_group_option
+@stored_table_options
 @coordinator_options
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON object (with --all-groups: {\"groups\": [...]}).")
+@wide_option
 @click.option("--watch", type=float, is_flag=False, flag_value=2.0, default=None,
               metavar="[SECONDS]", help="Refresh in place every SECONDS (default 2) until "
                                         "Ctrl-C; with --json one line per refresh.")
@@ -386,30 +430,71 @@ def describe(**kw: Any) -> None:
     """Members, leader, generation, and per shard its owner, epoch, position and lag."""
     from paimon_group.cli_admin import admin_coordinator
 
-    validate_group(kw["group"])
+    if bool(kw["group"]) == kw["all_groups"]:
+        raise ConfigError("give --group NAME or --all-groups")
+    if kw["all_groups"] and (kw["table"] or kw["watch"] is not None):
+        raise ConfigError("--all-groups reads each group's own table; it takes no --table "
+                          "or --watch")
+    if kw["group"]:
+        validate_group(kw["group"])
     url, options = admin_coordinator(kw)
     if kw["watch"] is not None:
         from paimon_group.cli_admin import watch_describe
 
         watch_describe(url, options, kw, kw["watch"])
         return
-    report = asyncio.run(_describe(url, options, kw))
-    if kw["as_json"]:
-        click.echo(json.dumps(report, sort_keys=True))
+    if kw["all_groups"]:
+        reports = asyncio.run(_describe_all(url, options, kw))
     else:
-        from paimon_group.render import render_describe
+        reports = [asyncio.run(_describe(url, options, kw))]
+    if kw["as_json"]:
+        out = {"coordinator": redact_url(url), "groups": reports} if kw["all_groups"] \
+            else reports[0]
+        click.echo(json.dumps(out, sort_keys=True))
+        return
+    from paimon_group.render import output_console, render_describe
 
-        render_describe(report)
+    console = output_console(kw["wide"])
+    for i, report in enumerate(reports):
+        if i:
+            console.print()
+        render_describe(report, console)
+    if not reports:
+        console.print("no groups in this coordinator")
+
+
+async def _describe_all(url: str, options: ConnectOptions,
+                        kw: dict[str, Any]) -> list[dict[str, Any]]:
+    """describe of every group; each table opened once (groups may share one)."""
+    from paimon_group.describe import describe_group
+    from paimon_group.names import GroupKeys
+    from paimon_group.table import ShardedTable
+
+    tables: dict[str, ShardedTable] = {}
+    reports: list[dict[str, Any]] = []
+    async with open_coordinator(url, options) as coord:
+        for entry in await coord.list(GroupKeys.all_groups()):
+            name = GroupKeys.last_segment(entry.key)
+            identifier = await group_table(coord, name, None)
+            if identifier not in tables:
+                tables[identifier] = await asyncio.to_thread(
+                    ShardedTable.open, kw["warehouse"], identifier,
+                    _catalog_options(kw["catalog_option"]))
+            report = await describe_group(coord, name, tables[identifier])
+            report["coordinator"] = redact_url(url)
+            reports.append(report)
+    return reports
 
 
 async def _describe(url: str, options: ConnectOptions, kw: dict[str, Any]) -> dict[str, Any]:
     from paimon_group.describe import describe_group
     from paimon_group.table import ShardedTable
 
-    table = await asyncio.to_thread(
-        ShardedTable.open, kw["warehouse"], kw["table"], _catalog_options(kw["catalog_option"])
-    )
     async with open_coordinator(url, options) as coord:
+        kw["table"] = await group_table(coord, kw["group"], kw["table"])
+        table = await asyncio.to_thread(
+            ShardedTable.open, kw["warehouse"], kw["table"],
+            _catalog_options(kw["catalog_option"]))
         report = await describe_group(coord, kw["group"], table)
     report["coordinator"] = redact_url(url)
     return report

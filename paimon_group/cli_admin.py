@@ -35,8 +35,10 @@ from paimon_group.cli import (
     coordinator_options,
     friendly_errors,
     group_option,
+    group_table,
     main,
-    table_options,
+    stored_table_options,
+    wide_option,
 )
 from paimon_group.names import validate_group
 from paimon_group.preflight import check_coordinator_target
@@ -109,9 +111,10 @@ async def _watch(url: str, options: ConnectOptions, kw: dict[str, Any],
     from paimon_group.describe import SnapshotFacts, describe_group
     from paimon_group.render import describe_renderable
 
-    table = await asyncio.to_thread(open_table, kw)
     facts: SnapshotFacts | None = None
     async with open_coordinator(url, options) as coord:
+        kw["table"] = await group_table(coord, kw["group"], kw["table"])
+        table = await asyncio.to_thread(open_table, kw)
         async def refresh() -> dict[str, Any]:
             nonlocal facts
             report = await describe_group(coord, kw["group"], table, facts=facts)
@@ -139,6 +142,7 @@ async def _watch(url: str, options: ConnectOptions, kw: dict[str, Any],
 @_optional_warehouse
 @coordinator_options
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@wide_option
 @friendly_errors
 def list_command(**kw: Any) -> None:
     """The groups of a coordinator, with member count, state and total lag.
@@ -161,9 +165,9 @@ def list_command(**kw: Any) -> None:
     if kw["as_json"]:
         _echo_json({"coordinator": redact_url(url), "groups": groups})
     else:
-        from paimon_group.render import render_list
+        from paimon_group.render import output_console, render_list
 
-        render_list(groups)
+        render_list(groups, output_console(kw["wide"]))
 
 
 # -- reset -------------------------------------------------------------------
@@ -171,7 +175,7 @@ def list_command(**kw: Any) -> None:
 
 @main.command()
 @group_option
-@table_options
+@stored_table_options
 @coordinator_options
 @click.option("--to-earliest", is_flag=True,
               help="From the earliest retained snapshot (its changes and all later ones "
@@ -192,6 +196,7 @@ def list_command(**kw: Any) -> None:
                    "a batch in flight may still be delivered from the old position). See "
                    "docs/operations.md.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as one JSON object.")
+@wide_option
 @friendly_errors
 def reset(**kw: Any) -> None:
     """Move a group's positions; prints the plan, changes nothing without --execute.
@@ -211,8 +216,9 @@ def reset(**kw: Any) -> None:
     url, options = admin_coordinator(kw)
 
     async def go() -> dict[str, Any]:
-        table = await asyncio.to_thread(open_table, kw)
         async with open_coordinator(url, options) as coord:
+            kw["table"] = await group_table(coord, kw["group"], kw["table"])
+            table = await asyncio.to_thread(open_table, kw)
             client = GroupClient(coord, kw["group"])
             plan = await plan_reset(client, table, target, parse_shards(kw["shards"]))
             if kw["execute"]:
@@ -223,9 +229,9 @@ def reset(**kw: Any) -> None:
     if kw["as_json"]:
         _echo_json(plan)
     else:
-        from paimon_group.render import render_reset_plan
+        from paimon_group.render import output_console, render_reset_plan
 
-        render_reset_plan(plan)
+        render_reset_plan(plan, output_console(kw["wide"]))
 
 
 # -- delete ------------------------------------------------------------------
@@ -233,7 +239,7 @@ def reset(**kw: Any) -> None:
 
 @main.command()
 @group_option
-@table_options
+@stored_table_options
 @coordinator_options
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @friendly_errors
@@ -250,8 +256,9 @@ def delete(**kw: Any) -> None:
     url, options = admin_coordinator(kw)
 
     async def go() -> dict[str, Any]:
-        table = await asyncio.to_thread(open_table, kw)
         async with open_coordinator(url, options) as coord:
+            kw["table"] = await group_table(coord, kw["group"], kw["table"])
+            table = await asyncio.to_thread(open_table, kw)
             return await delete_group(GroupClient(coord, kw["group"]), table)
 
     result = asyncio.run(go())

@@ -47,9 +47,16 @@ def default_coordinator_url(warehouse: str) -> str:
     return f"sqlite://{path}"
 
 
+MEMBER_HOST_CHARS = 16
+"""How much of the host name a generated member id keeps: ids must fit a
+``describe`` table; the pid and the random part keep them unique."""
+
+
 def generated_member_id() -> str:
-    host = "".join(c if c.isalnum() or c in "._-" else "-" for c in socket.gethostname())[:64]
-    return f"{host or 'member'}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    """``HOST-PID-RANDOM``, the host cut to its first label and 16 characters."""
+    first = socket.gethostname().split(".", 1)[0]
+    host = "".join(c if c.isalnum() or c in "_-" else "-" for c in first)[:MEMBER_HOST_CHARS]
+    return f"{host.strip('-') or 'member'}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
 
 @dataclass

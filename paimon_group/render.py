@@ -18,6 +18,24 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+WIDE_COLUMNS = 4000
+"""The width of output that is not cut: far more than any row needs (rich sizes
+a table to its content, so a wide console does not pad)."""
+
+
+def output_console(wide: bool = False) -> Console:
+    """Where describe/list/reset print: the terminal's width on a TTY, else never cut.
+
+    On a terminal the tables fit its width (long cells end in "..."); piped
+    output, and ``--wide``, keep every cell whole, so ``describe | grep`` and
+    logs see full member ids and positions.
+    """
+    probe = Console()
+    if wide or not probe.is_terminal:
+        return Console(width=WIDE_COLUMNS)
+    return probe
+
+
 _STATE_STYLE = {"stable": "green", "rebalancing": "yellow", "empty": "dim"}
 
 
@@ -125,7 +143,7 @@ def describe_renderable(report: dict[str, Any]) -> Group:
 
 
 def render_describe(report: dict[str, Any], console: Console | None = None) -> None:
-    (console or Console()).print(describe_renderable(report))
+    (console or output_console()).print(describe_renderable(report))
 
 
 def list_renderable(groups: Sequence[dict[str, Any]]) -> Table:
@@ -144,7 +162,7 @@ def list_renderable(groups: Sequence[dict[str, Any]]) -> Table:
 
 
 def render_list(groups: Sequence[dict[str, Any]], console: Console | None = None) -> None:
-    (console or Console()).print(list_renderable(groups))
+    (console or output_console()).print(list_renderable(groups))
 
 
 def reset_plan_renderable(plan: dict[str, Any]) -> Group:
@@ -157,12 +175,28 @@ def reset_plan_renderable(plan: dict[str, Any]) -> Group:
         change = "-" if current is None or new is None else f"{new - current:+d}"
         table.add_row(str(row["shard"]), _num(row.get("owner")), _num(current), _num(new),
                       change, row.get("note") or "")
+    return Group(table, _reset_footer(plan))
+
+
+def _reset_footer(plan: dict[str, Any]) -> Text:
+    """What happened, or for a dry run what ``--execute`` would do now."""
     if plan.get("executed"):
-        footer = Text("executed: positions and consumer files written", style="bold green")
-    else:
-        footer = Text("dry run: nothing changed (add --execute to apply)", style="yellow")
-    return Group(table, footer)
+        return Text("executed: positions and consumer files written", style="bold green")
+    changing = [row for row in plan["shards"]
+                if row.get("new") is not None and row.get("new") != row.get("current")]
+    live = plan.get("live_members") or []
+    if live:
+        return Text(
+            f"dry run: nothing changed. --execute would be refused now: live members "
+            f"{', '.join(live)} (stop them first; --force fences them, see "
+            "docs/operations.md)", style="bold yellow")
+    if not changing:
+        return Text("dry run: nothing changed; --execute would change nothing either",
+                    style="yellow")
+    shards = ", ".join(str(row["shard"]) for row in changing)
+    return Text(f"dry run: nothing changed. --execute would move shard(s) {shards} "
+                "and write their consumer files", style="yellow")
 
 
 def render_reset_plan(plan: dict[str, Any], console: Console | None = None) -> None:
-    (console or Console()).print(reset_plan_renderable(plan))
+    (console or output_console()).print(reset_plan_renderable(plan))

@@ -407,6 +407,51 @@ async def test_reset_is_refused_while_members_are_live(
 
 
 @pytest.mark.asyncio
+async def test_reset_dry_run_says_what_execute_would_do(
+    coordinator: str, warehouse: str, sessions: list[Coordinator]
+) -> None:
+    await stopped_group(coordinator, "g", {0: 6, 1: 6, 2: 5, 3: 6})
+    text = (await cli("reset", *common(coordinator, warehouse), "--to-snapshot", "3")).stdout
+    assert "--execute would move shard(s) 0, 1, 2, 3" in text, text
+    m1 = await member(sessions, coordinator, "g", "m1", [0, 1, 2, 3])
+    assert m1.epochs
+    text = (await cli("reset", *common(coordinator, warehouse), "--to-snapshot", "3")).stdout
+    assert "--execute would be refused now: live members m1" in " ".join(text.split()), text
+
+
+@pytest.mark.asyncio
+async def test_table_is_read_from_the_group(coordinator: str, warehouse: str) -> None:
+    """describe, reset and delete need no --table: the group knows its table."""
+    await stopped_group(coordinator, "g", {0: 6, 1: 6, 2: 5, 3: 6})
+    args = ["--group", "g", "--warehouse", warehouse, "--coordinator", coordinator]
+    report = json.loads((await cli("describe", *args, "--json")).stdout)
+    assert report["table"] == TABLE and report["total_lag_snapshots"] == 1
+    plan = json.loads((await cli("reset", *args, "--to-snapshot", "3", "--json")).stdout)
+    assert [s["new"] for s in plan["shards"]] == [3, 3, 3, 3]
+    result = await cli("delete", *args)
+    assert result.exit_code == 0 and "deleted group g" in result.stdout
+    result = await cli("describe", *args)
+    assert result.exit_code == 2
+    assert "does not exist" in one_error_line(result)
+
+
+@pytest.mark.asyncio
+async def test_describe_all_groups(coordinator: str, warehouse: str) -> None:
+    await stopped_group(coordinator, "alpha", {0: 1, 1: 6, 2: 6, 3: 4})
+    await stopped_group(coordinator, "beta", {0: 6, 1: 6, 2: 6, 3: 6})
+    args = ["--all-groups", "--warehouse", warehouse, "--coordinator", coordinator]
+    result = await cli("describe", *args, "--json")
+    assert result.exit_code == 0, result.output
+    reports = json.loads(result.stdout)["groups"]
+    assert [(r["group"], r["total_lag_snapshots"]) for r in reports] == [
+        ("alpha", 7), ("beta", 0)]
+    text = (await cli("describe", *args)).stdout
+    assert "alpha" in text and "beta" in text
+    result = await cli("describe", "--warehouse", warehouse, "--coordinator", coordinator)
+    assert result.exit_code == 2 and "--all-groups" in one_error_line(result)
+
+
+@pytest.mark.asyncio
 async def test_forced_reset_fences_the_live_owner(
     coordinator: str, warehouse: str, sessions: list[Coordinator]
 ) -> None:
