@@ -9,8 +9,10 @@ whether a restart re-read anything.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -75,14 +77,19 @@ class Recorder:
     def __init__(self, sink: Path) -> None:
         self.sink = sink
         self.batches: list[tuple[int, list[int]]] = []
+        # foreachBatch runs on a thread of the query: the test reads the sink
+        # between two writes, never while one replaces a partition.
+        self.lock = threading.Lock()
 
     def __call__(self, df: Any, batch_id: int) -> None:
         ids = sorted(r["id"] for r in df.select("id").collect())
-        write_replacing(df, str(self.sink))
-        self.batches.append((batch_id, ids))
+        with self.lock:
+            write_replacing(df, str(self.sink))
+            self.batches.append((batch_id, ids))
 
     def sink_ids(self, spark: Any) -> list[int]:
-        return read_sink(spark, str(self.sink), ["id"])
+        with self.lock:
+            return read_sink(spark, str(self.sink), ["id"])
 
 
 def start_query(spark: Any, warehouse: Path, recorder: Recorder, checkpoint: Path,
@@ -96,6 +103,27 @@ def start_query(spark: Any, warehouse: Path, recorder: Recorder, checkpoint: Pat
     return (reader.load().writeStream.foreachBatch(recorder)
             .option("checkpointLocation", str(checkpoint))
             .trigger(processingTime="300 milliseconds").start())
+
+
+def rewind_positions(warehouse: Path, group: str, next_snapshot: int) -> dict[int, int]:
+    """Put every shard of ``group`` (no owner) back to ``next_snapshot``; the positions now."""
+    from coordinators.registry import open_coordinator
+    from paimon_group.config import default_coordinator_url
+    from paimon_group.group import GroupClient
+
+    async def go() -> dict[int, int]:
+        async with open_coordinator(default_coordinator_url(str(warehouse))) as coord:
+            client = GroupClient(coord, group)
+            positions = await client.positions()
+            deadline = time.monotonic() + 30
+            # The stopped query's member leaves (or its session expires) first.
+            while not await client.reset_positions(dict.fromkeys(positions, next_snapshot),
+                                                   "test"):
+                assert time.monotonic() < deadline, "the stopped query still owns shards"
+                await asyncio.sleep(0.2)
+            return {s: p.next_snapshot for s, p in (await client.positions()).items()}
+
+    return asyncio.run(go())
 
 
 def test_single_query_restarted_from_its_checkpoint_loses_nothing_and_rereads_nothing(
@@ -114,6 +142,10 @@ def test_single_query_restarted_from_its_checkpoint_loses_nothing_and_rereads_no
     finally:
         query.stop()
     first_run = len(recorder.batches)
+    # The crash window, made deterministic: Spark's checkpoint has every
+    # batch completed, but the coordinator did not get their commits (here:
+    # its positions are put back to just after the initial full scan).
+    assert rewind_positions(warehouse, "g", 2) == {0: 2, 1: 2, 2: 2, 3: 2}
     write_rows(warehouse, "db.t", range(1000, 1050))  # committed while the query is down
     query = start_query(spark, warehouse, recorder, checkpoint)
     try:
