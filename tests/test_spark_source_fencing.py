@@ -1,0 +1,116 @@
+"""The source's stream reader without a Spark job: handoffs between planning and commit.
+
+The reader's offset calls are plain Python (Spark calls them from the
+source's driver process), so two readers in this process are two members of
+one group, and a handoff can be placed exactly between a batch's planning
+(``latestOffset``) and its commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.requirements import require
+from tests.support.tables import make_pk_table, write_rows
+
+pytestmark = pytest.mark.spark
+
+if not os.environ.get("CI"):
+    require("pyspark", "pip install '.[spark]' (tests/run.sh does)")
+
+from paimon_group.spark_source import PaimonGroupStreamReader, SourceOptions  # noqa: E402
+from paimon_group.spark_source.offsets import decode_offset  # noqa: E402
+
+
+def reader(warehouse: Path, member: str, **extra: str) -> PaimonGroupStreamReader:
+    return PaimonGroupStreamReader(SourceOptions.parse({
+        "group": "g", "warehouse": str(warehouse), "table": "db.t", "member_id": member,
+        "session_timeout_s": "4", "ready_timeout_s": "20", **extra}))
+
+
+def wait_until(what: str, check: Callable[[], Any], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def stored_positions(warehouse: Path) -> dict[int, Any]:
+    from coordinators.registry import open_coordinator
+    from paimon_group.config import default_coordinator_url
+    from paimon_group.group import GroupClient
+
+    async def go() -> dict[int, Any]:
+        async with open_coordinator(default_coordinator_url(str(warehouse))) as coord:
+            return await GroupClient(coord, "g").positions()
+
+    return asyncio.run(go())
+
+
+def test_a_shard_revoked_between_planning_and_commit_is_not_committed_over_its_new_owner(
+    tmp_path: Path,
+) -> None:
+    make_pk_table(tmp_path, "db.t", buckets=4)
+    write_rows(tmp_path, "db.t", range(40))
+    a = reader(tmp_path, "a", revoke_timeout_s="1")
+    b = reader(tmp_path, "b")
+    try:
+        end_a = a.latestOffset(a.initialOffset(), None)
+        planned = decode_offset(end_a)
+        assert sorted(planned) == [0, 1, 2, 3]  # alone: every shard, full scan of 1
+        assert len(a.partitions(a.initialOffset(), end_a)) == 4
+        # b joins while a's batch is in flight: two shards move to b. a's
+        # revocation waits for the batch's commit (held), gives up after
+        # revoke_timeout_s, and releases at the position the coordinator has.
+        b.initialOffset()
+        wait_until("the handoff", lambda: len(a.driver.member.owned_shards) == 2
+                   and len(b.driver.member.owned_shards) == 2)
+        moved = b.driver.member.owned_shards
+        end_b = b.latestOffset(b.initialOffset(), None)
+        b.commit(end_b)
+        after_b = stored_positions(tmp_path)
+        # a's late commit: its own shards move on, the moved ones stay b's.
+        a.commit(end_a)
+        after_a = stored_positions(tmp_path)
+        for shard in moved:
+            assert after_a[shard] == after_b[shard]
+            assert after_a[shard].member_id == "b"
+        for shard in a.driver.member.owned_shards:
+            assert after_a[shard].member_id == "a"
+            assert after_a[shard].next_snapshot == planned[shard].to
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_a_revocation_waits_for_the_commit_of_the_batch_in_flight(tmp_path: Path) -> None:
+    make_pk_table(tmp_path, "db.t", buckets=4)
+    write_rows(tmp_path, "db.t", range(40))
+    a = reader(tmp_path, "a", revoke_timeout_s="60")
+    b = reader(tmp_path, "b")
+    try:
+        end_a = a.latestOffset(a.initialOffset(), None)
+        b.initialOffset()
+        member_a = a.driver.member
+        wait_until("the rebalance", lambda: member_a.assignment is not None
+                   and len(member_a.assignment.shards_of("a")) == 2)
+        # Published: a's revocation waits for the commit of the batch in flight.
+        assert len(member_a.owned_shards) == 4
+        a.commit(end_a)  # the batch in flight ends: the shards go, with its positions
+        wait_until("the handoff", lambda: len(b.driver.member.owned_shards) == 2)
+        positions = stored_positions(tmp_path)
+        for shard in b.driver.member.owned_shards:
+            assert positions[shard].next_snapshot == decode_offset(end_a)[shard].to
+        # b continues after a's batch: nothing of it is planned again.
+        end_b = b.latestOffset(b.initialOffset(), None)
+        assert end_b == b.initialOffset() or all(r.empty for r in decode_offset(end_b).values())
+    finally:
+        a.stop()
+        b.stop()
