@@ -341,6 +341,10 @@ def main() -> None:
               default="INFO", show_default=True, envvar=_env("log-level"),
               help="INFO: state changes and a progress line every few seconds; DEBUG: "
                    "one line per batch, and the client libraries' own logs.")
+@click.option("--progress-interval-s", type=click.FloatRange(min=0), default=5.0,
+              show_default=True, envvar=_env("progress-interval-s"),
+              help="Log a progress line (batches, rows, rate, lag) at INFO this often while "
+                   "there is work; 0: never. Each batch is logged at DEBUG.")
 @click.option("--history", envvar=_env("history"), type=click.Path(dir_okay=False),
               help="Append a JSONL history of deliveries and commits here (for audits).")
 @click.option("--spark-master", default="local[*]", show_default=True,
@@ -400,7 +404,8 @@ def run(**kw: Any) -> None:
             kw["spark_handler"], master=kw["spark_master"], remote=kw["spark_remote"]
         )
     preflight.probe_coordinator(cfg.coordinator_url, cfg.connect_options())
-    run_until_signalled(cfg, handler, metrics_port=kw["metrics_port"])
+    run_until_signalled(cfg, handler, metrics_port=kw["metrics_port"],
+                        progress_interval_s=kw["progress_interval_s"])
 
 
 def _kubernetes_pod_name() -> str | None:

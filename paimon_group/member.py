@@ -1252,7 +1252,13 @@ class GroupMember:
             # Bounded: readers (metrics) start over on a new list.
             self.stats.handler_seconds = []
         self.stats.batches += 1
-        self.stats.rows += int(getattr(batch, "rows_read", 0) or 0)
+        rows = int(getattr(batch, "rows_read", 0) or 0)
+        self.stats.rows += rows
+        log.debug("delivered shard %d %s snapshots %s..%d: %d rows in %.3f s", o.shard,
+                  step.kind.value, getattr(batch, "first_snapshot", "?"), step.snapshot_id,
+                  rows, time.monotonic() - started,
+                  extra={"group": self.group_name, "member": self.member_id,
+                         "shard": o.shard, "epoch": o.epoch})
         self.history.record("deliver", shard=o.shard, epoch=o.epoch,
                             snapshot=step.snapshot_id, next_snapshot=step.next_snapshot,
                             kind=step.kind.value)

@@ -199,6 +199,17 @@ class MemberCollector(Collector):
             s: (positions.get(s), p.lag_snapshots, p.lag_seconds) for s, p in progress.items()
         }
 
+    def owned_lag(self) -> int | None:
+        """Unread snapshots summed over the shards the member owns (None: unknown)."""
+        with self._lock:
+            self._refresh_lag()
+            owned = set(self.member.owned_shards)
+            lags = [lag for s, (_, lag, _) in self._lag.items()
+                    if s in owned and lag is not None]
+        if not owned:
+            return 0
+        return sum(lags) if lags else None
+
     # -- collect -----------------------------------------------------------
 
     def collect(self) -> Iterator[Metric]:

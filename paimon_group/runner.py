@@ -25,9 +25,13 @@ log = logging.getLogger("paimon_group.runner")
 
 
 async def run_member_async(
-    config: MemberConfig, handler: Handler, *, metrics_port: int | None = None
+    config: MemberConfig, handler: Handler, *, metrics_port: int | None = None,
+    progress_interval_s: float | None = None,
 ) -> None:
+    """Run one member until a signal; ``progress_interval_s``: log a progress
+    line that often (:mod:`paimon_group.progress`; None or 0: never)."""
     member = GroupMember(config)
+    progress: asyncio.Task[None] | None = None
     server: Any = None
     if metrics_port is not None:
         from paimon_group.metrics import serve_metrics
@@ -39,6 +43,11 @@ async def run_member_async(
         loop.add_signal_handler(sig, stop.set)
     try:
         await member.start()
+        if progress_interval_s:
+            from paimon_group.progress import report_progress
+
+            progress = asyncio.create_task(report_progress(member, progress_interval_s),
+                                           name="pg-progress")
         runner = asyncio.create_task(member.run(handler), name="pg-run")
         stopper = asyncio.create_task(stop.wait(), name="pg-signal")
         await asyncio.wait([runner, stopper], return_when=asyncio.FIRST_COMPLETED)
@@ -53,6 +62,8 @@ async def run_member_async(
             await runner
         member.raise_if_failed()
     finally:
+        if progress is not None:
+            progress.cancel()
         close = getattr(handler, "close", None)
         if callable(close):
             with contextlib.suppress(Exception):
@@ -65,6 +76,8 @@ async def run_member_async(
 
 
 def run_until_signalled(
-    config: MemberConfig, handler: Handler, *, metrics_port: int | None = None
+    config: MemberConfig, handler: Handler, *, metrics_port: int | None = None,
+    progress_interval_s: float | None = None,
 ) -> None:
-    asyncio.run(run_member_async(config, handler, metrics_port=metrics_port))
+    asyncio.run(run_member_async(config, handler, metrics_port=metrics_port,
+                                 progress_interval_s=progress_interval_s))

@@ -1,0 +1,47 @@
+"""Progress of a running worker: a rate line at INFO, one line per batch at DEBUG.
+
+A real ``paimon-group run`` process on the embedded coordinator; the lines are
+read from its log.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from paimon_group.progress import progress_line
+from tests.support.group_procs import GroupHarness
+
+pytestmark = [pytest.mark.slow]
+
+PROGRESS = re.compile(r"INFO paimon_group\.progress: progress: (\d+) batches, (\d+) rows in "
+                      r"\d+ s \(\d+ rows/s\); shards \[[\d, ]*\]; lag (\d+|unknown)")
+
+
+def test_progress_line_text() -> None:
+    assert progress_line(12, 3400, 5.0, [0, 1], 0) == (
+        "progress: 12 batches, 3400 rows in 5 s (680 rows/s); shards [0, 1]; lag 0 snapshots")
+    assert progress_line(0, 0, 5.0, [], None).endswith("lag unknown")
+
+
+def test_a_running_worker_logs_its_progress(tmp_path: Path) -> None:
+    h = GroupHarness(tmp_path, f"sqlite://{tmp_path}/coordinator.sqlite", buckets=2)
+    try:
+        h.write(range(0, 30))
+        h.start("m0", "--progress-interval-s", "0.5", "--log-level", "DEBUG")
+        h.wait_caught_up({"m0"})
+        h.write(range(30, 50))
+        h.wait_for(lambda d: sum(int(m[1]) for m in PROGRESS.findall(h.log("m0"))) >= 50,
+                   what="progress lines counting every row")
+        assert h.terminate("m0") == 0
+    finally:
+        h.cleanup()
+    log = h.log("m0")
+    lines = PROGRESS.findall(log)
+    assert sum(int(batches) for batches, _, _ in lines) >= 2, log[-3000:]
+    assert sum(int(rows) for _, rows, _ in lines) == 50, log[-3000:]
+    delivered = re.findall(r"DEBUG paimon_group\.member: delivered shard \d \w+ snapshots "
+                           r"\S+\.\.\d+: (\d+) rows", log)
+    assert sum(int(n) for n in delivered) == 50, log[-3000:]
