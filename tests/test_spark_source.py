@@ -200,6 +200,7 @@ def test_available_now_reads_what_is_there_then_ends(spark: Any, tmp_path: Path)
     reader = (spark.readStream.format("paimon-group").option("group", "once")
               .option("warehouse", str(warehouse)).option("table", "db.t")
               .option("start", "earliest").option("metadata_columns", "true")
+              .option("include_row_kind", "true")
               .option("max_snapshots_per_batch", "1"))
     query = (reader.load().writeStream.foreachBatch(recorder)
              .option("checkpointLocation", str(tmp_path / "ckpt"))
@@ -208,3 +209,5 @@ def test_available_now_reads_what_is_there_then_ends(spark: Any, tmp_path: Path)
     assert query.exception() is None
     assert sorted(recorder.sink_ids(spark)) == list(range(60))
     assert len(recorder.batches) == 2  # one snapshot per batch: the cap applies
+    kinds = read_sink(spark, str(recorder.sink), ["_row_kind", "_pg_snapshot"])
+    assert sorted(set(kinds)) == [("+I", 1), ("+I", 2)]
