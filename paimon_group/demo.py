@@ -15,6 +15,7 @@ to a JSONL file per process in ``$PAIMON_GROUP_DEMO_DIR``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -108,6 +109,50 @@ def write_loop(warehouse: str, seconds: float, per_snapshot: int, log_path: str)
             time.sleep(0.3)
 
 
+# -- the screen ------------------------------------------------------------------
+
+EVENT_LINES = 6
+"""Events shown at once: with the header, the member table and the shard line
+the whole view fits an 80x24 terminal."""
+
+
+def demo_view(report: dict[str, Any], statuses: dict[str, str], events: list[str]) -> Any:
+    """The demo's screen: one status line, one row per worker, one shard line, events.
+
+    ``statuses`` is what the demo knows of each worker's process ("running",
+    "killed", "stopped (exit 0)"); the group's view comes from ``report``
+    (describe). Compact on purpose: the full ``describe`` does not fit 24 lines
+    next to the events.
+    """
+    from rich import box
+    from rich.console import Group
+    from rich.panel import Panel
+    from rich.table import Table
+    from rich.text import Text
+
+    if report:
+        head = Text.assemble(
+            ("group ", "bold"), "demo", ("  state ", "bold"), str(report.get("state")),
+            ("  generation ", "bold"), str(report.get("generation")),
+            ("  snapshot ", "bold"), str(report.get("latest_snapshot")),
+            ("  lag ", "bold"), f"{report.get('total_lag_snapshots', 0)}",
+        )
+    else:
+        head = Text("waiting for the group...", style="dim")
+    owned = {m["member_id"]: m.get("owned_shards", []) for m in report.get("members", [])}
+    members = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    for col in ("worker", "process", "shards"):
+        members.add_column(col, no_wrap=True)
+    for name, status in statuses.items():
+        style = "green" if status == "running" else "red" if status == "killed" else "dim"
+        shards = ",".join(str(s) for s in owned.get(name, [])) or "-"
+        members.add_row(name, Text(status, style=style), shards)
+    owners = " ".join(f"{s['shard']}:{s['owner'] or '-'}" for s in report.get("shards", []))
+    shard_line = Text.assemble(("shards ", "bold"), owners or "-")
+    tail = "\n".join(events[-EVENT_LINES:])
+    return Group(head, members, shard_line, Panel(tail, title="events", height=EVENT_LINES + 2))
+
+
 # -- the orchestration ---------------------------------------------------------
 
 
@@ -121,6 +166,7 @@ class Demo:
         self.coordinator = f"sqlite://{self.base / 'coordinator.sqlite'}"
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.events: list[str] = []
+        self.statuses: dict[str, str] = {}
         self.env = {**os.environ, "PAIMON_GROUP_DEMO_DIR": str(self.out)}
 
     def note(self, text: str) -> None:
@@ -136,6 +182,7 @@ class Demo:
             "--start", "earliest",
         ]
         self.procs[member_id] = subprocess.Popen(cmd, stdout=log, stderr=log, env=self.env)
+        self.statuses[member_id] = "running"
         self.note(f"started {member_id} (pid {self.procs[member_id].pid})")
 
     def describe(self) -> dict[str, Any]:
@@ -151,11 +198,8 @@ class Demo:
         return asyncio.run(go())
 
     def run(self) -> bool:
-        from rich.console import Console, Group
+        from rich.console import Console
         from rich.live import Live
-        from rich.panel import Panel
-
-        from paimon_group.render import describe_renderable
 
         console = Console()
         console.print(f"[bold]paimon-group demo[/bold] in {self.base}")
@@ -175,10 +219,8 @@ class Demo:
         started = time.monotonic()
         report: dict[str, Any] = {}
 
-        def view() -> Group:
-            tail = "\n".join(self.events[-8:])
-            body = describe_renderable(report) if report else "waiting for the group..."
-            return Group(body, Panel(tail, title="events"))
+        def view() -> Any:
+            return demo_view(report, self.statuses, self.events)
 
         with Live(view(), console=console, refresh_per_second=4) as live:
             while True:
@@ -186,6 +228,7 @@ class Demo:
                 if killed_at is None and elapsed > self.seconds / 3:
                     self.procs[victim].send_signal(signal.SIGKILL)
                     self.procs[victim].wait()
+                    self.statuses[victim] = "killed"
                     killed_at = time.monotonic()
                     self.note(f"SIGKILL {victim}: its shards move after the session timeout")
                 if killed_at is not None and not restarted and time.monotonic() - killed_at > 6:
@@ -210,6 +253,13 @@ class Demo:
                 if p.poll() is None:
                     p.send_signal(signal.SIGTERM)
             codes = {name: p.wait(timeout=60) for name, p in self.procs.items()}
+            # The final frame: every worker stopped, the group as they left it.
+            for name, code in codes.items():
+                self.statuses[name] = f"stopped (exit {code})"
+            with contextlib.suppress(Exception):
+                report = self.describe()
+            self.note("all workers stopped")
+            live.update(view(), refresh=True)
         return self.account(writes, codes, console)
 
     def account(self, writes: Path, codes: dict[str, int], console: Any) -> bool:

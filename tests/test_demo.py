@@ -2,21 +2,80 @@
 
 from __future__ import annotations
 
+import io
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+from rich.console import Console
+
+from paimon_group.demo import demo_view
+from tests.support.group_procs import REPO
 
 
 @pytest.mark.slow
 def test_demo_delivers_every_row(tmp_path: Path) -> None:
+    # An 80x24 terminal, as rich sees it (COLUMNS, LINES). Piped, rich's Live
+    # prints its final frame once: the screenshot of the end of the demo.
+    env = {**os.environ, "COLUMNS": "80", "LINES": "24"}
     result = subprocess.run(
         [sys.executable, "-m", "paimon_group", "demo", "--seconds", "8", "--dir",
          str(tmp_path / "demo")],
-        cwd=tmp_path, capture_output=True, text=True, timeout=400,
+        cwd=REPO, capture_output=True, text=True, timeout=400, env=env,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "every written row was delivered" in result.stdout
     assert "missing 0" in result.stdout
     assert "'worker-0': 0" in result.stdout
+    frame = result.stdout.split("accounting")[0].splitlines()
+    assert len(frame) <= 24 and all(len(line) <= 80 for line in frame), result.stdout
+    text = "\n".join(frame)
+    assert "─ events ─" in text and "all workers stopped" in text, text
+    for worker in ("worker-0", "worker-1", "worker-2"):
+        assert re.search(rf"{worker} +stopped \(exit 0\)", text), text
+    assert "running" not in text and "killed" not in text.split("─ events ─")[0], text
+
+
+def sample_report(shards: int = 8) -> dict[str, Any]:
+    members = [f"worker-{i}" for i in range(3)]
+    return {
+        "group": "demo", "state": "rebalancing", "generation": 12, "latest_snapshot": 123,
+        "total_lag_snapshots": 17,
+        "members": [{"member_id": m, "owned_shards": [s for s in range(shards) if s % 3 == i]}
+                    for i, m in enumerate(members)],
+        "shards": [{"shard": s, "owner": members[s % 3]} for s in range(shards)],
+    }
+
+
+def screen(renderable: Any) -> list[str]:
+    console = Console(width=80, height=24, record=True, file=io.StringIO())
+    console.print(renderable)
+    return console.export_text().rstrip("\n").splitlines()
+
+
+def test_demo_screen_fits_80x24_with_its_events() -> None:
+    events = [f"03:00:{i:02d} event number {i}" for i in range(20)]
+    statuses = {"worker-0": "running", "worker-1": "killed", "worker-2": "running"}
+    lines = screen(demo_view(sample_report(), statuses, events))
+    # One line above the live view is the demo's banner.
+    assert len(lines) <= 23, "\n".join(lines)
+    text = "\n".join(lines)
+    assert "─ events ─" in text
+    assert "event number 19" in text and "event number 14" in text
+    assert re.search(r"worker-1 +killed", text)
+    assert "7:worker-1" in text
+
+
+def test_final_frame_shows_stopped_workers() -> None:
+    statuses = {f"worker-{i}": "stopped (exit 0)" for i in range(3)}
+    report = {"group": "demo", "state": "empty", "generation": 13, "latest_snapshot": 130,
+              "total_lag_snapshots": 0, "members": [],
+              "shards": [{"shard": s, "owner": None} for s in range(8)]}
+    text = "\n".join(screen(demo_view(report, statuses, ["03:00:00 all workers stopped"])))
+    for i in range(3):
+        assert re.search(rf"worker-{i} +stopped \(exit 0\) +-", text), text
+    assert "state empty" in text and "0:- " in text
