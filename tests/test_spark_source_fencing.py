@@ -114,3 +114,28 @@ def test_a_revocation_waits_for_the_commit_of_the_batch_in_flight(tmp_path: Path
     finally:
         a.stop()
         b.stop()
+
+
+def test_a_column_added_while_the_query_runs_is_not_read_until_it_restarts(
+    tmp_path: Path,
+) -> None:
+    from paimon_group.spark_source import PaimonGroupDataSource
+    from tests.test_schema_change import _add_column, _write_with_extra
+
+    make_pk_table(tmp_path, "db.t", buckets=2)
+    write_rows(tmp_path, "db.t", range(10))
+    source = PaimonGroupDataSource({"group": "g", "warehouse": str(tmp_path), "table": "db.t",
+                                    "member_id": "a", "metadata_columns": "true"})
+    schema = source.schema()  # fixed when the query is defined
+    stream = source.streamReader(schema)
+    assert isinstance(stream, PaimonGroupStreamReader)
+    try:
+        start = stream.initialOffset()
+        _add_column(str(tmp_path), "db.t")
+        _write_with_extra(str(tmp_path), "db.t", range(10, 20))
+        end = stream.latestOffset(start, None)
+        batches = [b for p in stream.partitions(start, end) for b in stream.read(p)]
+        assert {tuple(b.schema.names) for b in batches} == {tuple(schema.fieldNames())}
+        assert sorted(i for b in batches for i in b.column("id").to_pylist()) == list(range(20))
+    finally:
+        stream.stop()

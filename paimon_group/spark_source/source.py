@@ -98,7 +98,9 @@ class PaimonGroupDataSource(DataSource):
         return from_arrow_schema(arrow_schema(self.source_options))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return PaimonGroupStreamReader(self.source_options)
+        extra = {"_row_kind", *(name for name, _ in _METADATA_TYPES)}
+        columns = tuple(n for n in schema.fieldNames() if n not in extra)
+        return PaimonGroupStreamReader(self.source_options, columns)
 
 
 class ShardPartition(InputPartition):
@@ -118,8 +120,12 @@ class ShardPartition(InputPartition):
 class PaimonGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Offsets, partitions and commits of one query; see the module docstring."""
 
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: SourceOptions, columns: tuple[str, ...] | None = None) -> None:
         self.options = options
+        # The table's columns when the query was defined: a column added to
+        # the table later is not read (Spark's schema of a running query is
+        # fixed); restart the query to get it.
+        self.columns = columns
         self._driver: GroupDriver | None = None
         # Trigger.AvailableNow: no snapshot after this one is read.
         self._target: int | None = None
@@ -127,7 +133,8 @@ class PaimonGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         self._planned: dict[str, dict[int, list[Piece]]] = {}
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"options": self.options, "_driver": None, "_planned": {}, "_target": None}
+        return {"options": self.options, "columns": self.columns, "_driver": None,
+                "_planned": {}, "_target": None}
 
     # -- the group ---------------------------------------------------------
 
@@ -222,15 +229,18 @@ class PaimonGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, ShardPartition)
-        return read_partition(self.options, partition)
+        return read_partition(self.options, partition, self.columns)
 
 
-def read_partition(options: SourceOptions, partition: ShardPartition) -> Iterator[pa.RecordBatch]:
-    """The rows of one partition as record batches, through the project's read path."""
+def read_partition(options: SourceOptions, partition: ShardPartition,
+                   columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
+    """The rows of one partition as record batches, through the project's read path
+    (only ``columns`` of the table are decoded, when given)."""
     from paimon_group.table import ShardedTable
 
     table = ShardedTable.open(options.warehouse, options.table, options.catalog_options)
-    planner = table.planner(1, include_row_kind=options.include_row_kind)
+    planner = table.planner(1, include_row_kind=options.include_row_kind,
+                            projection=list(columns) if columns else None)
     schema = pa.schema([f.with_nullable(True) for f in planner.schema]
                        + ([pa.field(n, t) for n, t in _METADATA_TYPES]
                           if options.metadata_columns else []))
