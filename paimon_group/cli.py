@@ -130,7 +130,9 @@ def coordinator_options(fn: F) -> F:
         click.option("--coordinator-key", envvar=_env("coordinator-key"),
                      type=click.Path(dir_okay=False), help="Client key for TLS."),
         click.option("--coordinator-server-name", envvar=_env("coordinator-server-name"),
-                     help="Expected TLS server name, when it differs from the host."),
+                     help="etcd only: the name expected in the server certificate, when it differs "
+                          "from the host (ZooKeeper refuses it: name its servers as their "
+                          "certificates do)."),
         click.option("--coordinator-auth", envvar=_env("coordinator-auth"),
                      type=click.Choice(["digest", "sasl"]),
                      help="ZooKeeper authentication scheme (default digest with a user)."),

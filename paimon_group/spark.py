@@ -26,7 +26,7 @@ the handler then returns without retrying (nothing was written, and the
 member's fenced commit of that batch is rejected the same way), so a
 member that lost a shard drops it instead of failing.
 
-PySpark is an optional extra (``pip install 'paimon-group[spark]'``); it is
+PySpark is an optional extra (``pip install '.[spark]'`` in the clone); it is
 imported only when a session is needed.
 
 Example (``my_jobs.py``, run with ``paimon-group run --group g --warehouse /wh
@@ -88,7 +88,7 @@ ARROW_CONF: Mapping[str, str] = {
 }
 """Set on every classic (non-Connect) session this module builds (see the module docstring)."""
 
-_INSTALL_HINT = "install the extra: pip install 'paimon-group[spark]'"
+_INSTALL_HINT = "install the extra: pip install '.[spark]' (run in the clone)"
 
 
 def _import_pyspark() -> Any:

@@ -180,7 +180,7 @@ def test_missing_pyspark_is_one_config_error_line(monkeypatch: pytest.MonkeyPatc
         monkeypatch.setitem(sys.modules, name, None)  # import raises ImportError
     with pytest.raises(ConfigError) as info:
         spark_handler_from_spec("json:dumps", master="local[1]")
-    assert "paimon-group[spark]" in str(info.value)
+    assert "pip install '.[spark]'" in str(info.value)
     assert "\n" not in str(info.value)
     with pytest.raises(ConfigError):
         SparkBatchHandler(lambda df, b: None).start()
