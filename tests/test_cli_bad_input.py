@@ -100,3 +100,10 @@ def test_bad_input_is_one_line(warehouse: Path, tmp_path: Path, entry: str, case
     assert tree(warehouse, scratch) == before
     if case.endswith("unreachable"):
         assert "(timeout " in result.stderr, result.stderr
+
+
+def test_a_string_without_scheme_is_echoed_as_given_minus_secrets() -> None:
+    from coordinators.registry import redact_url
+
+    assert redact_url("etcd//oops") == "etcd//oops"
+    assert redact_url("user:pw@etcd-0:2379?password=x") == "***@etcd-0:2379?password=***"
