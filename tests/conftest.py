@@ -1,7 +1,30 @@
 """Suite-wide fixtures. Real servers are started by the plugins below, on free
 loopback ports; in CI (``CI=true``) a missing server binary fails, never skips."""
 
+import logging
+from collections.abc import Iterator
+
+import pytest
+
 pytest_plugins = [
     "tests.support.etcd_server",
     "tests.support.zk_server",
 ]
+
+
+# configure_logging (run by every in-process CLI invocation) sets the level of
+# the root logger and silences the coordinator clients' loggers; without this
+# a later test that captures kazoo's packet log would depend on test order.
+_LOGGERS_SET_BY_THE_CLI = (
+    "", "pypaimon", "py4j", "urllib3", "kazoo", "coordinators.zookeeper.kazoo",
+    "aetcd", "grpc",
+)
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging_levels() -> Iterator[None]:
+    loggers = [logging.getLogger(name) for name in _LOGGERS_SET_BY_THE_CLI]
+    levels = [logger.level for logger in loggers]
+    yield
+    for logger, level in zip(loggers, levels, strict=True):
+        logger.setLevel(level)

@@ -795,6 +795,7 @@ async def test_credentials_never_reach_reprs_messages_or_logs(
     zk_server_factory: Callable[..., ZkServer], caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(1)  # everything, kazoo's BLATHER and DEBUG packet logs included
+    caplog.set_level(1, logger="coordinators.zookeeper.kazoo")
     server = zk_server_factory(sasl_users={"alice": PASSWORD})
     for options in (digest_options(), sasl_options()):
         url = server.unique_url(acl=None)
