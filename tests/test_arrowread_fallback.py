@@ -1,0 +1,85 @@
+"""The tables the Arrow reader leaves to pypaimon's reader (docs/design.md,
+"What pypaimon's reader still reads"): every path still reads exactly what
+pypaimon reads, the splits are counted as fallen back, and the reason is said
+in one log line per table, not once per split."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from paimon_group.planner import ShardPlanner
+from paimon_group.table import ShardedTable
+from tests.support.tables import make_pk_table, open_table, rows_table, write_rows
+from tests.test_arrowread import assert_same
+
+FALLBACK_TABLES = {
+    "partial-update": ({"merge-engine": "partial-update"}, "merge-engine partial-update"),
+    "aggregation": (
+        {"merge-engine": "aggregation", "fields.v.aggregate-function": "sum"},
+        "merge-engine aggregation",
+    ),
+}
+
+
+def _write_with_nulls(warehouse: str, ids: range, v: int) -> None:
+    """Rows whose payload is null for odd keys: partial-update keeps the older
+    non-null value there, which a plain deduplicate would not."""
+    table = open_table(warehouse, "db.t")
+    data = rows_table(table, ids, v=v)
+    payload = [None if i % 2 else f"p{i}-{v}" for i in ids]
+    data = data.set_column(
+        data.schema.get_field_index("payload"), "payload", pa.array(payload, pa.string())
+    )
+    builder = table.new_batch_write_builder()
+    write, commit = builder.new_write(), builder.new_commit()
+    try:
+        write.write_arrow(data)
+        commit.commit(write.prepare_commit())
+    finally:
+        write.close()
+        commit.close()
+
+
+@pytest.mark.parametrize("kind", sorted(FALLBACK_TABLES))
+def test_fallback_table_reads_what_pypaimon_reads_and_says_why_once(
+    kind: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    options, reason = FALLBACK_TABLES[kind]
+    warehouse = str(tmp_path / "wh")
+    make_pk_table(warehouse, "db.t", buckets=2, options=options)
+    write_rows(warehouse, "db.t", range(0, 20), v=1)
+    _write_with_nulls(warehouse, range(0, 20), v=2)
+    write_rows(warehouse, "db.t", range(10, 30), v=3)
+
+    caplog.set_level(logging.INFO, logger="paimon_group.arrowread")
+    table = ShardedTable.open(warehouse, "db.t")
+    latest = table.latest_snapshot_id()
+    assert latest == 3
+    planner = ShardPlanner(table, 2, include_row_kind=True, batch_rows=5)
+    shards = [0, 1]
+    steps = [planner.plan_full(shards, s) for s in range(1, latest + 1)]
+    position = 1
+    while (step := planner.plan_next(shards, position)) is not None:
+        steps.append(step)
+        position = step.next_snapshot
+    compared = 0
+    for step in steps:
+        for shard, splits in step.splits.items():
+            reference = planner.pypaimon_read_arrow(splits)
+            assert_same(planner.read_arrow(splits), reference, f"{kind} shard {shard}")
+            streamed = pa.Table.from_batches(
+                list(planner.iter_batches(splits)), schema=planner.schema
+            )
+            assert_same(streamed, reference, f"{kind} shard {shard} iter_batches")
+            compared += reference.num_rows
+    assert compared > 0
+    assert planner._read_path is not None
+    assert planner._read_path.fallback_splits > 0
+    lines = [r.getMessage() for r in caplog.records if r.name == "paimon_group.arrowread"]
+    assert [line for line in lines if reason in line] == [
+        f"table db.t: pypaimon's reader reads splits with {reason} (the Arrow reader does not)"
+    ], lines
