@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from coordinators.base import ConnectOptions, Secret
 from coordinators.errors import ConfigError
@@ -34,6 +35,9 @@ _KNOWN = {
     "shards", "revoke_timeout_s", "rebalance_delay_s", "include_row_kind", "metadata_columns",
     "max_snapshots_per_batch", "max_rows_per_batch", "ready_timeout_s",
     "coordinator_username", "coordinator_password", "path",
+    # TLS and authentication, named as the CLI's --coordinator-* options.
+    "coordinator_password_file", "coordinator_ca", "coordinator_cert", "coordinator_key",
+    "coordinator_server_name", "coordinator_auth", "allow_plaintext_credentials",
 }
 
 
@@ -44,6 +48,17 @@ def _bool(options: Mapping[str, str], key: str) -> bool:
     if text in ("false", "0", "no", ""):
         return False
     raise ConfigError(f"option {key}={text!r} must be true or false")
+
+
+def _password_file(options: Mapping[str, str]) -> str | None:
+    path = options.get("coordinator_password_file")
+    if not path:
+        return None
+    try:
+        return Path(path).read_text().strip()
+    except OSError as err:
+        raise ConfigError(
+            f"cannot read coordinator password file {path}: {err.strerror}") from None
 
 
 def _number(options: Mapping[str, str], key: str, default: float | None, *,
@@ -83,6 +98,12 @@ class SourceOptions:
     catalog_options: dict[str, str] = field(default_factory=dict)
     coordinator_username: str | None = None
     coordinator_password: Secret | None = field(default=None, repr=False)
+    coordinator_ca: str | None = None
+    coordinator_cert: str | None = None
+    coordinator_key: str | None = None
+    coordinator_server_name: str | None = None
+    coordinator_auth: str | None = None
+    allow_plaintext_credentials: bool = False
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -106,7 +127,7 @@ class SourceOptions:
         shards = _number(opts, "shards", None, integer=True)
         max_snapshots = _number(opts, "max_snapshots_per_batch", None, integer=True)
         max_rows = _number(opts, "max_rows_per_batch", None, integer=True)
-        password = opts.get("coordinator_password")
+        password = opts.get("coordinator_password") or _password_file(opts)
         parsed = cls(
             group=group,
             warehouse=opts["warehouse"],
@@ -128,6 +149,12 @@ class SourceOptions:
                              if k.startswith(CATALOG_PREFIX)},
             coordinator_username=opts.get("coordinator_username") or None,
             coordinator_password=Secret(password) if password else None,
+            coordinator_ca=opts.get("coordinator_ca") or None,
+            coordinator_cert=opts.get("coordinator_cert") or None,
+            coordinator_key=opts.get("coordinator_key") or None,
+            coordinator_server_name=opts.get("coordinator_server_name") or None,
+            coordinator_auth=opts.get("coordinator_auth") or None,
+            allow_plaintext_credentials=_bool(opts, "allow_plaintext_credentials"),
         )
         parsed.member_config()  # the member's own checks (member id, start, ...)
         return parsed
@@ -153,5 +180,11 @@ class SourceOptions:
                 session_timeout_s=self.session_timeout_s,
                 username=self.coordinator_username,
                 password=self.coordinator_password,
+                tls_ca=self.coordinator_ca,
+                tls_cert=self.coordinator_cert,
+                tls_key=self.coordinator_key,
+                tls_server_name=self.coordinator_server_name,
+                auth_scheme=self.coordinator_auth,
+                allow_plaintext_credentials=self.allow_plaintext_credentials,
             ),
         )
