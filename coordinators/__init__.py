@@ -1,6 +1,17 @@
-"""Coordinator backends behind one small protocol (see :mod:`coordinators.base`)."""
+"""Coordinator backends behind one small protocol (see :mod:`coordinators.protocol`)."""
 
-from coordinators.base import (
+from coordinators.errors import (
+    AuthenticationFailed,
+    ConfigError,
+    CoordinatorError,
+    CoordinatorUnavailable,
+    CorruptValue,
+    InvalidCoordinatorURL,
+    PaimonGroupError,
+    SessionLost,
+    SessionSuspended,
+)
+from coordinators.protocol import (
     Check,
     ConnectOptions,
     Coordinator,
@@ -12,17 +23,6 @@ from coordinators.base import (
     Session,
     SessionState,
     Watch,
-)
-from coordinators.errors import (
-    AuthenticationFailed,
-    ConfigError,
-    CoordinatorError,
-    CoordinatorUnavailable,
-    CorruptValue,
-    InvalidCoordinatorURL,
-    PaimonGroupError,
-    SessionLost,
-    SessionSuspended,
 )
 from coordinators.registry import BACKENDS, open_coordinator, redact_url
 

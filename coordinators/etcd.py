@@ -69,7 +69,18 @@ import grpc.aio  # type: ignore[import-untyped]
 import tenacity
 from aetcd import rpc
 
-from coordinators.base import (
+from coordinators import retry
+from coordinators.credentials import refuse_plaintext_credentials
+from coordinators.errors import (
+    AuthenticationFailed,
+    ConfigError,
+    CoordinatorError,
+    CoordinatorUnavailable,
+    InvalidCoordinatorURL,
+    SessionLost,
+)
+from coordinators.keepalive import ThreadedSession
+from coordinators.protocol import (
     Check,
     ConnectOptions,
     Coordinator,
@@ -82,17 +93,7 @@ from coordinators.base import (
     validate_dir,
     validate_key,
 )
-from coordinators.credentials import refuse_plaintext_credentials
-from coordinators.errors import (
-    AuthenticationFailed,
-    ConfigError,
-    CoordinatorError,
-    CoordinatorUnavailable,
-    InvalidCoordinatorURL,
-    SessionLost,
-)
-from coordinators.keepalive import ThreadedSession
-from coordinators.registry import redact_url
+from coordinators.urls import host_string, parse_hosts, redact_url, split_scheme
 
 log = logging.getLogger(__name__)
 
@@ -130,45 +131,32 @@ class EtcdTarget:
     tls: bool
 
 
-_HOST = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(?::(\d{1,5}))?$")
-_SEGMENT = re.compile(r"^[A-Za-z0-9._-]+$")
-
-
 def parse_etcd_url(url: str) -> EtcdTarget:
     """``etcd[s]://HOST[:PORT][,HOST[:PORT]...][/PREFIX]``; one-line error if bad."""
     shown = redact_url(url)
-
-    def bad(why: str) -> InvalidCoordinatorURL:
-        return InvalidCoordinatorURL(f"invalid etcd URL {shown!r}: {why}")
-
-    scheme, sep, rest = url.partition("://")
-    if not sep or scheme.lower() not in ("etcd", "etcds"):
-        raise bad("expected etcd://HOST:PORT[,HOST:PORT...][/PREFIX] or etcds://...")
+    scheme, rest = split_scheme(
+        url, ("etcd", "etcds"), "an etcd URL",
+        "etcd://HOST:PORT[,HOST:PORT...][/PREFIX] or etcds://...",
+    )
     if "?" in rest or "#" in rest:
-        raise bad("query strings are not supported; pass options instead")
+        raise InvalidCoordinatorURL(
+            f"invalid etcd URL {shown!r}: query strings are not supported; pass options instead"
+        )
     netloc, _, path = rest.partition("/")
-    if "@" in netloc:
-        raise bad("credentials do not belong in the URL; use the username/password options")
-    if not netloc:
-        raise bad("no endpoint")
-    endpoints = []
-    for part in netloc.split(","):
-        match = _HOST.match(part.strip())
-        if match is None:
-            raise bad(f"bad endpoint {part!r}, expected HOST:PORT")
-        port = int(match.group(2) or DEFAULT_PORT)
-        if not 0 < port < 65536:
-            raise bad(f"bad port in {part!r}")
-        endpoints.append(f"{match.group(1)}:{port}")
+    hosts = parse_hosts(netloc, DEFAULT_PORT, "etcd", shown)
     path = path.strip("/")
+    prefix = ""
     if path:
-        segments = path.split("/")
-        if not all(_SEGMENT.match(s) for s in segments):
-            raise bad("the key prefix may only use A-Z a-z 0-9 . _ - separated by '/'")
+        if not all(_SEGMENT.match(s) for s in path.split("/")):
+            raise InvalidCoordinatorURL(
+                f"invalid etcd URL {shown!r}: the key prefix may only use A-Z a-z 0-9 . _ - "
+                "separated by '/'"
+            )
         prefix = path + "/"
-    else:
-        prefix = ""
-    return EtcdTarget(tuple(endpoints), prefix, scheme.lower() == "etcds")
+    return EtcdTarget(tuple(host_string(h) for h in hosts), prefix, scheme == "etcds")
+
+
+_SEGMENT = re.compile(r"^[A-Za-z0-9._-]+$")
 
 
 # -- errors ------------------------------------------------------------------
@@ -302,10 +290,7 @@ def translate_error(
 # -- retries -----------------------------------------------------------------
 
 # Built once; every call takes a copy with its own stop, retry predicate and sleep.
-_RETRY_POLICY: Final = tenacity.AsyncRetrying(
-    wait=tenacity.wait_random_exponential(multiplier=0.05, max=1.0),
-    reraise=True,
-)
+_RETRY_POLICY: Final = retry.RPCS
 
 
 def _retry_predicate(idempotent: bool) -> tenacity.retry_base:

@@ -51,8 +51,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from coordinators.base import Session, SessionState
 from coordinators.errors import CoordinatorError
+from coordinators.protocol import Session, SessionState
 
 log = logging.getLogger(__name__)
 

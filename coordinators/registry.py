@@ -22,10 +22,12 @@ Example::
 from __future__ import annotations
 
 import importlib
-from urllib.parse import urlsplit
 
-from coordinators.base import ConnectOptions, Coordinator
 from coordinators.errors import InvalidCoordinatorURL
+from coordinators.protocol import ConnectOptions, Coordinator
+from coordinators.urls import redact_url
+
+__all__ = ["BACKENDS", "open_coordinator", "redact_url", "scheme_of"]
 
 BACKENDS: dict[str, str] = {
     "sqlite": "coordinators.sqlite:SqliteCoordinator",
@@ -49,31 +51,6 @@ def scheme_of(url: str) -> str:
             f"use one of {', '.join(sorted(BACKENDS))}"
         )
     return scheme
-
-
-def redact_url(url: str) -> str:
-    """The URL with any ``user:password@`` part and query values masked."""
-    if "://" not in url:
-        # Not a URL at all (``etcd//oops``): show it as given, minus any
-        # ``user:password@`` part and query values.
-        text, _, query = url.partition("?")
-        if "@" in text:
-            text = "***@" + text.rsplit("@", 1)[1]
-        masked = "&".join(f"{kv.split('=', 1)[0]}=***" if "=" in kv else kv
-                          for kv in query.split("&") if kv)
-        return text + (f"?{masked}" if masked else "")
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparseable URL>"
-    netloc = parts.netloc
-    if "@" in netloc:
-        netloc = "***@" + netloc.rsplit("@", 1)[1]
-    query = "&".join(
-        f"{kv.split('=', 1)[0]}=***" if "=" in kv else kv for kv in parts.query.split("&") if kv
-    )
-    out = f"{parts.scheme}://{netloc}{parts.path}"
-    return out + (f"?{query}" if query else "")
 
 
 def open_coordinator(url: str, options: ConnectOptions | None = None) -> Coordinator:

@@ -92,7 +92,16 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeVar
 from urllib.parse import unquote, urlsplit
 
-from coordinators.base import (
+from coordinators.errors import (
+    ConfigError,
+    CoordinatorError,
+    CoordinatorUnavailable,
+    ErrorTranslation,
+    InvalidCoordinatorURL,
+    SessionLost,
+)
+from coordinators.keepalive import KeepAliveThread, ThreadedSession
+from coordinators.protocol import (
     Check,
     ConnectOptions,
     Coordinator,
@@ -105,15 +114,7 @@ from coordinators.base import (
     validate_dir,
     validate_key,
 )
-from coordinators.errors import (
-    ConfigError,
-    CoordinatorError,
-    CoordinatorUnavailable,
-    InvalidCoordinatorURL,
-    SessionLost,
-)
-from coordinators.keepalive import KeepAliveThread, ThreadedSession
-from coordinators.registry import redact_url
+from coordinators.urls import redact_url, split_scheme
 
 log = logging.getLogger(__name__)
 
@@ -167,13 +168,10 @@ class _Target:
 def parse_url(url: str) -> _Target:
     """The database a ``sqlite://`` or ``memory://`` URL names (one-line errors)."""
     shown = redact_url(url)
-    scheme, sep, rest = url.partition("://")
-    scheme = scheme.lower()
-    if not sep or scheme not in ("sqlite", "memory"):
-        raise InvalidCoordinatorURL(
-            f"not an embedded coordinator URL: {shown!r}; "
-            "use sqlite:///ABSOLUTE/PATH.db or memory://NAME"
-        )
+    scheme, rest = split_scheme(
+        url, ("sqlite", "memory"), "an embedded coordinator URL",
+        "sqlite:///ABSOLUTE/PATH.db or memory://NAME",
+    )
     if scheme == "memory":
         if not _MEMORY_NAME.fullmatch(rest):
             raise InvalidCoordinatorURL(
@@ -209,7 +207,7 @@ def dir_of(key: str) -> str:
 # ---------------------------------------------------------------- error translation
 
 
-def translate(err: sqlite3.Error, where: str) -> CoordinatorError:
+def translate(err: BaseException, where: str) -> CoordinatorError:
     """The one place where SQLite errors become ours (raise it ``from err``)."""
     code = getattr(err, "sqlite_errorcode", None)
     primary = code & 0xFF if isinstance(code, int) else None
@@ -232,6 +230,10 @@ def translate(err: sqlite3.Error, where: str) -> CoordinatorError:
     if isinstance(err, sqlite3.OperationalError):
         return CoordinatorUnavailable(f"SQLite coordinator {where} failed: {reason}")
     return CoordinatorError(f"SQLite coordinator {where} failed: {reason}")
+
+
+# The one translation of SQLite errors, around every call into sqlite3.
+_SQLITE: Final = ErrorTranslation((sqlite3.Error,), translate)
 
 
 # ------------------------------------------------------------------- the database
@@ -666,6 +668,7 @@ class SqliteCoordinator(Coordinator):
         executor, db = self._live()
         return await self._run_on(executor, db, fn)
 
+    @_SQLITE.handles(lambda self, *args: self._where())
     async def _run_on(
         self,
         executor: concurrent.futures.Executor,
@@ -673,10 +676,7 @@ class SqliteCoordinator(Coordinator):
         fn: Callable[[sqlite3.Connection], T],
     ) -> T:
         loop = asyncio.get_running_loop()
-        try:
-            return await loop.run_in_executor(executor, db.run, fn)
-        except sqlite3.Error as err:
-            raise translate(err, self._where()) from err
+        return await loop.run_in_executor(executor, db.run, fn)
 
     async def _write(self, body: Callable[[_Txn], T]) -> T:
         return await self._run(functools.partial(_write, body=body))
@@ -731,6 +731,7 @@ class SqliteCoordinator(Coordinator):
         self._heartbeat.start()
         log.debug("connected to %s with session %s", self._where(), session.id)
 
+    @_SQLITE.handles(lambda self, *args: self._where())
     async def _open(self, executor: concurrent.futures.Executor) -> _Database:
         loop = asyncio.get_running_loop()
         target, boot_id = self._target, _boot_id()
@@ -739,10 +740,7 @@ class SqliteCoordinator(Coordinator):
             opener = functools.partial(_acquire_memory, target.location, boot_id)
         else:
             opener = functools.partial(_open_file, target.location, self._busy_timeout_s, boot_id)
-        try:
-            return await loop.run_in_executor(executor, opener)
-        except sqlite3.Error as err:
-            raise translate(err, self._where()) from err
+        return await loop.run_in_executor(executor, opener)
 
     async def _release(
         self, executor: concurrent.futures.ThreadPoolExecutor, db: _Database
@@ -791,6 +789,7 @@ class SqliteCoordinator(Coordinator):
         session.mark(SessionState.LOST)
         await self._release(executor, db)
 
+    @_SQLITE.handles(lambda self, *args: self._where())
     def _renew(self, db: _Database, session: SqliteSession) -> bool:
         """One heartbeat, on the heartbeat thread: True if our row was renewed,
         False if it was reaped (LOST); raises CoordinatorError when unknown.
@@ -802,10 +801,7 @@ class SqliteCoordinator(Coordinator):
         deadline ``sent_at + timeout`` is never later than the row's.
         """
         renew = functools.partial(_renew_session, session.id, self._timeout_s)
-        try:
-            return db.run(functools.partial(_write, body=renew))
-        except sqlite3.Error as err:
-            raise translate(err, self._where()) from err
+        return db.run(functools.partial(_write, body=renew))
 
     # -- operations
 

@@ -26,7 +26,7 @@ URL
     then an optional chroot under which every znode of this coordinator
     lives (created at connect, with our ACL). The only query parameter is
     ``acl`` (it overrides :attr:`ConnectOptions.acl`). Credentials never go
-    in the URL: they are :class:`~coordinators.base.ConnectOptions` fields.
+    in the URL: they are :class:`~coordinators.protocol.ConnectOptions` fields.
     The chroot is applied by this module (kazoo sees absolute paths), so it
     can be created with our ACL; ``/zookeeper`` is never touched.
 
@@ -207,7 +207,21 @@ from kazoo.protocol.states import EventType, KazooState, WatchedEvent
 from kazoo.retry import KazooRetry
 from kazoo.security import ACL, CREATOR_ALL_ACL, Id, Permissions
 
-from coordinators.base import (
+from coordinators import retry
+from coordinators.credentials import refuse_plaintext_credentials
+from coordinators.errors import (
+    AuthenticationFailed,
+    ConfigError,
+    CoordinatorError,
+    CoordinatorUnavailable,
+    CorruptValue,
+    ErrorTranslation,
+    InvalidCoordinatorURL,
+    PaimonGroupError,
+    SessionLost,
+    SessionSuspended,
+)
+from coordinators.protocol import (
     Check,
     ConnectOptions,
     Coordinator,
@@ -221,19 +235,7 @@ from coordinators.base import (
     validate_dir,
     validate_key,
 )
-from coordinators.credentials import refuse_plaintext_credentials
-from coordinators.errors import (
-    AuthenticationFailed,
-    ConfigError,
-    CoordinatorError,
-    CoordinatorUnavailable,
-    CorruptValue,
-    InvalidCoordinatorURL,
-    PaimonGroupError,
-    SessionLost,
-    SessionSuspended,
-)
-from coordinators.registry import redact_url
+from coordinators.urls import host_string, parse_hosts, redact_url, split_scheme
 
 log = logging.getLogger(__name__)
 # kazoo logs through this logger (see _RedactCredentials).
@@ -266,19 +268,9 @@ class _Conflict(CoordinatorUnavailable):
 
 
 # Reads are idempotent: one that lost its connection mid-flight is sent again.
-_READ_RETRY: Final = tenacity.AsyncRetrying(
-    retry=tenacity.retry_if_exception_type(ConnectionLoss),
-    stop=tenacity.stop_after_attempt(4),
-    wait=tenacity.wait_random_exponential(multiplier=0.05, max=1.0),
-    reraise=True,
-)
+_READ_RETRY: Final = retry.READS.copy(retry=tenacity.retry_if_exception_type(ConnectionLoss))
 # Writes whose implicit guards failed re-read and try again.
-_CONFLICT_RETRY: Final = tenacity.AsyncRetrying(
-    retry=tenacity.retry_if_exception_type(_Conflict),
-    stop=tenacity.stop_after_attempt(30),
-    wait=tenacity.wait_random_exponential(multiplier=0.002, max=0.25),
-    reraise=True,
-)
+_CONFLICT_RETRY: Final = retry.CONFLICTS.copy(retry=tenacity.retry_if_exception_type(_Conflict))
 
 
 # ------------------------------------------------------------------------- URL
@@ -300,7 +292,7 @@ class ZkTarget:
     acl: str | None = None
 
     def hosts_string(self) -> str:
-        return ",".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in self.hosts)
+        return ",".join(host_string(h) for h in self.hosts)
 
     def display(self) -> str:
         """The URL without anything secret."""
@@ -311,44 +303,17 @@ class ZkTarget:
         return url
 
 
-def _parse_host(part: str, shown: str) -> tuple[str, int]:
-    if part.startswith("["):
-        host, sep, rest = part[1:].partition("]")
-        if not sep or (rest and not rest.startswith(":")):
-            raise InvalidCoordinatorURL(f"malformed host {part!r} in ZooKeeper URL {shown!r}")
-        port_text = rest[1:]
-    else:
-        host, _, port_text = part.partition(":")
-    if not host:
-        raise InvalidCoordinatorURL(f"empty host in ZooKeeper URL {shown!r}")
-    if not port_text:
-        return host, DEFAULT_PORT
-    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-        raise InvalidCoordinatorURL(f"invalid port {port_text!r} in ZooKeeper URL {shown!r}")
-    return host, int(port_text)
-
-
 def parse_url(url: str) -> ZkTarget:
     """The hosts, chroot and ACL of a ``zk://`` URL (one-line errors)."""
     shown = redact_url(url)
-    scheme, sep, rest = url.partition("://")
-    if not sep or scheme.lower() != "zk":
-        raise InvalidCoordinatorURL(
-            f"not a ZooKeeper URL: {shown!r}; use zk://HOST:PORT[,HOST:PORT...][/CHROOT]"
-        )
+    _, rest = split_scheme(
+        url, ("zk",), "a ZooKeeper URL", "zk://HOST:PORT[,HOST:PORT...][/CHROOT]"
+    )
     try:
         parts = urlsplit("zk://" + rest)
     except ValueError as err:
         raise InvalidCoordinatorURL(f"malformed ZooKeeper URL {shown!r}") from err
-    netloc = parts.netloc
-    if "@" in netloc:
-        raise InvalidCoordinatorURL(
-            f"ZooKeeper URL {shown!r} carries credentials: pass them as ConnectOptions "
-            "username/password instead"
-        )
-    if not netloc:
-        raise InvalidCoordinatorURL(f"ZooKeeper URL {shown!r} names no host")
-    hosts = tuple(_parse_host(p.strip(), shown) for p in netloc.split(","))
+    hosts = parse_hosts(parts.netloc, DEFAULT_PORT, "ZooKeeper", shown)
     chroot = unquote(parts.path).rstrip("/") if parts.path not in ("", "/") else ""
     if chroot:
         segments = chroot.split("/")[1:]
@@ -554,12 +519,9 @@ def translate(err: BaseException, what: str) -> PaimonGroupError:
     return CoordinatorError(f"ZooKeeper client error ({what}): {name}")
 
 
-@contextlib.contextmanager
-def _translated(what: str) -> Iterator[None]:
-    try:
-        yield
-    except (KazooException, OSError) as err:
-        raise translate(err, what) from err
+# The one translation of kazoo (and socket) errors: ``with _translated(what):``.
+_KAZOO: Final = ErrorTranslation((KazooException, OSError), translate)
+_translated: Final = _KAZOO.translating
 
 
 # ------------------------------------------------------------------- session

@@ -1,0 +1,71 @@
+"""The named retry policies, as tenacity data built once.
+
+Each policy is a :class:`tenacity.AsyncRetrying` template: how long to wait
+between attempts, and (where it is fixed) when to stop. A caller takes a copy
+with what only it knows: the predicate of what to retry (a backend's own
+exception types), a stop that depends on its options, and the ``sleep`` to
+use, injectable so that tests need not wait::
+
+    policy = retry.READS.copy(retry=tenacity.retry_if_exception_type(ConnectionLoss),
+                              sleep=asyncio.sleep)
+    value = await policy(read)
+
+A retried operation must be safe to repeat: reads always are; a write only
+when it certainly was not applied, or when it re-reads what it relied on.
+
+==================  =============================================================
+policy              used for
+==================  =============================================================
+``READS``           ZooKeeper reads that lost their connection mid-flight
+``CONFLICTS``       ZooKeeper writes whose implicit guards failed: re-read, re-plan
+``RPCS``            etcd calls (stop: the connect-timeout budget of each call)
+``REJOIN``          a member re-joining after its session was lost
+``handler(n, s)``   a user handler, ``n`` attempts with backoff from ``s`` seconds
+==================  =============================================================
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import tenacity
+
+from coordinators.errors import PaimonGroupError
+
+RETRIABLE: Final = tenacity.retry_if_exception(
+    lambda err: isinstance(err, PaimonGroupError) and err.retriable
+)
+"""Retry the errors whose class (or instance) says trying again may succeed."""
+
+READS: Final = tenacity.AsyncRetrying(
+    stop=tenacity.stop_after_attempt(4),
+    wait=tenacity.wait_random_exponential(multiplier=0.05, max=1.0),
+    reraise=True,
+)
+
+CONFLICTS: Final = tenacity.AsyncRetrying(
+    stop=tenacity.stop_after_attempt(30),
+    wait=tenacity.wait_random_exponential(multiplier=0.002, max=0.25),
+    reraise=True,
+)
+
+RPCS: Final = tenacity.AsyncRetrying(
+    wait=tenacity.wait_random_exponential(multiplier=0.05, max=1.0),
+    reraise=True,
+)
+
+REJOIN: Final = tenacity.AsyncRetrying(
+    retry=RETRIABLE,
+    wait=tenacity.wait_exponential(multiplier=0.2, max=5),
+    reraise=True,
+)
+
+
+def handler(attempts: int, backoff_s: float) -> tenacity.AsyncRetrying:
+    """At most ``attempts`` calls (at least one), waiting ``backoff_s`` doubled
+    each time, at most 30 s, between them."""
+    return tenacity.AsyncRetrying(
+        stop=tenacity.stop_after_attempt(max(1, attempts)),
+        wait=tenacity.wait_exponential(multiplier=backoff_s, max=30),
+        reraise=True,
+    )
