@@ -79,7 +79,6 @@ from coordinators.errors import (
     InvalidCoordinatorURL,
     SessionLost,
 )
-from coordinators.keepalive import ThreadedSession
 from coordinators.protocol import (
     Check,
     ConnectOptions,
@@ -93,6 +92,7 @@ from coordinators.protocol import (
     validate_dir,
     validate_key,
 )
+from coordinators.session import KeepAliveThread, Renewal, ThreadedSession
 from coordinators.urls import host_string, parse_hosts, redact_url, split_scheme
 
 log = logging.getLogger(__name__)
@@ -493,12 +493,12 @@ class EtcdSession(ThreadedSession):
         return f"EtcdSession(lease={self.id}, state={self.state.value})"
 
 
-class _KeepAlive(threading.Thread):
-    """Renews the lease every TTL/3 on a blocking channel of its own.
+class _LeaseRenewal(Renewal):
+    """One lease keep-alive on a blocking channel of the keeper thread's own.
 
-    A thread rather than an asyncio task: a blocked or busy event loop must
-    not delay keep-alives (invariant 3 is still enforced by the deadline; this
-    only keeps a healthy member from losing its lease).
+    The channel fails over to the next endpoint after a transport failure.
+    etcd 3.4 renews leases without a token; one is fetched only once etcd has
+    asked for it (another version or configuration may).
     """
 
     def __init__(
@@ -509,79 +509,54 @@ class _KeepAlive(threading.Thread):
         start_index: int,
         options: ConnectOptions,
     ) -> None:
-        super().__init__(name=f"etcd-keepalive-{session.id}", daemon=True)
         self._session = session
         self._factory = factory
         self._endpoints = tuple(endpoints)
         self._index = start_index
         self._username = options.username
         self._password = options.password
-        ttl = session.timeout_s
-        self._interval = ttl / KEEPALIVES_PER_TTL
-        self._timeout = max(0.5, self._interval)
-        self._stop_event = threading.Event()
+        self._timeout = max(0.5, session.timeout_s / KEEPALIVES_PER_TTL)
+        self._channel: Any = None
         self._lock = threading.Lock()
         self._call: Any = None
+        self._interrupted = False
         self._use_token = False
         self._token: str | None = None
 
-    def stop(self) -> None:
-        self._stop_event.set()
+    def renew(self) -> bool:
+        if self._channel is None:
+            self._channel = self._factory.blocking(self._endpoints[self._index])
+        endpoint = self._endpoints[self._index]
+        try:
+            return self._keepalive(self._channel) > 0
+        except Exception as err:
+            kind = classify(err)
+            if kind is Failure.LEASE_GONE:
+                return False
+            if kind in (Failure.TOKEN, Failure.AUTH):
+                self._use_token, self._token = True, None
+            if len(self._endpoints) > 1 and kind is not Failure.TOKEN:
+                self._channel.close()
+                self._index = (self._index + 1) % len(self._endpoints)
+                self._channel = None
+            raise CoordinatorUnavailable(
+                f"keep-alive failed at {endpoint}: {_describe(err)}"
+            ) from err
+
+    def retry_delay(self, failures: int, interval_s: float) -> float:
+        return min(interval_s, 0.05 * float(2 ** min(failures, 6)))
+
+    def interrupt(self) -> None:
         with self._lock:
+            self._interrupted = True
             call = self._call
         if call is not None:
             with contextlib.suppress(Exception):
                 call.cancel()
 
-    def run(self) -> None:
-        channel = self._factory.blocking(self._endpoints[self._index])
-        failures = 0
-        last_error = ""
-        try:
-            self._stop_event.wait(self._interval)
-            while not self._stop_event.is_set():
-                sent_at = time.monotonic()
-                try:
-                    ttl = self._keepalive(channel)
-                except Exception as err:
-                    if self._stop_event.is_set():
-                        break
-                    kind = classify(err)
-                    if kind is Failure.LEASE_GONE:
-                        self._lost()
-                        break
-                    if kind in (Failure.TOKEN, Failure.AUTH):
-                        self._use_token, self._token = True, None
-                    failures += 1
-                    detail = _describe(err)
-                    if detail != last_error:
-                        log.warning(
-                            "etcd keep-alive of lease %s failed at %s: %s",
-                            self._session.id, self._endpoints[self._index], detail,
-                        )
-                        last_error = detail
-                    self._session.report(SessionState.SUSPENDED)
-                    if len(self._endpoints) > 1 and kind is not Failure.TOKEN:
-                        channel.close()
-                        self._index = (self._index + 1) % len(self._endpoints)
-                        channel = self._factory.blocking(self._endpoints[self._index])
-                    self._stop_event.wait(min(self._interval, 0.05 * 2 ** min(failures, 6)))
-                    continue
-                if ttl <= 0:
-                    self._lost()
-                    break
-                if failures:
-                    log.info("etcd keep-alive of lease %s succeeded again", self._session.id)
-                failures, last_error = 0, ""
-                self._session.confirmed(sent_at)
-                self._session.report(SessionState.CONNECTED)
-                self._stop_event.wait(max(0.0, sent_at + self._interval - time.monotonic()))
-        finally:
-            channel.close()
-
-    def _lost(self) -> None:
-        log.warning("etcd lease %s is gone: session LOST", self._session.id)
-        self._session.report(SessionState.LOST)
+    def close(self) -> None:
+        if self._channel is not None:
+            self._channel.close()
 
     def _keepalive(self, channel: Any) -> int:
         metadata = self._metadata(channel)
@@ -592,8 +567,9 @@ class _KeepAlive(threading.Thread):
         )
         with self._lock:
             self._call = call
+            interrupted = self._interrupted
         try:
-            if self._stop_event.is_set():
+            if interrupted:  # stopped before the call was registered
                 call.cancel()
             for response in call:
                 return int(response.TTL)
@@ -604,8 +580,6 @@ class _KeepAlive(threading.Thread):
             call.cancel()
 
     def _metadata(self, channel: Any) -> Metadata:
-        # etcd 3.4 renews leases without a token; one is fetched only once
-        # etcd has asked for it (another version or configuration may).
         if not self._use_token or self._username is None or self._password is None:
             return None
         if self._token is None:
@@ -615,6 +589,33 @@ class _KeepAlive(threading.Thread):
             )
             self._token = str(response.token)
         return (("token", self._token),)
+
+
+class _KeepAlive(KeepAliveThread):
+    """Renews the lease every TTL/3 from a thread of its own.
+
+    A thread rather than an asyncio task: a blocked or busy event loop must
+    not delay keep-alives (invariant 3 is still enforced by the deadline; this
+    only keeps a healthy member from losing its lease). A keep-alive answered
+    with TTL 0, or refused because the lease is unknown, makes the session LOST.
+    """
+
+    def __init__(
+        self,
+        session: EtcdSession,
+        factory: _ChannelFactory,
+        endpoints: Sequence[str],
+        start_index: int,
+        options: ConnectOptions,
+    ) -> None:
+        super().__init__(
+            session,
+            renew=_LeaseRenewal(session, factory, endpoints, start_index, options),
+            interval_s=session.timeout_s / KEEPALIVES_PER_TTL,
+            name=f"etcd-keepalive-{session.id}",
+            what="etcd lease",
+            logger=log,
+        )
 
 
 # -- watch -------------------------------------------------------------------

@@ -70,7 +70,7 @@ Change notification
 All SQLite calls of a coordinator run on its own single-thread executor, so
 the event loop never blocks and operations run in the order they were issued;
 except heartbeats, which run on a thread of their own so that a blocked event
-loop cannot starve them (see :mod:`coordinators.keepalive`). Both use the
+loop cannot starve them (see :mod:`coordinators.session`). Both use the
 same connection, one whole transaction at a time, under the database's lock.
 """
 
@@ -100,7 +100,6 @@ from coordinators.errors import (
     InvalidCoordinatorURL,
     SessionLost,
 )
-from coordinators.keepalive import KeepAliveThread, ThreadedSession
 from coordinators.protocol import (
     Check,
     ConnectOptions,
@@ -114,6 +113,7 @@ from coordinators.protocol import (
     validate_dir,
     validate_key,
 )
+from coordinators.session import KeepAliveThread, ThreadedSession
 from coordinators.urls import redact_url, split_scheme
 
 log = logging.getLogger(__name__)
@@ -721,7 +721,7 @@ class SqliteCoordinator(Coordinator):
         self._executor, self._db, self._session = executor, db, session
         # Heartbeats run on a thread of their own, never on the event loop:
         # a loop held by user code (a synchronous body of ``async for``)
-        # must not let the session expire (see coordinators.keepalive).
+        # must not let the session expire (see coordinators.session).
         self._heartbeat = KeepAliveThread(
             session,
             renew=functools.partial(self._renew, db, session),

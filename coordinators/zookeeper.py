@@ -235,6 +235,7 @@ from coordinators.protocol import (
     validate_dir,
     validate_key,
 )
+from coordinators.session import SessionTransitions
 from coordinators.urls import host_string, parse_hosts, redact_url, split_scheme
 
 log = logging.getLogger(__name__)
@@ -681,6 +682,7 @@ class ZooKeeperCoordinator(Coordinator):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._client: Any = None
         self._session: ZooKeeperSession | None = None
+        self._transitions: SessionTransitions | None = None
         self._heartbeat: asyncio.Task[None] | None = None
         self._retiring: asyncio.Task[None] | None = None
         self._heartbeat_kick = asyncio.Event()
@@ -968,10 +970,14 @@ class ZooKeeperCoordinator(Coordinator):
                 )
                 timeout_s = negotiated
             self._session = ZooKeeperSession(_session_id_of(client) or 0, timeout_s, started_at)
+            self._transitions = SessionTransitions(
+                self._session, self._on_session_state, what="ZooKeeper session", logger=log
+            )
             with _translated(f"prepare the chroot {self._root}"):
                 await self._prepare_root()
         except BaseException:
             self._session = None
+            self._transitions = None
             self._client = None
             await loop.run_in_executor(None, _stop_client, client)
             self._closed = True
@@ -1065,33 +1071,38 @@ class ZooKeeperCoordinator(Coordinator):
         self._in_loop(self._apply_kazoo_state, state, _session_id_of(client))
 
     def _apply_kazoo_state(self, state: str, session_id: int | None) -> None:
-        session = self._session
-        if session is None or self._closed:
+        session, transitions = self._session, self._transitions
+        if session is None or transitions is None or self._closed:
             return
         if state == KazooState.LOST:
             self._lose("the session expired or was closed by ZooKeeper")
         elif state == KazooState.SUSPENDED:
-            if session.state is SessionState.CONNECTED:
-                log.warning("ZooKeeper session %s suspended: connection lost", session.id)
-            session.mark(SessionState.SUSPENDED)
+            transitions.unanswered("connection lost")
         elif state == KazooState.CONNECTED:
             if session_id != session.raw_id:
                 self._lose("ZooKeeper opened a new session after the old one expired")
             elif session.state is SessionState.SUSPENDED:
-                log.info("ZooKeeper session %s connected again", session.id)
-                session.mark(SessionState.CONNECTED)
+                transitions.resumed()
             self._heartbeat_kick.set()
         for watch in list(self._watches):
             watch._connection_changed(state)
 
     def _lose(self, reason: str) -> None:
-        session = self._session
         self._lost_flag = True
-        if session is None or session.state is SessionState.LOST:
+        if self._transitions is not None:
+            self._transitions.gone(reason)
+
+    def _on_session_state(self, state: SessionState) -> None:
+        """Apply a state decided by the session's transitions (on the loop)."""
+        session = self._session
+        if session is None:
             return
-        log.warning(
-            "ZooKeeper session %s is lost (%s): its ephemeral keys are gone", session.id, reason
-        )
+        if state is not SessionState.LOST:
+            session.mark(state)
+            return
+        self._lost_flag = True
+        if session.state is SessionState.LOST:
+            return
         session.mark(SessionState.LOST)
         for watch in list(self._watches):
             watch._lost()
@@ -1122,8 +1133,10 @@ class ZooKeeperCoordinator(Coordinator):
         kazoo pings only when nothing else is sent, and our requests count
         as its pings, so a server that hangs without closing the connection
         would go unnoticed by kazoo: an unanswered heartbeat is our signal.
+        Every answered request confirms the session (:meth:`_recv`).
         """
-        session = self.session
+        session, transitions = self.session, self._transitions
+        assert transitions is not None
         while not self._closed and session.state is not SessionState.LOST:
             interval = max(session.timeout_s / 3, 0.05)
             with contextlib.suppress(TimeoutError):
@@ -1132,7 +1145,7 @@ class ZooKeeperCoordinator(Coordinator):
             client = self._client
             if client is None or self._closed:
                 return
-            if session.state is SessionState.SUSPENDED and time.monotonic() > session.deadline:
+            if transitions.overdue():
                 # The server may already have expired us and handed our keys
                 # on; kazoo would only learn it on reconnection. Like
                 # Curator, give up now: the owner rejoins with a new session.
@@ -1145,13 +1158,7 @@ class ZooKeeperCoordinator(Coordinator):
                     self._send(client.exists_async, self._root), "a heartbeat", timeout=interval
                 )
             except CoordinatorUnavailable:
-                if session.state is SessionState.CONNECTED:
-                    log.warning(
-                        "ZooKeeper session %s suspended: heartbeat unanswered for %.3gs",
-                        session.id,
-                        interval,
-                    )
-                session.mark(SessionState.SUSPENDED)
+                transitions.unanswered(f"heartbeat unanswered for {interval:.3g}s")
                 continue
             except SessionExpiredError:
                 self._lose("a heartbeat found the session expired")
@@ -1163,8 +1170,7 @@ class ZooKeeperCoordinator(Coordinator):
                 self._lose("ZooKeeper opened a new session after the old one expired")
                 return
             if session.state is SessionState.SUSPENDED and client.connected:
-                log.info("ZooKeeper session %s answers again", session.id)
-                session.mark(SessionState.CONNECTED)
+                transitions.resumed()
 
     # -- reads -----------------------------------------------------------
 
