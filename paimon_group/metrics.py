@@ -87,30 +87,11 @@ DEFAULT_MAX_LOOP_LAG_S = 30.0
 
 
 def _positions(member: Any) -> dict[int, int | None]:
-    """``{owned shard: next snapshot or None}`` of ``member``.
-
-    Prefers a public ``shard_positions()`` of the member. Until the member
-    offers it, the positions are read from its owned-shard records (read
-    only; a copy of the dict is taken in one C-level step, so the member's
-    loop changing it concurrently is harmless): the last position the
-    coordinator accepted (``committed``), so that a resolved start whose full
-    scan is not delivered yet never shows as "caught up".
-    """
-    public = getattr(member, "shard_positions", None)
-    if callable(public):
-        return dict(public())
-    owned = getattr(member, "_owned", None)
-    if not isinstance(owned, dict):
-        return {s: None for s in getattr(member, "owned_shards", [])}
-    out: dict[int, int | None] = {}
-    for shard, record in list(owned.items()):
-        if getattr(record, "dropped", False):
-            continue
-        if hasattr(record, "committed"):
-            out[int(shard)] = record.committed
-        else:
-            out[int(shard)] = getattr(record, "next_snapshot", None)
-    return out
+    """``{owned shard: oldest snapshot it still needs, or None}`` of ``member``
+    (:meth:`~paimon_group.member.GroupMember.shard_positions`: what the
+    coordinator accepted, so a resolved start whose full scan is not
+    delivered yet never shows as "caught up")."""
+    return dict(member.shard_positions())
 
 
 class _HandlerHistogram:

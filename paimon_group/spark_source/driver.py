@@ -24,9 +24,8 @@ import logging
 import threading
 import time
 from collections.abc import Awaitable, Mapping
-from typing import Any, TypeVar
+from typing import TypeVar
 
-from coordinators.errors import PaimonGroupError
 from paimon_group.member import GroupMember
 from paimon_group.planner import ShardPlanner
 from paimon_group.spark_source.offsets import NO_CATCH_UP, Cursor
@@ -108,25 +107,9 @@ class GroupDriver:
         return self._call(self._owned())
 
     async def _owned(self) -> dict[int, OwnedCursor]:
-        member = self.member
-        held = [o for o in member._owned.values() if not o.dropped and not o.revoking]
-        try:
-            # A commit whose outcome was unknown: take what the coordinator stored.
-            await member._read_back([o for o in held if o.uncertain])
-            unresolved = [o for o in held if o.next_snapshot is None and not o.dropped]
-            if unresolved:
-                await member._resolve_start(unresolved)
-        except PaimonGroupError as err:
-            # Those shards stay out of this batch (unresolved or uncertain);
-            # the next offset call tries again.
-            log.warning("positions not settled this round: %s", err)
-        out: dict[int, OwnedCursor] = {}
-        for o in held:
-            if (o.dropped or o.uncertain or o.next_snapshot is None
-                    or member._owned.get(o.shard) is not o):
-                continue
-            out[o.shard] = (o.epoch, Cursor(next=o.next_snapshot, full=o.full_scan))
-        return out
+        settled = await self.member.settle_positions()
+        return {s: (p.epoch, Cursor(next=p.next_snapshot, full=p.full_scan))
+                for s, p in settled.items()}
 
     def hold(self, positions: Mapping[int, int]) -> None:
         """Mark shards busy until a commit reaches ``shard -> next snapshot``
@@ -134,11 +117,8 @@ class GroupDriver:
         self._call(self._hold(dict(positions)))
 
     async def _hold(self, positions: dict[int, int]) -> None:
-        for shard, to in positions.items():
-            o = self.member._owned.get(shard)
-            if o is not None:
-                o.idle.clear()
-                self._busy[shard] = to
+        for shard in self.member.mark_busy(positions):
+            self._busy[shard] = positions[shard]
 
     def commit(self, positions: Mapping[int, int]) -> dict[int, bool]:
         """Fenced commit of ``shard -> next snapshot`` for the shards still ours.
@@ -152,46 +132,20 @@ class GroupDriver:
         return self._call(self._commit(dict(positions)))
 
     async def _commit(self, positions: dict[int, int]) -> dict[int, bool]:
-        member = self.member
-        result: dict[int, bool] = {}
-        by_position: dict[int, dict[int, Any]] = {}
         try:
-            for shard, to in positions.items():
-                o = member._owned.get(shard)
-                if o is None or o.dropped or o.next_snapshot is None:
-                    result[shard] = False
-                    continue
-                done = o.full_scan if o.full_scan is not None else o.next_snapshot
-                if to <= done:
-                    result[shard] = True
-                    continue
-                by_position.setdefault(to, {})[shard] = o
-            for to, owned in sorted(by_position.items()):
-                try:
-                    await member._commit(owned, to)
-                except Exception as err:  # coordinator errors, or leaving: not committed
-                    # The rows are written; not committing only means that the
-                    # next owner of these shards reads them again.
-                    log.warning("commit of shards %s at %d failed: %s", sorted(owned), to, err)
-                for shard, o in owned.items():
-                    result[shard] = (not o.dropped and o.committed == to)
+            return await self.member.commit_positions(positions)
         finally:
             # Spark commits batch N after planning batch N+1: only what was
             # held up to this commit's positions is free now.
-            for shard, to in positions.items():
-                if shard in self._busy and self._busy[shard] <= to:
-                    del self._busy[shard]
-                    o = member._owned.get(shard)
-                    if o is not None:
-                        o.idle.set()
-        return result
+            freed = [s for s, to in positions.items() if s in self._busy and self._busy[s] <= to]
+            for shard in freed:
+                del self._busy[shard]
+            self.member.mark_idle(freed)
 
     async def _unhold_all(self) -> None:
-        for shard in list(self._busy):
-            del self._busy[shard]
-            o = self.member._owned.get(shard)
-            if o is not None:
-                o.idle.set()
+        freed = list(self._busy)
+        self._busy.clear()
+        self.member.mark_idle(freed)
 
     def stop(self) -> None:
         """Leave the group gracefully (idempotent)."""
