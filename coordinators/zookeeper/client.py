@@ -1,0 +1,154 @@
+"""Making, starting and stopping the kazoo client."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import socket
+import ssl
+import threading
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import (
+    AuthFailedError,
+    SessionClosedRequireSaslError,
+)
+from kazoo.retry import KazooRetry
+
+from coordinators.errors import (
+    AuthenticationFailed,
+    CoordinatorUnavailable,
+    PaimonGroupError,
+)
+from coordinators.zookeeper.errors import _AUTH_ERRORS, translate
+from coordinators.zookeeper.heartbeat import _Heartbeat
+from coordinators.zookeeper.security import kazoo_log
+
+
+class _Client(_Heartbeat):
+    """The kazoo client of a coordinator: its options, its handshake, its chroot."""
+
+    def _make_client(self) -> Any:
+        options, credentials = self._options, self._credentials
+        tls: dict[str, Any] = {}
+        if options.tls:
+            tls = {
+                "use_ssl": True,
+                "ca": options.tls_ca,
+                "certfile": options.tls_cert,
+                "keyfile": options.tls_key,
+                "verify_certs": True,
+                "check_hostname": True,
+            }
+        client = KazooClient(
+            hosts=self._target.hosts_string(),
+            timeout=self._requested_timeout_s,
+            auth_data=credentials.auth_data if credentials else None,
+            sasl_options=dict(credentials.sasl_options)
+            if credentials and credentials.sasl_options
+            else None,
+            default_acl=list(self._acl),
+            # Reconnect quickly: a session survives only if we are back
+            # within its timeout.
+            connection_retry=KazooRetry(
+                max_tries=-1,
+                delay=0.05,
+                backoff=2,
+                max_delay=max(0.2, min(2.0, self._requested_timeout_s / 4)),
+            ),
+            logger=kazoo_log,
+            **tls,
+        )
+        self._capture_negotiated_timeout(client)
+        client.add_listener(functools.partial(self._on_kazoo_state, client))
+        return client
+
+    def _capture_negotiated_timeout(self, client: Any) -> None:
+        """Learn the session timeout the server granted (kazoo keeps it private).
+
+        kazoo's connection handler returns ``read_timeout = negotiated * 2/3``
+        (in ms) from ``_connect``; wrap it. If kazoo's internals differ, the
+        requested timeout is used.
+
+        The wrapper also turns a server that refuses our SASL login with an
+        error reply (rather than by closing the connection) into kazoo's
+        AuthFailedError: kazoo handles that one (AUTH_FAILED, no more
+        reconnecting) but lets the other kill its connection thread.
+        """
+        connection = getattr(client, "_connection", None)
+        original = getattr(connection, "_connect", None)
+        if connection is None or original is None:
+            return
+
+        done = self._handshake_done = threading.Event()
+
+        def _connect(host: str, hostip: str, port: int) -> Any:
+            # kazoo reports CONNECTED from inside this call: clear first, so
+            # whoever sees CONNECTED waits for the end of this very attempt.
+            done.clear()
+            self._handshake_error = None
+            try:
+                timeouts = original(host, hostip, port)
+                with contextlib.suppress(Exception):
+                    self._negotiated_timeout_s = float(timeouts[0]) * 1.5 / 1000.0
+                return timeouts
+            except SessionClosedRequireSaslError as err:
+                self._handshake_error = err
+                raise AuthFailedError("SASL authentication refused") from err
+            except BaseException as err:
+                self._handshake_error = err
+                raise
+            finally:
+                done.set()
+
+        connection._connect = _connect
+
+    async def _connect_failure(self, client: Any, limit: float) -> PaimonGroupError:
+        if client.client_state == "AUTH_FAILED" or isinstance(
+            self._handshake_error, _AUTH_ERRORS
+        ):
+            return translate(AuthFailedError(), "connect")
+        if self._options.tls:
+            assert self._loop is not None
+            problem = await self._loop.run_in_executor(None, self._probe_tls)
+            if problem is not None:
+                return AuthenticationFailed(problem)
+        return CoordinatorUnavailable(
+            f"could not connect to ZooKeeper at {self._target.hosts_string()} within {limit:g}s"
+        )
+
+    def _probe_tls(self) -> str | None:
+        """Why a TLS handshake with the servers fails, if it does (blocking)."""
+        options = self._options
+        context = ssl.create_default_context(cafile=options.tls_ca)
+        if options.tls_cert and options.tls_key:
+            try:
+                context.load_cert_chain(options.tls_cert, options.tls_key)
+            except (OSError, ssl.SSLError) as err:
+                return f"cannot load the TLS client certificate or key: {err.strerror or err}"
+        for host, port in self._target.hosts:
+            try:
+                with socket.create_connection((host, port), timeout=5) as raw:
+                    with context.wrap_socket(raw, server_hostname=host):
+                        return None
+            except ssl.SSLCertVerificationError as err:
+                return (
+                    f"TLS certificate verification failed for ZooKeeper at {host}:{port}: "
+                    f"{err.verify_message}"
+                )
+            except ssl.SSLError as err:
+                return f"TLS handshake with ZooKeeper at {host}:{port} failed: {err.reason or err}"
+            except OSError:
+                continue
+        return None
+
+    async def _prepare_root(self) -> None:
+        client = self._client
+        if self._root != "/":
+            await self._request(
+                "create the chroot", client.ensure_path_async, self._root, list(self._acl)
+            )
+        # Reading it proves the credentials grant access (a wrong digest
+        # password is not refused at login, only by the ACLs).
+        await self._request("read the chroot", client.get_children_async, self._root)

@@ -1,0 +1,305 @@
+"""Reading and writing keys: get, list, create, delete and commit."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionLoss,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    RolledBackError,
+    RuntimeInconsistency,
+)
+
+from coordinators.errors import (
+    ConfigError,
+    CoordinatorError,
+    CoordinatorUnavailable,
+    CorruptValue,
+    SessionLost,
+)
+from coordinators.protocol import (
+    Check,
+    Delete,
+    Entry,
+    Op,
+    Put,
+)
+from coordinators.zookeeper.errors import _Conflict
+from coordinators.zookeeper.heartbeat import _Heartbeat
+from coordinators.zookeeper.layout import _NONCE, FLAG_PREFIX, _Failure, _KeyState, _Txn, _TxnOp
+from coordinators.zookeeper.planning import _Planner
+
+log = logging.getLogger("coordinators.zookeeper")  # the backend's one logger
+
+
+class _Keys(_Planner, _Heartbeat):
+    """The key operations of the protocol over the znode layout."""
+
+    async def _read_states(self, keys: Iterable[str]) -> dict[str, _KeyState]:
+        """The current state of each key (two pipelined reads per key)."""
+        wanted = list(dict.fromkeys(keys))
+        if not wanted:
+            return {}
+        client = self._live_client()
+
+        async def read() -> dict[str, _KeyState]:
+            sent = []
+            for key in wanted:
+                # Flag first: if the value znode read then shows a later
+                # incarnation, checks built on the flag fail safely.
+                sent.append(self._send(client.get_async, self._flag(key)))
+                sent.append(self._send(client.get_async, self._znode(key)))
+            replies = await self._recv_all(sent, "a read")
+            return {
+                key: self._state_of(key, replies[2 * i], replies[2 * i + 1])
+                for i, key in enumerate(wanted)
+            }
+
+        return await self._reading(read)
+
+    def _state_of(self, key: str, flag: Any, value: Any) -> _KeyState:
+        for reply in (flag, value):
+            if isinstance(reply, BaseException) and not isinstance(reply, NoNodeError):
+                raise reply
+        if isinstance(value, NoNodeError):
+            return _KeyState("absent")
+        data, stat = value
+        if isinstance(flag, NoNodeError):
+            return _KeyState("dir", data_version=stat.version, children=stat.numChildren)
+        flag_data, flag_stat = flag
+        nonce = bytes(flag_data).decode("ascii", "replace")
+        if not _NONCE.fullmatch(nonce):
+            raise CorruptValue(
+                f"ZooKeeper znode {self._flag(key)} is not a key flag of this program"
+            )
+        self._remember_epoch(key, flag_stat.czxid, nonce)
+        return _KeyState(
+            "key",
+            nonce=nonce,
+            create_version=flag_stat.czxid,
+            ephemeral=flag_stat.ephemeralOwner != 0,
+            data_version=stat.version,
+            mzxid=stat.mzxid,
+            children=stat.numChildren,
+            value=bytes(data),
+        )
+
+    @staticmethod
+    def _entry(key: str, state: _KeyState) -> Entry | None:
+        if state.kind != "key":
+            return None
+        return Entry(key, state.value, state.mzxid, state.create_version, state.ephemeral)
+
+    async def get(self, key: str) -> Entry | None:
+        self._check_key(key)
+        with self._translating(f"get {key}"):
+            states = await self._read_states([key])
+        return self._entry(key, states[key])
+
+    async def list(self, prefix: str) -> list[Entry]:
+        self._check_dir(prefix)
+        client = self._live_client()
+        directory = self._dir_znode(prefix[:-1])
+        with self._translating(f"list {prefix}"):
+
+            async def children() -> list[str]:
+                try:
+                    names: list[str] = await self._request(
+                        f"list {prefix}", client.get_children_async, directory
+                    )
+                except NoNodeError:
+                    return []
+                return names
+
+            names = await self._reading(children)
+            keys = sorted(
+                prefix + n[len(FLAG_PREFIX) :] for n in names if n.startswith(FLAG_PREFIX)
+            )
+            states = await self._read_states(keys)
+        entries = (self._entry(key, states[key]) for key in keys)
+        return [e for e in entries if e is not None]
+
+    async def _multi(self, txn: _Txn, what: str) -> _Failure | None:
+        """Run ``txn`` as one ``multi``: None if applied, else the failing op."""
+        client = self._live_client()
+        request = client.transaction()
+        for op in txn.ops:
+            if op.kind == "create":
+                request.create(op.path, op.data, acl=list(self._acl), ephemeral=op.ephemeral)
+            elif op.kind == "delete":
+                request.delete(op.path, op.version)
+            elif op.kind == "set":
+                request.set_data(op.path, op.data, op.version)
+            else:
+                request.check(op.path, op.version)
+        results = await self._request(what, request.commit_async)
+        for op, result in zip(txn.ops, results, strict=False):
+            if isinstance(result, BaseException) and not isinstance(
+                result, RolledBackError | RuntimeInconsistency
+            ):
+                return _Failure(op, result)
+        if any(isinstance(r, BaseException) for r in results):
+            return _Failure(txn.ops[0], RuntimeInconsistency())
+        return None
+
+    async def _ensure_parent(self, key: str) -> None:
+        client = self._live_client()
+        await self._request(
+            f"create the parents of {key}",
+            client.ensure_path_async,
+            self._parent_znode(key),
+            list(self._acl),
+        )
+
+    async def _after_failure(self, failure: _Failure) -> None:
+        """Prepare the next attempt after an implicit guard failed; raises _Conflict."""
+        error, op = failure.error, failure.op
+        if isinstance(error, NoNodeError) and op.kind == "create":
+            await self._ensure_parent(op.key)
+        elif not isinstance(error, NodeExistsError | NoNodeError | BadVersionError | NotEmptyError):
+            raise error
+        raise _Conflict(
+            "ZooKeeper writes kept conflicting with concurrent changes of the same keys; retry"
+        )
+
+    async def create(self, key: str, value: bytes, *, ephemeral: bool = False) -> Entry | None:
+        self._check_key(key)
+        value = bytes(value)
+        if ephemeral:
+            self._require_session()
+        state: _KeyState | None = None
+
+        async def attempt() -> Entry | None:
+            nonlocal state
+            current = state or _KeyState("absent")
+            if current.kind == "key":
+                return None
+            if current.kind == "dir" and ephemeral and current.children:
+                raise ConfigError(
+                    f"cannot create ephemeral key {key!r}: keys exist below it, and ephemeral "
+                    "keys cannot have children"
+                )
+            if ephemeral:
+                self._require_session()
+            nonce = uuid.uuid4().hex
+            txn = _Txn()
+            self._create_ops(txn, key, current, value, nonce, ephemeral)
+            try:
+                failure = await self._multi(txn, f"create {key}")
+            except (ConnectionLoss, CoordinatorUnavailable):
+                # Applied or not (or not yet: a request that timed out is still
+                # queued)? Requests run in order, so a read sent now sees the
+                # outcome, and our nonce tells whether the key is ours.
+                state = (await self._read_states([key]))[key]
+                if state.kind == "key" and state.nonce == nonce:
+                    return await self._created(key, nonce, value, ephemeral)
+                raise _Conflict(f"lost the connection while creating {key}; retry") from None
+            if failure is None:
+                return await self._created(key, nonce, value, ephemeral)
+            if failure.op.path == self._flag(key) and isinstance(failure.error, NodeExistsError):
+                return None  # the key exists
+            state = None
+            if not (isinstance(failure.error, NoNodeError) and failure.op.kind == "create"):
+                state = (await self._read_states([key]))[key]
+            await self._after_failure(failure)
+            raise AssertionError("unreachable")
+
+        with self._translating(f"create {key}"):
+            return await self._writing(attempt)
+
+    async def _created(self, key: str, nonce: str, value: bytes, ephemeral: bool) -> Entry:
+        """The entry of the key we just created, from its epoch marker's stat."""
+        client = self._live_client()
+
+        async def read_marker() -> Any:
+            return await self._request(f"read {key}", client.exists_async, self._epoch(key, nonce))
+
+        stat = await self._reading(read_marker)
+        if stat is None:
+            # Deleted by someone else already: our incarnation is gone.
+            raise _Conflict(f"{key} was deleted right after we created it; retry")
+        if ephemeral:
+            session = self.session
+            if stat.ephemeralOwner != session.raw_id:
+                await self._delete_ghost(key, nonce)
+                self._lose("an ephemeral create landed in a new session")
+                raise SessionLost(f"ZooKeeper session {session.id} is lost: open a new coordinator")
+        self._remember_epoch(key, stat.czxid, nonce)
+        # The value znode was written in the same transaction: mzxid == czxid.
+        return Entry(key, value, stat.czxid, stat.czxid, ephemeral)
+
+    async def _delete_ghost(self, key: str, nonce: str) -> None:
+        """Delete an ephemeral key a replacement session created for us by mistake."""
+        txn = _Txn()
+        txn.add(_TxnOp("delete", self._epoch(key, nonce), key, False))
+        txn.add(_TxnOp("delete", self._flag(key), key, False))
+        txn.add(_TxnOp("delete", self._znode(key), key, False))
+        try:
+            await self._multi(txn, f"delete {key}")
+        except (KazooException, CoordinatorError) as err:
+            log.warning("could not delete %s created by a replacement session: %r", key, err)
+
+    async def delete(self, key: str) -> bool:
+        self._check_key(key)
+
+        async def attempt() -> bool:
+            state = (await self._read_states([key]))[key]
+            if state.kind != "key":
+                return False  # linearised at the read
+            txn = _Txn()
+            self._delete_ops(txn, key, state)
+            failure = await self._multi(txn, f"delete {key}")
+            if failure is None:
+                return True
+            await self._after_failure(failure)
+            raise AssertionError("unreachable")
+
+        with self._translating(f"delete {key}"):
+            return await self._writing(attempt)
+
+    async def commit(self, checks: Sequence[Check], ops: Sequence[Op]) -> bool:
+        for check in checks:
+            self._check_key(check.key)
+        for op in ops:
+            if not isinstance(op, Put | Delete):
+                raise TypeError(f"commit takes Put and Delete operations, not {op!r}")
+            self._check_key(op.key)
+        if not checks and not ops:
+            return True
+        checks, ops = tuple(checks), tuple(ops)
+        optimistic = True
+
+        async def attempt() -> bool:
+            nonlocal optimistic
+            needed = self._plan_reads(checks, ops, optimistic)
+            states = await self._read_states(needed)
+            planned = self._plan(checks, ops, states, optimistic)
+            if planned is None:
+                return False  # a check already fails, for good
+            try:
+                failure = await self._multi(planned, "commit")
+            except (ConnectionLoss, CoordinatorUnavailable) as err:
+                raise CoordinatorUnavailable(
+                    "lost the connection to ZooKeeper during a commit: it may or may not have "
+                    "been applied; re-read before retrying"
+                ) from err
+            if failure is None:
+                return True
+            if failure.op.explicit and not (
+                isinstance(failure.error, NoNodeError) and failure.op.kind == "create"
+            ):
+                return False
+            optimistic = False
+            await self._after_failure(failure)
+            raise AssertionError("unreachable")
+
+        with self._translating("commit"):
+            return await self._writing(attempt)

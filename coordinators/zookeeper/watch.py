@@ -1,0 +1,185 @@
+"""The ZooKeeper watch: re-armed after every event, changes found by zxid."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from kazoo.exceptions import NoNodeError
+from kazoo.protocol.states import EventType, KazooState, WatchedEvent
+
+from coordinators.errors import CoordinatorError
+from coordinators.protocol import Watch
+from coordinators.zookeeper.layout import FLAG_PREFIX, _join
+
+log = logging.getLogger("coordinators.zookeeper")  # the backend's one logger
+
+
+# --------------------------------------------------------------------- watch
+
+
+class _Host(Protocol):
+    """What a watch needs of its coordinator."""
+
+    _loop: asyncio.AbstractEventLoop | None
+    _client: Any
+
+    def _in_loop(self, fn: Callable[..., object], *args: object) -> None: ...
+
+    def _send(self, fn: Callable[..., Any], *args: Any) -> tuple[float, asyncio.Future[Any]]: ...
+
+    async def _request(self, what: str, fn: Callable[..., Any], *args: Any) -> Any: ...
+
+    async def _recv_all(
+        self, sent: Sequence[tuple[float, asyncio.Future[Any]]], what: str
+    ) -> list[Any]: ...
+
+    def _live_client(self) -> Any: ...
+
+    def _last_zxid(self) -> int: ...
+
+    def _forget(self, watch: _ZkWatch) -> None: ...
+
+
+class _ZkWatch(Watch):
+    """A level-triggered watch of a directory's direct children; see the module docstring."""
+
+    def __init__(
+        self, coordinator: _Host, prefix: str, directory: str, seen: int
+    ) -> None:
+        self.prefix = prefix
+        self._coordinator = coordinator
+        self._dir = directory
+        # Changes with a zxid above this one may be unseen by the caller.
+        self._seen = seen
+        self._dirty = False
+        self._closed = False
+        self._changed = asyncio.Event()
+        self._rearm = asyncio.Event()
+        self._rearm.set()
+        # Keys whose value znode carries our data watch.
+        self._armed: set[str] = set()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        loop = self._coordinator._loop
+        assert loop is not None
+        self._task = loop.create_task(self._arm_loop(), name=f"zk-watch-{self.prefix}")
+
+    def _child(self, name: str) -> str:
+        return _join(self._dir, name)
+
+    # kazoo's callback thread
+    def _on_event(self, event: WatchedEvent) -> None:
+        self._coordinator._in_loop(self._fired, event)
+
+    def _fired(self, event: WatchedEvent) -> None:
+        if self._closed:
+            return
+        if event.type == EventType.NONE:
+            self._armed.clear()  # kazoo dropped every watch (connection lost)
+        elif event.path != self._dir:
+            self._armed.discard(event.path.rpartition("/")[2])
+        self._mark()
+        self._rearm.set()
+
+    def _connection_changed(self, state: str) -> None:
+        if state == KazooState.CONNECTED or state == KazooState.LOST:
+            self._armed.clear()
+            self._mark()  # anything may have changed while we could not watch
+            self._rearm.set()
+
+    def _mark(self) -> None:
+        self._dirty = True
+        self._changed.set()
+
+    def _lost(self) -> None:
+        self._changed.set()  # waiters raise SessionLost
+
+    async def _arm_loop(self) -> None:
+        backoff = 0.05
+        while not self._closed:
+            await self._rearm.wait()
+            self._rearm.clear()
+            try:
+                await self._arm()
+                backoff = 0.05
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:
+                if self._closed:
+                    return
+                log.debug("re-arming the watch on %s failed: %r", self.prefix, err)
+                self._armed.clear()
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 2.0)
+                self._rearm.set()
+
+    async def _arm(self) -> None:
+        coordinator = self._coordinator
+        client = coordinator._client
+        if client is None or not client.connected:
+            return  # re-armed when kazoo reports CONNECTED
+        what = f"watch {self.prefix}"
+        try:
+            children, stat = await coordinator._request(
+                what, client.get_children_async, self._dir, self._on_event, True
+            )
+        except NoNodeError:
+            self._armed.clear()
+            exists = await coordinator._request(
+                what, client.exists_async, self._dir, self._on_event
+            )
+            if exists is not None:
+                self._rearm.set()  # created in between: list it
+            return
+        if stat.pzxid > self._seen:
+            self._mark()  # a key created or deleted since the caller last looked
+        names = {n[len(FLAG_PREFIX) :] for n in children if n.startswith(FLAG_PREFIX)}
+        self._armed &= names
+        fresh = sorted(names - self._armed)
+        sent = [
+            coordinator._send(client.exists_async, self._child(n), self._on_event) for n in fresh
+        ]
+        replies = await coordinator._recv_all(sent, what)
+        for name, reply in zip(fresh, replies, strict=True):
+            if isinstance(reply, BaseException):
+                self._rearm.set()
+                continue
+            self._armed.add(name)
+            if reply is None or reply.mzxid > self._seen:
+                self._mark()
+
+    async def wait(self, timeout: float | None = None) -> bool:
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            if self._closed:
+                raise CoordinatorError(f"watch on {self.prefix!r} is closed")
+            self._coordinator._live_client()  # raises SessionLost once LOST
+            if self._dirty:
+                self._dirty = False
+                # The caller reads after this: nothing up to here is news.
+                self._seen = max(self._seen, self._coordinator._last_zxid())
+                return True
+            self._changed.clear()
+            remaining = None if deadline is None else deadline - loop.time()
+            if remaining is not None and remaining <= 0:
+                return False
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), remaining)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._coordinator._forget(self)
+        self._changed.set()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
