@@ -10,7 +10,9 @@ etcds       same, TLS required                          etcd v3 over TLS
 zk          ``zk://HOST:PORT[,HOST:PORT...][/CHROOT]``  ZooKeeper (kazoo)
 ==========  ==========================================  =======================
 
-Backends are imported lazily, so using the embedded one never imports grpc or
+The registry is the top of :mod:`coordinators`: it imports the backends, and
+nothing below it imports the registry. Backends are imported lazily, when a
+URL of theirs is opened, so using the embedded one never imports grpc or
 kazoo.
 
 Example::
@@ -21,7 +23,8 @@ Example::
 
 from __future__ import annotations
 
-import importlib
+from collections.abc import Callable
+from typing import Final
 
 from coordinators.errors import InvalidCoordinatorURL
 from coordinators.protocol import ConnectOptions, Coordinator
@@ -35,6 +38,34 @@ BACKENDS: dict[str, str] = {
     "etcd": "coordinators.etcd:EtcdCoordinator",
     "etcds": "coordinators.etcd:EtcdCoordinator",
     "zk": "coordinators.zookeeper:ZooKeeperCoordinator",
+}
+
+
+def _embedded() -> type[Coordinator]:
+    from coordinators.sqlite import SqliteCoordinator
+
+    return SqliteCoordinator
+
+
+def _etcd() -> type[Coordinator]:
+    from coordinators.etcd import EtcdCoordinator
+
+    return EtcdCoordinator
+
+
+def _zookeeper() -> type[Coordinator]:
+    from coordinators.zookeeper import ZooKeeperCoordinator
+
+    return ZooKeeperCoordinator
+
+
+# The class of each scheme, imported on first use (the same table as BACKENDS).
+_CLASSES: Final[dict[str, Callable[[], type[Coordinator]]]] = {
+    "sqlite": _embedded,
+    "memory": _embedded,
+    "etcd": _etcd,
+    "etcds": _etcd,
+    "zk": _zookeeper,
 }
 
 
@@ -55,9 +86,5 @@ def scheme_of(url: str) -> str:
 
 def open_coordinator(url: str, options: ConnectOptions | None = None) -> Coordinator:
     """A coordinator for ``url``, not yet connected (``await c.connect()``)."""
-    scheme = scheme_of(url)
-    module_name, _, class_name = BACKENDS[scheme].partition(":")
-    module = importlib.import_module(module_name)
-    cls = getattr(module, class_name)
-    coordinator: Coordinator = cls(url, options or ConnectOptions())
-    return coordinator
+    cls: Callable[[str, ConnectOptions], Coordinator] = _CLASSES[scheme_of(url)]()
+    return cls(url, options or ConnectOptions())
