@@ -58,137 +58,64 @@ Example::
 
 from __future__ import annotations
 
-import enum
 import logging
 import os
-import threading
-from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Protocol
 
 import pyarrow as pa
 from pypaimon.read.scanner.file_scanner import FileScanner
 
 from coordinators.errors import PaimonGroupError
 from paimon_group.arrowread import ArrowSplitReader, ReadPath
+from paimon_group.errors import SnapshotExpired
+from paimon_group.pypaimon_read import pypaimon_batches
 from paimon_group.sharding import Sharding, ShardRule
+from paimon_group.steps import (
+    BatchKind,
+    PlannerStats,
+    Split,
+    StepPlan,
+    check_routing,
+    follow_up_scans,
+    increment_manifests,
+)
 
-if TYPE_CHECKING:
-    from paimon_group.table import ShardedTable
-
-__all__ = ["BatchKind", "PlannerStats", "ShardPlanner", "StepPlan", "check_routing"]
+__all__ = [
+    "BatchKind",
+    "PlannedTable",
+    "PlannerStats",
+    "ShardPlanner",
+    "StepPlan",
+    "check_routing",
+]
 
 log = logging.getLogger(__name__)
 
-Split = Any
-"""A pypaimon ``DataSplit`` (pypaimon ships no type information)."""
 
-
-class BatchKind(enum.Enum):
-    """What a step (and the :class:`~paimon_group.batch.ShardBatch` made of it) holds."""
-
-    INITIAL = "initial"
-    """The full content of one snapshot (merged view), read once at the start."""
-
-    DELTA = "delta"
-    """The files one snapshot added (``changelog-producer = none``)."""
-
-    CHANGELOG = "changelog"
-    """The changelog one snapshot produced (input / lookup / full-compaction)."""
-
-    CATCH_UP = "catch-up"
-    """The deltas or changelogs of every snapshot in a long gap, in one step."""
-
-    def __str__(self) -> str:
-        # ``str(batch.kind)`` and f-strings print "delta", not "BatchKind.DELTA".
-        return self.value
-
-
-def check_routing(
-    splits: Mapping[int, Sequence[Split]],
-    num_shards: int,
-    rule: ShardRule = ShardRule.BUCKET,
-) -> None:
-    """Raise :class:`PlanInvariantViolated` unless every file of every split of
-    shard ``k`` belongs to shard ``k`` under ``rule`` (invariant 4)."""
-    Sharding(rule, num_shards).check(splits)
-
-
-@dataclass(frozen=True)
-class StepPlan:
-    """One step of reading for a set of shards.
-
-    ``snapshot_id`` is the last snapshot the step covers; ``next_snapshot`` the
-    position to commit once the step is processed. ``splits`` has a key for
-    EVERY requested shard (an empty tuple when the shard has no data in this
-    step). ``num_shards``, when given (the planner always gives it), makes the
-    constructor check the routing of every split, under ``rule`` (the
-    group's sharding rule). ``first_snapshot`` is the first snapshot covered
-    (``snapshot_id`` except for catch-up steps).
-
-    Example::
-
-        step = StepPlan(BatchKind.DELTA, snapshot_id=7, next_snapshot=8,
-                        splits={0: (), 1: ()}, num_shards=2)
-        assert step.is_empty
-    """
-
-    kind: BatchKind
-    snapshot_id: int
-    next_snapshot: int
-    splits: Mapping[int, Sequence[Split]]
-    num_shards: int | None = None
-    first_snapshot: int | None = None
-    rule: ShardRule = ShardRule.BUCKET
-
-    def __post_init__(self) -> None:
-        frozen = MappingProxyType({int(k): tuple(v) for k, v in self.splits.items()})
-        object.__setattr__(self, "splits", frozen)
-        if self.first_snapshot is None:
-            object.__setattr__(self, "first_snapshot", self.snapshot_id)
-        if self.num_shards is not None:
-            check_routing(self.splits, self.num_shards, self.rule)
+class PlannedTable(Protocol):
+    """What the planner reads of a table (a
+    :class:`~paimon_group.table.ShardedTable`, which makes planners with
+    :meth:`~paimon_group.table.ShardedTable.planner`)."""
 
     @property
-    def shards(self) -> tuple[int, ...]:
-        return tuple(self.splits)
+    def table(self) -> Any:
+        """The pypaimon ``FileStoreTable``."""
 
     @property
-    def is_empty(self) -> bool:
-        """True when no shard has anything to read in this step."""
-        return not any(self.splits.values())
+    def identifier(self) -> str: ...
 
-    def estimated_rows(self, shard: int) -> int:
-        """Rows in the shard's splits according to file metadata (before merging)."""
-        return sum(int(s.row_count) for s in self.splits.get(shard, ()))
+    @property
+    def changelog_producer(self) -> str: ...
 
+    @property
+    def default_rule(self) -> ShardRule: ...
 
-@dataclass
-class PlannerStats:
-    """Metadata files a planner has read (for benchmarks and metrics)."""
+    def latest_snapshot_id(self) -> int | None: ...
 
-    snapshots_read: int = 0
-    manifest_lists_read: int = 0
-    manifests_read: int = 0
-    manifests_skipped: int = 0
-    steps_planned: int = 0
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    def snapshot(self, snapshot_id: int) -> Any | None: ...
 
-    def add(self, **counts: int) -> None:
-        with self._lock:
-            for name, value in counts.items():
-                setattr(self, name, getattr(self, name) + value)
-
-    def snapshot(self) -> dict[str, int]:
-        with self._lock:
-            return {
-                "snapshots_read": self.snapshots_read,
-                "manifest_lists_read": self.manifest_lists_read,
-                "manifests_read": self.manifests_read,
-                "manifests_skipped": self.manifests_skipped,
-                "steps_planned": self.steps_planned,
-            }
+    def expired_error(self, snapshot_id: int) -> SnapshotExpired: ...
 
 
 class _IncrementDeletesFile(Exception):
@@ -214,7 +141,7 @@ class ShardPlanner:
 
     def __init__(
         self,
-        table: ShardedTable,
+        table: PlannedTable,
         num_shards: int,
         *,
         include_row_kind: bool = False,
@@ -434,16 +361,14 @@ class ShardPlanner:
         )
 
     def _should_scan(self, snapshot: Any) -> bool:
-        """pypaimon's follow-up scanners' rule (Delta/ChangelogFollowUpScanner).
+        """Whether a follow-up step reads ``snapshot``
+        (:func:`~paimon_group.steps.follow_up_scans`).
 
         An OVERWRITE snapshot (INSERT OVERWRITE, e.g. the rewrite of a bucket
         rescale) is skipped as Paimon's streaming reads skip it, but never
         silently: one warning line names it (once per snapshot).
         """
-        if self._changelog:
-            scan = bool(snapshot.changelog_manifest_list)
-        else:
-            scan = bool(snapshot.commit_kind == "APPEND")
+        scan = follow_up_scans(snapshot, changelog=self._changelog)
         if not scan and snapshot.commit_kind == "OVERWRITE":
             self._warn_overwrite(int(snapshot.id))
         return scan
@@ -461,11 +386,7 @@ class ShardPlanner:
 
     def _increment_manifests(self, snapshot: Any) -> list[Any]:
         self.stats.add(manifest_lists_read=1)
-        if self._changelog:
-            result: list[Any] = self._manifest_lists.read_changelog(snapshot)
-        else:
-            result = self._manifest_lists.read_delta(snapshot)
-        return result
+        return increment_manifests(self._manifest_lists, snapshot, changelog=self._changelog)
 
     def plan_next(self, shards: Iterable[int], next_snapshot: int) -> StepPlan | None:
         """The next step for shards whose position is ``next_snapshot``.
@@ -613,119 +534,8 @@ class ShardPlanner:
         """
         if not splits:
             return
-        read = self._new_read()
-        hooks = _RowMergeHooks.of(read)
-        if hooks is None:
-            # A native (Rust) reader, or a pypaimon without the hooks below:
-            # its own batch reader, bounded or not as it is.
-            streaming = any(getattr(s, "is_streaming", False) for s in splits)
-            yield from _reader_batches(
-                read, list(splits), parallelism=1 if streaming else None
-            )
-            return
-        pool = pa.default_memory_pool()
-        for split in splits:
-            batches: Generator[pa.RecordBatch, None, None]
-            if self._merged_row_by_row(split):
-                batches = hooks.batches(split, self._schema, self.batch_rows)
-            else:
-                batches = _reader_batches(read, [split], parallelism=1)
-            try:
-                yield from batches
-            finally:
-                batches.close()
-                pool.release_unused()
-
-    def _merged_row_by_row(self, split: Split) -> bool:
-        """Whether pypaimon reads ``split`` through its primary-key merge
-        (rows), rather than from raw files (Arrow batches)."""
-        return bool(self._pt.is_primary_key_table) and (
-            bool(getattr(split, "is_streaming", False))
-            or not bool(getattr(split, "raw_convertible", False))
-        )
-
-
-def _reader_batches(
-    read: Any, splits: list[Split], *, parallelism: int | None
-) -> Generator[pa.RecordBatch, None, None]:
-    """The non-empty batches of pypaimon's own batch reader over ``splits``."""
-    reader = read.to_arrow_batch_reader(splits, parallelism=parallelism)
-    try:
-        for batch in reader:
-            if batch.num_rows:
-                yield batch
-    finally:
-        close = getattr(reader, "close", None)
-        if close is not None:
-            close()
-
-
-@dataclass(frozen=True)
-class _RowMergeHooks:
-    """The parts of a pypaimon ``TableRead`` that its batch reader is made of,
-    used to cut a merged split into batches of a bounded number of rows.
-
-    These are private to pypaimon (checked for in :meth:`of`): without them,
-    or with a native reader (which reads in batches of its own), reading
-    falls back to pypaimon's batch reader.
-    """
-
-    read: Any
-    create_reader: Callable[[Split], Any]
-    row_values: Callable[[Any, Any], tuple[Any, ...]]
-    to_batches: Callable[[list[tuple[Any, ...]], list[str], pa.Schema], Iterable[pa.RecordBatch]]
-
-    @classmethod
-    def of(cls, read: Any) -> _RowMergeHooks | None:
-        try:
-            from pypaimon.read.native_plan import native_reader_available
-
-            if native_reader_available():
-                return None
-        except ImportError:
-            pass
-        create = getattr(read, "_TableRead__create_reader_for_split", None)
-        values = getattr(read, "_serialize_blob_view_row_tuple", None)
-        convert = getattr(read, "_convert_rows_to_output_batches", None)
-        if create is None or values is None or convert is None:
-            return None
-        return cls(read, create, values, convert)
-
-    def batches(
-        self, split: Split, schema: pa.Schema, batch_rows: int
-    ) -> Generator[pa.RecordBatch, None, None]:
-        """The rows of one split as batches of at most ``batch_rows`` rows."""
-        from pypaimon.read.reader.iface.record_batch_reader import RecordBatchReader
-
-        reader = self.create_reader(split)
-        if isinstance(reader, RecordBatchReader):
-            # Not a row-by-row merge after all: pypaimon's batches are bounded.
-            reader.close()
-            yield from _reader_batches(self.read, [split], parallelism=1)
-            return
-        with_kinds = bool(self.read.include_row_kind)
-        rows: list[tuple[Any, ...]] = []
-        kinds: list[str] = []
-        try:
-            while (row_iterator := reader.read_batch()) is not None:
-                for row in iter(row_iterator.next, None):
-                    rows.append(self.row_values(row, reader))
-                    if with_kinds:
-                        kinds.append(row.get_row_kind().to_string())
-                    if len(rows) >= batch_rows:
-                        yield from self._convert(rows, kinds, schema)
-                        rows, kinds = [], []
-            if rows:
-                yield from self._convert(rows, kinds, schema)
-        finally:
-            reader.close()
-
-    def _convert(
-        self, rows: list[tuple[Any, ...]], kinds: list[str], schema: pa.Schema
-    ) -> Iterator[pa.RecordBatch]:
-        for batch in self.to_batches(rows, kinds, schema):
-            if batch.num_rows:
-                yield batch
+        yield from pypaimon_batches(self._new_read(), splits, self._schema, self.batch_rows,
+                                    primary_key=bool(self._pt.is_primary_key_table))
 
 
 class _ShardFileScanner(FileScanner):  # type: ignore[misc]
