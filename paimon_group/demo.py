@@ -168,6 +168,7 @@ class Demo:
         self.events: list[str] = []
         self.statuses: dict[str, str] = {}
         self.env = {**os.environ, "PAIMON_GROUP_DEMO_DIR": str(self.out)}
+        self.report: dict[str, Any] = {}  # the last describe of the group
 
     def note(self, text: str) -> None:
         self.events.append(f"{time.strftime('%H:%M:%S')} {text}")
@@ -187,7 +188,7 @@ class Demo:
 
     def describe(self) -> dict[str, Any]:
         from coordinators.registry import open_coordinator
-        from paimon_group.describe import describe_group
+        from paimon_group.ops.report import describe_group
         from paimon_group.table import ShardedTable
 
         async def go() -> dict[str, Any]:
@@ -213,54 +214,61 @@ class Demo:
         names = [f"worker-{i}" for i in range(self.workers)]
         for name in names:
             self.start_worker(name)
-        victim = names[min(1, len(names) - 1)]
+        with Live(self.view(), console=console, refresh_per_second=4) as live:
+            self.watch(live, writer, victim=names[min(1, len(names) - 1)])
+            codes = self.stop_workers(live)
+        return self.account(writes, codes, console)
+
+    def view(self) -> Any:
+        return demo_view(self.report, self.statuses, self.events)
+
+    def watch(self, live: Any, writer: subprocess.Popen[bytes], victim: str) -> None:
+        """Redraw until the writer is done and the group caught up, killing
+        ``victim`` a third of the way in and restarting it 6 s later."""
         killed_at: float | None = None
         restarted = False
         started = time.monotonic()
-        report: dict[str, Any] = {}
+        while True:
+            elapsed = time.monotonic() - started
+            if killed_at is None and elapsed > self.seconds / 3:
+                self.procs[victim].send_signal(signal.SIGKILL)
+                self.procs[victim].wait()
+                self.statuses[victim] = "killed"
+                killed_at = time.monotonic()
+                self.note(f"SIGKILL {victim}: its shards move after the session timeout")
+            if killed_at is not None and not restarted and time.monotonic() - killed_at > 6:
+                self.start_worker(victim)
+                restarted = True
+            try:
+                self.report = self.describe()
+            except Exception as err:
+                self.note(f"describe: {err}")
+            live.update(self.view())
+            writer_done = writer.poll() is not None
+            if writer_done and self.report.get("total_lag_snapshots", 1) == 0 and restarted \
+                    and self.report.get("state") == "stable":
+                return
+            if elapsed > self.seconds + 90:
+                self.note("timed out waiting for the group to catch up")
+                return
+            time.sleep(0.5)
 
-        def view() -> Any:
-            return demo_view(report, self.statuses, self.events)
-
-        with Live(view(), console=console, refresh_per_second=4) as live:
-            while True:
-                elapsed = time.monotonic() - started
-                if killed_at is None and elapsed > self.seconds / 3:
-                    self.procs[victim].send_signal(signal.SIGKILL)
-                    self.procs[victim].wait()
-                    self.statuses[victim] = "killed"
-                    killed_at = time.monotonic()
-                    self.note(f"SIGKILL {victim}: its shards move after the session timeout")
-                if killed_at is not None and not restarted and time.monotonic() - killed_at > 6:
-                    self.start_worker(victim)
-                    restarted = True
-                try:
-                    report = self.describe()
-                except Exception as err:
-                    self.note(f"describe: {err}")
-                live.update(view())
-                writer_done = writer.poll() is not None
-                if writer_done and report.get("total_lag_snapshots", 1) == 0 and restarted \
-                        and report.get("state") == "stable":
-                    break
-                if elapsed > self.seconds + 90:
-                    self.note("timed out waiting for the group to catch up")
-                    break
-                time.sleep(0.5)
-            self.note("stopping workers with SIGTERM (graceful handoff)")
-            live.update(view())
-            for p in self.procs.values():
-                if p.poll() is None:
-                    p.send_signal(signal.SIGTERM)
-            codes = {name: p.wait(timeout=60) for name, p in self.procs.items()}
-            # The final frame: every worker stopped, the group as they left it.
-            for name, code in codes.items():
-                self.statuses[name] = f"stopped (exit {code})"
-            with contextlib.suppress(Exception):
-                report = self.describe()
-            self.note("all workers stopped")
-            live.update(view(), refresh=True)
-        return self.account(writes, codes, console)
+    def stop_workers(self, live: Any) -> dict[str, int]:
+        """SIGTERM every worker (a graceful handoff) and draw the final frame."""
+        self.note("stopping workers with SIGTERM (graceful handoff)")
+        live.update(self.view())
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        codes = {name: p.wait(timeout=60) for name, p in self.procs.items()}
+        # The final frame: every worker stopped, the group as they left it.
+        for name, code in codes.items():
+            self.statuses[name] = f"stopped (exit {code})"
+        with contextlib.suppress(Exception):
+            self.report = self.describe()
+        self.note("all workers stopped")
+        live.update(self.view(), refresh=True)
+        return codes
 
     def account(self, writes: Path, codes: dict[str, int], console: Any) -> bool:
         written: set[int] = set()

@@ -88,6 +88,21 @@ class GroupState:
     positions: dict[int, Position] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Removal:
+    """What :meth:`GroupClient.remove_member` did."""
+
+    known: bool  # the member has keys, or the assignment names it (else nothing is done)
+    done: bool  # the commit was accepted (False: its keys changed meanwhile; try again)
+    removed_keys: tuple[str, ...] = ()
+
+
+def _reset_position(next_snapshot: int, actor: str, now: float) -> bytes:
+    """A position written by an operator (epoch 0: no owner wrote it)."""
+    return Position(next_snapshot=next_snapshot, epoch=0, member_id=actor,
+                    committed_at=now).encode()
+
+
 def _shard_of(key: str) -> int | None:
     last = GroupKeys.last_segment(key)
     return int(last) if last.isdigit() else None
@@ -465,6 +480,8 @@ class GroupClient:
         if old is None or mark[0] > old[0] or (mark[0] == old[0] and mark[1] > old[1]):
             marks[shard] = mark
 
+    # -- operators' commits (paimon_group.ops.admin) ---------------------
+
     async def reset_positions(self, positions: Mapping[int, int], actor: str) -> bool:
         """Administrative reset: write positions for shards that have no owner.
 
@@ -473,14 +490,91 @@ class GroupClient:
         """
         now = time.time()
         checks = [Check.is_absent(self.keys.owner(s)) for s in sorted(positions)]
-        ops: list[Put | Delete] = [
-            Put(
-                self.keys.position(s),
-                Position(next_snapshot=n, epoch=0, member_id=actor, committed_at=now).encode(),
-            )
-            for s, n in sorted(positions.items())
-        ]
+        ops: list[Put | Delete] = [Put(self.keys.position(s), _reset_position(n, actor, now))
+                                   for s, n in sorted(positions.items())]
         return await self.coordinator.commit(checks, ops)
+
+    async def force_positions(self, positions: Mapping[int, int], actor: str) -> bool:
+        """Write positions under live owners: each owner key is deleted in the
+        same commit, which fences the owner (its next commit fails its epoch
+        check); whoever owns the shard next reads the new position.
+
+        Guarded per shard by the owner key being absent or still at the epoch
+        read here: an owner that appears or changes in between makes the
+        commit fail (False; read again and retry), since a new owner read the
+        old position and must be fenced too.
+        """
+        owners = await self.owners()
+        now = time.time()
+        checks: list[Check] = []
+        ops: list[Put | Delete] = []
+        for s, n in sorted(positions.items()):
+            owner = owners.get(s)
+            if owner is None:
+                checks.append(Check.is_absent(self.keys.owner(s)))
+            else:
+                checks.append(Check.created_at(self.keys.owner(s), owner.epoch))
+                ops.append(Delete(self.keys.owner(s)))
+            ops.append(Put(self.keys.position(s), _reset_position(n, actor, now)))
+        return await self.coordinator.commit(checks, ops)
+
+    async def delete_all(self) -> int | None:
+        """Delete the group: its record, assignment, positions, goodbyes and
+        removal records, in one commit (so a half-deleted group cannot exist).
+
+        Guarded on every deleted key being the one read, and on no member,
+        owner or leader key existing. The number of keys deleted (0: the
+        group has none), or None when the group changed meanwhile (a member
+        started?) and nothing was deleted.
+        """
+        coord, keys = self.coordinator, self.keys
+        entries = [e for e in (await coord.get(keys.meta), await coord.get(keys.assignment))
+                   if e is not None]
+        for directory in (keys.positions_dir, keys.leaving_dir, keys.removed_dir):
+            entries += await coord.list(directory)
+        live = [e for d in (keys.owners_dir, keys.members_dir) for e in await coord.list(d)]
+        if not entries:
+            return 0
+        checks = [Check.at_version(e.key, e.version) for e in entries]
+        checks.append(Check.is_absent(keys.leader))
+        checks += [Check.is_absent(e.key) for e in live]
+        if not await coord.commit(checks, [Delete(e.key) for e in entries]):
+            return None
+        return len(entries)
+
+    async def remove_member(self, member_id: str) -> Removal:
+        """Force ``member_id`` out: delete its member key, its owner keys and
+        (if it leads) the leader key, and record its goodbye, in one commit
+        guarded by the create versions of the keys deleted.
+
+        The goodbye (what a gracefully leaving member writes) makes a leader
+        that keeps a vanished static member's shards move them at once. The
+        removal record names the removed session: the leader deletes the
+        goodbye as soon as it has moved the shards, and a live process that
+        notices late must still learn that it was removed (it exits) rather
+        than take its missing member key for an expired session (it would
+        rejoin). Its epochs are gone, so its commits are fenced from then on.
+        """
+        validate_member_id(member_id)
+        coord, keys = self.coordinator, self.keys
+        member = await coord.get(keys.member(member_id))
+        owned = [e for e in await coord.list(keys.owners_dir)
+                 if Owner.decode(e.key, e.value).member_id == member_id]
+        leader = await coord.get(keys.leader)
+        leads = leader is not None and Owner.decode(leader.key, leader.value).member_id == member_id
+        removing = [e for e in (member, leader if leads else None) if e is not None] + owned
+        assignment, _ = await self.read_assignment()
+        if not removing and (assignment is None or member_id not in assignment.shards):
+            return Removal(known=False, done=False)
+        ops: list[Put | Delete] = [Put(keys.leaving(member_id), b"{}")]
+        if member is not None:
+            session = MemberInfo.decode(member.key, member.value).session
+            ops.append(Put(keys.removed(member_id),
+                           RemovedMember(session=session, removed_at=time.time()).encode()))
+        ops += [Delete(e.key) for e in removing]
+        done = await coord.commit([Check.created_at(e.key, e.create_version) for e in removing],
+                                  ops)
+        return Removal(known=True, done=done, removed_keys=tuple(sorted(e.key for e in removing)))
 
     # -- everything at once --------------------------------------------
 

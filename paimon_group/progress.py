@@ -10,7 +10,7 @@ over those shards)::
 An idle member that is caught up stays quiet (no line without a batch or a
 lag). Each delivered batch is logged at DEBUG by the member itself.
 
-Lag is computed as the metrics compute it (:class:`MemberCollector`, in a
+Lag is computed as the metrics compute it (:class:`~paimon_group.ops.lag.OwnedLag`, in a
 worker thread: it reads snapshot files), at most once per line.
 """
 
@@ -36,14 +36,14 @@ def progress_line(batches: int, rows: int, seconds: float, shards: list[int],
 
 async def report_progress(member: Any, interval_s: float = DEFAULT_INTERVAL_S) -> None:
     """Log a progress line every ``interval_s`` until cancelled."""
-    from paimon_group.metrics import MemberCollector
+    from paimon_group.ops.lag import OwnedLag
 
-    collector = MemberCollector(member, lag_refresh_s=0.0)
+    lag_of = OwnedLag(member, refresh_s=0.0)
     batches, rows, since = member.stats.batches, member.stats.rows, time.monotonic()
     while True:
         await asyncio.sleep(interval_s)
         try:
-            lag = await asyncio.to_thread(collector.owned_lag)
+            lag = await asyncio.to_thread(lag_of.owned_total)
         except Exception as err:  # a log line never stops the member
             log.debug("lag not computed: %s", err)
             lag = None

@@ -34,7 +34,7 @@ async def run_member_async(
     progress: asyncio.Task[None] | None = None
     server: Any = None
     if metrics_port is not None:
-        from paimon_group.metrics import serve_metrics
+        from paimon_group.ops.metrics import serve_metrics
 
         server = serve_metrics(member, metrics_port)
     stop = asyncio.Event()

@@ -17,7 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from paimon_group.member import MemberState, MemberStats
-from paimon_group.metrics import MetricsServer, serve_metrics
+from paimon_group.ops.metrics import MetricsServer, serve_metrics
 from paimon_group.records import Assignment
 from paimon_group.table import ShardedTable
 from tests.support.tables import make_pk_table, write_rows

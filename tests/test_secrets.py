@@ -127,8 +127,8 @@ async def test_a_running_member_never_shows_its_catalog_secret(
 ) -> None:
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from paimon_group.describe import describe_group
-    from paimon_group.metrics import MemberCollector
+    from paimon_group.ops.metrics import MemberCollector
+    from paimon_group.ops.report import describe_group
 
     caplog.set_level(logging.DEBUG)
     wh = tmp_path / "wh"

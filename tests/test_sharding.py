@@ -393,8 +393,8 @@ def test_describe_counts_unread_rows_per_shard_under_the_rule(warehouse: str, na
     import asyncio
 
     from coordinators.registry import open_coordinator
-    from paimon_group.describe import describe_group
     from paimon_group.group import GroupClient
+    from paimon_group.ops.report import describe_group
 
     make, _kind, rule, _keyed = KINDS[name]
     make(warehouse)
@@ -426,7 +426,7 @@ def test_describe_counts_unread_rows_per_shard_under_the_rule(warehouse: str, na
 
 
 def test_metrics_name_the_rule_and_the_table_kind(warehouse: str) -> None:
-    from paimon_group.metrics import serve_metrics
+    from paimon_group.ops.metrics import serve_metrics
     from tests.test_ops_metrics import HOST, StandInMember, scrape, value
 
     make_append_table(warehouse, "db.t", buckets=-1)

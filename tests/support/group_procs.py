@@ -222,7 +222,7 @@ class GroupHarness:
 
     def describe(self) -> dict[str, Any]:
         from coordinators.registry import open_coordinator
-        from paimon_group.describe import describe_group
+        from paimon_group.ops.report import describe_group
         from paimon_group.table import ShardedTable
 
         async def go() -> dict[str, Any]:

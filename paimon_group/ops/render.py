@@ -1,6 +1,9 @@
 """Rich tables for people: ``describe``, ``list`` and the ``reset`` plan.
 
-Scripts use ``--json`` instead; nothing here is meant to be parsed.
+Each draws the JSON document that the command's ``--json`` prints (for
+``describe``, :meth:`GroupReport.to_dict <paimon_group.ops.report.GroupReport.to_dict>`),
+so a person sees what a script reads. Scripts use ``--json``; nothing here is
+meant to be parsed.
 
 Example::
 
@@ -71,10 +74,17 @@ def _rows(shard: dict[str, Any]) -> str:
 
 
 def describe_renderable(report: dict[str, Any]) -> Group:
-    """The describe report as a header line and two tables (members, shards)."""
+    """The describe report (its JSON document, :meth:`GroupReport.to_dict
+    <paimon_group.ops.report.GroupReport.to_dict>`) as header lines and two
+    tables (members, shards)."""
     now = report.get("described_at") or time.time()
     if not report.get("exists", True):
         return Group(Text(f"group {report['group']} does not exist (yet)", style="yellow"))
+    return Group(*_describe_header(report, now), _members_table(report, now),
+                 _shards_table(report, now))
+
+
+def _describe_header(report: dict[str, Any], now: float) -> list[Text]:
     state = str(report.get("state"))
     head = Text.assemble(
         ("group ", "bold"), str(report["group"]),
@@ -91,7 +101,7 @@ def describe_renderable(report: dict[str, Any]) -> Group:
         ("  max lag ", "bold"), _duration(report.get("max_lag_seconds")),
         ("  unread rows ", "bold"), _num(report.get("total_unread_rows")),
     )
-    parts: list[Any] = [head, totals]
+    parts = [head, totals]
     sharding = report.get("sharding")
     if sharding:
         parts.append(Text.assemble(
@@ -104,7 +114,10 @@ def describe_renderable(report: dict[str, Any]) -> Group:
         parts.append(Text(
             f"shards {report['expired_shards']} point at expired snapshots: they cannot "
             "continue until reset (paimon-group reset)", style="bold red"))
+    return parts
 
+
+def _members_table(report: dict[str, Any], now: float) -> Table:
     members = Table(title="members", title_justify="left")
     for col in ("member", "host", "pid", "version", "started", "shards", "session"):
         members.add_column(col, no_wrap=col != "member")
@@ -117,8 +130,10 @@ def describe_renderable(report: dict[str, Any]) -> Group:
             ",".join(str(s) for s in m.get("owned_shards", [])) or "-",
             Text(session, style="green" if session == "live" else "red"),
         )
-    parts.append(members)
+    return members
 
+
+def _shards_table(report: dict[str, Any], now: float) -> Table:
     shards = Table(title="shards", title_justify="left")
     # Short headers: the table must fit an 80-column terminal. "behind" is the
     # age of the oldest unread snapshot; "file" the Paimon consumer file.
@@ -138,8 +153,7 @@ def describe_renderable(report: dict[str, Any]) -> Group:
             _duration(s.get("lag_seconds")), _rows(s), _ago(s.get("last_commit"), now),
             _num(s.get("consumer_file")),
         )
-    parts.append(shards)
-    return Group(*parts)
+    return shards
 
 
 def render_describe(report: dict[str, Any], console: Console | None = None) -> None:

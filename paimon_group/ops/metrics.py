@@ -60,10 +60,9 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
@@ -75,7 +74,9 @@ from prometheus_client.core import (
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
-from paimon_group.sharding import ShardRule
+from paimon_group.member import VERSION
+from paimon_group.ops.lag import LagSource, OwnedLag
+from paimon_group.records import Assignment
 
 log = logging.getLogger("paimon_group.metrics")
 
@@ -86,12 +87,80 @@ MEMBER_STATES = ("created", "joining", "running", "rejoining", "leaving", "stopp
 DEFAULT_MAX_LOOP_LAG_S = 30.0
 
 
-def _positions(member: Any) -> dict[int, int | None]:
-    """``{owned shard: oldest snapshot it still needs, or None}`` of ``member``
-    (:meth:`~paimon_group.member.GroupMember.shard_positions`: what the
-    coordinator accepted, so a resolved start whose full scan is not
-    delivered yet never shows as "caught up")."""
-    return dict(member.shard_positions())
+class StatsView(Protocol):
+    """The counters of a member (:class:`~paimon_group.member.MemberStats`)."""
+
+    @property
+    def batches(self) -> int: ...
+
+    @property
+    def rows(self) -> int: ...
+
+    @property
+    def commits(self) -> int: ...
+
+    @property
+    def rejected_commits(self) -> int: ...
+
+    @property
+    def refused_commits(self) -> int: ...
+
+    @property
+    def rebalances(self) -> int: ...
+
+    @property
+    def handler_errors(self) -> int: ...
+
+    @property
+    def handler_seconds(self) -> list[float]: ...
+
+
+class TimeoutView(Protocol):
+    @property
+    def session_timeout_s(self) -> float: ...
+
+
+class MemberView(LagSource, Protocol):
+    """Everything metrics and probes read of a member (a
+    :class:`~paimon_group.member.GroupMember`): public attributes only."""
+
+    @property
+    def group_name(self) -> str: ...
+
+    @property
+    def member_id(self) -> str: ...
+
+    @property
+    def config(self) -> TimeoutView: ...
+
+    @property
+    def stats(self) -> StatsView: ...
+
+    @property
+    def assignment(self) -> Assignment | None: ...
+
+    @property
+    def is_leader(self) -> bool: ...
+
+    @property
+    def ready(self) -> bool: ...
+
+    @property
+    def session_state(self) -> str: ...
+
+    @property
+    def state(self) -> Any:
+        """A :class:`~paimon_group.member.MemberState` (or its value)."""
+
+    def loop_lag(self) -> float: ...
+
+
+_Family = Callable[[str, str, float], Metric]
+"""Makes a gauge or a counter of the member's labels."""
+
+
+def _state_value(member: MemberView) -> str:
+    return str(getattr(member.state, "value", member.state))
 
 
 class _HandlerHistogram:
@@ -136,62 +205,16 @@ class _HandlerHistogram:
 class MemberCollector(Collector):
     """A prometheus collector reading one :class:`~paimon_group.member.GroupMember`."""
 
-    def __init__(self, member: Any, *, lag_refresh_s: float = 1.0) -> None:
+    def __init__(self, member: MemberView, *, lag_refresh_s: float = 1.0) -> None:
         self.member = member
         self.lag_refresh_s = lag_refresh_s
+        self.lag = OwnedLag(member, refresh_s=lag_refresh_s)
         self._lock = threading.Lock()
         self._histogram = _HandlerHistogram()
-        self._facts: Any = None
-        self._facts_shards = 0
-        self._facts_rule = ShardRule.BUCKET
-        self._lag: dict[int, tuple[int | None, int | None, float | None]] = {}
-        self._latest: int | None = None
-        self._lag_at = -1e18
-
-    # -- lag ---------------------------------------------------------------
-
-    def _refresh_lag(self) -> None:
-        now = time.monotonic()
-        if now - self._lag_at < self.lag_refresh_s:
-            return
-        self._lag_at = now
-        member = self.member
-        table = getattr(member, "table", None)
-        num_shards = int(getattr(member, "num_shards", 0) or 0)
-        if table is None or num_shards < 1:
-            self._lag, self._latest = {}, None
-            return
-        from paimon_group.describe import SnapshotFacts
-        from paimon_group.table import ShardedTable
-
-        rule = getattr(member, "sharding", ShardRule.BUCKET)
-        if self._facts is None or self._facts_shards != num_shards or self._facts_rule != rule:
-            # Our own wrapper (and snapshot manager) over the member's table,
-            # so this thread shares no reader state with the member's.
-            own = ShardedTable(table.table, warehouse=table.warehouse,
-                               identifier=table.identifier)
-            self._facts = SnapshotFacts(own, num_shards, count_rows=False, rule=rule)
-            self._facts_shards = num_shards
-            self._facts_rule = rule
-        positions = _positions(member)
-        progress = self._facts.progress(positions)
-        self._latest = self._facts.latest
-        self._lag = {
-            s: (positions.get(s), p.lag_snapshots, p.lag_seconds) for s, p in progress.items()
-        }
 
     def owned_lag(self) -> int | None:
         """Unread snapshots summed over the shards the member owns (None: unknown)."""
-        with self._lock:
-            self._refresh_lag()
-            owned = set(self.member.owned_shards)
-            lags = [lag for s, (_, lag, _) in self._lag.items()
-                    if s in owned and lag is not None]
-        if not owned:
-            return 0
-        return sum(lags) if lags else None
-
-    # -- collect -----------------------------------------------------------
+        return self.lag.owned_total()
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:
@@ -213,13 +236,23 @@ class MemberCollector(Collector):
             return c
 
         try:
-            self._refresh_lag()
+            self.lag.refresh()
         except Exception as err:  # a metric, never a crash of the scrape
             log.debug("lag not computed: %s", err)
+        yield from self._shard_families(gauge, labels, values)
+        yield from self._counter_families(counter)
+        self._histogram.update(m.stats.handler_seconds)
+        yield self._histogram.family(labels, values)
+        yield from self._state_families(gauge, labels, values)
+
+    def _shard_families(self, gauge: _Family, labels: list[str],
+                        values: list[str]) -> Iterator[Metric]:
+        """Shard counts, and per owned shard its position and lag."""
+        m = self.member
         owned = list(m.owned_shards)
         assignment = m.assignment
         assigned = assignment.shards_of(m.member_id) if assignment is not None else []
-        num_shards = int(getattr(m, "num_shards", 0) or 0)
+        num_shards = int(m.num_shards or 0)
         if num_shards:
             yield gauge("paimon_group_shards", "Shard count of the group.", num_shards)
         yield gauge("paimon_group_owned_shards", "Shards this member owns.", len(owned))
@@ -234,28 +267,30 @@ class MemberCollector(Collector):
                                   "Age of the shard's oldest unread snapshot (seconds).",
                                   labels=[*labels, "shard"])
         total_lag = 0
-        for shard in sorted(self._lag):
+        lags = self.lag.shards()
+        for shard in sorted(lags):
             if shard not in owned:
                 continue
-            pos, lag, age = self._lag[shard]
+            x = lags[shard]
             shard_values = [*values, str(shard)]
-            if pos is not None:
-                position.add_metric(shard_values, pos)
-            if lag is not None:
-                lag_n.add_metric(shard_values, lag)
-                total_lag += lag
-            if age is not None:
-                lag_s.add_metric(shard_values, age)
+            if x.position is not None:
+                position.add_metric(shard_values, x.position)
+            if x.lag_snapshots is not None:
+                lag_n.add_metric(shard_values, x.lag_snapshots)
+                total_lag += x.lag_snapshots
+            if x.lag_seconds is not None:
+                lag_s.add_metric(shard_values, x.lag_seconds)
         yield position
         yield lag_n
         yield lag_s
         yield gauge("paimon_group_lag_snapshots", "Unread snapshots summed over owned shards.",
                     total_lag)
-        if self._latest is not None:
+        if self.lag.latest is not None:
             yield gauge("paimon_group_table_latest_snapshot", "The table's latest snapshot id.",
-                        self._latest)
+                        self.lag.latest)
 
-        stats = m.stats
+    def _counter_families(self, counter: _Family) -> Iterator[Metric]:
+        stats = self.member.stats
         yield counter("paimon_group_batches", "Batches delivered to the handler.", stats.batches)
         yield counter("paimon_group_rows", "Rows delivered to the handler.", stats.rows)
         yield counter("paimon_group_handler_errors", "Handler exceptions.", stats.handler_errors)
@@ -268,9 +303,12 @@ class MemberCollector(Collector):
                       stats.refused_commits)
         yield counter("paimon_group_rebalances", "Assignments followed after the first.",
                       stats.rebalances)
-        self._histogram.update(stats.handler_seconds)
-        yield self._histogram.family(labels, values)
 
+    def _state_families(self, gauge: _Family, labels: list[str],
+                        values: list[str]) -> Iterator[Metric]:
+        """The member's role and states, and its static facts."""
+        m = self.member
+        assignment = m.assignment
         yield gauge("paimon_group_generation", "Generation of the followed assignment.",
                     assignment.generation if assignment is not None else 0)
         yield gauge("paimon_group_leader", "1 if this member leads the group.",
@@ -279,29 +317,18 @@ class MemberCollector(Collector):
                     1 if m.ready else 0)
         yield gauge("paimon_group_loop_lag_seconds",
                     "Seconds since the member's control loop last ticked.", m.loop_lag())
-        session = GaugeMetricFamily("paimon_group_session_state",
-                                    "1 for the coordinator session's current state.",
-                                    labels=[*labels, "state"])
-        current_session = str(m.session_state)
-        for state in SESSION_STATES:
-            session.add_metric([*values, state], 1 if state == current_session else 0)
-        yield session
-        member_state = GaugeMetricFamily("paimon_group_member_state",
-                                         "1 for the member's current state.",
-                                         labels=[*labels, "state"])
-        current_state = str(getattr(m.state, "value", m.state))
-        for state in MEMBER_STATES:
-            member_state.add_metric([*values, state], 1 if state == current_state else 0)
-        yield member_state
+        yield _one_of("paimon_group_session_state",
+                      "1 for the coordinator session's current state.", labels, values,
+                      SESSION_STATES, str(m.session_state))
+        yield _one_of("paimon_group_member_state", "1 for the member's current state.",
+                      labels, values, MEMBER_STATES, _state_value(m))
         info = GaugeMetricFamily("paimon_group_member_info", "Static facts of this member.",
                                  labels=[*labels, "version"])
-        from paimon_group.member import VERSION
-
         info.add_metric([*values, VERSION], 1)
         yield info
-        table = getattr(m, "table", None)
-        if num_shards and table is not None:
-            rule = getattr(m, "sharding", ShardRule.BUCKET)
+        table = m.table
+        if int(m.num_shards or 0) and table is not None:
+            rule = self.lag.rule()
             sharding = GaugeMetricFamily(
                 "paimon_group_sharding_info", "The group's sharding rule and table kind.",
                 labels=[*labels, "rule", "table_kind"])
@@ -309,9 +336,18 @@ class MemberCollector(Collector):
             yield sharding
 
 
-def health(member: Any, max_loop_lag_s: float) -> tuple[bool, str]:
+def _one_of(name: str, doc: str, labels: list[str], values: list[str],
+            states: tuple[str, ...], current: str) -> GaugeMetricFamily:
+    """A gauge per state: 1 for ``current``, 0 for the others."""
+    family = GaugeMetricFamily(name, doc, labels=[*labels, "state"])
+    for state in states:
+        family.add_metric([*values, state], 1 if state == current else 0)
+    return family
+
+
+def health(member: MemberView, max_loop_lag_s: float) -> tuple[bool, str]:
     """(healthy, reason) for ``/healthz``."""
-    state = str(getattr(member.state, "value", member.state))
+    state = _state_value(member)
     if state == "failed":
         return False, "member failed"
     if state != "running":
@@ -327,14 +363,14 @@ def health(member: Any, max_loop_lag_s: float) -> tuple[bool, str]:
 class MetricsServer:
     """The HTTP server of :func:`serve_metrics`; ``close()`` stops it."""
 
-    def __init__(self, member: Any, port: int, *, host: str = "0.0.0.0",
+    def __init__(self, member: MemberView, port: int, *, host: str = "0.0.0.0",
                  max_loop_lag_s: float | None = None, lag_refresh_s: float = 1.0) -> None:
         self.member = member
         self.registry = CollectorRegistry(auto_describe=False)
         self.collector = MemberCollector(member, lag_refresh_s=lag_refresh_s)
         self.registry.register(self.collector)
         if max_loop_lag_s is None:
-            timeout = float(getattr(getattr(member, "config", None), "session_timeout_s", 10.0))
+            timeout = float(member.config.session_timeout_s)
             # The control loop ticks at least every timeout/4; three timeouts
             # without a tick is a stuck loop, not a slow one.
             max_loop_lag_s = max(DEFAULT_MAX_LOOP_LAG_S, 3 * timeout)
@@ -378,8 +414,7 @@ class MetricsServer:
                                         daemon=True)
         self._thread.start()
         log.info("serving /metrics, /healthz and /readyz on port %d", self.port,
-                 extra={"group": getattr(member, "group_name", None),
-                        "member": getattr(member, "member_id", None)})
+                 extra={"group": member.group_name, "member": member.member_id})
 
     def close(self) -> None:
         self.httpd.shutdown()
@@ -387,7 +422,7 @@ class MetricsServer:
         self._thread.join(timeout=5)
 
 
-def serve_metrics(member: Any, port: int, *, host: str | None = None) -> MetricsServer:
+def serve_metrics(member: MemberView, port: int, *, host: str | None = None) -> MetricsServer:
     """Serve ``/metrics``, ``/healthz`` and ``/readyz`` of ``member`` on ``port``
     (0: a free port, see ``.port``) from a background thread.
 

@@ -1,0 +1,211 @@
+"""The ``paimon-group`` command line.
+
+Every ``run`` option can also come from the environment as
+``PAIMON_GROUP_<OPTION>`` (upper case, ``-`` as ``_``, e.g.
+``PAIMON_GROUP_METRICS_PORT``) and from a TOML or YAML file given with
+``--config PATH`` (keys are the option names, ``-`` or ``_``). Precedence:
+flags > environment > file > defaults. Coordinator passwords come from a file
+(``--coordinator-password-file``) or the environment
+(``PAIMON_GROUP_COORDINATOR_PASSWORD``), never from a flag.
+
+Errors of bad input print one line, ``error: ...``, and exit 2; other
+failures exit 1 (a handler that kept failing: 3).
+
+The package: :data:`main` (the command group) and ``run`` here; the options,
+declared once, in :mod:`~paimon_group.cli.options`; ``describe`` (and
+``--watch``) in :mod:`~paimon_group.cli.describe`; the operations commands in
+:mod:`~paimon_group.cli.admin`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import click
+
+from coordinators.errors import ConfigError
+from coordinators.registry import open_coordinator
+from paimon_group.cli.admin import delete, list_command, members, reset
+from paimon_group.cli.describe import describe
+from paimon_group.cli.errors import OneLineErrors, friendly_errors
+from paimon_group.cli.options import (
+    LOG_LEVELS,
+    build_connect_options,
+    catalog_options,
+    config_option,
+    coordinator_options,
+    env,
+    group_option,
+    table_options,
+)
+from paimon_group.config import DEFAULT_PARALLEL_SHARDS, MemberConfig, default_coordinator_url
+
+__all__ = ["build_connect_options", "main", "run", "setup_logging"]
+
+
+def setup_logging(fmt: str, level: str) -> None:
+    """Configure the process's logging for ``run`` (``--log-format``, ``--log-level``)."""
+    from paimon_group.logs import configure_logging
+
+    configure_logging(fmt, level)
+
+
+@click.group(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"],
+                                                  "max_content_width": 100})
+@click.version_option(package_name="paimon-group")
+def main() -> None:
+    """Coordinated, sharded consumer groups for Apache Paimon tables."""
+
+
+@main.command()
+@config_option
+@group_option
+@table_options
+@click.option("--handler", envvar=env("handler"), metavar="MODULE:CALLABLE",
+              help="Called with each ShardBatch.")
+@click.option("--spark-handler", envvar=env("spark-handler"), metavar="MODULE:CALLABLE",
+              help="Called with (DataFrame, ShardBatch) for each batch.")
+@coordinator_options
+@click.option("--member-id", envvar=env("member-id"),
+              help="Stable member id (static membership). Default: the pod name in "
+                   "Kubernetes, else HOST-PID-RANDOM.")
+@click.option("--shards", type=int, envvar=env("shards"),
+              help="Shard count of a new group (default: the table's bucket count; 4 for "
+                   "tables without a fixed bucket count). See README, table kinds.")
+@click.option("--start", default="latest-full", show_default=True, envvar=env("start"),
+              help="Where a shard without a position starts: latest-full, latest, earliest, "
+                   "snapshot:N, timestamp:ISO-8601.")
+@click.option("--poll-interval-ms", type=int, default=1000, show_default=True,
+              envvar=env("poll-interval-ms"),
+              help="How often an idle shard looks for a new snapshot.")
+@click.option("--session-timeout-s", type=float, default=10.0, show_default=True,
+              envvar=env("session-timeout-s"),
+              help="The coordinator session (lease) timeout: a member that stops "
+                   "heartbeating loses its shards after this long; also the connect timeout.")
+@click.option("--revoke-timeout-s", type=float, default=10.0, show_default=True,
+              envvar=env("revoke-timeout-s"),
+              help="How long a revoked shard's batch in flight may take before it is "
+                   "abandoned.")
+@click.option("--shutdown-timeout-s", type=float, default=30.0, show_default=True,
+              envvar=env("shutdown-timeout-s"),
+              help="Graceful SIGTERM handoff must finish within this.")
+@click.option("--rebalance-delay", type=float, default=0.0, show_default=True,
+              envvar=env("rebalance-delay"),
+              help="Seconds the leader keeps the shards of a member that vanished without "
+                   "a goodbye, waiting for it to come back (static membership).")
+@click.option("--max-handler-attempts", type=int, default=5, show_default=True,
+              envvar=env("max-handler-attempts"),
+              help="Calls of the handler for one batch (with backoff) before the member "
+                   "fails with exit 3; the batch is not committed.")
+@click.option("--max-parallel-shards", type=int, default=DEFAULT_PARALLEL_SHARDS,
+              show_default="one per CPU, at most 4", envvar=env("max-parallel-shards"),
+              help="Batches of different shards in the handler at once (1: one by one). "
+                   "Never two batches of the same shard.")
+@click.option("--include-row-kind", is_flag=True, default=False,
+              envvar=env("include-row-kind"), help="Add the _row_kind column.")
+@click.option("--columns", envvar=env("columns"), metavar="A,B,...",
+              help="Read only these columns (the others are never decoded).")
+@click.option("--metrics-port", type=int, envvar=env("metrics-port"),
+              help="Serve /metrics, /healthz and /readyz on this port.")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text",
+              show_default=True, envvar=env("log-format"),
+              help="Log lines as text or as one JSON object per line.")
+@click.option("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False),
+              default="INFO", show_default=True, envvar=env("log-level"),
+              help="INFO: state changes and a progress line every few seconds; DEBUG: "
+                   "one line per batch, and the client libraries' own logs.")
+@click.option("--progress-interval-s", type=click.FloatRange(min=0), default=5.0,
+              show_default=True, envvar=env("progress-interval-s"),
+              help="Log a progress line (batches, rows, rate, lag) at INFO this often while "
+                   "there is work; 0: never. Each batch is logged at DEBUG.")
+@click.option("--history", envvar=env("history"), type=click.Path(dir_okay=False),
+              help="Append a JSONL history of deliveries and commits here (for audits).")
+@click.option("--spark-master", default="local[*]", show_default=True,
+              envvar=env("spark-master"),
+              help="Spark master of the --spark-handler's session.")
+@click.option("--spark-remote", envvar=env("spark-remote"),
+              help="Spark Connect address sc://HOST:PORT (instead of --spark-master).")
+@friendly_errors
+def run(**kw: Any) -> None:
+    """Run one member of a group until SIGTERM or SIGINT (then hand off and exit 0)."""
+    setup_logging(kw["log_format"], kw["log_level"])
+    if bool(kw["handler"]) == bool(kw["spark_handler"]):
+        raise ConfigError("give exactly one of --handler or --spark-handler")
+    member_id = kw["member_id"] or _kubernetes_pod_name()
+    cfg = MemberConfig(
+        group=kw["group"],
+        warehouse=kw["warehouse"],
+        table=kw["table"],
+        coordinator=kw["coordinator"],
+        member_id=member_id,
+        shards=kw["shards"],
+        start=kw["start"],
+        poll_interval_ms=kw["poll_interval_ms"],
+        session_timeout_s=kw["session_timeout_s"],
+        catalog_options=catalog_options(kw["catalog_option"]),
+        revoke_timeout_s=kw["revoke_timeout_s"],
+        shutdown_timeout_s=kw["shutdown_timeout_s"],
+        rebalance_delay_s=kw["rebalance_delay"],
+        include_row_kind=kw["include_row_kind"],
+        columns=kw["columns"],
+        max_handler_attempts=kw["max_handler_attempts"],
+        max_parallel_shards=kw["max_parallel_shards"],
+        connect=build_connect_options(kw, kw["session_timeout_s"]),
+        history_path=kw["history"],
+    )
+    from paimon_group.preflight import check_coordinator_target
+    from paimon_group.start import parse_start
+
+    parse_start(cfg.start)
+    # Bad coordinator options (a password over plaintext) fail here, in one
+    # line, before the table is opened or anything is joined.
+    open_coordinator(cfg.coordinator_url, cfg.connect_options())
+    check_coordinator_target(cfg.coordinator_url, create=True,
+                             default_url=default_coordinator_url(cfg.warehouse))
+    from paimon_group import preflight
+    from paimon_group.handlers import load_callable
+
+    preflight.check_table(cfg.warehouse, cfg.table, cfg.catalog_options, cfg.columns)
+    from paimon_group.runner import run_until_signalled
+
+    if kw["handler"]:
+        handler = load_callable(kw["handler"], what="handler")
+    else:
+        from paimon_group.spark import spark_handler_from_spec
+
+        handler = spark_handler_from_spec(
+            kw["spark_handler"], master=kw["spark_master"], remote=kw["spark_remote"]
+        )
+    preflight.probe_coordinator(cfg.coordinator_url, cfg.connect_options())
+    run_until_signalled(cfg, handler, metrics_port=kw["metrics_port"],
+                        progress_interval_s=kw["progress_interval_s"])
+
+
+def _kubernetes_pod_name() -> str | None:
+    """In Kubernetes the pod name (HOSTNAME) is a stable member id for StatefulSets."""
+    if os.environ.get("KUBERNETES_SERVICE_HOST") and os.environ.get("HOSTNAME"):
+        return os.environ["HOSTNAME"]
+    return None
+
+
+@main.command()
+@click.option("--workers", default=3, show_default=True, help="Worker processes.")
+@click.option("--seconds", default=40.0, show_default=True, help="How long the demo writes.")
+@click.option("--dir", "directory", type=click.Path(file_okay=False),
+              help="Where to put the demo warehouse (default: a new temporary directory).")
+@friendly_errors
+def demo(workers: int, seconds: float, directory: str | None) -> None:
+    """A local warehouse, a writer, WORKERS members; one is killed and restarted."""
+    from paimon_group.demo import run_demo
+
+    ok = run_demo(workers=workers, seconds=seconds, directory=directory)
+    sys.exit(0 if ok else 1)
+
+
+for _command in (describe, list_command, reset, delete, members):
+    main.add_command(_command)
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,61 @@
+"""What an operations command opens: the coordinator, the group's table.
+
+Each command opens its own short coordinator session. An operations command
+never creates coordinator state (only ``run`` does): a typo in a path must
+say "no coordinator at ...", not look like an empty coordinator.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from coordinators.base import ConnectOptions, Coordinator
+from coordinators.errors import ConfigError
+from paimon_group.cli.options import build_connect_options, catalog_options
+from paimon_group.config import default_coordinator_url
+from paimon_group.group import GroupClient
+from paimon_group.ops.report import GroupNotFound
+from paimon_group.preflight import check_coordinator_target
+from paimon_group.table import ShardedTable
+
+
+def admin_coordinator(kw: dict[str, Any]) -> tuple[str, ConnectOptions]:
+    """The coordinator URL and options of an operations command.
+
+    Without ``--coordinator`` the embedded file under ``--warehouse``; that
+    file must exist already.
+    """
+    if not kw.get("coordinator") and not kw.get("warehouse"):
+        raise ConfigError(
+            "give --coordinator URL, or --warehouse for the embedded coordinator under it"
+        )
+    url = kw.get("coordinator") or default_coordinator_url(kw["warehouse"])
+    options = build_connect_options(kw)
+    check_coordinator_target(url, default_url=None, create=False)
+    return url, options
+
+
+async def group_table(coordinator: Coordinator, group: str, given: str | None) -> str:
+    """``--table``, or else the table an existing group was created on."""
+    if given:
+        return given
+    meta = await GroupClient(coordinator, group).read_meta()
+    if meta is None:
+        raise GroupNotFound(f"group {group!r} does not exist in this coordinator "
+                            "(so --table cannot be read from it)")
+    return meta.table
+
+
+def open_table(kw: dict[str, Any], identifier: str | None = None) -> ShardedTable:
+    """The table ``identifier`` (default ``--table``) in ``--warehouse`` (blocking)."""
+    return ShardedTable.open(
+        kw["warehouse"], identifier or kw["table"], catalog_options(kw.get("catalog_option", ()))
+    )
+
+
+def echo_json(data: Any) -> None:
+    """One JSON document on stdout, keys sorted."""
+    click.echo(json.dumps(data, sort_keys=True, default=str))

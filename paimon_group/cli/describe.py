@@ -1,0 +1,150 @@
+"""``paimon-group describe``: one group, or every group, once or ``--watch``-ed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from typing import Any
+
+import click
+
+from coordinators.base import ConnectOptions
+from coordinators.errors import ConfigError
+from coordinators.registry import open_coordinator, redact_url
+from paimon_group.cli.context import admin_coordinator, echo_json, group_table, open_table
+from paimon_group.cli.errors import friendly_errors
+from paimon_group.cli.options import (
+    coordinator_options,
+    json_option,
+    optional_group_option,
+    stored_table_options,
+    wide_option,
+)
+from paimon_group.names import GroupKeys, validate_group
+from paimon_group.ops.lag import SnapshotFacts
+from paimon_group.ops.report import GroupReport, read_report
+from paimon_group.table import ShardedTable
+
+DEFAULT_WATCH_INTERVAL_S = 2.0
+
+
+@click.command()
+@optional_group_option
+@stored_table_options
+@coordinator_options
+@json_option("Print one JSON object (with --all-groups: {\"groups\": [...]}).")
+@wide_option
+@click.option("--watch", type=float, is_flag=False, flag_value=DEFAULT_WATCH_INTERVAL_S,
+              default=None, metavar="[SECONDS]",
+              help="Refresh in place every SECONDS (default 2) until Ctrl-C; with --json one "
+                   "line per refresh.")
+@friendly_errors
+def describe(**kw: Any) -> None:
+    """Members, leader, generation, and per shard its owner, epoch, position and lag."""
+    if bool(kw["group"]) == kw["all_groups"]:
+        raise ConfigError("give --group NAME or --all-groups")
+    if kw["all_groups"] and (kw["table"] or kw["watch"] is not None):
+        raise ConfigError("--all-groups reads each group's own table; it takes no --table "
+                          "or --watch")
+    if kw["group"]:
+        validate_group(kw["group"])
+    url, options = admin_coordinator(kw)
+    if kw["watch"] is not None:
+        watch_describe(url, options, kw, kw["watch"])
+        return
+    if kw["all_groups"]:
+        reports = [r.to_dict() for r in asyncio.run(_describe_all(url, options, kw))]
+    else:
+        reports = [asyncio.run(_describe(url, options, kw)).to_dict()]
+    if kw["as_json"]:
+        out = {"coordinator": redact_url(url), "groups": reports} if kw["all_groups"] \
+            else reports[0]
+        click.echo(json.dumps(out, sort_keys=True))
+        return
+    from paimon_group.ops.render import output_console, render_describe
+
+    console = output_console(kw["wide"])
+    for i, report in enumerate(reports):
+        if i:
+            console.print()
+        render_describe(report, console)
+    if not reports:
+        console.print("no groups in this coordinator")
+
+
+async def _describe_all(url: str, options: ConnectOptions,
+                        kw: dict[str, Any]) -> list[GroupReport]:
+    """describe of every group; each table opened once (groups may share one)."""
+    tables: dict[str, ShardedTable] = {}
+    reports: list[GroupReport] = []
+    async with open_coordinator(url, options) as coord:
+        for entry in await coord.list(GroupKeys.all_groups()):
+            name = GroupKeys.last_segment(entry.key)
+            identifier = await group_table(coord, name, None)
+            if identifier not in tables:
+                tables[identifier] = await asyncio.to_thread(open_table, kw, identifier)
+            report = await read_report(coord, name, tables[identifier])
+            reports.append(report.with_coordinator(redact_url(url)))
+    return reports
+
+
+async def _describe(url: str, options: ConnectOptions, kw: dict[str, Any]) -> GroupReport:
+    async with open_coordinator(url, options) as coord:
+        kw["table"] = await group_table(coord, kw["group"], kw["table"])
+        table = await asyncio.to_thread(open_table, kw)
+        report = await read_report(coord, kw["group"], table)
+    return report.with_coordinator(redact_url(url))
+
+
+# -- --watch ---------------------------------------------------------------------
+
+
+def watch_describe(url: str, options: ConnectOptions, kw: dict[str, Any],
+                   interval_s: float = DEFAULT_WATCH_INTERVAL_S) -> None:
+    """Refresh ``describe`` in place until Ctrl-C (with ``--json``: one line per refresh)."""
+    if interval_s <= 0:
+        raise ConfigError(f"--watch {interval_s}: the refresh interval must be positive")
+    try:
+        asyncio.run(_watch(url, options, kw, interval_s))
+    except KeyboardInterrupt:
+        pass
+    except BrokenPipeError:
+        # The reader went away (``describe --watch --json | head -3``): done.
+        # Point stdout at /dev/null so that the interpreter's final flush is quiet.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.close(devnull)
+
+
+async def _watch(url: str, options: ConnectOptions, kw: dict[str, Any],
+                 interval_s: float) -> None:
+    """One coordinator session and one :class:`SnapshotFacts` for every refresh:
+    only new snapshots' metadata is read each time."""
+    from rich.console import Console
+    from rich.live import Live
+
+    from paimon_group.ops.render import describe_renderable
+
+    facts: SnapshotFacts | None = None
+    async with open_coordinator(url, options) as coord:
+        kw["table"] = await group_table(coord, kw["group"], kw["table"])
+        table = await asyncio.to_thread(open_table, kw)
+
+        async def refresh() -> dict[str, Any]:
+            nonlocal facts
+            report = await read_report(coord, kw["group"], table, facts=facts)
+            if facts is None and report.num_shards:
+                facts = SnapshotFacts(table, report.num_shards)
+            return report.with_coordinator(redact_url(url)).to_dict()
+
+        if kw.get("as_json"):
+            while True:
+                echo_json(await refresh())
+                await asyncio.sleep(interval_s)
+        console = Console()
+        with Live(describe_renderable(await refresh()), console=console,
+                  auto_refresh=False, transient=False) as live:
+            while True:
+                await asyncio.sleep(interval_s)
+                live.update(describe_renderable(await refresh()), refresh=True)

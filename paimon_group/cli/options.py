@@ -1,0 +1,238 @@
+"""Every option of ``paimon-group``, declared once.
+
+An option shared by several commands is one decorator here. Each option also
+reads ``PAIMON_GROUP_<OPTION>`` (upper case, ``-`` as ``_``), and ``run``'s
+options read a TOML or YAML file given with ``--config`` (below the
+environment). Parsing of option values (the coordinator's connect options,
+``--catalog-option`` pairs) lives here too.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from coordinators.base import ConnectOptions, Secret
+from coordinators.credentials import describe_option
+from coordinators.errors import ConfigError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+ENV_PREFIX = "PAIMON_GROUP_"
+LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
+
+
+def env(name: str) -> str:
+    """The environment variable of option ``name``: ``PAIMON_GROUP_<NAME>``."""
+    return ENV_PREFIX + name.upper().replace("-", "_")
+
+
+# -- --config -----------------------------------------------------------------
+
+
+def load_config_file(ctx: click.Context, _param: click.Parameter, path: str | None) -> str | None:
+    """Eager ``--config``: its values become the command's defaults (below env)."""
+    if not path:
+        return path
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as err:
+        raise click.BadParameter(f"cannot read config file {path}: {err.strerror}") from err
+    try:
+        if p.suffix in (".yaml", ".yml"):
+            import yaml
+
+            data = yaml.safe_load(text) or {}
+        else:
+            import tomllib
+
+            data = tomllib.loads(text)
+    except Exception as err:
+        raise click.BadParameter(
+            f"cannot parse config file {path}: {_parse_error(err)}") from None
+    if not isinstance(data, dict):
+        raise click.BadParameter(f"config file {path} must hold a mapping of option names")
+    known = {p.name for p in ctx.command.params if p.name}
+    defaults: dict[str, Any] = {}
+    for key, value in data.items():
+        name = str(key).replace("-", "_")
+        if name not in known:
+            raise click.BadParameter(f"config file {path}: unknown option {key!r}")
+        if name == "catalog_option" and isinstance(value, dict):
+            value = [f"{k}={v}" for k, v in value.items()]
+        defaults[name] = value
+    ctx.default_map = {**(ctx.default_map or {}), **defaults}
+    return path
+
+
+def _parse_error(err: Exception) -> str:
+    """A parser's complaint without the file's text: PyYAML quotes the offending
+    line, which may hold a secret (``s3.secret-key: ...``)."""
+    mark = getattr(err, "problem_mark", None)
+    if mark is not None:
+        problem = getattr(err, "problem", None) or "syntax error"
+        return f"{problem} at line {mark.line + 1}, column {mark.column + 1}"
+    return str(err).splitlines()[0] if str(err) else type(err).__name__
+
+
+def config_option(fn: F) -> F:
+    """``--config PATH`` (``run``)."""
+    return click.option("--config", type=click.Path(dir_okay=False), is_eager=True,
+                        expose_value=False, callback=load_config_file,
+                        help="TOML or YAML file with option values.")(fn)
+
+
+# -- the group and output -------------------------------------------------------
+
+
+def group_option(fn: F) -> F:
+    """``--group``, shared by every command that acts on one group."""
+    return click.option("--group", required=True, envvar=env("group"),
+                        help="The group name.")(fn)
+
+
+def optional_group_option(fn: F) -> F:
+    """``--group`` or ``--all-groups`` (``describe``)."""
+    fn = click.option("--all-groups", is_flag=True, default=False,
+                      help="Every group of the coordinator, each with the table it was "
+                           "created on.")(fn)
+    return click.option("--group", envvar=env("group"),
+                        help="The group name (or --all-groups).")(fn)
+
+
+def wide_option(fn: F) -> F:
+    """``--wide``, shared by the commands that print tables."""
+    return click.option("--wide", is_flag=True, default=False,
+                        help="Never cut a cell, even on a narrow terminal (piped output is "
+                             "never cut).")(fn)
+
+
+def json_option(help: str) -> Callable[[F], F]:
+    """``--json``: the command's result as JSON (``help`` says what is printed)."""
+    def decorate(fn: F) -> F:
+        return click.option("--json", "as_json", is_flag=True, help=help)(fn)
+
+    return decorate
+
+
+# -- the coordinator --------------------------------------------------------------
+
+
+def coordinator_options(fn: F) -> F:
+    """``--coordinator`` and its credentials and TLS files."""
+    opts = [
+        click.option("--coordinator", envvar=env("coordinator"),
+                     help="Coordinator URL: sqlite:///PATH, etcd://HOST:PORT[/PREFIX], "
+                          "zk://HOST:PORT[/CHROOT]. Default: the embedded file under the "
+                          "warehouse, WAREHOUSE/.paimon-group/coordinator.sqlite."),
+        click.option("--coordinator-username", envvar=env("coordinator-username"),
+                     help="User for etcd auth or ZooKeeper digest/SASL."),
+        click.option("--coordinator-password-file", envvar=env("coordinator-password-file"),
+                     type=click.Path(dir_okay=False),
+                     help="File holding the coordinator password (or set "
+                          "PAIMON_GROUP_COORDINATOR_PASSWORD)."),
+        click.option("--coordinator-ca", envvar=env("coordinator-ca"),
+                     type=click.Path(dir_okay=False), help="CA bundle for TLS."),
+        click.option("--coordinator-cert", envvar=env("coordinator-cert"),
+                     type=click.Path(dir_okay=False), help="Client certificate for TLS."),
+        click.option("--coordinator-key", envvar=env("coordinator-key"),
+                     type=click.Path(dir_okay=False), help="Client key for TLS."),
+        click.option("--coordinator-server-name", envvar=env("coordinator-server-name"),
+                     help="etcd only: the name expected in the server certificate, when it differs "
+                          "from the host (ZooKeeper refuses it: name its servers as their "
+                          "certificates do)."),
+        click.option("--coordinator-auth", envvar=env("coordinator-auth"),
+                     type=click.Choice(["digest", "sasl"]),
+                     help="ZooKeeper authentication scheme (default digest with a user)."),
+        click.option("--allow-plaintext-credentials", is_flag=True, default=False,
+                     envvar=env("allow-plaintext-credentials"),
+                     help="Accept sending the coordinator password without TLS (etcd:// "
+                          "with a password, ZooKeeper digest): trusted networks only."),
+    ]
+    for opt in reversed(opts):
+        fn = opt(fn)
+    return fn
+
+
+def build_connect_options(kw: dict[str, Any], session_timeout_s: float = 10.0) -> ConnectOptions:
+    """The coordinator's connect options from the parsed coordinator options."""
+    password: Secret | None = None
+    pw_file = kw.get("coordinator_password_file")
+    if pw_file:
+        try:
+            password = Secret(Path(pw_file).read_text().strip())
+        except OSError as err:
+            raise ConfigError(f"cannot read coordinator password file {pw_file}: "
+                              f"{err.strerror}") from err
+    elif os.environ.get(env("coordinator-password")):
+        password = Secret(os.environ[env("coordinator-password")])
+    return ConnectOptions(
+        session_timeout_s=session_timeout_s,
+        username=kw.get("coordinator_username"),
+        password=password,
+        tls_ca=kw.get("coordinator_ca"),
+        tls_cert=kw.get("coordinator_cert"),
+        tls_key=kw.get("coordinator_key"),
+        tls_server_name=kw.get("coordinator_server_name"),
+        auth_scheme=kw.get("coordinator_auth"),
+        allow_plaintext_credentials=bool(kw.get("allow_plaintext_credentials")),
+    )
+
+
+# -- the warehouse and the table --------------------------------------------------
+
+_WAREHOUSE_HELP = "The Paimon warehouse (path or URI)."
+_OPTIONAL_WAREHOUSE_HELP = ("The Paimon warehouse: locates the embedded coordinator and the "
+                            "tables (for lag).")
+
+
+def catalog_option(fn: F) -> F:
+    """``--catalog-option KEY=VALUE`` (repeatable)."""
+    return click.option("--catalog-option", "catalog_option", multiple=True,
+                        envvar=env("catalog-option"), metavar="KEY=VALUE",
+                        help="Extra pypaimon catalog option (repeatable).")(fn)
+
+
+def _table_options(fn: F, *, table_required: bool) -> F:
+    fn = catalog_option(fn)
+    table_help = "The table, DATABASE.TABLE." if table_required else (
+        "The table, DATABASE.TABLE. Default: the one the group was created on.")
+    fn = click.option("--table", required=table_required, envvar=env("table"),
+                      help=table_help)(fn)
+    return click.option("--warehouse", required=True, envvar=env("warehouse"),
+                        help=_WAREHOUSE_HELP)(fn)
+
+
+def table_options(fn: F) -> F:
+    """``--warehouse``, ``--table`` (required) and ``--catalog-option``."""
+    return _table_options(fn, table_required=True)
+
+
+def stored_table_options(fn: F) -> F:
+    """The same, ``--table`` optional: commands on an existing group read its table."""
+    return _table_options(fn, table_required=False)
+
+
+def optional_warehouse_options(fn: F) -> F:
+    """``--warehouse`` (optional: for the embedded coordinator and for lag) and
+    ``--catalog-option``: commands that need no table (``list``, ``members remove``)."""
+    fn = catalog_option(fn)
+    return click.option("--warehouse", envvar=env("warehouse"),
+                        help=_OPTIONAL_WAREHOUSE_HELP)(fn)
+
+
+def catalog_options(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:
+    """``--catalog-option`` pairs as a mapping; a malformed pair is a ConfigError
+    that never echoes the value (the key may be ``s3.secret-key``)."""
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = str(pair).partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--catalog-option {describe_option(str(pair))} must be KEY=VALUE")
+        out[key] = value
+    return out

@@ -1,0 +1,184 @@
+"""Administrative operations on groups: list, delete, remove a member (reset:
+:mod:`paimon_group.ops.reset`).
+
+Every change is one guarded, atomic commit of the group protocol
+(:class:`~paimon_group.group.GroupClient`), or a short retry loop of them, so
+an administrator can never corrupt what live members do:
+
+``delete``
+    Removes every key of the group in one commit
+    (:meth:`~paimon_group.group.GroupClient.delete_all`), refused while any
+    member, owner or leader key exists; then deletes the group's Paimon
+    consumer files (orphaned ones would keep snapshots from expiring forever).
+``remove_member``
+    Deletes a member's member key, its owner keys and (if it leads) the
+    leader key, and records its goodbye (so a rebalance delay does not keep
+    its shards waiting), in one commit guarded by the create versions
+    (:meth:`~paimon_group.group.GroupClient.remove_member`). Safe even if the
+    process is alive: its commits are fenced by the deleted epochs, and the
+    leader reassigns its shards when the member list changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from coordinators.base import Coordinator
+from coordinators.errors import ConfigError, CorruptValue
+from paimon_group.errors import GroupBusy
+from paimon_group.group import GroupClient
+from paimon_group.names import GroupKeys, validate_group, validate_member_id
+from paimon_group.ops.report import GroupNotFound, GroupReport, report_from_state
+from paimon_group.ops.reset import FORCE_ATTEMPTS, admin_mirror, check_table
+from paimon_group.records import GroupMeta
+from paimon_group.table import ShardedTable
+
+log = logging.getLogger("paimon_group.admin")
+
+
+class MemberNotFound(ConfigError):
+    """The member id is not known to the group (no key, no shard, no assignment)."""
+
+
+# -- list ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GroupSummary:
+    """One row of ``paimon-group list`` (field names are the JSON keys)."""
+
+    group: str
+    table: str
+    num_shards: int
+    members: int
+    state: str
+    generation: int
+    total_lag_snapshots: int | None  # unknown without the table, or before any position
+    max_lag_seconds: float | None
+
+    @staticmethod
+    def of(meta: GroupMeta, report: GroupReport, members: int, has_table: bool) -> GroupSummary:
+        known = has_table and any(s.lag_snapshots is not None for s in report.shards)
+        return GroupSummary(
+            group=report.group, table=meta.table, num_shards=meta.num_shards, members=members,
+            state=report.state, generation=report.generation,
+            total_lag_snapshots=report.total_lag_snapshots if known else None,
+            max_lag_seconds=report.max_lag_seconds,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(vars(self))
+
+
+async def list_groups(
+    coordinator: Coordinator,
+    open_table: Callable[[str], ShardedTable | None] | None = None,
+) -> list[GroupSummary]:
+    """Every group of the coordinator with its member count, state and total lag.
+
+    ``open_table(identifier)`` gives the table a group reads (or None when it
+    cannot be opened: the lag is then null). Tables are opened once each.
+    """
+    tables: dict[str, ShardedTable | None] = {}
+    out: list[GroupSummary] = []
+    for entry in await coordinator.list(GroupKeys.all_groups()):
+        name = GroupKeys.last_segment(entry.key)
+        try:
+            validate_group(name)
+            meta = GroupMeta.decode(entry.key, entry.value)
+        except (ConfigError, CorruptValue) as err:
+            log.warning("skipping %s: %s", entry.key, err)
+            continue
+        state = await GroupClient(coordinator, name).state()
+        table: ShardedTable | None = None
+        if open_table is not None:
+            if meta.table not in tables:
+                tables[meta.table] = await _open_quietly(open_table, name, meta.table)
+            table = tables[meta.table]
+        report = await report_from_state(name, state, table, count_rows=False)
+        out.append(GroupSummary.of(meta, report, len(state.members), bool(table)))
+    return out
+
+
+async def _open_quietly(open_table: Callable[[str], ShardedTable | None], group: str,
+                        identifier: str) -> ShardedTable | None:
+    try:
+        return await asyncio.to_thread(open_table, identifier)
+    except Exception as err:  # lag is optional in a listing
+        log.warning("group %s: table %s not opened: %s", group, identifier, err)
+        return None
+
+
+# -- delete ----------------------------------------------------------------
+
+
+async def delete_group(
+    client: GroupClient, table: ShardedTable | None
+) -> dict[str, Any]:
+    """Delete every coordinator key of the group, then its consumer files.
+
+    Refused (:class:`GroupBusy`) while any member, owner or leader key exists.
+    A group with no coordinator state but leftover consumer files (a crashed
+    delete, or a coordinator that was wiped) has its files deleted.
+    """
+    state = await client.state()
+    check_table(state, table, client.group)
+    if state.members or state.owners or state.leader is not None:
+        live = sorted(set(state.members) | {o.member_id for o in state.owners.values()})
+        raise GroupBusy(
+            f"group {client.group!r} has live members ({', '.join(live) or state.leader}): "
+            "stop them before deleting it"
+        )
+    deleted = await client.delete_all()
+    if deleted is None:
+        raise GroupBusy(
+            f"group {client.group!r} changed while it was being deleted (a member "
+            "started?); nothing was deleted"
+        )
+    files = 0
+    if table is not None:
+        files = await asyncio.to_thread(admin_mirror(table, client.group).delete_all)
+    if not deleted and not files:
+        raise GroupNotFound(
+            f"group {client.group!r} does not exist in this coordinator and has no consumer "
+            "files in the table"
+        )
+    log.info("deleted group %s: %d keys, %d consumer files", client.group, deleted, files,
+             extra={"group": client.group})
+    return {"group": client.group, "deleted_keys": deleted, "deleted_consumer_files": files}
+
+
+# -- members remove -------------------------------------------------------------
+
+
+async def remove_member(client: GroupClient, member_id: str) -> dict[str, Any]:
+    """Force ``member_id`` out of the group (see the module docstring).
+
+    Besides deleting its keys, the same commit records a goodbye for it
+    (``groups/<group>/leaving/<id>``, what a gracefully leaving member writes),
+    so a leader that keeps a vanished static member's shards for
+    ``--rebalance-delay`` moves them at once. That is also all there is to do
+    for a member that has no session any more but is still waited for.
+    """
+    validate_member_id(member_id)
+    for _attempt in range(FORCE_ATTEMPTS):
+        removal = await client.remove_member(member_id)
+        if not removal.known:
+            if await client.read_meta() is None:
+                raise GroupNotFound(f"group {client.group!r} does not exist in this coordinator")
+            raise MemberNotFound(f"member {member_id!r} is not in group {client.group!r}")
+        if removal.done:
+            removed = list(removal.removed_keys)
+            log.info("removed member %s from group %s: %s", member_id, client.group, removed,
+                     extra={"group": client.group, "member": member_id})
+            note = "" if removed else (
+                "no live session and no shard held; its goodbye is recorded, so the leader "
+                "moves its shards now instead of waiting for it")
+            return {"group": client.group, "member_id": member_id, "removed_keys": removed,
+                    "note": note}
+        await asyncio.sleep(0.05)
+    raise GroupBusy(f"group {client.group!r}: member {member_id!r} kept changing; try again")

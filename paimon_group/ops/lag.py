@@ -1,0 +1,306 @@
+"""Lag: how far shards are behind their table, from snapshot and manifest metadata.
+
+One module for every reader of lag: ``describe`` and ``list``
+(:class:`SnapshotFacts`), a member's ``/metrics`` and its progress line
+(:class:`OwnedLag`).
+
+Definitions (per shard with position ``n`` = next snapshot to read, and the
+table's latest snapshot ``L``):
+
+``lag_snapshots``
+    ``max(0, L + 1 - n)``: snapshots committed but not yet read (null for a
+    shard without a position: it has never started).
+``lag_seconds``
+    Age of the oldest unread snapshot: now minus the commit time of snapshot
+    ``n``; 0 when nothing is unread. This is how far behind real time the
+    shard is, whatever the write rate.
+``unread_rows``
+    An estimate of the rows waiting: the row counts, from the manifests, of
+    the files the unread snapshots added in the shard's buckets (deltas, or
+    changelogs for tables with a changelog producer; snapshots a follow-up
+    read skips, such as compactions, count 0: the planner's own rule,
+    :func:`~paimon_group.steps.follow_up_scans`). Counted before merging, so
+    an update counts once per write. At most ``max_snapshots`` unread
+    snapshots are read; beyond that the value is a lower bound and
+    ``unread_rows_complete`` is false.
+``expired``
+    ``n`` is older than the earliest retained snapshot: the shard cannot
+    continue (it stops with ``SnapshotExpired``) until its position is reset.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from paimon_group.sharding import Sharding, ShardRule
+from paimon_group.steps import follow_up_scans, increment_manifests
+from paimon_group.table import ShardedTable
+
+log = logging.getLogger("paimon_group.describe")
+
+DEFAULT_MAX_SNAPSHOTS = 200
+"""How many unread snapshots' manifests :class:`SnapshotFacts` reads at most."""
+
+
+@dataclass(frozen=True)
+class ShardProgress:
+    """How far one shard is behind the table."""
+
+    lag_snapshots: int | None
+    lag_seconds: float | None
+    unread_rows: int | None
+    unread_rows_complete: bool
+    expired: bool
+
+    @staticmethod
+    def unknown() -> ShardProgress:
+        return ShardProgress(None, None, None, False, False)
+
+
+class SnapshotFacts:
+    """Lag of shards against a table, from snapshot and manifest metadata.
+
+    Snapshots never change once committed, so their commit times and per-shard
+    row counts are cached: a ``describe --watch`` or a metrics scrape re-reads
+    only the snapshots committed since the previous call. Blocking (file
+    system reads): call it from a worker thread in async code.
+
+    Example::
+
+        facts = SnapshotFacts(table, num_shards=4)
+        progress = facts.progress({0: 12, 1: 15, 2: None, 3: 15})
+        print(progress[0].lag_snapshots, progress[0].lag_seconds)
+    """
+
+    def __init__(
+        self,
+        table: ShardedTable,
+        num_shards: int,
+        *,
+        max_snapshots: int = DEFAULT_MAX_SNAPSHOTS,
+        count_rows: bool = True,
+        rule: ShardRule = ShardRule.BUCKET,
+    ) -> None:
+        self.table = table
+        self.num_shards = num_shards
+        self.sharding = Sharding(rule, num_shards)
+        self.max_snapshots = max(1, max_snapshots)
+        self.count_rows = count_rows
+        self.latest: int | None = None
+        self.earliest: int | None = None
+        self._times: dict[int, int] = {}
+        self._rows: dict[int, dict[int, int]] = {}
+        self._changelog = table.changelog_producer != "none"
+        self._manifest_lists: Any = None
+        self._manifests: Any = None
+
+    def refresh(self) -> None:
+        """Re-read the latest and earliest snapshot ids."""
+        self.latest = self.table.latest_snapshot_id()
+        self.earliest = self.table.earliest_snapshot_id()
+        if self.earliest is not None:
+            # Expired snapshots never come back: forget them.
+            for cache in (self._times, self._rows):
+                for sid in [s for s in cache if s < self.earliest]:
+                    del cache[sid]
+
+    def commit_time_ms(self, snapshot_id: int) -> int | None:
+        cached = self._times.get(snapshot_id)
+        if cached is None:
+            cached = self.table.snapshot_commit_time_ms(snapshot_id)
+            if cached is None:
+                return None
+            self._times[snapshot_id] = cached
+        return cached
+
+    def _rows_by_shard(self, snapshot_id: int) -> dict[int, int] | None:
+        """Rows a follow-up read of ``snapshot_id`` delivers per shard (file metadata)."""
+        cached = self._rows.get(snapshot_id)
+        if cached is not None:
+            return cached
+        snapshot = self.table.snapshot(snapshot_id)
+        if snapshot is None:
+            return None
+        if snapshot_id not in self._times:
+            self._times[snapshot_id] = int(snapshot.time_millis)
+        rows: dict[int, int] = {}
+        if follow_up_scans(snapshot, changelog=self._changelog):
+            if self._manifest_lists is None:
+                from pypaimon.manifest.manifest_file_manager import ManifestFileManager
+                from pypaimon.manifest.manifest_list_manager import ManifestListManager
+
+                self._manifest_lists = ManifestListManager(self.table.table)
+                self._manifests = ManifestFileManager(self.table.table)
+            manifests = increment_manifests(self._manifest_lists, snapshot,
+                                            changelog=self._changelog)
+            if manifests:
+                for entry in self._manifests.read_entries_parallel(manifests, max_workers=2):
+                    if int(entry.bucket) >= 0:  # the pending bucket is read by no one
+                        shard = self.sharding.shard_of_entry(entry)
+                        rows[shard] = rows.get(shard, 0) + int(entry.file.row_count)
+        self._rows[snapshot_id] = rows
+        return rows
+
+    def progress(
+        self, positions: Mapping[int, int | None], *, now: float | None = None
+    ) -> dict[int, ShardProgress]:
+        """Per shard its progress, for positions ``{shard: next_snapshot or None}``."""
+        self.refresh()
+        out, starts = self._lags(positions, now)
+        if starts and self.latest is not None and self.count_rows:
+            self._count_unread(out, starts, self.latest)
+        return out
+
+    def _lags(
+        self, positions: Mapping[int, int | None], now: float | None
+    ) -> tuple[dict[int, ShardProgress], dict[int, int]]:
+        """Lag in snapshots and seconds per shard, and the first unread
+        snapshot of every lagging shard, clipped to retained snapshots."""
+        now_ms = (time.time() if now is None else now) * 1000.0
+        latest, earliest = self.latest, self.earliest
+        out: dict[int, ShardProgress] = {}
+        starts: dict[int, int] = {}
+        for shard, n in positions.items():
+            if n is None:
+                out[shard] = ShardProgress.unknown()
+                continue
+            lag = max(0, (latest or 0) + 1 - n)
+            if lag == 0 or latest is None:
+                out[shard] = ShardProgress(lag, 0.0, 0, True, False)
+                continue
+            expired = earliest is not None and n < earliest
+            first_unread = max(n, earliest) if earliest is not None else n
+            starts[shard] = first_unread
+            oldest = self.commit_time_ms(first_unread)
+            lag_seconds = None if oldest is None else max(0.0, (now_ms - oldest) / 1000.0)
+            out[shard] = ShardProgress(lag, lag_seconds, None, False, expired)
+        return out, starts
+
+    def _count_unread(
+        self, out: dict[int, ShardProgress], starts: Mapping[int, int], latest: int
+    ) -> None:
+        """Fill in the unread rows of the lagging shards (``starts``) in ``out``."""
+        window_start = max(min(starts.values()), latest - self.max_snapshots + 1)
+        per_snapshot: dict[int, dict[int, int]] = {}
+        try:
+            for sid in range(window_start, latest + 1):
+                rows = self._rows_by_shard(sid)
+                if rows is not None:
+                    per_snapshot[sid] = rows
+        except Exception as err:  # an estimate only: never break describe or metrics
+            log.debug("unread rows not estimated: %s", err)
+            return
+        for shard, first_unread in starts.items():
+            total = sum(
+                rows.get(shard, 0) for sid, rows in per_snapshot.items() if sid >= first_unread
+            )
+            p = out[shard]
+            complete = first_unread >= window_start and not p.expired
+            out[shard] = ShardProgress(p.lag_snapshots, p.lag_seconds, total, complete, p.expired)
+
+
+# -- a running member's own shards ----------------------------------------------
+
+
+class LagSource(Protocol):
+    """What :class:`OwnedLag` reads of a running member (a
+    :class:`~paimon_group.member.GroupMember`): public attributes only."""
+
+    @property
+    def table(self) -> ShardedTable | None: ...
+
+    @property
+    def num_shards(self) -> int: ...
+
+    @property
+    def owned_shards(self) -> list[int]: ...
+
+    def shard_positions(self) -> dict[int, int | None]:
+        """Per owned shard the oldest snapshot it still needs, as the
+        coordinator accepted it (so a resolved start whose full scan is not
+        delivered yet never shows as "caught up"), or None."""
+
+
+@dataclass(frozen=True)
+class ShardLag:
+    """One owned shard's position and lag."""
+
+    position: int | None
+    lag_snapshots: int | None
+    lag_seconds: float | None
+
+
+class OwnedLag:
+    """The lag of the shards a running member owns, computed at most once per
+    ``refresh_s`` (snapshot metadata cached, no row counts). Thread-safe: a
+    metrics scrape and the progress line call it from their own threads."""
+
+    def __init__(self, member: LagSource, *, refresh_s: float = 1.0) -> None:
+        self.member = member
+        self.refresh_s = refresh_s
+        self._lock = threading.Lock()
+        self._facts: SnapshotFacts | None = None
+        self._lag: dict[int, ShardLag] = {}
+        self._latest: int | None = None
+        self._at = -1e18
+
+    def rule(self) -> ShardRule:
+        """The member's sharding rule. Read where present: a stand-in that
+        knows none routes as groups did before rules existed (``bucket``)."""
+        rule: ShardRule = getattr(self.member, "sharding", ShardRule.BUCKET)
+        return rule
+
+    def refresh(self) -> None:
+        """Recompute the lag unless it was computed less than ``refresh_s`` ago."""
+        with self._lock:
+            now = time.monotonic()
+            if now - self._at < self.refresh_s:
+                return
+            self._at = now
+            self._compute()
+
+    def _compute(self) -> None:
+        member = self.member
+        table = member.table
+        num_shards = int(member.num_shards or 0)
+        if table is None or num_shards < 1:
+            self._lag, self._latest = {}, None
+            return
+        rule = self.rule()
+        facts = self._facts
+        if facts is None or facts.num_shards != num_shards or facts.sharding.rule != rule:
+            # Our own wrapper (and snapshot manager) over the member's table,
+            # so this thread shares no reader state with the member's.
+            own = ShardedTable(table.table, warehouse=table.warehouse,
+                               identifier=table.identifier)
+            facts = self._facts = SnapshotFacts(own, num_shards, count_rows=False, rule=rule)
+        positions = dict(member.shard_positions())
+        progress = facts.progress(positions)
+        self._latest = facts.latest
+        self._lag = {s: ShardLag(positions.get(s), p.lag_snapshots, p.lag_seconds)
+                     for s, p in progress.items()}
+
+    def shards(self) -> dict[int, ShardLag]:
+        """The last computed lag per shard (owned when computed)."""
+        with self._lock:
+            return dict(self._lag)
+
+    @property
+    def latest(self) -> int | None:
+        """The table's latest snapshot when the lag was last computed."""
+        return self._latest
+
+    def owned_total(self) -> int | None:
+        """Unread snapshots summed over the shards the member owns (None: unknown)."""
+        self.refresh()
+        owned = set(self.member.owned_shards)
+        lags = [x.lag_snapshots for s, x in self.shards().items()
+                if s in owned and x.lag_snapshots is not None]
+        if not owned:
+            return 0
+        return sum(lags) if lags else None
