@@ -29,5 +29,6 @@ fi
 
 echo "== ruff"; .venv/bin/ruff check .
 echo "== mypy"; .venv/bin/mypy
+echo "== import-linter"; .venv/bin/lint-imports
 echo "== pytest"
 exec .venv/bin/python -m pytest --durations=25 "$@"
