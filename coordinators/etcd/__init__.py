@@ -59,6 +59,7 @@ its keep-alive thread) and ``watch``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import time
@@ -74,6 +75,7 @@ from coordinators.credentials import refuse_plaintext_credentials
 from coordinators.errors import (
     ConfigError,
     CoordinatorError,
+    ErrorTranslation,
     SessionLost,
 )
 from coordinators.etcd.channel import Metadata, _AioConnection, _ChannelFactory, _Stubs
@@ -168,6 +170,14 @@ class EtcdCoordinator(Coordinator):
             self._factory, self._target.endpoints, self._options, self._rpc_timeout
         )
         self._sleep: Sleep = sleep or asyncio.sleep
+        # The one translation of gRPC and etcd failures (see translate_error),
+        # for idempotent calls and for writes.
+        self._errors = {
+            idempotent: ErrorTranslation(
+                (Exception,), functools.partial(self._translate, idempotent=idempotent)
+            )
+            for idempotent in (True, False)
+        }
         self._session: EtcdSession | None = None
         self._keepalive: _KeepAlive | None = None
         self._watches: set[EtcdWatch] = set()
@@ -420,7 +430,8 @@ class EtcdCoordinator(Coordinator):
     ) -> T:
         """One RPC with retries: failover on transport errors, token refresh
         on an expired token; writes are retried only when certainly not
-        applied. Every failure leaves through :func:`translate_error`."""
+        applied. Every failure leaves through :func:`translate_error`
+        (``self._errors``)."""
         self._check_open()
         policy = _RETRY_POLICY.copy(
             sleep=self._sleep,
@@ -428,29 +439,30 @@ class EtcdCoordinator(Coordinator):
             retry=_RETRY_IDEMPOTENT if idempotent else _RETRY_WRITE,
         )
         try:
-            async for attempt in policy:
-                with attempt:
-                    stubs = self._conn.stubs()
-                    metadata: Metadata = None
-                    try:
-                        metadata = await self._conn.metadata(stubs)
-                        return await call(stubs, metadata)
-                    except grpc.RpcError as err:
-                        self._conn.recover(stubs, metadata, err)
-                        raise
-        except CoordinatorError:
-            raise
-        except Exception as err:
-            error = translate_error(
-                err, what, self.endpoints, username=self._options.username,
-                idempotent=idempotent,
-            )
-            if isinstance(error, SessionLost) and self._session is not None:
+            with self._errors[idempotent].translating(what):
+                async for attempt in policy:
+                    with attempt:
+                        stubs = self._conn.stubs()
+                        metadata: Metadata = None
+                        try:
+                            metadata = await self._conn.metadata(stubs)
+                            return await call(stubs, metadata)
+                        except grpc.RpcError as err:
+                            self._conn.recover(stubs, metadata, err)
+                            raise
+        except SessionLost:
+            # etcd no longer knows the lease: the session is LOST for good.
+            if self._session is not None:
                 self._session.report(SessionState.LOST)
                 if self._keepalive is not None:
                     self._keepalive.stop()
-            raise error from err
+            raise
         raise AssertionError("unreachable: tenacity either returns or raises")
+
+    def _translate(self, err: BaseException, what: str, *, idempotent: bool) -> CoordinatorError:
+        return translate_error(
+            err, what, self.endpoints, username=self._options.username, idempotent=idempotent
+        )
 
     def __repr__(self) -> str:
         return f"EtcdCoordinator({self._url!r})"
