@@ -17,7 +17,7 @@ Example::
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -32,9 +32,10 @@ from paimon_group.cli.options import (
     stored_table_options,
     wide_option,
 )
-from paimon_group.group import GroupClient
 from paimon_group.names import validate_group
-from paimon_group.table import ShardedTable
+
+if TYPE_CHECKING:
+    from paimon_group.table import ShardedTable
 
 # -- list -------------------------------------------------------------------
 
@@ -105,6 +106,7 @@ def reset(**kw: Any) -> None:
     Refused while the group has live members (stop them first). Writes the
     coordinator positions and the Paimon consumer files together.
     """
+    from paimon_group.group import GroupClient
     from paimon_group.ops.reset import ResetTarget, execute_reset, parse_shards, plan_reset
 
     validate_group(kw["group"])
@@ -149,6 +151,7 @@ def delete(**kw: Any) -> None:
     Refused while members are live. Orphaned consumer files keep snapshots
     from expiring forever, so delete groups you no longer run.
     """
+    from paimon_group.group import GroupClient
     from paimon_group.ops.admin import delete_group
 
     validate_group(kw["group"])
@@ -193,6 +196,7 @@ def members_remove(**kw: Any) -> None:
     commit. Safe even if the process is still alive: its commits are fenced
     (rejected) from then on, and the leader hands its shards to the others.
     """
+    from paimon_group.group import GroupClient
     from paimon_group.ops.admin import remove_member
 
     validate_group(kw["group"])

@@ -8,7 +8,7 @@ say "no coordinator at ...", not look like an empty coordinator.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -16,10 +16,12 @@ from coordinators.base import ConnectOptions, Coordinator
 from coordinators.errors import ConfigError
 from paimon_group.cli.options import build_connect_options, catalog_options
 from paimon_group.config import default_coordinator_url
-from paimon_group.group import GroupClient
-from paimon_group.ops.report import GroupNotFound
-from paimon_group.preflight import check_coordinator_target
-from paimon_group.table import ShardedTable
+
+if TYPE_CHECKING:
+    from paimon_group.table import ShardedTable
+
+# The group protocol, the table and the operator tools are imported when a
+# command runs, not when the command line is built: ``--help`` stays quick.
 
 
 def admin_coordinator(kw: dict[str, Any]) -> tuple[str, ConnectOptions]:
@@ -32,6 +34,8 @@ def admin_coordinator(kw: dict[str, Any]) -> tuple[str, ConnectOptions]:
         raise ConfigError(
             "give --coordinator URL, or --warehouse for the embedded coordinator under it"
         )
+    from paimon_group.preflight import check_coordinator_target
+
     url = kw.get("coordinator") or default_coordinator_url(kw["warehouse"])
     options = build_connect_options(kw)
     check_coordinator_target(url, default_url=None, create=False)
@@ -42,6 +46,9 @@ async def group_table(coordinator: Coordinator, group: str, given: str | None) -
     """``--table``, or else the table an existing group was created on."""
     if given:
         return given
+    from paimon_group.group import GroupClient
+    from paimon_group.ops.report import GroupNotFound
+
     meta = await GroupClient(coordinator, group).read_meta()
     if meta is None:
         raise GroupNotFound(f"group {group!r} does not exist in this coordinator "
@@ -51,6 +58,8 @@ async def group_table(coordinator: Coordinator, group: str, given: str | None) -
 
 def open_table(kw: dict[str, Any], identifier: str | None = None) -> ShardedTable:
     """The table ``identifier`` (default ``--table``) in ``--warehouse`` (blocking)."""
+    from paimon_group.table import ShardedTable
+
     return ShardedTable.open(
         kw["warehouse"], identifier or kw["table"], catalog_options(kw.get("catalog_option", ()))
     )

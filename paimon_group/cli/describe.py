@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -22,9 +22,11 @@ from paimon_group.cli.options import (
     wide_option,
 )
 from paimon_group.names import GroupKeys, validate_group
-from paimon_group.ops.lag import SnapshotFacts
-from paimon_group.ops.report import GroupReport, read_report
-from paimon_group.table import ShardedTable
+
+if TYPE_CHECKING:
+    from paimon_group.ops.lag import SnapshotFacts
+    from paimon_group.ops.report import GroupReport
+    from paimon_group.table import ShardedTable
 
 DEFAULT_WATCH_INTERVAL_S = 2.0
 
@@ -76,6 +78,8 @@ def describe(**kw: Any) -> None:
 async def _describe_all(url: str, options: ConnectOptions,
                         kw: dict[str, Any]) -> list[GroupReport]:
     """describe of every group; each table opened once (groups may share one)."""
+    from paimon_group.ops.report import read_report
+
     tables: dict[str, ShardedTable] = {}
     reports: list[GroupReport] = []
     async with open_coordinator(url, options) as coord:
@@ -90,6 +94,8 @@ async def _describe_all(url: str, options: ConnectOptions,
 
 
 async def _describe(url: str, options: ConnectOptions, kw: dict[str, Any]) -> GroupReport:
+    from paimon_group.ops.report import read_report
+
     async with open_coordinator(url, options) as coord:
         kw["table"] = await group_table(coord, kw["group"], kw["table"])
         table = await asyncio.to_thread(open_table, kw)
@@ -124,7 +130,9 @@ async def _watch(url: str, options: ConnectOptions, kw: dict[str, Any],
     from rich.console import Console
     from rich.live import Live
 
+    from paimon_group.ops.lag import SnapshotFacts
     from paimon_group.ops.render import describe_renderable
+    from paimon_group.ops.report import read_report
 
     facts: SnapshotFacts | None = None
     async with open_coordinator(url, options) as coord:
