@@ -19,7 +19,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from typing import Protocol
+
+from paimon_group.ops.lag import LagSource, OwnedLag
 
 log = logging.getLogger("paimon_group.progress")
 
@@ -34,10 +36,30 @@ def progress_line(batches: int, rows: int, seconds: float, shards: list[int],
             f"({rate:.0f} rows/s); shards {shards}; lag {lag_text}")
 
 
-async def report_progress(member: Any, interval_s: float = DEFAULT_INTERVAL_S) -> None:
-    """Log a progress line every ``interval_s`` until cancelled."""
-    from paimon_group.ops.lag import OwnedLag
+class Counts(Protocol):
+    @property
+    def batches(self) -> int: ...
 
+    @property
+    def rows(self) -> int: ...
+
+
+class ProgressSource(LagSource, Protocol):
+    """What the progress line reads of a member (public attributes only)."""
+
+    @property
+    def group_name(self) -> str: ...
+
+    @property
+    def member_id(self) -> str: ...
+
+    @property
+    def stats(self) -> Counts: ...
+
+
+async def report_progress(member: ProgressSource,
+                          interval_s: float = DEFAULT_INTERVAL_S) -> None:
+    """Log a progress line every ``interval_s`` until cancelled."""
     lag_of = OwnedLag(member, refresh_s=0.0)
     batches, rows, since = member.stats.batches, member.stats.rows, time.monotonic()
     while True:
