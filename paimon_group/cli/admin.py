@@ -35,6 +35,7 @@ from paimon_group.cli.options import (
 from paimon_group.names import validate_group
 
 if TYPE_CHECKING:
+    from paimon_group.ops.admin import DeletedGroup, MemberRemoved
     from paimon_group.table import ShardedTable
 
 # -- list -------------------------------------------------------------------
@@ -157,7 +158,7 @@ def delete(**kw: Any) -> None:
     validate_group(kw["group"])
     url, options = admin_coordinator(kw)
 
-    async def go() -> dict[str, Any]:
+    async def go() -> DeletedGroup:
         async with open_coordinator(url, options) as coord:
             kw["table"] = await group_table(coord, kw["group"], kw["table"])
             table = await asyncio.to_thread(open_table, kw)
@@ -165,11 +166,11 @@ def delete(**kw: Any) -> None:
 
     result = asyncio.run(go())
     if kw["as_json"]:
-        echo_json(result)
+        echo_json(result.to_dict())
     else:
         click.echo(
-            f"deleted group {result['group']}: {result['deleted_keys']} coordinator keys, "
-            f"{result['deleted_consumer_files']} consumer files"
+            f"deleted group {result.group}: {result.deleted_keys} coordinator keys, "
+            f"{result.deleted_consumer_files} consumer files"
         )
 
 
@@ -202,15 +203,15 @@ def members_remove(**kw: Any) -> None:
     validate_group(kw["group"])
     url, options = admin_coordinator(kw)
 
-    async def go() -> dict[str, Any]:
+    async def go() -> MemberRemoved:
         async with open_coordinator(url, options) as coord:
             return await remove_member(GroupClient(coord, kw["group"]), kw["member_id"])
 
     result = asyncio.run(go())
     if kw["as_json"]:
-        echo_json(result)
-    elif result["removed_keys"]:
-        click.echo(f"removed member {result['member_id']} from group {result['group']}: "
-                   + ", ".join(result["removed_keys"]))
+        echo_json(result.to_dict())
+    elif result.removed_keys:
+        click.echo(f"removed member {result.member_id} from group {result.group}: "
+                   + ", ".join(result.removed_keys))
     else:
-        click.echo(f"member {result['member_id']}: {result['note']}")
+        click.echo(f"member {result.member_id}: {result.note}")

@@ -116,9 +116,19 @@ async def _open_quietly(open_table: Callable[[str], ShardedTable | None], group:
 # -- delete ----------------------------------------------------------------
 
 
-async def delete_group(
-    client: GroupClient, table: ShardedTable | None
-) -> dict[str, Any]:
+@dataclass(frozen=True)
+class DeletedGroup:
+    """What ``delete`` did (field names are the JSON keys)."""
+
+    group: str
+    deleted_keys: int
+    deleted_consumer_files: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(vars(self))
+
+
+async def delete_group(client: GroupClient, table: ShardedTable | None) -> DeletedGroup:
     """Delete every coordinator key of the group, then its consumer files.
 
     Refused (:class:`GroupBusy`) while any member, owner or leader key exists.
@@ -149,13 +159,26 @@ async def delete_group(
         )
     log.info("deleted group %s: %d keys, %d consumer files", client.group, deleted, files,
              extra={"group": client.group})
-    return {"group": client.group, "deleted_keys": deleted, "deleted_consumer_files": files}
+    return DeletedGroup(client.group, deleted, files)
 
 
 # -- members remove -------------------------------------------------------------
 
 
-async def remove_member(client: GroupClient, member_id: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class MemberRemoved:
+    """What ``members remove`` did (field names are the JSON keys)."""
+
+    group: str
+    member_id: str
+    removed_keys: list[str]
+    note: str  # why nothing was removed, when nothing was
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(vars(self))
+
+
+async def remove_member(client: GroupClient, member_id: str) -> MemberRemoved:
     """Force ``member_id`` out of the group (see the module docstring).
 
     Besides deleting its keys, the same commit records a goodbye for it
@@ -178,7 +201,6 @@ async def remove_member(client: GroupClient, member_id: str) -> dict[str, Any]:
             note = "" if removed else (
                 "no live session and no shard held; its goodbye is recorded, so the leader "
                 "moves its shards now instead of waiting for it")
-            return {"group": client.group, "member_id": member_id, "removed_keys": removed,
-                    "note": note}
+            return MemberRemoved(client.group, member_id, removed, note)
         await asyncio.sleep(0.05)
     raise GroupBusy(f"group {client.group!r}: member {member_id!r} kept changing; try again")
