@@ -53,6 +53,8 @@ import logging
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from paimon_group.names import origin_path
+
 if TYPE_CHECKING:
     from paimon_group.mirror import ConsumerMirror
     from paimon_group.records import GroupMeta
@@ -61,11 +63,6 @@ __all__ = ["ConsumerFilesOrigin", "adopt_winner", "origin_path", "prepare_new_gr
            "resume_allowed"]
 
 log = logging.getLogger(__name__)
-
-
-def origin_path(table_path: str, group: str) -> str:
-    """``<table>/consumer/paimon-group-<group>.json``."""
-    return f"{str(table_path).rstrip('/')}/consumer/paimon-group-{group}.json"
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from typing import Any
 from pypaimon.consumer.consumer import Consumer
 from pypaimon.consumer.consumer_manager import ConsumerManager
 
-from paimon_group.names import consumer_id, consumer_id_pattern
+from paimon_group.names import consumer_id, consumer_id_pattern, origin_path
 
 
 class ConsumerMirror:
@@ -90,8 +90,6 @@ class ConsumerMirror:
     def delete_all(self) -> int:
         """Delete every consumer file of this group (and the record of which
         incarnation wrote them, :mod:`paimon_group.consumer_meta`)."""
-        from paimon_group.consumer_meta import origin_path
-
         shards = self.all()
         for shard in shards:
             self._manager.delete_consumer(consumer_id(self._group, shard))

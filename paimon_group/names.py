@@ -55,6 +55,12 @@ def validate_member_id(member_id: str) -> str:
 CONSUMER_ID_PREFIX = "pg-"
 
 
+def origin_path(table_path: str, group: str) -> str:
+    """``<table>/consumer/paimon-group-<group>.json``: which incarnation of the
+    group wrote its consumer files (:mod:`paimon_group.consumer_meta`)."""
+    return f"{str(table_path).rstrip('/')}/consumer/paimon-group-{group}.json"
+
+
 def consumer_id(group: str, shard: int) -> str:
     """The Paimon consumer id mirroring ``shard`` of ``group``: ``pg-<group>-shard-<k>``.
 
