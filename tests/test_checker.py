@@ -234,6 +234,31 @@ def test_duplicate_from_two_committed_batches_is_caught() -> None:
     assert "unexplained_duplicates" in only(v)
 
 
+def test_a_pin_commit_does_not_confirm_the_full_scan_read_after_it() -> None:
+    # a pins its start (a full scan of snapshot 3 pending, next snapshot 4),
+    # reads the full scan and loses its session before committing it; b reads
+    # the same full scan again and commits. The pin's next snapshot equals the
+    # full scan's, but it was accepted before the batch was read: the first
+    # delivery was never committed, so the repeat is explained.
+    b = Builder()
+    b.ev("acquire", "a", shard=1, epoch=1, next_snapshot=None)
+    b.ev("commit", "a", shard=1, epoch=1, next_snapshot=4, outcome="accepted")
+    b.deliveries.append({"t": b.t + 0.5, "member": "a", "pid": hash("a") % 10000, "shard": 1,
+                         "epoch": 1, "snapshot": 3, "next_snapshot": 4, "ids": [1, 3]})
+    b.ev("deliver", "a", shard=1, epoch=1, snapshot=3, next_snapshot=4)
+    b.ev("lost", "a", shards=[1], epochs=[1], reason="session lost")
+    b.ev("commit", "a", shard=1, epoch=1, next_snapshot=4, outcome="rejected")
+    b.ev("acquire", "b", shard=1, epoch=2, next_snapshot=4)
+    b.batch("b", 1, 2, 3, [1, 3])
+    v = check_all({1, 3}, b.history(), bucket_of, NUM_SHARDS)
+    assert v == {k: [] for k in v}
+    # The same two deliveries with a's commit accepted after its batch: caught.
+    b.ev("commit", "a", shard=1, epoch=1, next_snapshot=4, outcome="accepted",
+         at=b.deliveries[0]["t"] + 0.1)
+    assert "unexplained_duplicates" in only(check_all({1, 3}, b.history(), bucket_of,
+                                                      NUM_SHARDS))
+
+
 def test_redelivery_after_a_failed_commit_attempt_is_explained() -> None:
     # The commit of the first delivery raised (coordinator unavailable: no
     # outcome recorded); the owner re-read the same snapshot and committed.

@@ -305,8 +305,14 @@ def unexplained_duplicates(history: History, *, versions: bool = False) -> list[
     a row is a version ``(id, v)``: a table whose keys are updated delivers
     each key once per version.
     """
-    accepted = {(c["member"], c.get("pid", 0), c["shard"], c["epoch"], c["next_snapshot"])
-                for c in history.commits("accepted")}
+    # When each (process, shard, epoch, next snapshot) had a commit accepted.
+    # Only a commit recorded after a delivery confirms it: the commit that
+    # pins a start with a pending full scan has the next snapshot of that
+    # full scan's batch, but it was made before the batch was read.
+    accepted: dict[tuple[Any, ...], list[float]] = defaultdict(list)
+    for c in history.commits("accepted"):
+        accepted[(c["member"], c.get("pid", 0), c["shard"], c["epoch"],
+                  c["next_snapshot"])].append(c["t"])
     # One owner may deliver the same batch twice: its first commit attempt
     # failed with a transient coordinator error (recorded as no outcome at
     # all) and the read loop re-planned from the committed position. The
@@ -316,7 +322,7 @@ def unexplained_duplicates(history: History, *, versions: bool = False) -> list[
         last[(d["member"], d.get("pid", 0), d["shard"], d["epoch"], d["next_snapshot"])] = d
     committed_ids: Counter[Any] = Counter()
     for key, d in last.items():
-        if key in accepted:
+        if any(t > d["t"] for t in accepted.get(key, ())):
             if versions:
                 committed_ids.update(set(zip(d["ids"], d.get("vs") or [], strict=True)))
             else:
