@@ -1099,6 +1099,12 @@ class GroupMember:
             if coord is not None and coord.session.is_live(self.config.margin):
                 return
             if not self._joined.is_set() or coord is None:
+                # Rejoining: the control loop, which clears the wake-up event,
+                # is not running. A wake-up set before now (the session loss,
+                # a revoke ending) would end every wait below at once and the
+                # loop would spin until the join; only a new one (stop) counts.
+                # _stopping was checked above, with no await since.
+                self._wake.clear()
                 waiter = asyncio.ensure_future(self._joined.wait())
                 stop = asyncio.ensure_future(self._wake.wait())
                 await asyncio.wait([waiter, stop], timeout=0.5,

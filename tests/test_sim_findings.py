@@ -1,0 +1,95 @@
+"""Holes found by the seeded fault simulation (tests/sim/), each pinned down by
+a deterministic test on the real member and a real table (docs/reliability.md,
+"Seeded fault simulation")."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coordinators import open_coordinator
+from coordinators.base import SessionState
+from paimon_group import GroupMember, MemberConfig
+from paimon_group.member import MemberState
+from tests.support.tables import make_pk_table, write_rows
+
+
+@pytest.fixture
+def table(tmp_path: Path) -> str:
+    wh = str(tmp_path / "wh")
+    make_pk_table(wh, "db.t", buckets=2)
+    write_rows(wh, "db.t", range(10))
+    return wh
+
+
+class CountingEvent(asyncio.Event):
+    """An asyncio.Event that counts how often it is waited on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waits = 0
+
+    async def wait(self) -> Any:
+        self.waits += 1
+        return await super().wait()
+
+
+@pytest.mark.asyncio
+async def test_the_read_loop_does_not_spin_while_the_member_rejoins(
+        table: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Simulation seed 14: while a member rejoined after a lost session (its
+    coordinator slow to answer), the read loop waited for the join in a loop
+    that also woke on the member's wake-up event; the loss had set that event
+    and nobody cleared it before the rejoin finished, so the loop spun on the
+    event loop (a busy CPU; under the simulation's virtual time, no time
+    passed at all). Now it waits for the join, or for a new wake-up."""
+    real_join = GroupMember._join
+
+    async def slow_rejoin(self: GroupMember, *, first: bool) -> None:
+        if not first:
+            await asyncio.sleep(1.0)  # a coordinator slow to answer the new session
+        await real_join(self, first=first)
+
+    monkeypatch.setattr(GroupMember, "_join", slow_rejoin)
+    url = f"memory://spin-{uuid.uuid4().hex}"
+    cfg = MemberConfig(group="g", warehouse=table, table="db.t", coordinator=url,
+                       member_id="a", session_timeout_s=3, poll_interval_ms=50)
+    got: set[int] = set()
+    # Another connection keeps the in-memory database while the member has none.
+    async with open_coordinator(url), GroupMember(cfg) as member:
+        batches = member.batches()
+        while len(got) < 10:
+            batch = await asyncio.wait_for(batches.__anext__(), timeout=30)
+            got.update(batch.to_arrow().column("id").to_pylist())
+        joined = CountingEvent()
+        member._joined = joined
+        reader = asyncio.ensure_future(batches.__anext__())
+        await asyncio.sleep(0.2)  # the reader waits for a new snapshot
+        assert member._coord is not None
+        member._coord.session.mark(SessionState.LOST)  # type: ignore[attr-defined]
+        for _ in range(3000):
+            if member.state is MemberState.REJOINING:
+                break
+            await asyncio.sleep(0.01)
+        assert member.state is MemberState.REJOINING
+        await asyncio.sleep(0.1)
+        # Anything that wakes the member up meanwhile (a revoke ending, a
+        # leader's delayed re-check, a session listener) sets the wake-up
+        # event; the control loop, which clears it, is not running now.
+        member._wake.set()
+        deadline = asyncio.get_running_loop().time() + 30
+        while not (member.state is MemberState.RUNNING and joined.is_set()):
+            assert asyncio.get_running_loop().time() < deadline, member.state
+            await asyncio.sleep(0.05)
+        # About 1 s of rejoining: a wait every 0.5 s (or per wake-up), not a spin.
+        assert joined.waits < 20, joined.waits
+        reader.cancel()
+        with contextlib.suppress(BaseException):
+            await reader
+        await batches.aclose()
+
