@@ -587,7 +587,17 @@ class GroupMember:
             except SessionLost:
                 if self._stopping:
                     return
-                await self._rejoin()
+                try:
+                    await self._rejoin()
+                except asyncio.CancelledError:
+                    raise
+                except BaseException as err:
+                    # A rejoin that cannot succeed (the table re-created, an
+                    # error that is not retriable, a coordinator down past the
+                    # retries) fails the member; escaping here instead left it
+                    # REJOINING for ever, with no error and no exit.
+                    self._fail(err)
+                    return
             except asyncio.CancelledError:
                 raise
             except BaseException as err:

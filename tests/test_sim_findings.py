@@ -93,3 +93,48 @@ async def test_the_read_loop_does_not_spin_while_the_member_rejoins(
             await reader
         await batches.aclose()
 
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("error", ["table_replaced", "refused"])
+async def test_a_rejoin_that_cannot_succeed_fails_the_member(
+        table: str, monkeypatch: pytest.MonkeyPatch, error: str) -> None:
+    """Simulation seed 78: the table was dropped and re-created while a member
+    rejoined after a lost session; the rejoin raised TableReplaced, which is
+    not retried. That error escaped the supervisor without failing the member:
+    it stayed REJOINING for ever, delivering nothing, with no error and no
+    exit (the same for any error that ends a rejoin: one that is not
+    retriable, or a coordinator down past the rejoin's retries). Now the
+    member fails with that error, as it does when the error comes from a
+    control round."""
+    from coordinators.errors import CoordinatorError
+    from paimon_group.errors import TableReplaced
+
+    real_join = GroupMember._join
+
+    async def rejoin_refused(self: GroupMember, *, first: bool) -> None:
+        if not first:
+            if error == "table_replaced":
+                raise TableReplaced("injected: the table was re-created")
+            raise CoordinatorError("injected: refused")
+        await real_join(self, first=first)
+
+    monkeypatch.setattr(GroupMember, "_join", rejoin_refused)
+    url = f"memory://rejoin-{uuid.uuid4().hex}"
+    cfg = MemberConfig(group="g", warehouse=table, table="db.t", coordinator=url,
+                       member_id="a", session_timeout_s=3, poll_interval_ms=50)
+    got: set[int] = set()
+    member = GroupMember(cfg)
+    await member.start()
+    try:
+        batches = member.batches()
+        while len(got) < 10:
+            batch = await asyncio.wait_for(batches.__anext__(), timeout=30)
+            got.update(batch.to_arrow().column("id").to_pylist())
+        assert member._coord is not None
+        member._coord.session.mark(SessionState.LOST)  # type: ignore[attr-defined]
+        with pytest.raises((TableReplaced, CoordinatorError), match="injected"):
+            await asyncio.wait_for(batches.__anext__(), timeout=30)
+        assert member.state is MemberState.FAILED
+        assert isinstance(member.error, TableReplaced | CoordinatorError)
+    finally:
+        await member.stop()
