@@ -417,6 +417,14 @@ class GroupMember:
         check_columns(self.table.table.field_names, cfg.columns)
         self._start_position = parse_start(cfg.start)
         await self._join(first=True)
+        if self._stopping:
+            # stop() ran while we were joining: it found nothing to leave.
+            # Registered now, with no control loop to follow, we would be
+            # assigned shards nobody reads: end the session (and so the
+            # member key) at once.
+            await self._close_coordinator()
+            self._set_state(MemberState.STOPPED)
+            return
         self._supervisor = asyncio.create_task(self._supervise(), name="pg-supervisor")
 
     async def _open_coordinator(self) -> Coordinator:

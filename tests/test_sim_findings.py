@@ -138,3 +138,40 @@ async def test_a_rejoin_that_cannot_succeed_fails_the_member(
         assert isinstance(member.error, TableReplaced | CoordinatorError)
     finally:
         await member.stop()
+
+
+@pytest.mark.asyncio
+async def test_a_stop_while_the_member_joins_leaves_no_member_behind(
+        table: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Simulation seed 611: stop() ran while start() was still joining (its
+    registration waiting for the coordinator). stop() found nothing to leave
+    and returned; start() then finished the join: the member key was
+    registered and the session kept, but the supervisor saw _stopping and
+    ran no control loop. The leader assigned shards to that member, which
+    never acquired them: those shards were read by nobody for as long as the
+    process lived. Now a join that ends after a stop leaves at once."""
+    from paimon_group.group import GroupClient
+
+    entered, release = asyncio.Event(), asyncio.Event()
+    real_register = GroupClient.register
+
+    async def held_register(self: GroupClient, info: Any) -> Any:
+        entered.set()
+        await release.wait()
+        return await real_register(self, info)
+
+    monkeypatch.setattr(GroupClient, "register", held_register)
+    url = f"memory://stop-join-{uuid.uuid4().hex}"
+    cfg = MemberConfig(group="g", warehouse=table, table="db.t", coordinator=url,
+                       member_id="a", session_timeout_s=3, poll_interval_ms=50)
+    async with open_coordinator(url) as observer:
+        member = GroupMember(cfg)
+        starting = asyncio.ensure_future(member.start())
+        await asyncio.wait_for(entered.wait(), timeout=30)
+        await member.stop()
+        release.set()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(starting, timeout=30)
+        assert await observer.get("groups/g/members/a") is None
+        assert member.state is MemberState.STOPPED
+        await member.stop()
