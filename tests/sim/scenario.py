@@ -1,0 +1,667 @@
+"""One simulated run of a consumer group, from a seed.
+
+:func:`run_seed` builds everything from ``seed`` alone: the group's shape
+(shards, session timeout, start position, members), a schedule of member
+joins, graceful leaves, crashes (a process that dies: no goodbye, its
+session expires) and restarts (same id or a new one), session pauses, the
+writer's commits (a schema change among them) and, for some seeds, a drop or
+a drop-and-re-create of the table; and the fault plan of every member's
+coordinator (:class:`tests.sim.coordinator.FaultPlan`). The members are real
+:class:`paimon_group.GroupMember` objects driven through the library API
+(``run(handler)`` with an async handler, or ``async for batch in
+member.batches()``) on real Paimon files (:mod:`tests.sim.table`), against
+the simulated coordinator (registered as the ``sim://`` scheme for the run),
+on virtual time (:mod:`tests.sim.loop`).
+
+A run has three phases: **chaos** (the schedule and the faults), **settle**
+(faults off, the writer done, at least one member running: the group must
+deliver and commit everything within :data:`SETTLE_BOUND_S`), **stop** (every
+member leaves gracefully, within its shutdown timeout). Then the checks:
+the history checker of the chaos suite (``tests/support/checker.py``) over
+the members' ``--history`` files and the handler's deliveries, the store's
+own log of applied positions (the ground truth: no write through a stale
+fence, no two members writing one epoch, never backwards), the schema change
+(rows written after it carry the new column), liveness (nothing failed,
+nothing hung), and for dropped tables: every member stops with one error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import random
+import shutil
+import tempfile
+import time
+import traceback
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from coordinators import registry
+from coordinators.base import ConnectOptions, Coordinator
+from paimon_group import GroupMember, MemberConfig
+from paimon_group.errors import HandlerFailed, TableNotFound, TableReplaced
+from tests.sim.coordinator import (
+    FaultPlan,
+    FaultyCoordinator,
+    MemberCalls,
+    SimCoordinator,
+    SimStore,
+)
+from tests.sim.loop import START, SimDeadlock, SimLoop, SimSpin, virtual_time
+from tests.sim.table import ALTER_BEFORE, ReplayWarehouse, scratch_dir, templates
+from tests.support import checker
+
+CHAOS_S = 24.0  # virtual seconds of schedule and faults
+SETTLE_BOUND_S = 60.0  # after the chaos, everything is delivered and committed within this
+STOP_BOUND_S = 30.0
+DROP_NOTICE_BOUND_S = 20.0  # a member notices a dropped / re-created table within this
+RUN_LIMIT_S = 600.0  # virtual; a run longer than this is a hang of the driver itself
+GROUP = "g"
+
+# Planted faults, for the tests that show the checks can fail.
+PLANTS = ("stale_fence", "drop_delivery")
+
+
+@dataclass
+class SeedResult:
+    seed: int
+    violations: dict[str, list[str]]
+    faults: Counter[str]
+    stats: dict[str, Any]
+    virtual_s: float = 0.0
+    wall_s: float = 0.0
+    trace: str = ""  # a digest of the history, to show that a rerun is identical
+
+    @property
+    def ok(self) -> bool:
+        return not any(self.violations.values())
+
+    def summary(self) -> str:
+        bad = {k: v for k, v in self.violations.items() if v}
+        return json.dumps({"seed": self.seed, "violations": bad, "stats": self.stats},
+                          default=str)
+
+
+# ----------------------------------------------------------------- the world
+
+
+@dataclass
+class World:
+    seed: int
+    store: SimStore
+    plan: FaultPlan
+    calls: dict[str, MemberCalls] = field(default_factory=dict)
+    coords: dict[str, list[FaultyCoordinator]] = field(default_factory=dict)
+
+
+_WORLD: World | None = None
+
+
+def _open_sim(url: str, options: ConnectOptions | None = None) -> Coordinator:
+    """``sim://RUN/MEMBER/INCARNATION``: a faulty connection to the run's store."""
+    world = _WORLD
+    assert world is not None, "no simulated run is active"
+    _, _, path = url.partition("://")
+    _run, member, incarnation = path.split("/")
+    calls = world.calls.setdefault(member, MemberCalls(member))
+    inner = SimCoordinator(world.store, url, options or ConnectOptions())
+    coord = FaultyCoordinator(inner, world.plan, calls)
+    world.coords.setdefault(f"{member}/{incarnation}", []).append(coord)
+    return coord
+
+
+@contextlib.contextmanager
+def _sim_scheme(world: World) -> Any:
+    global _WORLD
+    _WORLD = world
+    registry.BACKENDS["sim"] = f"{__name__}:_open_sim"
+    try:
+        yield
+    finally:
+        registry.BACKENDS.pop("sim", None)
+        _WORLD = None
+
+
+# ------------------------------------------------------------- the members
+
+
+@dataclass
+class Incarnation:
+    """One "process" of a member id."""
+
+    member_id: str
+    number: int  # unique in the run: the checker's pid
+    member: GroupMember
+    task: asyncio.Task[None] | None = None
+    history_path: str = ""
+    crashed: bool = False
+    stopped: bool = False
+    start_error: BaseException | None = None
+    started_at: float = 0.0
+
+
+class Run:
+    def __init__(self, seed: int, root: Path, plant: str | None) -> None:
+        self.seed = seed
+        self.rng = random.Random(f"scenario:{seed}")
+        self.root = root
+        self.plant = plant
+        main, recreated = templates()
+        self.wh = ReplayWarehouse(root / "wh", main, recreated)
+        rng = self.rng
+        self.timeout_s = rng.choice([1.0, 2.0, 3.0])
+        self.shards = rng.choice([2, 4, 4])
+        self.start = rng.choice(["latest-full", "latest-full", "earliest", "latest"])
+        self.fault_rate = rng.choice([0.0, 0.02, 0.05, 0.05, 0.1, 0.15])
+        self.table_fate = rng.choices(["keep", "drop", "recreate"], [8, 1, 1])[0]
+        self.store = SimStore()
+        self.plan = FaultPlan(seed, self.fault_rate, self.timeout_s)
+        self.world = World(seed, self.store, self.plan)
+        self.incarnations: list[Incarnation] = []
+        self.deliveries: list[dict[str, Any]] = []
+        self.stats: Counter[str] = Counter()
+        self.violations: dict[str, list[str]] = defaultdict(list)
+        self.dropped_at: float | None = None
+        self.dropped_delivery = False
+        self.member_ids = [f"m{i}" for i in range(5)]
+        self._tasks: set[asyncio.Future[Any]] = set()
+        if plant == "stale_fence":
+            self.store.plant_stale_accept = True
+
+    # -- members
+
+    def _config(self, member_id: str, number: int) -> MemberConfig:
+        hist = str(self.root / f"history-{number}.jsonl")
+        return MemberConfig(
+            group=GROUP, warehouse=str(self.wh.root), table="db.t",
+            coordinator=f"sim://run/{member_id}/{number}", member_id=member_id,
+            shards=self.shards, start=self.start, poll_interval_ms=500,
+            session_timeout_s=self.timeout_s, revoke_timeout_s=self.timeout_s * 1.5,
+            shutdown_timeout_s=self.timeout_s * 5, max_handler_attempts=5,
+            handler_backoff_s=0.1, max_parallel_shards=self.rng.choice([1, 2]),
+            mirror_interval_s=1.0, history_path=hist)
+
+    def _record(self, inc: Incarnation, batch: Any) -> None:
+        table = batch.to_arrow()
+        ids = table.column("id").to_pylist() if table.num_rows else []
+        extra = table.column("extra").to_pylist() if "extra" in table.column_names else None
+        if self.plant == "drop_delivery" and not self.dropped_delivery and ids \
+                and inc.number > 0:
+            self.dropped_delivery = True  # planted: a delivered batch goes unrecorded
+            return
+        self.deliveries.append({
+            "t": time.monotonic(), "member": inc.member_id, "pid": inc.number,
+            "shard": batch.shard, "epoch": batch.epoch, "snapshot": batch.snapshot_id,
+            "next_snapshot": batch.next_snapshot, "kind": batch.kind.value, "ids": ids,
+            "extra": extra,
+        })
+
+    def _handler_delay(self, inc: Incarnation, batch: Any) -> float:
+        rng = random.Random(f"handler:{self.seed}:{inc.number}:{batch.shard}:"
+                            f"{batch.snapshot_id}:{batch.epoch}")
+        r = rng.random()
+        if r < 0.05:
+            return rng.uniform(self.timeout_s, self.timeout_s * 3)  # past the revoke timeout
+        if r < 0.3:
+            return rng.uniform(0.0, 0.5)
+        return 0.0
+
+    async def _consume(self, inc: Incarnation, mode: str) -> None:
+        member = inc.member
+        failures: Counter[tuple[int, int]] = Counter()
+        attempts: Counter[tuple[int, int]] = Counter()
+
+        async def handle(batch: Any) -> None:
+            """The handler: sometimes slow, sometimes raising (``run`` retries
+            it; the body of ``async for`` is the caller's own code: it does
+            not raise here)."""
+            if inc.crashed:
+                await asyncio.Event().wait()  # a dead process does nothing more
+            key = (batch.shard, batch.snapshot_id)
+            rng = random.Random(f"fail:{self.seed}:{inc.number}:{key}:{failures[key]}")
+            if mode == "run" and failures[key] < 2 and rng.random() < 0.03:
+                failures[key] += 1
+                self.stats["handler_raised"] += 1
+                raise RuntimeError("sim: handler raised")
+            # Slow on a first attempt only: a retried batch (its files gone
+            # with a dropped table, say) fails fast, so the member's table
+            # check comes within DROP_NOTICE_BOUND_S.
+            delay = self._handler_delay(inc, batch) if attempts[key] == 0 else 0.0
+            attempts[key] += 1
+            if delay:
+                await asyncio.sleep(delay)
+            if inc.crashed:
+                await asyncio.Event().wait()
+            self._record(inc, batch)
+
+        if mode == "run":
+            await member.run(handle)
+            return
+        try:
+            async for batch in member.batches():
+                await handle(batch)
+        except FileNotFoundError:
+            if self.dropped_at is None:
+                raise
+            # The body's own read failed: the table's files are gone. The
+            # process ends with that error (and the member leaves).
+            self.stats["consumer_exited_table_gone"] += 1
+            inc.stopped = True
+            await member.stop()
+
+    async def start_member(self, member_id: str) -> Incarnation:
+        number = len(self.incarnations)
+        cfg = self._config(member_id, number)
+        inc = Incarnation(member_id, number, GroupMember(cfg), history_path=cfg.history_path or "",
+                          started_at=time.monotonic())
+        self.incarnations.append(inc)
+        self.stats["member_starts"] += 1
+        try:
+            await inc.member.start()
+        except (TableNotFound, TableReplaced) as err:
+            inc.start_error = err
+            inc.stopped = True
+            self.stats["start_refused_table"] += 1
+            return inc
+        except Exception as err:
+            # A process that fails to start exits 1 and is restarted by its
+            # supervisor (here: the schedule goes on without it).
+            inc.start_error = err
+            inc.stopped = True
+            self.stats["start_failed"] += 1
+            self.stats[f"start_failed:{type(err).__name__}"] += 1
+            with contextlib.suppress(Exception):
+                await inc.member.stop(timeout=1)
+            return inc
+        mode = self.rng.choice(["run", "run", "iterate"])
+        inc.task = asyncio.create_task(self._consume(inc, mode), name=f"consume-{number}")
+        return inc
+
+    def live(self) -> list[Incarnation]:
+        return [i for i in self.incarnations if not i.crashed and not i.stopped
+                and i.start_error is None]
+
+    def crash(self, inc: Incarnation) -> None:
+        inc.crashed = True
+        self.stats["crashes"] += 1
+        inc.member.history.record = lambda *a, **k: None  # type: ignore[method-assign]
+        for coord in self.world.coords.get(f"{inc.member_id}/{inc.number}", []):
+            coord.crash()
+        member = inc.member
+        tasks = [inc.task, getattr(member, "_supervisor", None),
+                 *getattr(member, "_tasks", [])]
+        for t in tasks:
+            if t is not None:
+                t.cancel()
+
+    async def stop_member(self, inc: Incarnation) -> None:
+        inc.stopped = True
+        self.stats["graceful_leaves"] += 1
+        await inc.member.stop()
+        if inc.task is not None:
+            inc.task.cancel()
+            with contextlib.suppress(BaseException):
+                await inc.task
+
+    def pause(self, inc: Incarnation, duration: float) -> None:
+        """Renewals fail for ``duration`` (a stalled process or network)."""
+        self.stats["pauses"] += 1
+        for coord in self.world.coords.get(f"{inc.member_id}/{inc.number}", []):
+            inner = coord.inner
+            if isinstance(inner, SimCoordinator):
+                now = asyncio.get_running_loop().time()
+                inner.suspended_until = max(inner.suspended_until, now + duration)
+
+    # -- phases
+
+    async def chaos(self) -> None:
+        rng = self.rng
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        for _ in range(rng.choice([0, 1, 2])):
+            self.wh.commit()
+        events: list[tuple[float, str]] = []
+        t = 0.0
+        while self.wh.remaining - sum(1 for _, e in events if e == "write") > 0:
+            t += rng.uniform(0.2, CHAOS_S / 6)
+            events.append((min(t, CHAOS_S), "write"))
+        for _ in range(rng.randint(2, 7)):
+            events.append((rng.uniform(0, CHAOS_S), rng.choice(
+                ["join", "join", "leave", "crash", "crash", "pause", "restart"])))
+        if self.table_fate != "keep":
+            events.append((rng.uniform(CHAOS_S / 3, CHAOS_S), self.table_fate))
+        events.sort(key=lambda e: e[0])
+        for _ in range(rng.randint(1, 3)):
+            await self.start_member(self._free_id() or "m0")
+        for at, what in events:
+            wait = t0 + at - loop.time()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            await self._event(what)
+        await asyncio.sleep(max(0.0, t0 + CHAOS_S - loop.time()))
+
+    def _free_id(self) -> str | None:
+        busy = {i.member_id for i in self.live()}
+        free = [m for m in self.member_ids if m not in busy]
+        return self.rng.choice(free) if free else None
+
+    async def _event(self, what: str) -> None:
+        rng = self.rng
+        live = self.live()
+        if what == "write":
+            self.wh.commit()
+        elif what == "join" and len(live) < 4:
+            mid = self._free_id()
+            if mid is not None:
+                await self.start_member(mid)
+        elif what == "leave" and live:
+            self._background(self.stop_member(rng.choice(live)))
+        elif what == "crash" and live:
+            victim = rng.choice(live)
+            self.crash(victim)
+            if rng.random() < 0.6:  # restarted by its supervisor, same id
+                delay = rng.uniform(0.1, self.timeout_s * 2)
+                asyncio.get_running_loop().call_later(
+                    delay, lambda: self._background(self._restart(victim.member_id)))
+        elif what == "restart" and live:
+            victim = rng.choice(live)
+            self.crash(victim)
+            await self._restart(victim.member_id)
+        elif what == "pause" and live:
+            self.pause(rng.choice(live), rng.uniform(0.3, 3.0) * self.timeout_s)
+        elif what in ("drop", "recreate"):
+            self.wh.drop() if what == "drop" else self.wh.recreate()
+            self.dropped_at = asyncio.get_running_loop().time()
+            self.stats[f"table_{what}"] += 1
+
+    def _background(self, work: Any) -> None:
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _restart(self, member_id: str) -> None:
+        if any(i.member_id == member_id for i in self.live()):
+            return
+        self.stats["restarts"] += 1
+        await self.start_member(member_id)
+
+    async def settle(self) -> None:
+        """Faults off; everything must be delivered and committed within the bound."""
+        self.plan.enabled = False
+        loop = asyncio.get_running_loop()
+        if self.dropped_at is not None:
+            await self._wait_all_stopped_after_drop()
+            return
+        while self.wh.commit() is not None:
+            pass
+        if not self.live():
+            await self.start_member(self._free_id() or "m0")
+        deadline = loop.time() + SETTLE_BOUND_S
+        latest = self.wh.committed
+        while True:
+            missing = self.expected_ids() - {i for d in self.deliveries for i in d["ids"]}
+            positions = self._stored_positions()
+            behind = {s: p for s, p in positions.items() if p != (latest + 1, None)}
+            behind.update({s: None for s in range(self.shards) if s not in positions})
+            failed = [i for i in self.incarnations if i.member.error is not None
+                      and not i.crashed]
+            if failed:
+                return  # reported by the liveness check
+            if not missing and not behind:
+                self.stats["settled_after_s"] = round(loop.time() - (deadline - SETTLE_BOUND_S),
+                                                      3)
+                return
+            if loop.time() > deadline:
+                self.violations["hang"].append(
+                    f"not settled {SETTLE_BOUND_S:.0f}s after the faults stopped: "
+                    f"{len(missing)} ids undelivered (e.g. {sorted(missing)[:5]}), positions "
+                    f"behind {behind} (latest snapshot {latest}); owners "
+                    f"{self._owners()}; live {[i.member_id for i in self.live()]}")
+                return
+            if not self.live():
+                await self.start_member(self._free_id() or "m0")
+            await asyncio.sleep(0.25)
+
+    def _stored_positions(self) -> dict[int, tuple[int, int | None]]:
+        out = {}
+        for e in self.store.list(f"groups/{GROUP}/positions/"):
+            data = json.loads(e.value)
+            out[int(e.key.rsplit("/", 1)[1])] = (int(data["next_snapshot"]),
+                                                 data.get("full_scan"))
+        return out
+
+    def _owners(self) -> dict[int, str]:
+        out = {}
+        for e in self.store.list(f"groups/{GROUP}/owners/"):
+            out[int(e.key.rsplit("/", 1)[1])] = json.loads(e.value).get("member_id")
+        return out
+
+    async def _wait_all_stopped_after_drop(self) -> None:
+        assert self.dropped_at is not None
+        loop = asyncio.get_running_loop()
+        deadline = self.dropped_at + DROP_NOTICE_BOUND_S
+        while loop.time() < max(deadline, loop.time() + 0.001):
+            running = [i for i in self.live() if i.member.error is None]
+            if not running:
+                self.stats["stopped_after_table_change_s"] = round(
+                    loop.time() - self.dropped_at, 3)
+                return
+            if loop.time() >= deadline:
+                break
+            await asyncio.sleep(0.25)
+        running = [i for i in self.live() if i.member.error is None]
+        if running:
+            self.violations["table_change_unnoticed"].append(
+                f"members {[i.member_id for i in running]} still running "
+                f"{DROP_NOTICE_BOUND_S:.0f}s after the table was {self.table_fate}ed")
+
+    async def stop_all(self) -> None:
+        loop = asyncio.get_running_loop()
+        for inc in self.live():
+            started = loop.time()
+            await self.stop_member(inc)
+            if loop.time() - started > inc.member.config.shutdown_timeout_s + 1:
+                self.violations["stop_hang"].append(
+                    f"{inc.member_id} took {loop.time() - started:.1f}s to stop")
+
+    # -- checks
+
+    def history(self) -> checker.History:
+        events: list[dict[str, Any]] = []
+        for inc in self.incarnations:
+            path = Path(inc.history_path)
+            if not path.exists():
+                continue
+            for line in path.read_text().splitlines():
+                if line.strip():
+                    e = json.loads(line)
+                    e["pid"] = inc.number
+                    events.append(e)
+        return checker.History(deliveries=list(self.deliveries), events=events)
+
+    def check(self) -> None:
+        history = self.history()
+        v = self.violations
+        dropped = self.dropped_at is not None
+        written = self.expected_ids() if not dropped else set()
+        results = checker.check_all(written, history, self.wh.bucket_of, self.shards)
+        for name, found in results.items():
+            v[name].extend(found)
+        v["truth"].extend(self._check_truth())
+        v["schema"].extend(self._check_schema())
+        for inc in self.incarnations:
+            task = inc.task
+            if task is not None and task.done() and not task.cancelled() \
+                    and task.exception() is not None and not inc.crashed \
+                    and inc.member.error is None:
+                v["consumer_died"].append(f"{inc.member_id}#{inc.number}: "
+                                          f"{type(task.exception()).__name__}: "
+                                          f"{task.exception()}")
+            err = inc.member.error
+            if err is None or inc.crashed:
+                continue
+            if dropped and _stops_for_the_table(err):
+                continue
+            v["member_failed"].append(f"{inc.member_id}#{inc.number}: {type(err).__name__}: "
+                                      f"{err}")
+        if dropped:
+            for d in self.deliveries:
+                if d["t"] > self.dropped_at + DROP_NOTICE_BOUND_S:
+                    v["table_change_unnoticed"].append(
+                        f"{d['member']} delivered snapshot {d['snapshot']} at "
+                        f"t+{d['t'] - self.dropped_at:.1f}s after the table was "
+                        f"{self.table_fate}ed")
+                    break
+
+    def expected_ids(self) -> set[int]:
+        """The ids the group must deliver: each shard's rows from where its
+        start was first pinned (``latest`` skips what came before; a full
+        scan of snapshot F holds every row of the snapshots up to F)."""
+        first: dict[int, tuple[int, int | None]] = {}
+        for w in self.store.position_log:
+            first.setdefault(w.shard, (w.next_snapshot, w.full_scan))
+        out = set()
+        for i, snapshot in self.wh.written.items():
+            shard = self.wh.bucket_of(i) % self.shards
+            if shard not in first:
+                out.add(i)  # never pinned: nothing was read, so it is lost
+                continue
+            start, full = first[shard]
+            if full is not None or snapshot >= start:
+                out.add(i)
+        return out
+
+    def _check_truth(self) -> list[str]:
+        """The store's own log of applied positions."""
+        bad = []
+        writers: dict[tuple[int, int], str] = {}
+        last: dict[int, tuple[int, int]] = {}
+        for w in self.store.position_log:
+            if w.fence is None or w.fence != w.owner_create_version or w.fence != w.epoch:
+                bad.append(f"shard {w.shard}: position {w.next_snapshot} of epoch {w.epoch} "
+                           f"by {w.member} applied with fence {w.fence}, owner key "
+                           f"{w.owner_create_version}")
+            other = writers.setdefault((w.shard, w.epoch), w.member)
+            if other != w.member:
+                bad.append(f"shard {w.shard}: epoch {w.epoch} written by {other} and "
+                           f"{w.member}")
+            order = (w.next_snapshot, 0 if w.full_scan is not None else 1)
+            if w.shard in last and order < last[w.shard]:
+                bad.append(f"shard {w.shard}: stored position moved back {last[w.shard]} -> "
+                           f"{order} (epoch {w.epoch}, {w.member})")
+            last[w.shard] = max(order, last.get(w.shard, order))
+        return bad[:20]
+
+    def _check_schema(self) -> list[str]:
+        """Rows written after the column was added are delivered with it."""
+        main = self.wh.main
+        if main.extra_from is None:
+            return []
+        bad = []
+        for d in self.deliveries:
+            for pos, i in enumerate(d["ids"]):
+                if self.wh.written.get(i, 0) < ALTER_BEFORE:
+                    continue
+                value = None if d["extra"] is None else d["extra"][pos]
+                if value != i * 10:
+                    bad.append(f"id {i} (snapshot {self.wh.written[i]}) delivered by "
+                               f"{d['member']} with extra={value!r}, not {i * 10}")
+        return bad[:10]
+
+    def digest(self) -> str:
+        import hashlib
+
+        h = hashlib.sha256()
+        for d in self.deliveries:
+            h.update(json.dumps([d["t"], d["member"], d["shard"], d["epoch"],
+                                 sorted(d["ids"])]).encode())
+        for w in self.store.position_log:
+            h.update(repr((w.shard, w.epoch, w.member, w.next_snapshot, w.t)).encode())
+        return h.hexdigest()[:16]
+
+
+async def _main(run: Run) -> None:
+    await run.chaos()
+    await run.settle()
+    await run.stop_all()
+
+
+def run_seed(seed: int, *, plant: str | None = None, keep: bool = False,
+             log_level: int = logging.CRITICAL) -> SeedResult:
+    """Run one seed; a pure function of ``seed`` (and ``plant``) under ``PYTHONHASHSEED=0``."""
+    if plant is not None and plant not in PLANTS:
+        raise ValueError(f"unknown plant {plant!r}: one of {', '.join(PLANTS)}")
+    wall = time.perf_counter()
+    # Written on real time (a table's identity is its first schema's creation
+    # time: the two tables must not share one virtual instant).
+    templates()
+    root = Path(tempfile.mkdtemp(prefix=f"pg-sim-{seed}-", dir=scratch_dir()))
+    logging.getLogger("paimon_group").setLevel(log_level)
+    logging.getLogger("coordinators").setLevel(log_level)
+    # A watch closed under a waiter that was being cancelled: noise, not a finding.
+    logging.getLogger("asyncio").setLevel(max(log_level, logging.CRITICAL))
+    loop = SimLoop()
+    run: Run | None = None
+    try:
+        with virtual_time(loop.clock):
+            asyncio.set_event_loop(loop)
+            run = Run(seed, root, plant)
+            with _sim_scheme(run.world):
+                try:
+                    loop.run_until_complete(asyncio.wait_for(_main(run), RUN_LIMIT_S))
+                except SimSpin as err:
+                    run.violations["busy_loop"].append(str(err))
+                except SimDeadlock as err:
+                    run.violations["hang"].append(f"simulation deadlock: {err}")
+                except TimeoutError:
+                    run.violations["hang"].append(f"run exceeded {RUN_LIMIT_S:.0f}s virtual")
+                except Exception as err:
+                    run.violations["driver_error"].append(
+                        f"{type(err).__name__}: {err}\n{traceback.format_exc()}")
+                run.check()
+                _cancel_all(loop)
+        virtual = loop.clock.now - START
+    finally:
+        asyncio.set_event_loop(None)
+        with contextlib.suppress(Exception):
+            loop.close()
+        if not keep:
+            shutil.rmtree(root, ignore_errors=True)
+    assert run is not None
+    stats: dict[str, Any] = dict(run.stats)
+    stats.update(shards=run.shards, timeout_s=run.timeout_s, start=run.start,
+                 fault_rate=run.fault_rate, table=run.table_fate,
+                 incarnations=len(run.incarnations), deliveries=len(run.deliveries))
+    if plant == "stale_fence":
+        stats["planted_hits"] = run.store.planted_hits
+    return SeedResult(seed, {k: list(v) for k, v in run.violations.items()},
+                      Counter(run.plan.counts), stats, virtual,
+                      time.perf_counter() - wall, run.digest())
+
+
+def _stops_for_the_table(err: BaseException) -> bool:
+    """How a member may stop once its table was dropped or re-created: one
+    error saying so, or (a drop under a batch being read) a handler that kept
+    failing because the batch's files are gone (exit 3)."""
+    if isinstance(err, TableNotFound | TableReplaced):
+        return True
+    return isinstance(err, HandlerFailed) and isinstance(err.__cause__, FileNotFoundError)
+
+
+def _cancel_all(loop: asyncio.AbstractEventLoop) -> None:
+    tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
+    for t in tasks:
+        t.cancel()
+    if tasks:
+        with contextlib.suppress(BaseException):
+            loop.run_until_complete(asyncio.wait(tasks, timeout=5))
+
+
+def rerun_command(seed: int) -> str:
+    return f"PYTHONHASHSEED=0 .venv/bin/python -m tests.sim --seed {seed} -v"
+
