@@ -119,11 +119,18 @@ def _open_sim(url: str, options: ConnectOptions | None = None) -> Coordinator:
 def _sim_scheme(world: World) -> Any:
     global _WORLD
     _WORLD = world
+    # The registry maps a scheme to a factory taking (url, options); tests
+    # only, so its table of factories is extended in place for the run.
     registry.BACKENDS["sim"] = f"{__name__}:_open_sim"
+    factories = getattr(registry, "_CLASSES", None)
+    if factories is not None:
+        factories["sim"] = lambda: _open_sim
     try:
         yield
     finally:
         registry.BACKENDS.pop("sim", None)
+        if factories is not None:
+            factories.pop("sim", None)
         _WORLD = None
 
 
