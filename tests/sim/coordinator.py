@@ -311,7 +311,6 @@ class SimCoordinator(Coordinator):
 
     def crash(self) -> None:
         """The process died: no more renewals (requests in flight still land)."""
-        self._closed = True
         if self._keepalive is not None:
             self._keepalive.cancel()
 

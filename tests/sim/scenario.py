@@ -285,6 +285,11 @@ class Run:
             with contextlib.suppress(Exception):
                 await inc.member.stop(timeout=1)
             return inc
+        if inc.crashed:
+            # Killed while it was starting: whatever its start opened since
+            # dies with it.
+            self._kill(inc)
+            return inc
         mode = self.rng.choice(["run", "run", "iterate"])
         inc.task = asyncio.create_task(self._consume(inc, mode), name=f"consume-{number}")
         return inc
@@ -296,6 +301,9 @@ class Run:
     def crash(self, inc: Incarnation) -> None:
         inc.crashed = True
         self.stats["crashes"] += 1
+        self._kill(inc)
+
+    def _kill(self, inc: Incarnation) -> None:
         inc.member.history.record = lambda *a, **k: None  # type: ignore[method-assign]
         for coord in self.world.coords.get(f"{inc.member_id}/{inc.number}", []):
             coord.crash()
