@@ -635,8 +635,11 @@ class GroupMember:
         self._joined.clear()
         await self._close_coordinator()
         retry = tenacity.AsyncRetrying(
+            # A new session lost before the join ended (expired while its
+            # keys were created) needs only another new session: retried too.
             retry=tenacity.retry_if_exception(
-                lambda e: isinstance(e, PaimonGroupError) and e.retriable
+                lambda e: isinstance(e, SessionLost)
+                or (isinstance(e, PaimonGroupError) and e.retriable)
             ),
             wait=tenacity.wait_exponential(multiplier=0.2, max=5),
             stop=tenacity.stop_after_delay(max(60.0, self.config.session_timeout_s * 6)),

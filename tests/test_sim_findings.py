@@ -175,3 +175,44 @@ async def test_a_stop_while_the_member_joins_leaves_no_member_behind(
         assert await observer.get("groups/g/members/a") is None
         assert member.state is MemberState.STOPPED
         await member.stop()
+
+
+@pytest.mark.asyncio
+async def test_a_session_lost_again_while_rejoining_is_retried(
+        table: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Simulation seed 100121 (exploring fault rates of 30 %): the new session
+    of a rejoin expired before the rejoin registered (its member key create
+    found the session gone). The rejoin retried only retriable errors, and a
+    lost session is not one: the member failed with SessionLost, where a
+    new session was all it needed. Now a rejoin starts over with another
+    session."""
+    from coordinators.errors import SessionLost
+
+    real_join = GroupMember._join
+    lost = {"left": 1}
+
+    async def join_once_lost(self: GroupMember, *, first: bool) -> None:
+        if not first and lost["left"] > 0:
+            lost["left"] -= 1
+            raise SessionLost("injected: the new session expired while joining")
+        await real_join(self, first=first)
+
+    monkeypatch.setattr(GroupMember, "_join", join_once_lost)
+    url = f"memory://rejoin-lost-{uuid.uuid4().hex}"
+    cfg = MemberConfig(group="g", warehouse=table, table="db.t", coordinator=url,
+                       member_id="a", session_timeout_s=3, poll_interval_ms=50)
+    async with open_coordinator(url), GroupMember(cfg) as member:
+        batches = member.batches()
+        got: set[int] = set()
+        while len(got) < 10:
+            batch = await asyncio.wait_for(batches.__anext__(), timeout=30)
+            got.update(batch.to_arrow().column("id").to_pylist())
+        assert member._coord is not None
+        member._coord.session.mark(SessionState.LOST)  # type: ignore[attr-defined]
+        write_rows(table, "db.t", range(10, 20))
+        while len(got) < 20:
+            batch = await asyncio.wait_for(batches.__anext__(), timeout=30)
+            got.update(batch.to_arrow().column("id").to_pylist())
+        assert lost["left"] == 0
+        assert member.state is MemberState.RUNNING and member.error is None
+        await batches.aclose()
