@@ -962,6 +962,7 @@ class GroupMember:
         for shard in shards:
             if not self._coord or not self._coord.session.is_live(self.config.margin):
                 break
+            sent = time.monotonic()  # the history's lower bound of when the create went out
             epoch = await group.acquire(shard, self.member_id, generation)
             if epoch is None:
                 continue  # the previous owner has not released yet: its release wakes us
@@ -981,7 +982,7 @@ class GroupMember:
             self._owned[shard] = owned
             acquired.append(shard)
             self.history.record("acquire", shard=shard, epoch=epoch, generation=generation,
-                                next_snapshot=owned.next_snapshot)
+                                next_snapshot=owned.next_snapshot, sent=sent)
         if acquired:
             log.info("acquired shards %s", acquired,
                      extra={"group": self.group_name, "member": self.member_id,

@@ -134,6 +134,21 @@ def test_epoch_reused_or_decreasing_is_caught() -> None:
     assert only(v) == {"epochs_not_increasing"}
 
 
+def test_a_late_record_of_a_lower_epoch_is_not_a_reversal() -> None:
+    # c created the owner key (epoch 3) before d created its own (epoch 4),
+    # but c's position read was held up and c recorded its acquisition after
+    # d's: not a reversal. Created after d's acquisition: a reversal.
+    b = clean()
+    sent = b.t + 0.1
+    b.ev("acquire", "d", shard=0, epoch=4, next_snapshot=2, sent=b.t + 0.5)
+    b.ev("acquire", "c", shard=0, epoch=3, next_snapshot=2, sent=sent)
+    v = check_all(WRITTEN, b.history(), bucket_of, NUM_SHARDS)
+    assert "epochs_not_increasing" not in only(v)
+    b.events[-1]["sent"] = b.events[-2]["t"] + 0.1
+    v = check_all(WRITTEN, b.history(), bucket_of, NUM_SHARDS)
+    assert "epochs_not_increasing" in only(v)
+
+
 def test_zombie_commit_accepted_after_takeover_is_caught() -> None:
     # a is paused mid-batch on shard 0; b takes shard 0 over (epoch 2); a
     # resumes and its commit of epoch 1 is ACCEPTED: the fencing failed.

@@ -199,8 +199,16 @@ def positions_regressed(history: History) -> list[str]:
 
 
 def epochs_not_increasing(history: History) -> list[str]:
-    """Per shard, acquisitions in time order have strictly increasing epochs."""
-    last: dict[int, dict[str, Any]] = {}
+    """Per shard, acquisitions in time order have strictly increasing epochs.
+
+    An acquisition is recorded after the owner key was created *and* the
+    shard's position read, so a reply held up (a slow coordinator, a pause)
+    records it late, after a newer owner's. Its ``sent`` (when the create was
+    sent; histories without it: ``t``) is the lower bound used: a lower epoch
+    counts only when it was certainly created after the higher one was
+    acquired. An epoch acquired twice always counts.
+    """
+    acquires: dict[int, list[dict[str, Any]]] = defaultdict(list)
     seen: dict[tuple[int, int], dict[str, Any]] = {}
     bad = []
     for e in history.events:
@@ -211,12 +219,15 @@ def epochs_not_increasing(history: History) -> list[str]:
         if twin is not None:
             bad.append(f"shard {shard}: epoch {epoch} acquired twice ({twin['member']} and "
                        f"{e['member']})")
-        elif shard in last and epoch <= last[shard]["epoch"]:
-            bad.append(f"shard {shard}: epoch {epoch} ({e['member']}) acquired after epoch "
-                       f"{last[shard]['epoch']} ({last[shard]['member']})")
+        else:
+            sent = e.get("sent", e["t"])
+            higher = [a for a in acquires[shard] if a["epoch"] >= epoch and a["t"] < sent]
+            if higher:
+                a = higher[-1]
+                bad.append(f"shard {shard}: epoch {epoch} ({e['member']}) acquired after epoch "
+                           f"{a['epoch']} ({a['member']})")
         seen[(shard, epoch)] = e
-        if shard not in last or epoch > last[shard]["epoch"]:
-            last[shard] = e
+        acquires[shard].append(e)
     return bad
 
 
