@@ -68,8 +68,11 @@ def main(argv: list[str] | None = None) -> int:
     def progress(summary: object) -> None:
         print(summary.report().splitlines()[0], flush=True)  # type: ignore[attr-defined]
 
+    def failed(result: object) -> None:
+        print(f"FAILED seed {result.seed}: {result.summary()[:2000]}", flush=True)  # type: ignore[attr-defined]
+
     summary = run_many(range(args.first, args.first + args.seeds), jobs=args.jobs,
-                       plant=args.plant, progress=progress)
+                       plant=args.plant, progress=progress, on_failure=failed)
     print(summary.report())
     return 1 if summary.failed else 0
 

@@ -72,7 +72,8 @@ class Summary:
 
 def run_many(seeds: Iterable[int], *, jobs: int = 2, plant: str | None = None,
              progress: Callable[[Summary], None] | None = None,
-             progress_every: int = 500) -> Summary:
+             progress_every: int = 500,
+             on_failure: Callable[[SeedResult], None] | None = None) -> Summary:
     """Run ``seeds`` on ``jobs`` fresh processes with ``PYTHONHASHSEED=0``."""
     seeds = list(seeds)
     summary = Summary()
@@ -86,6 +87,8 @@ def run_many(seeds: Iterable[int], *, jobs: int = 2, plant: str | None = None,
             chunk = max(1, min(20, len(seeds) // (4 * max(1, jobs)) or 1))
             for result in pool.map(_run, [(s, plant) for s in seeds], chunksize=chunk):
                 summary.add(result)
+                if not result.ok and on_failure is not None:
+                    on_failure(result)
                 summary.wall_s = time.perf_counter() - started
                 if progress is not None and summary.seeds % progress_every == 0:
                     progress(summary)

@@ -520,7 +520,10 @@ class Run:
             err = inc.member.error
             if err is None or inc.crashed:
                 continue
-            if dropped and _stops_for_the_table(err):
+            if dropped:
+                # Stopping is what counts once the table is gone; which error
+                # says so is counted (docs/reliability.md).
+                self.stats[f"stopped_by:{_stop_reason(err)}"] += 1
                 continue
             v["member_failed"].append(f"{inc.member_id}#{inc.number}: {type(err).__name__}: "
                                       f"{err}")
@@ -659,13 +662,16 @@ def run_seed(seed: int, *, plant: str | None = None, keep: bool = False,
                       time.perf_counter() - wall, run.digest())
 
 
-def _stops_for_the_table(err: BaseException) -> bool:
-    """How a member may stop once its table was dropped or re-created: one
-    error saying so, or (a drop under a batch being read) a handler that kept
-    failing because the batch's files are gone (exit 3)."""
+def _stop_reason(err: BaseException) -> str:
+    """How a member stopped once its table was dropped or re-created: one
+    error saying so (TableNotFound, TableReplaced), a handler that kept
+    failing because the batch's files were gone (HandlerFailed), or another
+    error of a read of the vanished table."""
     if isinstance(err, TableNotFound | TableReplaced):
-        return True
-    return isinstance(err, HandlerFailed) and isinstance(err.__cause__, FileNotFoundError)
+        return type(err).__name__
+    if isinstance(err, HandlerFailed) and isinstance(err.__cause__, FileNotFoundError):
+        return "HandlerFailed(files gone)"
+    return f"other:{type(err).__name__}"
 
 
 def _cancel_all(loop: asyncio.AbstractEventLoop) -> None:
