@@ -3,6 +3,7 @@
     python -m tests.sim --seeds 20000 --jobs 2      # seeds 0..19999
     python -m tests.sim --seeds 1000 --first 50000  # seeds 50000..50999
     python -m tests.sim --seed 1234 -v              # one seed, with the member's log
+    python -m tests.sim --seeds 2000 --profile heavy  # 10-30 % faulty calls, static members
 
 Runs under ``PYTHONHASHSEED=0`` (it re-executes itself with it when it is not
 set), so a seed reproduces exactly. Exit status 1 when a seed has a violation;
@@ -54,9 +55,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="worker processes (default: 2, or 1 on one CPU)")
     parser.add_argument("--plant", help="a planted fault (tests only): stale_fence, "
                         "drop_delivery")
+    parser.add_argument("--profile", choices=("default", "heavy"), default=None,
+                        help="heavy: 10-30 %% of the calls faulty, static membership in half "
+                        "the seeds (default: PG_SIM_PROFILE, else default)")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="with --seed: the members' log, on virtual time")
     args = parser.parse_args(argv)
+    if args.profile is not None:
+        os.environ["PG_SIM_PROFILE"] = args.profile  # read by the workers too
     if os.environ.get("PYTHONHASHSEED") != "0":
         os.environ["PYTHONHASHSEED"] = "0"
         os.execv(sys.executable, [sys.executable, "-m", "tests.sim", *sys.argv[1:]])

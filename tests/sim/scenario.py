@@ -31,6 +31,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import random
 import shutil
 import tempfile
@@ -165,6 +166,14 @@ class Run:
         self.shards = rng.choice([2, 4, 4])
         self.start = rng.choice(["latest-full", "latest-full", "earliest", "latest"])
         self.fault_rate = rng.choice([0.0, 0.02, 0.05, 0.05, 0.1, 0.15])
+        self.rebalance_delay = 0.0
+        if profile() == "heavy":
+            # Another profile, from its own draws (the default seeds' runs
+            # stay as they are): 10-30 % of the calls faulty, and static
+            # membership (shards kept for a vanished member) in half the seeds.
+            heavy = random.Random(f"heavy:{seed}")
+            self.fault_rate = heavy.choice([0.1, 0.2, 0.3])
+            self.rebalance_delay = heavy.choice([0.0, self.timeout_s * 2])
         self.table_fate = rng.choices(["keep", "drop", "recreate"], [8, 1, 1])[0]
         self.store = SimStore()
         self.plan = FaultPlan(seed, self.fault_rate, self.timeout_s)
@@ -189,6 +198,7 @@ class Run:
             coordinator=f"sim://run/{member_id}/{number}", member_id=member_id,
             shards=self.shards, start=self.start, poll_interval_ms=500,
             session_timeout_s=self.timeout_s, revoke_timeout_s=self.timeout_s * 1.5,
+            rebalance_delay_s=self.rebalance_delay,
             shutdown_timeout_s=self.timeout_s * 5, max_handler_attempts=5,
             handler_backoff_s=0.1, max_parallel_shards=self.rng.choice([1, 2]),
             mirror_interval_s=1.0, history_path=hist)
@@ -653,6 +663,7 @@ def run_seed(seed: int, *, plant: str | None = None, keep: bool = False,
     assert run is not None
     stats: dict[str, Any] = dict(run.stats)
     stats.update(shards=run.shards, timeout_s=run.timeout_s, start=run.start,
+                 rebalance_delay_s=run.rebalance_delay,
                  fault_rate=run.fault_rate, table=run.table_fate,
                  incarnations=len(run.incarnations), deliveries=len(run.deliveries))
     if plant == "stale_fence":
@@ -683,6 +694,18 @@ def _cancel_all(loop: asyncio.AbstractEventLoop) -> None:
             loop.run_until_complete(asyncio.wait(tasks, timeout=5))
 
 
+PROFILES = ("default", "heavy")
+
+
+def profile() -> str:
+    """The seeds' profile: ``PG_SIM_PROFILE`` (``default`` or ``heavy``)."""
+    name = os.environ.get("PG_SIM_PROFILE", "default")
+    if name not in PROFILES:
+        raise ValueError(f"PG_SIM_PROFILE={name!r}: one of {', '.join(PROFILES)}")
+    return name
+
+
 def rerun_command(seed: int) -> str:
-    return f"PYTHONHASHSEED=0 .venv/bin/python -m tests.sim --seed {seed} -v"
+    flag = "" if profile() == "default" else f" --profile {profile()}"
+    return f"PYTHONHASHSEED=0 .venv/bin/python -m tests.sim --seed {seed}{flag} -v"
 
