@@ -28,7 +28,7 @@ _EXPORTS = {
     "GroupMember": "paimon_group.member",
     "MemberState": "paimon_group.member",
     "RebalanceListener": "paimon_group.member",
-    "run_member": "paimon_group.member",
+    "run_member": "paimon_group.runner",
     "MemberConfig": "paimon_group.config",
     "ShardBatch": "paimon_group.batch",
     "BatchKind": "paimon_group.planner",
@@ -66,9 +66,10 @@ if TYPE_CHECKING:
     from paimon_group.config import MemberConfig
     from paimon_group.errors import ConfigError, HandlerFailed, PaimonGroupError, StaleEpoch
     from paimon_group.group import GroupClient
-    from paimon_group.member import GroupMember, MemberState, RebalanceListener, run_member
+    from paimon_group.member import GroupMember, MemberState, RebalanceListener
     from paimon_group.names import consumer_id
     from paimon_group.planner import BatchKind
+    from paimon_group.runner import run_member
     from paimon_group.table import ShardedTable
 
 

@@ -5,6 +5,10 @@ flight, commit, release, close) bounded by ``shutdown_timeout_s``; the process
 then exits 0. A fatal error (a handler that kept failing, a lost group) makes
 :func:`run_until_signalled` raise it, after the shards were released.
 
+This is the one signal runner: the CLI's ``run`` (:func:`run_until_signalled`)
+and the library's :func:`run_member` both run a member through
+:func:`run_member_async`.
+
 Example::
 
     run_until_signalled(MemberConfig(group="g", warehouse="/wh", table="db.t"), print)
@@ -16,21 +20,24 @@ import asyncio
 import contextlib
 import logging
 import signal
+from collections.abc import Iterable
 from typing import Any
 
 from paimon_group.config import MemberConfig
-from paimon_group.member import GroupMember, Handler
+from paimon_group.member import GroupMember, Handler, RebalanceListener
 
 log = logging.getLogger("paimon_group.runner")
 
 
 async def run_member_async(
     config: MemberConfig, handler: Handler, *, metrics_port: int | None = None,
-    progress_interval_s: float | None = None,
+    progress_interval_s: float | None = None, listener: RebalanceListener | None = None,
+    stop_signals: Iterable[int] = (),
 ) -> None:
-    """Run one member until a signal; ``progress_interval_s``: log a progress
-    line that often (:mod:`paimon_group.progress`; None or 0: never)."""
-    member = GroupMember(config)
+    """Run one member until a signal (``stop_signals``, by default SIGTERM and
+    SIGINT); ``progress_interval_s``: log a progress line that often
+    (:mod:`paimon_group.progress`; None or 0: never)."""
+    member = GroupMember(config, listener=listener)
     progress: asyncio.Task[None] | None = None
     server: Any = None
     if metrics_port is not None:
@@ -39,7 +46,7 @@ async def run_member_async(
         server = serve_metrics(member, metrics_port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in stop_signals or (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
         await member.start()
@@ -81,3 +88,10 @@ def run_until_signalled(
 ) -> None:
     asyncio.run(run_member_async(config, handler, metrics_port=metrics_port,
                                  progress_interval_s=progress_interval_s))
+
+
+def run_member(config: MemberConfig, handler: Handler,
+               listener: RebalanceListener | None = None,
+               stop_signals: Iterable[int] = ()) -> None:
+    """Synchronous wrapper: run a member with ``handler`` until a stop signal."""
+    asyncio.run(run_member_async(config, handler, listener=listener, stop_signals=stop_signals))

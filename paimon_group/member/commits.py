@@ -1,0 +1,273 @@
+"""Fenced commits of positions, coalesced per step (the commit lane).
+
+:meth:`Commits._commit` is the one way a member writes a position: one
+atomic coordinator commit guarded by each shard's epoch (invariant 1); a
+rejected shard is dropped, an accepted one advances and is mirrored into its
+consumer file (never ahead of the coordinator: invariant 5). A commit that
+raised has an unknown outcome: the shard is marked ``uncertain`` and
+:meth:`Commits._read_back` takes the stored position before it is used again
+(invariant 2). :class:`CommitLane` coalesces the commits of one step's shards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from coordinators.errors import CoordinatorError, SessionLost
+from paimon_group.config import MemberConfig
+from paimon_group.member.core import MemberCore, RebalanceListener
+from paimon_group.member.state import OwnedShard, Stop
+from paimon_group.records import position_order
+
+log = logging.getLogger("paimon_group.member")
+
+COMMIT_LINGER_S = 0.5
+"""How long a finished shard's commit may wait for the other shards of its step."""
+
+
+class CommitLane:
+    """The commits of one step's shards, coalesced (a group commit).
+
+    A shard whose batch is done queues its commit. Everything queued is
+    committed in one fenced commit (one coordinator round trip, whatever the
+    number of shards) as soon as one of these holds:
+
+    * every delivery of the step is done (committed, skipped or failed): the
+      usual case, one commit per step instead of one per shard;
+    * a queued shard is being revoked (:meth:`kick` from the revoke): a
+      handoff never waits for the other shards of the step;
+    * ``linger_s`` passed since the first shard queued: a slow handler on one
+      shard holds the others' positions back for no longer than that.
+
+    ``riders`` (shards without rows in the step) go with the first commit,
+    or in :meth:`flush`; unlike delivered shards they are left out once
+    dropped or revoking. :meth:`commit` returns once its shard's commit is
+    done, and raises that commit's error.
+
+    Example (inside the member's read round)::
+
+        lane = CommitLane(member._commit, step.next_snapshot, riders=empty, expected=3)
+        await lane.commit(owned_shard)   # after its handler returned
+        lane.skipped()                   # a delivery that ended without a commit
+        await lane.flush()               # whatever is left, riders included
+    """
+
+    def __init__(
+        self,
+        commit: Callable[[dict[int, OwnedShard], int], Awaitable[None]],
+        next_snapshot: int,
+        *,
+        riders: dict[int, OwnedShard],
+        expected: int,
+        linger_s: float = COMMIT_LINGER_S,
+    ) -> None:
+        self._commit = commit
+        self._next = next_snapshot
+        self._riders = dict(riders)
+        self._queued: dict[int, tuple[OwnedShard, asyncio.Future[None]]] = {}
+        self._outstanding = expected  # deliveries neither queued nor skipped yet
+        self._linger_s = linger_s
+        self._timer: asyncio.TimerHandle | None = None
+        self._lock = asyncio.Lock()
+        self._flushes: set[asyncio.Task[None]] = set()
+
+    async def commit(self, o: OwnedShard) -> None:
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._queued[o.shard] = (o, done)
+        self._outstanding -= 1
+        if self._outstanding <= 0 or o.revoking:
+            self.kick()
+        elif self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self._linger_s, self.kick)
+        await done
+
+    def skipped(self) -> None:
+        """A delivery ended without queueing a commit (skipped or failed)."""
+        self._outstanding -= 1
+        if self._outstanding <= 0 and self._queued:
+            self.kick()
+
+    def kick(self) -> None:
+        """Commit what is queued now (in a task; waiters learn the outcome)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._queued:
+            task = asyncio.ensure_future(self._flush_quietly())
+            self._flushes.add(task)
+            task.add_done_callback(self._flushes.discard)
+
+    async def _flush_quietly(self) -> None:
+        with contextlib.suppress(BaseException):
+            await self.flush()  # the error reached every waiter of the batch
+
+    async def flush(self) -> None:
+        async with self._lock:
+            riders = {s: o for s, o in self._riders.items() if o.active}
+            self._riders = {}
+            # A revoke of a rider waits for this commit (it waits for idle):
+            # otherwise it could commit the rider's older position and release
+            # while this commit of a newer one is still in flight, and the
+            # position would move back (invariant 2).
+            for o in riders.values():
+                o.idle.clear()
+            waiters = [done for _, done in self._queued.values()]
+            batch = {**riders, **{s: o for s, (o, _) in self._queued.items()}}
+            self._queued = {}
+            try:
+                if batch:
+                    await self._commit(batch, self._next)
+            except BaseException as err:
+                for done in waiters:
+                    if done.done():
+                        continue
+                    if isinstance(err, asyncio.CancelledError):
+                        done.cancel()
+                    else:
+                        done.set_exception(err)
+                raise
+            finally:
+                for o in riders.values():
+                    o.idle.set()
+            for done in waiters:
+                if not done.done():
+                    done.set_result(None)
+
+
+class Commits(MemberCore):
+    """The member's fenced commit and its read-back (see the module docstring)."""
+
+    def __init__(self, config: MemberConfig, *, listener: RebalanceListener | None = None,
+                 auto_commit: bool = True) -> None:
+        super().__init__(config, listener=listener, auto_commit=auto_commit)
+        self._lanes: set[CommitLane] = set()  # commit lanes of steps being delivered
+
+    async def _commit(
+        self, owned: dict[int, OwnedShard], next_snapshot: int, *, full_scan: int | None = None
+    ) -> None:
+        """Fenced commit of ``next_snapshot`` for ``owned`` (one atomic commit).
+
+        With ``full_scan`` the position is a pinned start whose full scan of
+        that snapshot is still to be delivered.
+        """
+        if not owned:
+            return
+        try:
+            await self._wait_live(for_commit=True)
+        except Stop:
+            # Refused locally, never sent: the member is leaving and its
+            # session is closed (a batch that finished after the graceful
+            # leave stopped waiting for it). The next owner reads it again.
+            self._record_commits(owned, next_snapshot, outcome="refused")
+            raise
+        group = self._group
+        if group is None:
+            raise SessionLost("no session")
+        updates = {s: (o.epoch, next_snapshot) for s, o in owned.items()}
+        try:
+            ok = await group.commit_positions(
+                updates, self.member_id,
+                full_scan={s: full_scan for s in owned} if full_scan is not None else None)
+        except CoordinatorError as err:
+            # The outcome is unknown to us; record the attempt so that a
+            # redelivery of this batch is explained in the history.
+            for o in owned.values():
+                o.uncertain = True
+            self._record_commits(owned, next_snapshot, outcome="error",
+                                 error=type(err).__name__)
+            raise
+        if not ok and len(owned) > 1:
+            # Find which shards are no longer ours; commit the others.
+            for s, o in owned.items():
+                await self._commit({s: o}, next_snapshot, full_scan=full_scan)
+            return
+        # Protect the pending full scan's snapshot, if any.
+        mirrored = full_scan if full_scan is not None else next_snapshot
+        mirror_due = self._take_outcome(owned, ok, next_snapshot, full_scan, mirrored)
+        if mirror_due:
+            # Written after the coordinator accepted them: never ahead of it.
+            await self._in_io(functools.partial(self._mirror_write_all, mirror_due, mirrored))
+
+    def _record_commits(self, owned: dict[int, OwnedShard], next_snapshot: int, *,
+                        outcome: str, **details: Any) -> None:
+        for s, o in owned.items():
+            if outcome == "refused":
+                self.stats.refused_commits += 1
+            self.history.record("commit", shard=s, epoch=o.epoch, next_snapshot=next_snapshot,
+                                outcome=outcome, **details)
+
+    def _take_outcome(self, owned: dict[int, OwnedShard], ok: bool, next_snapshot: int,
+                      full_scan: int | None, mirrored: int) -> list[int]:
+        """Apply an accepted or rejected commit locally; the shards whose
+        consumer file is due a write."""
+        mirror_due: list[int] = []
+        for s, o in owned.items():
+            self.history.record("commit", shard=s, epoch=o.epoch, next_snapshot=next_snapshot,
+                                outcome="accepted" if ok else "rejected")
+            if ok:
+                self.stats.commits += 1
+                o.uncertain = False
+                o.next_snapshot = next_snapshot
+                o.committed = next_snapshot
+                o.full_scan = full_scan
+                if self._mirror is not None and self._mirror.due(s, mirrored):
+                    mirror_due.append(s)
+            else:
+                self._rejected(s, o)
+        return mirror_due
+
+    def _rejected(self, s: int, o: OwnedShard) -> None:
+        self.stats.rejected_commits += 1
+        log.warning(
+            "shard %d: commit rejected, epoch %d is stale: another member owns it now",
+            s, o.epoch, extra={"group": self.group_name, "member": self.member_id,
+                               "shard": s, "epoch": o.epoch})
+        o.drop()
+        if self._owned.get(s) is o:
+            # Our current ownership of the shard is gone. (A commit of an
+            # ownership dropped before, e.g. a batch that was in flight when
+            # the session was lost, is rejected after the member may have
+            # acquired the shard again under a new epoch: that ownership is
+            # unaffected, and the old one's end was recorded when it was
+            # dropped.)
+            self._owned.pop(s)
+            self.history.record("lost", shards=[s], epochs=[o.epoch], reason="stale epoch")
+            self._notify("on_lost", [s])
+
+    async def _read_back(self, owned: list[OwnedShard]) -> None:
+        """After a commit with an unknown outcome: take the stored positions.
+
+        While we hold a shard's owner key nobody else writes its position (the
+        writes are fenced by our epoch), so what is stored is what our own
+        commits left: if the ambiguous commit landed, we continue after it
+        (nothing is delivered twice) and a release never re-commits the older
+        value; if it did not, the stored value is ``committed`` already.
+        """
+        group = self._group
+        if not owned or group is None:
+            return
+        for o in owned:
+            position, _ = await group.position(o.shard)
+            o.uncertain = False
+            if position is None:
+                continue  # a pin that did not land: still unresolved
+            stored = position.order
+            if o.committed is None or stored > position_order(o.committed, o.full_scan):
+                o.next_snapshot = o.committed = position.next_snapshot
+                o.full_scan = position.full_scan
+
+    def _mirror_write_all(self, shards: list[int], n: int) -> None:
+        for shard in shards:
+            self._mirror_write(shard, n, False)
+
+    def _mirror_write(self, shard: int, n: int, force: bool) -> None:
+        assert self._mirror is not None
+        try:
+            self._mirror.write(shard, n, force=force)
+        except Exception as err:
+            log.warning("shard %d: consumer file not written: %s", shard, err)

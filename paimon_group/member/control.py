@@ -1,0 +1,243 @@
+"""The control loop: leadership, and following the published assignment.
+
+Level-triggered on the coordinator's watches (the group record, the member
+list, the owner keys). Any member becomes leader when there is none; the
+leader recomputes the sticky assignment whenever the live members change
+and publishes it guarded by its leader epoch and the previous assignment's
+version, so a deposed leader cannot publish. Every member follows the
+published assignment: shards no longer ours are revoked (concurrently with
+reading the others), shards newly ours are acquired.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+from coordinators.base import SessionState
+from coordinators.errors import CoordinatorError, PaimonGroupError, SessionLost
+from paimon_group.assignor import assign
+from paimon_group.config import MemberConfig
+from paimon_group.errors import MemberRemoved
+from paimon_group.group import GroupClient
+from paimon_group.member.core import RebalanceListener
+from paimon_group.member.ownership import Ownership
+from paimon_group.records import Assignment
+from paimon_group.static_membership import VanishedMembers, same_assignment, sticky_basis
+
+log = logging.getLogger("paimon_group.member")
+
+
+class Control(Ownership):
+    """The control loop (see the module docstring)."""
+
+    WATCH_NAMES = ("group", "members", "owners")
+
+    def __init__(self, config: MemberConfig, *, listener: RebalanceListener | None = None,
+                 auto_commit: bool = True) -> None:
+        super().__init__(config, listener=listener, auto_commit=auto_commit)
+        self._vanished = VanishedMembers()
+        self._full_round_at = -1e18
+
+    async def _control_loop(self) -> None:
+        fired: set[str] = {"start"}
+        while not self._stopping:
+            self._last_loop_tick = time.monotonic()
+            coord = self._coord
+            if coord is None:
+                raise SessionLost("no session")
+            if coord.session.state is SessionState.LOST:
+                raise SessionLost(f"session {coord.session.id} lost")
+            if coord.session.is_live(self.config.margin):
+                try:
+                    await self._reconcile(fired)
+                except PaimonGroupError as err:
+                    # Whether trying again may succeed is a fact of the error
+                    # (``retriable``), not a list of classes: a ZooKeeper
+                    # SessionSuspended mid-round is retried like a timeout,
+                    # while SessionLost (rejoin) and MemberRemoved propagate.
+                    if not err.retriable:
+                        raise
+                    log.warning("control round failed, retrying: %s", err,
+                                extra={"group": self.group_name, "member": self.member_id})
+            fired = await self._wait_for_change(
+                timeout=max(0.2, self.config.session_timeout_s / 4))
+
+    async def _wait_for_change(self, timeout: float) -> set[str]:
+        """Which of our watches fired ("group", "members", "owners"), or
+        {"local"} / {"timeout"} for a local wake-up or the periodic tick."""
+        waiters = [asyncio.ensure_future(w.wait(timeout)) for w in self._watches]
+        local = asyncio.ensure_future(self._wake.wait())
+        try:
+            done, _ = await asyncio.wait([*waiters, local], timeout=timeout,
+                                         return_when=asyncio.FIRST_COMPLETED)
+            fired = {name for name, w in zip(self.WATCH_NAMES, waiters, strict=False)
+                     if w in done and not w.cancelled() and w.exception() is None
+                     and w.result()}
+            if local in done:
+                fired.add("local")
+            return fired or {"timeout"}
+        finally:
+            for w in [*waiters, local]:
+                w.cancel()
+            self._wake.clear()
+
+    async def _reconcile(self, fired: set[str]) -> None:
+        """One level-triggered round, doing only what the wake-up calls for.
+
+        A change of owner keys alone (the most frequent event in a large group
+        during a rebalance), or of members on a follower, only retries pending
+        acquisitions; everything is re-read on a group change, a member change
+        on the leader, a local wake-up and every tick.
+        """
+        group = self._group
+        assert group is not None
+        if self._releases:
+            released = await self._releases.retry(group)
+            if released:
+                log.info("owner keys of shards %s released on retry", released,
+                         extra={"group": self.group_name, "member": self.member_id})
+        if self._owners_only(fired):
+            pending = self._pending_acquisitions()
+            if pending and self._assignment is not None:
+                await self._acquire(pending, self._assignment.generation)
+            if time.monotonic() - self._ownership_checked_at > self._ownership_check_s:
+                await self._check_ownership(group)
+            return
+        self._full_round_at = time.monotonic()
+        await self._check_member_key(group)
+        await self._maybe_lead(group)
+        await self._follow_assignment(group)
+
+    def _owners_only(self, fired: set[str]) -> bool:
+        """Whether this wake-up calls for pending acquisitions only."""
+        # Owner changes can fire without pause in a large group; a full round
+        # still runs at least once per tick, so nothing waits on a missed
+        # wake-up for longer than that.
+        tick = max(0.2, self.config.session_timeout_s / 4)
+        recent = time.monotonic() - self._full_round_at < tick
+        # A change of the member list matters to the leader alone (it computes
+        # the assignment); a follower learns the outcome when the assignment
+        # or the leader changes (the group watch). In a group of N members a
+        # join or leave then costs one full round, not N.
+        return recent and (fired == {"owners"} or (
+            fired <= {"owners", "members"} and self._leader_epoch is None))
+
+    async def _check_member_key(self, group: GroupClient) -> None:
+        """Raise if our member key is gone although our session looked live."""
+        if not self._stopping and await group.coordinator.get(
+                group.keys.member(self.member_id)) is None and not self._stopping:
+            # Either an operator removed us (members remove records the
+            # session it removed), or the session expired server-side before
+            # we noticed (a paused coordinator or process): then this is a
+            # lost session, and we rejoin like any other. The goodbye marker
+            # cannot tell the two apart: the leader deletes it as soon as it
+            # has moved our shards, which is usually before we look.
+            if await group.removed_session(self.member_id) == group.coordinator.session.id:
+                with contextlib.suppress(CoordinatorError):
+                    await group.forget_removed(self.member_id)
+                raise MemberRemoved(
+                    f"member {self.member_id!r} was removed from group {self.group_name!r} "
+                    "by an operator; its shards were handed to the others"
+                )
+            raise SessionLost(f"member key of {self.member_id!r} is gone: session expired")
+
+    async def _follow_assignment(self, group: GroupClient) -> None:
+        """Take the published assignment; revoke what is not ours, acquire the rest."""
+        assignment, _ = await group.read_assignment()
+        if assignment is not None and (
+            self._assignment is None or assignment.generation != self._assignment.generation
+        ):
+            if self._assignment is not None:
+                self.stats.rebalances += 1
+            self._assignment = assignment
+            log.info(
+                "generation %d: shards %s",
+                assignment.generation,
+                assignment.shards_of(self.member_id),
+                extra={"group": self.group_name, "member": self.member_id,
+                       "generation": assignment.generation},
+            )
+        if time.monotonic() - self._ownership_checked_at > self._ownership_check_s:
+            await self._check_ownership(group)
+        target = set(self._assignment.shards_of(self.member_id)) if self._assignment else set()
+        to_revoke = [s for s, o in self._owned.items() if s not in target and not o.revoking]
+        if to_revoke:
+            for s in to_revoke:
+                self._owned[s].revoke()
+            # Revocations run concurrently with reading and acquiring others.
+            t = asyncio.create_task(self._revoke(to_revoke, reason="reassigned"))
+            self._tasks.append(t)
+        to_acquire = sorted(target - set(self._owned))
+        if to_acquire and self._assignment is not None:
+            await self._acquire(to_acquire, self._assignment.generation)
+
+    async def _maybe_lead(self, group: GroupClient) -> None:
+        leader = await group.leader()
+        if leader is None:
+            epoch = await group.try_lead(self.member_id)
+            if epoch is not None:
+                log.info("became leader (epoch %d)", epoch,
+                         extra={"group": self.group_name, "member": self.member_id})
+                self._leader_epoch = epoch
+        elif leader[0] == self.member_id and leader[1] == self._leader_epoch:
+            pass
+        elif leader[0] == self.member_id and (
+                epoch := await group.own_leader_epoch(self.member_id)) is not None:
+            # A leader key our session created, though our create raised (its
+            # outcome was unknown): we lead, at its create version.
+            log.info("adopted leader key (epoch %d)", epoch,
+                     extra={"group": self.group_name, "member": self.member_id})
+            self._leader_epoch = epoch
+        else:
+            self._leader_epoch = None
+        if self._leader_epoch is not None:
+            await self._lead(group, self._leader_epoch)
+
+    async def _lead(self, group: GroupClient, leader_epoch: int) -> None:
+        live = set(await group.members())
+        previous, version = await group.read_assignment()
+        leaving = await group.leaving()
+        members = sorted(live | self._reserved_members(live, previous, leaving))
+        for gone in leaving - live:
+            # Forget a goodbye once an assignment without that member is out.
+            if previous is None or not previous.shards.get(gone):
+                await group.forget_leaving(gone)
+        basis, home, away = sticky_basis(previous, members, self.num_shards)
+        wanted = assign(self.num_shards, members, basis)
+        if previous is not None and same_assignment(previous.shards, wanted):
+            return
+        for m, shards in wanted.items():
+            if shards:
+                home[m] = shards
+                away.pop(m, None)
+        published = await group.publish(
+            wanted,
+            leader=self.member_id,
+            leader_epoch=leader_epoch,
+            previous=previous,
+            previous_version=version,
+            home=home,
+            away_since=away,
+        )
+        if published is None:
+            # Deposed, or another publish raced us: re-read on the next round.
+            self._wake.set()
+        else:
+            log.info("published generation %d for %d members", published.generation,
+                     len(members), extra={"group": self.group_name, "member": self.member_id,
+                                          "generation": published.generation})
+
+    def _reserved_members(
+        self, live: set[str], previous: Assignment | None, leaving: set[str]
+    ) -> set[str]:
+        """Static membership (:class:`~paimon_group.static_membership.VanishedMembers`):
+        members that vanished without a goodbye keep their shards for
+        ``rebalance_delay_s``; the round is re-run when a delay runs out."""
+        reserved, recheck_after = self._vanished.reserved(
+            live, previous, leaving, delay=self.config.rebalance_delay_s, now=time.monotonic())
+        for after in recheck_after:
+            asyncio.get_running_loop().call_later(after, self._wake.set)
+        return reserved

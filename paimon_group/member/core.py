@@ -1,0 +1,239 @@
+"""What every part of a member shares: its configuration, state and owned shards.
+
+:class:`MemberCore` holds the state the parts of :class:`GroupMember` work
+on (the parts are classes of their own modules, stacked on this one: see
+``paimon_group/member/__init__.py``), the member's read-only views (owned
+shards, positions, leadership, readiness), and the few services every part
+uses: the state transition, the planning thread, the rebalance listener and
+the session gate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from coordinators.base import Coordinator, Watch
+from paimon_group.batch import ShardBatch
+from paimon_group.config import MemberConfig
+from paimon_group.group import GroupClient
+from paimon_group.history import HistoryRecorder, NullRecorder
+from paimon_group.member.state import MemberState, OwnedShard, SessionGate, may_move
+from paimon_group.mirror import ConsumerMirror
+from paimon_group.planner import ShardPlanner
+from paimon_group.records import Assignment, GroupMeta
+from paimon_group.sharding import ShardRule
+from paimon_group.start import StartPosition
+from paimon_group.table import ShardedTable
+
+log = logging.getLogger("paimon_group.member")
+
+VERSION = "0.1.0"
+TABLE_CHECK_S = 5.0  # how often a member checks that its table still exists and is the same
+
+
+class RebalanceListener(Protocol):
+    """Hooks called on the member's event loop (like Kafka's rebalance listener).
+
+    ``on_assigned`` after shards were acquired (their reading starts next);
+    ``on_revoked`` after shards were handed off cleanly (position committed);
+    ``on_lost`` when shards were lost without a clean handoff (session lost,
+    or a commit rejected because another member owns the shard now).
+    """
+
+    def on_assigned(self, shards: list[int]) -> None: ...
+
+    def on_revoked(self, shards: list[int]) -> None: ...
+
+    def on_lost(self, shards: list[int]) -> None: ...
+
+
+@dataclass
+class MemberStats:
+    batches: int = 0
+    rows: int = 0
+    commits: int = 0
+    rejected_commits: int = 0
+    refused_commits: int = 0
+    rebalances: int = 0
+    handler_errors: int = 0
+    handler_seconds: list[float] = field(default_factory=list)
+
+
+Handler = Callable[[ShardBatch], Any]
+
+
+class MemberCore:
+    """The shared state of a member; see the module docstring."""
+
+    _start_position: StartPosition  # set by start()
+
+    def __init__(
+        self,
+        config: MemberConfig,
+        *,
+        listener: RebalanceListener | None = None,
+        auto_commit: bool = True,
+    ) -> None:
+        self.config = config
+        self.member_id = config.id
+        self.group_name = config.group
+        self.listener = listener
+        self.auto_commit = auto_commit
+        self.state = MemberState.CREATED
+        self.stats = MemberStats()
+        self.error: BaseException | None = None
+        self.history: HistoryRecorder = (
+            HistoryRecorder(config.history_path, self.member_id)
+            if config.history_path
+            else NullRecorder()
+        )
+        self.table: ShardedTable | None = None
+        self.num_shards = 0
+        self.sharding = ShardRule.BUCKET
+        self._meta: GroupMeta | None = None
+        self._planner: ShardPlanner | None = None
+        self._mirror: ConsumerMirror | None = None
+        self._group: GroupClient | None = None
+        self._owned: dict[int, OwnedShard] = {}
+        self._leader_epoch: int | None = None
+        self._assignment: Assignment | None = None
+        self._session_changed = asyncio.Event()
+        self._gate = SessionGate(config)  # also the wake-up and joined events
+        self._watches: list[Watch] = []  # group, members, owners (see Control.WATCH_NAMES)
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._supervisor: asyncio.Task[None] | None = None
+        self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pg-plan")
+        self._last_loop_tick = time.monotonic()
+
+    # The session gate holds the open coordinator, the stopping flag, and the
+    # joined and wake-up events it waits on.
+
+    @property
+    def _coord(self) -> Coordinator | None:
+        return self._gate.coordinator
+
+    @_coord.setter
+    def _coord(self, coord: Coordinator | None) -> None:
+        self._gate.coordinator = coord
+
+    @property
+    def _stopping(self) -> bool:
+        return self._gate.stopping
+
+    @_stopping.setter
+    def _stopping(self, stopping: bool) -> None:
+        self._gate.stopping = stopping
+
+    @property
+    def _joined(self) -> asyncio.Event:
+        return self._gate.joined
+
+    @_joined.setter
+    def _joined(self, joined: asyncio.Event) -> None:
+        self._gate.joined = joined
+
+    @property
+    def _wake(self) -> asyncio.Event:
+        return self._gate.wake
+
+    @_wake.setter
+    def _wake(self, wake: asyncio.Event) -> None:
+        self._gate.wake = wake
+
+    async def _wait_live(self, *, for_commit: bool = False) -> None:
+        """:meth:`SessionGate.wait_live`."""
+        await self._gate.wait_live(for_commit=for_commit)
+
+    # -- state -----------------------------------------------------------
+
+    def _set_state(self, state: MemberState) -> None:
+        """Move to ``state`` if :data:`~paimon_group.member.state.TRANSITIONS`
+        allows it; the same state is a no-op, and FAILED is terminal."""
+        if self.state is state:
+            return
+        if not may_move(self.state, state):
+            if self.state is not MemberState.FAILED:
+                log.debug("member state %s -> %s refused", self.state.value, state.value,
+                          extra={"group": self.group_name, "member": self.member_id})
+            return
+        log.info(
+            "member state %s -> %s",
+            self.state.value,
+            state.value,
+            extra={"group": self.group_name, "member": self.member_id},
+        )
+        self.state = state
+
+    def _fail(self, err: BaseException) -> None:
+        if self.error is None:
+            self.error = err
+        log.error("member failed: %s", err, extra={"group": self.group_name,
+                                                    "member": self.member_id})
+        self._set_state(MemberState.FAILED)
+        self._stopping = True
+        self._wake.set()
+
+    def raise_if_failed(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    # -- views -----------------------------------------------------------
+
+    @property
+    def owned_shards(self) -> list[int]:
+        return sorted(s for s, o in self._owned.items() if not o.dropped)
+
+    def shard_positions(self) -> dict[int, int | None]:
+        """Per owned shard, the oldest snapshot it still needs as committed in the
+        coordinator (a pending full scan's snapshot, else the next snapshot),
+        or None before its first commit."""
+        out: dict[int, int | None] = {}
+        for shard, o in list(self._owned.items()):
+            if o.dropped:
+                continue
+            out[shard] = o.full_scan if (o.full_scan is not None and o.committed) else o.committed
+        return out
+
+    @property
+    def assignment(self) -> Assignment | None:
+        return self._assignment
+
+    @property
+    def is_leader(self) -> bool:
+        return self._leader_epoch is not None
+
+    @property
+    def ready(self) -> bool:
+        """Joined, and every shard assigned to us is acquired."""
+        if self.state is not MemberState.RUNNING or self._assignment is None:
+            return False
+        return set(self._assignment.shards_of(self.member_id)) <= set(self.owned_shards)
+
+    @property
+    def session_state(self) -> str:
+        return self._coord.session.state.value if self._coord else "none"
+
+    def loop_lag(self) -> float:
+        return time.monotonic() - self._last_loop_tick
+
+    # -- services --------------------------------------------------------
+
+    async def _in_io(self, fn: Callable[[], Any]) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._io, fn)
+
+    def _notify(self, hook: str, shards: list[int]) -> None:
+        if self.listener is None:
+            return
+        fn = getattr(self.listener, hook, None)
+        if fn is None:
+            return
+        try:
+            fn(sorted(shards))
+        except Exception:
+            log.exception("rebalance listener %s raised", hook)

@@ -1,0 +1,131 @@
+"""A member driven by a host that plans and reads itself (the Spark source).
+
+Such a host joins with ``start()`` and never calls ``run()`` or
+``batches()``; the member keeps its control loop (leadership, acquiring,
+revoking and releasing shards as the assignment says). The host asks for the
+settled positions of the shards held now (:meth:`Driving.settle_positions`),
+marks the shards of a batch it planned busy until that batch is committed
+(:meth:`Driving.mark_busy`, :meth:`Driving.mark_idle`), so a revocation
+waits for the commit as it waits for a worker's batch in flight, and commits
+positions through the member's fenced commit
+(:meth:`Driving.commit_positions`). Call these on the member's event loop.
+
+Example (on the member's loop)::
+
+    positions = await member.settle_positions()      # {shard: ShardPosition}
+    member.mark_busy(positions)                      # a batch planned from them
+    ...                                              # the host reads the batch
+    ok = await member.commit_positions({s: 7 for s in positions})
+    member.mark_idle(positions)
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from coordinators.errors import PaimonGroupError
+from paimon_group.member.reader import Reader
+from paimon_group.member.state import OwnedShard
+
+log = logging.getLogger("paimon_group.member")
+
+
+@dataclass(frozen=True)
+class ShardPosition:
+    """A held shard's settled position, under the epoch we hold it with.
+
+    ``next_snapshot`` is where reading continues; with ``full_scan`` a full
+    scan of that snapshot is still due first (a pinned start).
+    """
+
+    shard: int
+    epoch: int
+    next_snapshot: int
+    full_scan: int | None
+
+
+class Driving(Reader):
+    """The public hooks of a member used without its read loop."""
+
+    def held_shards(self) -> list[int]:
+        """The shards owned now and not being revoked: the ones that may be read."""
+        return sorted(s for s, o in self._owned.items() if o.active)
+
+    async def settle_positions(self) -> dict[int, ShardPosition]:
+        """The positions of the held shards, settled as the read loop settles
+        them before planning a step.
+
+        A shard whose last commit had an unknown outcome gets the stored
+        position read back; shards without a position get their start
+        resolved once and pinned in one fenced commit. A shard that could not
+        be settled (the coordinator failed; logged) is left out, as is one
+        dropped or acquired anew meanwhile: the next call tries again.
+        """
+        held = [o for o in self._owned.values() if o.active]
+        try:
+            await self._settle(held)
+        except PaimonGroupError as err:
+            # Those shards stay out (unresolved or uncertain) this time.
+            log.warning("positions not settled this round: %s", err,
+                        extra={"group": self.group_name, "member": self.member_id})
+        out: dict[int, ShardPosition] = {}
+        for o in held:
+            if (o.dropped or o.uncertain or o.next_snapshot is None
+                    or self._owned.get(o.shard) is not o):
+                continue
+            out[o.shard] = ShardPosition(o.shard, o.epoch, o.next_snapshot, o.full_scan)
+        return out
+
+    def mark_busy(self, shards: Iterable[int]) -> list[int]:
+        """Mark owned shards busy, as a batch in the handler does: a revocation
+        of one waits (up to ``revoke_timeout_s``) until :meth:`mark_idle`.
+        Returns the shards marked (those owned now)."""
+        marked: list[int] = []
+        for shard in shards:
+            o = self._owned.get(shard)
+            if o is not None:
+                o.idle.clear()
+                marked.append(shard)
+        return marked
+
+    def mark_idle(self, shards: Iterable[int]) -> None:
+        """End :meth:`mark_busy` for ``shards`` (a waiting revocation goes on)."""
+        for shard in shards:
+            o = self._owned.get(shard)
+            if o is not None:
+                o.idle.set()
+
+    async def commit_positions(self, positions: Mapping[int, int]) -> dict[int, bool]:
+        """Fenced commit of ``shard -> next snapshot`` for the shards still ours,
+        one coordinator commit per distinct position.
+
+        Returns per shard whether the coordinator has that position now
+        (False: not ours any more, rejected, or the commit failed; logged).
+        Positions only move forward: a shard already at or beyond its
+        position is left alone and reported True.
+        """
+        result: dict[int, bool] = {}
+        by_position: dict[int, dict[int, OwnedShard]] = {}
+        for shard, to in positions.items():
+            o = self._owned.get(shard)
+            if o is None or o.dropped or o.next_snapshot is None:
+                result[shard] = False
+                continue
+            done = o.full_scan if o.full_scan is not None else o.next_snapshot
+            if to <= done:
+                result[shard] = True
+                continue
+            by_position.setdefault(to, {})[shard] = o
+        for to, owned in sorted(by_position.items()):
+            try:
+                await self._commit(owned, to)
+            except Exception as err:  # coordinator errors, or leaving: not committed
+                # Not committing only means that the next owner of these
+                # shards reads them again.
+                log.warning("commit of shards %s at %d failed: %s", sorted(owned), to, err,
+                            extra={"group": self.group_name, "member": self.member_id})
+            for shard, o in owned.items():
+                result[shard] = (not o.dropped and o.committed == to)
+        return result

@@ -1,0 +1,206 @@
+"""The facade: :class:`GroupMember` (start, stop, run, batches, commit)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from types import TracebackType
+from typing import Self
+
+import tenacity
+
+from coordinators.errors import CoordinatorError
+from paimon_group.batch import ShardBatch
+from paimon_group.config import MemberConfig
+from paimon_group.errors import HandlerFailed
+from paimon_group.member.core import Handler, RebalanceListener
+from paimon_group.member.driving import Driving
+from paimon_group.member.membership import Membership
+from paimon_group.member.reader import Process
+from paimon_group.member.state import MemberState, Stop
+from paimon_group.projection import check_columns
+from paimon_group.start import parse_start
+from paimon_group.table import ShardedTable
+
+log = logging.getLogger("paimon_group.member")
+
+
+class GroupMember(Membership, Driving):
+    """A member of a consumer group over one Paimon table.
+
+    See :mod:`paimon_group.member` for what it does and how it is built.
+    """
+
+    def __init__(
+        self,
+        config: MemberConfig,
+        *,
+        listener: RebalanceListener | None = None,
+        auto_commit: bool = True,
+    ) -> None:
+        super().__init__(config, listener=listener, auto_commit=auto_commit)
+        self._queue: asyncio.Queue[tuple[ShardBatch, asyncio.Future[bool]]] = asyncio.Queue(1)
+        self._acked: dict[int, asyncio.Future[bool]] = {}
+        self._retry_handler = tenacity.AsyncRetrying(
+            stop=tenacity.stop_after_attempt(max(1, config.max_handler_attempts)),
+            wait=tenacity.wait_exponential(multiplier=config.handler_backoff_s, max=30),
+            reraise=True,
+        )
+
+    # -- lifecycle -------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        """Open the table, join the group; reading starts when a handler or iterator runs."""
+        self._set_state(MemberState.JOINING)
+        cfg = self.config
+        loop = asyncio.get_running_loop()
+        self.table = await loop.run_in_executor(
+            self._io, lambda: ShardedTable.open(cfg.warehouse, cfg.table, cfg.catalog_options)
+        )
+        check_columns(self.table.table.field_names, cfg.columns)
+        self._start_position = parse_start(cfg.start)
+        await self._join(first=True)
+        if self._stopping:
+            # stop() ran while we were joining: it found nothing to leave.
+            # Registered now, with no control loop to follow, we would be
+            # assigned shards nobody reads: end the session (and so the
+            # member key) at once.
+            await self._close_coordinator()
+            self._set_state(MemberState.STOPPED)
+            return
+        self._supervisor = asyncio.create_task(self._supervise(), name="pg-supervisor")
+
+    async def stop(self, *, timeout: float | None = None) -> None:
+        """Leave gracefully: stop reading, commit, release every shard, close.
+
+        Finishes within ``timeout`` (default ``shutdown_timeout_s``): a batch
+        still in flight then is abandoned (not committed; the next owner
+        re-reads it).
+        """
+        if self.state in (MemberState.STOPPED, MemberState.CREATED):
+            self._set_state(MemberState.STOPPED)
+            return
+        timeout = self.config.shutdown_timeout_s if timeout is None else timeout
+        self._stopping = True
+        self._wake.set()
+        if self.state is not MemberState.FAILED:
+            self._set_state(MemberState.LEAVING)
+        try:
+            await asyncio.wait_for(self._leave(), timeout=max(0.1, timeout))
+        except (TimeoutError, CoordinatorError) as err:
+            log.warning("graceful leave incomplete: %s", err)
+        for t in [*self._tasks, *( [self._supervisor] if self._supervisor else [])]:
+            t.cancel()
+        for t in [*self._tasks, *([self._supervisor] if self._supervisor else [])]:
+            with contextlib.suppress(BaseException):
+                await t
+        await self._close_coordinator()
+        self._io.shutdown(wait=False, cancel_futures=True)
+        self.history.close()
+        if self.state is not MemberState.FAILED:
+            self._set_state(MemberState.STOPPED)
+
+    # -- consuming -------------------------------------------------------
+
+    async def run(self, handler: Handler) -> None:
+        """Call ``handler(batch)`` (in a worker thread) for every batch until stopped.
+
+        The batch's position is committed (fenced) after the handler returns.
+        A raising handler is retried with exponential backoff; after
+        ``max_handler_attempts`` the member releases its shards and this
+        raises :class:`HandlerFailed`.
+        """
+        async def process(batch: ShardBatch) -> None:
+            try:
+                async for attempt in self._retry_handler.copy():
+                    with attempt:
+                        try:
+                            result = await asyncio.to_thread(handler, batch)
+                            if asyncio.iscoroutine(result):
+                                await result
+                        except Exception:
+                            self.stats.handler_errors += 1
+                            log.warning("handler raised on shard %d snapshot %d",
+                                        batch.shard, batch.snapshot_id, exc_info=True)
+                            raise
+            except Exception as err:
+                raise HandlerFailed(
+                    f"handler failed {self.config.max_handler_attempts} times on shard "
+                    f"{batch.shard} snapshot {batch.snapshot_id}: {type(err).__name__}: {err}"
+                ) from err
+
+        await self._consume(process)
+
+    async def _consume(self, process: Process) -> None:
+        reader = asyncio.create_task(self._read_loop_supervised(process), name="pg-read")
+        try:
+            while not reader.done():
+                # A failed member stops reading at once; a leaving one lets the
+                # reader finish its batch in flight (stop() waits for it).
+                if (self._supervisor is not None and self._supervisor.done()
+                        and self.state is MemberState.FAILED):
+                    break
+                if self._supervisor is not None and self._supervisor.done():
+                    await asyncio.wait([reader])
+                    break
+                await asyncio.wait([reader, *( [self._supervisor] if self._supervisor else [])],
+                                   return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not reader.done():
+                reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Stop):
+                await reader
+        self.raise_if_failed()
+
+    async def batches(self) -> AsyncIterator[ShardBatch]:
+        """Iterate over batches. With ``auto_commit`` a batch is committed when
+        the next one is requested; otherwise call :meth:`commit`."""
+        async def process(batch: ShardBatch) -> None:
+            done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+            await self._queue.put((batch, done))
+            await done
+
+        reader = asyncio.create_task(self._consume(process), name="pg-consume")
+        current: asyncio.Future[bool] | None = None
+        try:
+            while True:
+                getter = asyncio.ensure_future(self._queue.get())
+                await asyncio.wait([getter, reader], return_when=asyncio.FIRST_COMPLETED)
+                if not getter.done():
+                    getter.cancel()
+                    break
+                batch, done = getter.result()
+                current = done
+                self._acked[id(batch)] = done
+                yield batch
+                if self.auto_commit and not done.done():
+                    done.set_result(True)
+        finally:
+            if current is not None and not current.done():
+                current.cancel()
+            if not reader.done():
+                reader.cancel()
+            with contextlib.suppress(BaseException):
+                await reader
+        self.raise_if_failed()
+
+    async def commit(self, batch: ShardBatch) -> None:
+        """Explicitly acknowledge ``batch`` (iterator mode without auto commit)."""
+        done = self._acked.pop(id(batch), None)
+        if done is not None and not done.done():
+            done.set_result(True)
+        await asyncio.sleep(0)

@@ -1,0 +1,290 @@
+"""Membership: join (check the table and the group record, register), rejoin, leave.
+
+A member joins with a session of its own: it opens the coordinator, creates
+or checks the group record (shard count, sharding rule, table identity),
+registers its ephemeral member key (waiting out a crashed holder of its id),
+and watches the group. When the session is lost, the supervisor drops every
+shard and joins again with a new session. A graceful leave deletes the
+member key first, so the leader rebalances while the batches in flight
+finish, then releases every shard.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import functools
+import logging
+import os
+import socket
+import time
+import uuid
+
+import tenacity
+
+from coordinators.base import Coordinator, SessionState
+from coordinators.errors import CoordinatorError, PaimonGroupError, SessionLost
+from coordinators.registry import open_coordinator
+from paimon_group.consumer_meta import ConsumerFilesOrigin, adopt_winner, prepare_new_group
+from paimon_group.errors import MemberIdInUse
+from paimon_group.group import GroupClient
+from paimon_group.identity import check_table_identity, table_identity
+from paimon_group.member.control import Control
+from paimon_group.member.core import VERSION
+from paimon_group.member.state import MemberState
+from paimon_group.mirror import ConsumerMirror
+from paimon_group.records import GroupMeta, MemberInfo
+from paimon_group.sharding import Sharding, ShardRule, idle_shards_note, plan_new_group
+
+log = logging.getLogger("paimon_group.member")
+
+
+class Membership(Control):
+    """Joining, rejoining and leaving the group (see the module docstring)."""
+
+    async def _open_coordinator(self) -> Coordinator:
+        coord = open_coordinator(self.config.coordinator_url, self.config.connect_options())
+        await coord.connect()
+        coord.session.add_listener(self._on_session_state)
+        return coord
+
+    def _on_session_state(self, state: SessionState) -> None:
+        # Called from the backend (on the loop thread); only wake the loops up.
+        self._session_changed.set()
+        self._wake.set()
+
+    async def _join(self, *, first: bool) -> None:
+        """Connect, create or check the group, register our member key."""
+        assert self.table is not None
+        coord = await self._open_coordinator()
+        group = GroupClient(coord, self.group_name)
+        try:
+            meta = await self._ensure_meta(group, first=first)
+            self._meta = meta
+            self.num_shards = meta.num_shards
+            self.sharding = ShardRule.parse(meta.sharding)
+            info = MemberInfo(
+                member_id=self.member_id,
+                host=socket.gethostname(),
+                pid=os.getpid(),
+                version=VERSION,
+                started_at=time.time(),
+                session=coord.session.id,
+            )
+            await self._register(group, info)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await coord.close()
+            raise
+        self._coord, self._group = coord, group
+        if self._planner is None:
+            self._planner = self.table.planner(
+                self.num_shards, include_row_kind=self.config.include_row_kind,
+                rule=self.sharding, projection=self.config.columns,
+            )
+            self._mirror = ConsumerMirror(
+                self.table.table.file_io,
+                self.table.table_path,
+                self.group_name,
+                self.config.mirror_interval_s,
+            )
+        self._watches = [
+            coord.watch(group.keys.dir),
+            coord.watch(group.keys.members_dir),
+            coord.watch(group.keys.owners_dir),
+        ]
+        self._leader_epoch = None
+        self._set_state(MemberState.RUNNING)
+        self._joined.set()
+        self._wake.set()
+
+    async def _ensure_meta(self, group: GroupClient, *, first: bool) -> GroupMeta:
+        """The group's metadata; a new group gets the shard count and sharding
+        rule of :func:`paimon_group.sharding.plan_new_group` (checked before
+        anything is created)."""
+        assert self.table is not None
+        table = self.table
+        # The identity of what is at the table's path now (read afresh, not
+        # from the table loaded at start): a re-created table is refused here.
+        table_id: str = await self._in_io(functools.partial(table_identity, table.table))
+        if not first:
+            meta = await group.ensure_meta(None, table.identifier, table_id=table_id)
+            return self._with_table_id(meta, table_id)
+        existing = await group.read_meta()
+        if existing is not None:
+            # An existing group keeps its shard count and rule; an explicit
+            # --shards that contradicts the count is refused by ensure_meta.
+            meta = await group.ensure_meta(self.config.shards, table.identifier,
+                                           table_id=table_id)
+            if self.config.shards is None:
+                log.info("group %s keeps its stored shard count %d (sharding %s)",
+                         self.group_name, meta.num_shards, meta.sharding)
+            return self._with_table_id(meta, table_id)
+        shards, rule = plan_new_group(table, self.config.shards)
+        origin = await self._vet_consumer_files(shards, rule.value)
+        # Without --shards the planned count is a default only: if another
+        # member created the group meanwhile, its stored count wins.
+        meta = await group.ensure_meta(shards, table.identifier, sharding=rule.value,
+                                       incarnation=origin.incarnation, table_id=table_id,
+                                       explicit=self.config.shards is not None)
+        if meta.num_shards != shards:
+            log.info("group %s keeps its stored shard count %d (sharding %s): another member "
+                     "created it meanwhile", self.group_name, meta.num_shards, meta.sharding)
+        if meta.incarnation != origin.incarnation:
+            with contextlib.suppress(Exception):  # then the winner's shards start as configured
+                await self._in_io(functools.partial(
+                    adopt_winner, table.table.file_io, table.table_path, origin, meta))
+        await self._note_idle_shards(meta)
+        return self._with_table_id(meta, table_id)
+
+    async def _note_idle_shards(self, meta: GroupMeta) -> None:
+        """Warn, once at creation, of shards the table's files do not reach yet."""
+        assert self.table is not None
+        table = self.table
+        try:
+            note = await self._in_io(lambda: idle_shards_note(
+                table, Sharding(ShardRule.parse(meta.sharding), meta.num_shards)))
+        except Exception as err:  # a hint only: never a reason not to start
+            log.debug("shards with rows not counted: %s", err)
+            note = None
+        if note:
+            log.warning("group %s: %s", self.group_name, note)
+
+    def _with_table_id(self, meta: GroupMeta, table_id: str) -> GroupMeta:
+        """A group created before table identities were stored is checked
+        against the identity its member saw at its first join."""
+        if not meta.table_id:
+            known = self._meta.table_id if self._meta is not None else ""
+            meta = dataclasses.replace(meta, table_id=known or table_id)
+        check_table_identity(meta, self.group_name, table_id)
+        return meta
+
+    async def _vet_consumer_files(self, num_shards: int, sharding: str) -> ConsumerFilesOrigin:
+        """A new group's origin (its new incarnation id), after its consumer
+        files were vetted (:func:`paimon_group.consumer_meta.prepare_new_group`)."""
+        assert self.table is not None
+        table = self.table
+        incarnation = uuid.uuid4().hex
+        origin = ConsumerFilesOrigin(self.group_name, incarnation, num_shards, sharding)
+        mirror = ConsumerMirror(table.table.file_io, table.table_path, self.group_name)
+        try:
+            note = await self._in_io(functools.partial(
+                prepare_new_group, mirror, table.table.file_io, table.table_path, origin))
+        except Exception as err:
+            # Then the origin does not name this incarnation: no shard resumes
+            # from a consumer file, each starts as configured.
+            log.warning("group %s: consumer files not vetted (%s): shards without a "
+                        "coordinator position start as configured", self.group_name, err)
+            return origin
+        if note:
+            log.warning("%s", note)
+        return origin
+
+    async def _register(self, group: GroupClient, info: MemberInfo) -> None:
+        """Register; if our id is held, wait for a dead holder's session to expire.
+
+        A process that crashed leaves its member key until its session times
+        out; a restart with the same id (static membership) waits that long.
+        A key still held after that belongs to a *live* process: refuse.
+        """
+        deadline = time.monotonic() + self.config.session_timeout_s * 1.5 + 1.0
+        while True:
+            if await group.register(info) is not None:
+                # Back after a goodbye: we are a member again, not leaving. A
+                # removal record names an older session of this id: not ours.
+                await group.forget_leaving(self.member_id)
+                await group.forget_removed(self.member_id)
+                return
+            if time.monotonic() > deadline:
+                raise MemberIdInUse(
+                    f"member id {self.member_id!r} is held by another live process in group "
+                    f"{self.group_name!r}; stop it or choose another --member-id"
+                )
+            watch = group.coordinator.watch(group.keys.members_dir)
+            try:
+                await watch.wait(timeout=0.5)
+            finally:
+                await watch.close()
+
+    async def _supervise(self) -> None:
+        """Runs the control loop; on a lost session rejoins with a new one."""
+        while not self._stopping:
+            control = asyncio.create_task(self._control_loop(), name="pg-control")
+            self._tasks = [control]
+            try:
+                await control
+            except SessionLost:
+                if self._stopping:
+                    return
+                try:
+                    await self._rejoin()
+                except asyncio.CancelledError:
+                    raise
+                except BaseException as err:
+                    # A rejoin that cannot succeed (the table re-created, an
+                    # error that is not retriable, a coordinator down past the
+                    # retries) fails the member; escaping here instead left it
+                    # REJOINING for ever, with no error and no exit.
+                    self._fail(err)
+                    return
+            except asyncio.CancelledError:
+                raise
+            except BaseException as err:
+                self._fail(err)
+                return
+
+    async def _rejoin(self) -> None:
+        lost = self.owned_shards
+        epochs = [self._owned[shard].epoch for shard in lost]
+        for o in self._owned.values():
+            o.drop()
+        self._owned.clear()
+        self._releases.clear()  # the lost session's keys are gone with it
+        if lost:
+            self.history.record("lost", shards=lost, epochs=epochs, reason="session lost")
+            self._notify("on_lost", lost)
+        self._set_state(MemberState.REJOINING)
+        self._joined.clear()
+        await self._close_coordinator()
+        retry = tenacity.AsyncRetrying(
+            # A new session lost before the join ended (expired while its
+            # keys were created) needs only another new session: retried too.
+            retry=tenacity.retry_if_exception(
+                lambda e: isinstance(e, SessionLost)
+                or (isinstance(e, PaimonGroupError) and e.retriable)
+            ),
+            wait=tenacity.wait_exponential(multiplier=0.2, max=5),
+            stop=tenacity.stop_after_delay(max(60.0, self.config.session_timeout_s * 6)),
+            reraise=True,
+        )
+        async for attempt in retry:
+            with attempt:
+                await self._join(first=False)
+
+    async def _close_coordinator(self) -> None:
+        for w in self._watches:
+            with contextlib.suppress(Exception):
+                await w.close()
+        self._watches = []
+        if self._coord is not None:
+            with contextlib.suppress(Exception):
+                await self._coord.close()
+        self._coord, self._group = None, None
+        self._leader_epoch = None
+
+    async def _leave(self) -> None:
+        group = self._group
+        if group is None:
+            return
+        # Leave the member list first so the leader rebalances at once, while
+        # we finish the batches in flight.
+        with contextlib.suppress(CoordinatorError):
+            await group.deregister(self.member_id)
+        for o in list(self._owned.values()):
+            o.revoke()
+        await self._revoke(list(self._owned), reason="leaving")
+        if self._leader_epoch is not None:
+            with contextlib.suppress(CoordinatorError):
+                await group.resign(self._leader_epoch)
+            self._leader_epoch = None

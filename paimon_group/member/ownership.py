@@ -1,0 +1,205 @@
+"""Owning shards: acquire, revoke (finish, commit and release in one commit), check.
+
+A shard newly assigned to us is acquired as soon as its owner key is absent
+(the previous owner released it, or its session expired); its position is
+read only after our owner key exists, so every commit of the previous owner
+is visible (invariant 2). A shard no longer ours is revoked: the batch in
+flight finishes (or is abandoned after ``revoke_timeout_s``), then the final
+position and the deletion of the owner key land in one commit. A release
+that cannot be made then is retried every control round
+(:mod:`paimon_group.releasing`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import time
+
+from coordinators.errors import CoordinatorError
+from paimon_group.config import MemberConfig
+from paimon_group.consumer_meta import ConsumerFilesOrigin, resume_allowed
+from paimon_group.group import GroupClient
+from paimon_group.member.commits import Commits
+from paimon_group.member.core import RebalanceListener
+from paimon_group.member.state import OwnedShard
+from paimon_group.releasing import PendingReleases
+
+log = logging.getLogger("paimon_group.member")
+
+
+class Ownership(Commits):
+    """Acquiring, revoking and checking the shards we own."""
+
+    def __init__(self, config: MemberConfig, *, listener: RebalanceListener | None = None,
+                 auto_commit: bool = True) -> None:
+        super().__init__(config, listener=listener, auto_commit=auto_commit)
+        self._releases = PendingReleases()  # owner keys still to delete (revoke failed)
+        # Listing every owner key is O(shards): at most once per interval.
+        self._ownership_check_s = max(2.0, config.session_timeout_s)
+        self._ownership_checked_at = -1e18
+
+    def _pending_acquisitions(self) -> list[int]:
+        target = set(self._assignment.shards_of(self.member_id)) if self._assignment else set()
+        return sorted(target - set(self._owned))
+
+    async def _acquire(self, shards: list[int], generation: int) -> None:
+        group = self._group
+        assert group is not None and self._mirror is not None
+        acquired: list[int] = []
+        for shard in shards:
+            if not self._coord or not self._coord.session.is_live(self.config.margin):
+                break
+            sent = time.monotonic()  # the history's lower bound of when the create went out
+            epoch = await group.acquire(shard, self.member_id, generation)
+            if epoch is None:
+                continue  # the previous owner has not released yet: its release wakes us
+            self._releases.discard(shard)  # a key of ours still pending release: ours again
+            owned = OwnedShard(shard=shard, epoch=epoch, generation=generation)
+            # Read the position only after the owner key exists: every commit of
+            # the previous owner is then visible (or was rejected).
+            position, _ = await group.position(shard)
+            if position is not None:
+                owned.next_snapshot = position.next_snapshot
+                owned.committed = position.next_snapshot
+                owned.full_scan = position.full_scan
+            else:
+                mirrored = await self._in_io(functools.partial(self._resume_from_file, shard))
+                if mirrored is not None:
+                    owned.next_snapshot = mirrored
+            self._owned[shard] = owned
+            acquired.append(shard)
+            self.history.record("acquire", shard=shard, epoch=epoch, generation=generation,
+                                next_snapshot=owned.next_snapshot, sent=sent)
+        if acquired:
+            log.info("acquired shards %s", acquired,
+                     extra={"group": self.group_name, "member": self.member_id,
+                            "generation": generation})
+            self._notify("on_assigned", acquired)
+            self._wake.set()
+
+    def _resume_from_file(self, shard: int) -> int | None:
+        """The next snapshot in the shard's consumer file, if the group may
+        resume from it (:func:`paimon_group.consumer_meta.resume_allowed`:
+        written under this group's shard count and rule, by this incarnation
+        or one it vetted); else None, and the shard starts as configured."""
+        assert self._mirror is not None and self.table is not None and self._meta is not None
+        mirrored = self._mirror.read(shard)
+        if mirrored is None:
+            return None
+        origin = ConsumerFilesOrigin.read(self.table.table.file_io, self.table.table_path,
+                                          self.group_name)
+        if resume_allowed(self._meta, origin):
+            return mirrored
+        log.warning("shard %d: consumer file (next snapshot %d) not resumed from: it was not "
+                    "written under this group's %d shards by this group; starting as "
+                    "configured (%s)", shard, mirrored, self.num_shards, self.config.start,
+                    extra={"group": self.group_name, "member": self.member_id, "shard": shard})
+        return None
+
+    async def _revoke(self, shards: list[int], *, reason: str) -> None:
+        """Finish (or abandon) in-flight batches, then commit+release in one commit."""
+        async def wait_idle(o: OwnedShard) -> bool:
+            try:
+                await asyncio.wait_for(o.idle.wait(), timeout=self.config.revoke_timeout_s)
+                return True
+            except TimeoutError:
+                return False
+
+        owned = [self._owned[s] for s in shards if s in self._owned]
+        for lane in list(self._lanes):
+            lane.kick()  # a finished batch of a revoked shard commits now
+        results = await asyncio.gather(*(wait_idle(o) for o in owned))
+        group = self._group
+        released: list[int] = []
+        lost: list[int] = []
+        for o, finished in zip(owned, results, strict=True):
+            if o.dropped:
+                continue
+            if not finished:
+                log.warning("shard %d: batch in flight abandoned after %.1fs", o.shard,
+                            self.config.revoke_timeout_s)
+            ok = await self._release(group, o, finished=finished, reason=reason)
+            (released if ok else lost).append(o.shard)
+        if released:
+            log.info("released shards %s (%s)", released, reason,
+                     extra={"group": self.group_name, "member": self.member_id})
+            self._notify("on_revoked", released)
+        if lost:
+            self._notify("on_lost", lost)
+        self._wake.set()
+
+    async def _release(self, group: GroupClient | None, o: OwnedShard, *, finished: bool,
+                       reason: str) -> bool:
+        """Commit the last position (when it is certain and the batch finished)
+        and delete the owner key, in one commit; True if that was done."""
+        ok = False
+        # Whether the owner key may still be ours: until a release
+        # commit returns (True: deleted; False: not ours any more).
+        undecided = True
+        if group is not None and self._coord is not None and self._coord.session.is_live(
+            self.config.margin
+        ):
+            try:
+                if o.uncertain:
+                    # Never release with a value older than what may have
+                    # landed; unreadable now: release without a position.
+                    with contextlib.suppress(CoordinatorError):
+                        await self._read_back([o])
+                if (o.committed is not None and o.full_scan is None and finished
+                        and not o.uncertain):
+                    ok = await group.commit_positions(
+                        {o.shard: (o.epoch, o.committed)}, self.member_id, release=True
+                    )
+                else:
+                    ok = await group.release(o.shard, o.epoch)
+                undecided = False
+            except CoordinatorError as err:
+                log.warning("shard %d: release failed: %s", o.shard, err)
+        o.drop()
+        self._owned.pop(o.shard, None)
+        if undecided:
+            # Left bound to our live session, the key would hold the
+            # shard from its new assignee for ever: retried every round.
+            log.warning("shard %d: owner key (epoch %d) not released yet; retrying every "
+                        "control round until it is gone", o.shard, o.epoch,
+                        extra={"group": self.group_name, "member": self.member_id,
+                               "shard": o.shard, "epoch": o.epoch})
+            self._releases.add(o.shard, o.epoch)
+        self.history.record("release", shard=o.shard, epoch=o.epoch, ok=ok, reason=reason,
+                            next_snapshot=o.committed)
+        if ok and o.committed is not None and self._mirror is not None:
+            n = o.full_scan if o.full_scan is not None else o.committed
+            await self._in_io(functools.partial(self._mirror_write, o.shard, n, True))
+        return ok
+
+    async def _check_ownership(self, group: GroupClient) -> None:
+        """Drop shards whose owner key is no longer ours (deleted by an operator:
+        ``members remove``, ``reset --force``). Our commits would be rejected
+        anyway; this makes the member notice at once instead of at its next
+        commit, which on an idle table can be much later. The same listing
+        sweeps owner keys that are ours but not owned (:mod:`paimon_group.releasing`)."""
+        self._ownership_checked_at = time.monotonic()
+        held = [o for o in self._owned.values() if o.active]
+        owners = await group.owners()
+        assigned = set(self._assignment.shards_of(self.member_id)) if self._assignment else set()
+        await self._releases.sweep(
+            group, self.member_id, owned={s: o.epoch for s, o in self._owned.items()},
+            assigned=assigned, owners=owners)
+        lost: list[int] = []
+        epochs: list[int] = []
+        for o in held:
+            view = owners.get(o.shard)
+            if view is None or view.epoch != o.epoch:
+                o.drop()
+                if self._owned.get(o.shard) is o:
+                    self._owned.pop(o.shard)
+                lost.append(o.shard)
+                epochs.append(o.epoch)
+        if lost:
+            log.warning("shards %s: owner key gone or re-created by another member", lost,
+                        extra={"group": self.group_name, "member": self.member_id})
+            self.history.record("lost", shards=lost, epochs=epochs, reason="owner key gone")
+            self._notify("on_lost", lost)

@@ -1,0 +1,318 @@
+"""The read loop: plan each step once for the shards at one position, deliver, commit.
+
+For every group of owned shards at the same position, the next step is
+planned once (one read of the snapshot's manifests for all of them), each
+shard's batch goes to the handler (up to ``max_parallel_shards`` at a time;
+one shard never has two batches in flight), and the step's shards are
+committed together through a :class:`~paimon_group.member.commits.CommitLane`.
+The step after is planned while this one is in the handler. Nothing is
+delivered unless the session is confirmed live (the session gate), and the
+table is checked now and then to still be the one the group was created on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from coordinators.errors import PaimonGroupError, SessionLost
+from paimon_group.batch import ShardBatch
+from paimon_group.config import MemberConfig
+from paimon_group.errors import HandlerFailed
+from paimon_group.identity import check_table_identity, table_identity
+from paimon_group.member.commits import CommitLane, Commits
+from paimon_group.member.core import TABLE_CHECK_S, RebalanceListener
+from paimon_group.member.state import OwnedShard, Stop
+from paimon_group.planner import StepPlan
+from paimon_group.table import ShardedTable
+
+log = logging.getLogger("paimon_group.member")
+
+Process = Callable[[ShardBatch], Awaitable[None]]
+Prefetched = dict[tuple[tuple[int, ...], int], asyncio.Future[Any]]
+
+
+class Reader(Commits):
+    """The read loop (see the module docstring)."""
+
+    def __init__(self, config: MemberConfig, *, listener: RebalanceListener | None = None,
+                 auto_commit: bool = True) -> None:
+        super().__init__(config, listener=listener, auto_commit=auto_commit)
+        # Next steps' plans, started while the current ones are delivered:
+        # (shards, position) -> the planning thread's future.
+        self._prefetched: Prefetched = {}
+
+    async def _read_loop_supervised(self, process: Process) -> None:
+        while not self._stopping:
+            try:
+                await self._read_loop(process)
+            except Stop:
+                return
+            except SessionLost:
+                # The supervisor rejoins; wait for it and carry on.
+                self._wake.set()
+                await asyncio.sleep(0.05)
+                continue
+            except HandlerFailed as err:
+                self._fail(err)
+                return
+            except PaimonGroupError as err:
+                if not err.retriable:
+                    self._fail(err)
+                    return
+                log.warning("coordinator unavailable while reading: %s", err)
+                await asyncio.sleep(0.5)
+            except asyncio.CancelledError:
+                raise
+            except BaseException as err:
+                self._fail(err)
+                return
+
+    async def _read_loop(self, process: Process) -> None:
+        poll = self.config.poll_interval_ms / 1000.0
+        table_checked = time.monotonic()
+        while True:
+            await self._wait_live()
+            self.raise_if_failed()
+            progressed = await self._read_round(process)
+            if time.monotonic() - table_checked > TABLE_CHECK_S:
+                # An idle table and a dropped table look alike to the planner
+                # (no new snapshot), and a re-created one looks like a table
+                # whose next snapshot is not there yet, until it gets there:
+                # check now and then, busy or idle, that the table exists and
+                # is the one the group was created on (TableNotFound,
+                # TableReplaced), so neither is an endless wait or a skip.
+                table_checked = time.monotonic()
+                await self._in_io(self._check_table)
+            if not progressed:
+                try:
+                    await asyncio.wait_for(self._wake.wait(), timeout=poll)
+                except TimeoutError:
+                    pass
+                self._wake.clear()
+
+    def _check_table(self) -> None:
+        """Raise TableNotFound if the table is gone, TableReplaced if it was
+        dropped and re-created since the group was created."""
+        cfg = self.config
+        reopened = ShardedTable.open(cfg.warehouse, cfg.table, cfg.catalog_options)
+        if self._meta is not None:
+            check_table_identity(self._meta, self.group_name, table_identity(reopened.table))
+
+    async def _read_round(self, process: Process) -> bool:
+        active = [o for o in self._owned.values() if o.active]
+        if not active:
+            return False
+        # Plans prefetched in the previous round; what this round does not use
+        # is dropped at its end (the shards moved, or were re-grouped).
+        prefetched, self._prefetched = self._prefetched, {}
+        try:
+            return await self._read_groups(active, prefetched, process)
+        finally:
+            for future in prefetched.values():
+                # Unused: retrieve its outcome so an error is not reported as lost.
+                future.add_done_callback(lambda f: None if f.cancelled() else f.exception())
+
+    async def _settle(self, held: list[OwnedShard]) -> None:
+        """Read back positions of uncertain commits, and resolve and pin the
+        start of shards without a position (before anything is planned)."""
+        await self._read_back([o for o in held if o.uncertain and not o.dropped])
+        unresolved = [o for o in held if o.next_snapshot is None and not o.dropped]
+        if unresolved:
+            await self._resolve_start(unresolved)
+
+    async def _read_groups(self, active: list[OwnedShard], prefetched: Prefetched,
+                           process: Process) -> bool:
+        """One step for every group of active shards at the same position."""
+        planner = self._planner
+        assert planner is not None
+        await self._settle(active)
+        by_position: dict[tuple[int, int | None], list[OwnedShard]] = defaultdict(list)
+        for o in active:
+            if o.next_snapshot is not None and not o.dropped:
+                by_position[(o.next_snapshot, o.full_scan)].append(o)
+        progressed = False
+        for (position, full_scan), owned in sorted(by_position.items(),
+                                                   key=lambda kv: (kv[0][0], kv[0][1] or 0)):
+            shards = [o.shard for o in owned]
+            await self._wait_live()
+            if full_scan is not None:
+                step: StepPlan | None = await self._in_io(
+                    functools.partial(planner.plan_full, shards, full_scan))
+            else:
+                step = await self._plan_next(shards, position, prefetched)
+            if step is None:
+                continue
+            progressed = True
+            # Plan the step after this one while this one's batches are in the
+            # handler, so that the next step starts as soon as this one ends.
+            self._prefetch_plan(shards, step.next_snapshot)
+            deliveries, empty = self._batches(owned, step)
+            await self._deliver_all(deliveries, empty, step, process)
+        return progressed
+
+    def _batches(self, owned: list[OwnedShard], step: StepPlan
+                 ) -> tuple[list[tuple[OwnedShard, ShardBatch]], dict[int, OwnedShard]]:
+        """The step's batch of each shard still active and ours, and the
+        shards without rows in the step."""
+        planner = self._planner
+        assert planner is not None
+        empty: dict[int, OwnedShard] = {}
+        deliveries: list[tuple[OwnedShard, ShardBatch]] = []
+        for o in owned:
+            if not o.active or self._owned.get(o.shard) is not o:
+                continue
+            splits = step.splits.get(o.shard, ())
+            if not splits:
+                empty[o.shard] = o
+                continue
+            deliveries.append((o, ShardBatch(
+                group=self.group_name,
+                member_id=self.member_id,
+                shard=o.shard,
+                num_shards=self.num_shards,
+                epoch=o.epoch,
+                plan=step,
+                planner=planner,
+            )))
+        return deliveries, empty
+
+    def _prefetch_plan(self, shards: list[int], position: int) -> None:
+        """Start planning ``plan_next(shards, position)`` in the planning thread."""
+        planner = self._planner
+        assert planner is not None
+        self._prefetched[(tuple(shards), position)] = asyncio.get_running_loop().run_in_executor(
+            self._io, functools.partial(planner.plan_next, shards, position))
+
+    async def _plan_next(
+        self,
+        shards: list[int],
+        position: int,
+        prefetched: Prefetched,
+    ) -> StepPlan | None:
+        """The next step, from the prefetched plan when it is the one asked for.
+
+        A prefetched None (the snapshot did not exist yet then) or error is
+        not trusted: the step is planned again now, so an error is raised
+        fresh and a snapshot committed since is seen.
+        """
+        planner = self._planner
+        assert planner is not None
+        future = prefetched.pop((tuple(shards), position), None)
+        if future is not None:
+            try:
+                step: StepPlan | None = await future
+            except Exception:
+                step = None
+            if step is not None:
+                return step
+        planned: StepPlan | None = await self._in_io(
+            functools.partial(planner.plan_next, shards, position))
+        return planned
+
+    async def _resolve_start(self, owned: list[OwnedShard]) -> None:
+        """Where shards with no committed position and no consumer file start.
+
+        Resolved once for all of them (so shards acquired together start from
+        the same snapshot) and pinned in one commit.
+        """
+        table = self.table
+        assert table is not None
+        resolved = await self._in_io(lambda: table.resolve_start(self._start_position))
+        # Pin the resolved start before reading anything: a later owner then
+        # continues from it (instead of resolving "latest" again and skipping
+        # what was committed in between), and a pending full scan is replayed
+        # on exactly the same snapshot, so a replay is identical. Local state
+        # is set by the accepted commit only: a pin that raises leaves the
+        # shards unresolved (and uncertain), so the next round reads back
+        # what landed, or resolves and pins again; nothing is read from a
+        # start that was never pinned.
+        await self._commit({o.shard: o for o in owned}, resolved.next_snapshot,
+                           full_scan=resolved.full_scan_snapshot)
+
+    async def _deliver_all(
+        self,
+        deliveries: list[tuple[OwnedShard, ShardBatch]],
+        empty: dict[int, OwnedShard],
+        step: StepPlan,
+        process: Process,
+    ) -> None:
+        """Deliver one step's batches, up to ``max_parallel_shards`` handlers at
+        a time, and commit every shard of the step.
+
+        Batches of *different* shards may be in the handler at once (reading
+        releases the GIL in pyarrow); one shard never has two batches in
+        flight. The gate bounds handlers only (a handler may start while an
+        earlier shard's commit is in flight); commits are coalesced by a
+        :class:`CommitLane`, normally one for the whole step, and shards
+        without rows ride along. A shard is idle (a revoke may take it) once
+        its own commit is done.
+        Every started delivery is awaited before an error is re-raised, so a
+        failure of one shard never abandons another shard's finished batch.
+        """
+        lane = CommitLane(self._commit, step.next_snapshot, riders=empty,
+                          expected=len(deliveries))
+        if not deliveries:
+            await lane.flush()
+            return
+        gate = asyncio.Semaphore(max(1, self.config.max_parallel_shards))
+
+        async def one(o: OwnedShard, batch: ShardBatch) -> None:
+            o.idle.clear()
+            queued = False
+            try:
+                async with gate:
+                    if not o.active:
+                        return  # revoked while waiting: the next owner reads it
+                    await self._handle(o, batch, step, process)
+                # Commit even if the shard was dropped meanwhile (session lost
+                # and rejoined, or abandoned by a revoke): the coordinator, not
+                # this process, decides, and it rejects a stale epoch.
+                queued = True
+                await lane.commit(o)
+            finally:
+                if not queued:
+                    lane.skipped()
+                o.idle.set()
+
+        self._lanes.add(lane)
+        try:
+            results = await asyncio.gather(*(one(o, b) for o, b in deliveries),
+                                           return_exceptions=True)
+        finally:
+            self._lanes.discard(lane)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            # The most important first: a failed handler, then anything
+            # else, and a plain stop last.
+            errors.sort(key=lambda e: 0 if isinstance(e, HandlerFailed)
+                        else 2 if isinstance(e, Stop) else 1)
+            raise errors[0]
+        await lane.flush()
+
+    async def _handle(self, o: OwnedShard, batch: ShardBatch, step: StepPlan,
+                      process: Process) -> None:
+        """Run the handler on one batch (nothing is committed here)."""
+        await self._wait_live()
+        started = time.monotonic()
+        await process(batch)
+        self.stats.handler_seconds.append(time.monotonic() - started)
+        if len(self.stats.handler_seconds) > 10_000:
+            # Bounded: readers (metrics) start over on a new list.
+            self.stats.handler_seconds = []
+        self.stats.batches += 1
+        rows = int(getattr(batch, "rows_read", 0) or 0)
+        self.stats.rows += rows
+        log.debug("delivered shard %d %s snapshots %s..%d: %d rows in %.3f s", o.shard,
+                  step.kind.value, getattr(batch, "first_snapshot", "?"), step.snapshot_id,
+                  rows, time.monotonic() - started,
+                  extra={"group": self.group_name, "member": self.member_id,
+                         "shard": o.shard, "epoch": o.epoch})
+        self.history.record("deliver", shard=o.shard, epoch=o.epoch,
+                            snapshot=step.snapshot_id, next_snapshot=step.next_snapshot,
+                            kind=step.kind.value)

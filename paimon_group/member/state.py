@@ -1,0 +1,190 @@
+"""The member's lifecycle, a held shard's lifecycle, and the session gate.
+
+Member states, and every transition :meth:`MemberCore._set_state` allows
+(:data:`TRANSITIONS`; any other is refused and logged)::
+
+    CREATED ──start()──> JOINING ──registered──> RUNNING
+    CREATED ──stop() before start()──> STOPPED
+    JOINING ──stop() after start() raised──> LEAVING
+    RUNNING ──session LOST──> REJOINING ──registered again──> RUNNING
+    RUNNING / REJOINING ──stop()──> LEAVING ──released, closed──> STOPPED
+    any ──fatal error──> FAILED            (terminal; stop() then re-raises it)
+
+A rejoin that completes while the member is leaving does not take it back
+to RUNNING: it stays LEAVING until it is STOPPED.
+
+A held shard (:class:`OwnedShard`) moves through :class:`ShardState`::
+
+    ACTIVE ──no longer assigned to us──> REVOKING ──released or lost──> REVOKED
+    ACTIVE ──session lost, owner key gone, commit rejected──> LOST
+
+REVOKED and LOST are terminal: the record is out of the member's owned
+shards (a new acquisition of the shard is a new record, under a new epoch).
+
+The session gate (:class:`SessionGate`): nothing is delivered and nothing is
+committed unless the session is confirmed live (invariant 3).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from coordinators.base import Coordinator
+from paimon_group.config import MemberConfig
+
+
+class MemberState(enum.Enum):
+    CREATED = "created"
+    JOINING = "joining"
+    RUNNING = "running"
+    REJOINING = "rejoining"
+    LEAVING = "leaving"
+    STOPPED = "stopped"
+    FAILED = "failed"
+
+
+_S = MemberState
+TRANSITIONS: MappingProxyType[MemberState, frozenset[MemberState]] = MappingProxyType({
+    _S.CREATED: frozenset({_S.JOINING, _S.STOPPED, _S.FAILED}),
+    _S.JOINING: frozenset({_S.RUNNING, _S.LEAVING, _S.FAILED}),
+    _S.RUNNING: frozenset({_S.REJOINING, _S.LEAVING, _S.FAILED}),
+    _S.REJOINING: frozenset({_S.RUNNING, _S.LEAVING, _S.FAILED}),
+    _S.LEAVING: frozenset({_S.STOPPED, _S.FAILED}),
+    # A fatal error reported after the graceful stop (a handler that failed
+    # in a reader still running) still fails the member.
+    _S.STOPPED: frozenset({_S.FAILED}),
+    _S.FAILED: frozenset(),
+})
+"""The states each state may move to (moving to the same state is a no-op)."""
+
+
+def may_move(current: MemberState, target: MemberState) -> bool:
+    """Whether ``current -> target`` is a transition of :data:`TRANSITIONS`."""
+    return target in TRANSITIONS[current]
+
+
+class ShardState(enum.Enum):
+    ACTIVE = "active"  # ours, read by the read loop
+    REVOKING = "revoking"  # no longer assigned to us: the batch in flight ends, then release
+    REVOKED = "revoked"  # ended after its revocation began (released, or lost meanwhile)
+    LOST = "lost"  # ended without a revocation (session lost, key gone, commit rejected)
+
+
+@dataclass
+class OwnedShard:
+    """One ownership of one shard: its epoch, where it reads, what is committed."""
+
+    shard: int
+    epoch: int
+    generation: int
+    next_snapshot: int | None = None  # where reading continues; None: not resolved yet
+    # The last position the coordinator accepted for this shard (or read from
+    # it at acquisition). Only this value is ever mirrored into the consumer
+    # file or re-committed on release: a resolved start that was not committed
+    # yet (a pending full scan) must never leak (invariant 5).
+    committed: int | None = None
+    full_scan: int | None = None  # a full scan of this snapshot is due first
+    # A commit of this ownership raised: it may have landed or not, so the
+    # stored position may be ahead of ``committed``. It is read back before
+    # ``committed`` is used again (the next step, a release): committing the
+    # older value on release would move the position backwards (invariant 2).
+    uncertain: bool = False
+    state: ShardState = ShardState.ACTIVE
+    # Set while no batch of this shard is in flight; a revoke waits for it.
+    idle: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def __post_init__(self) -> None:
+        self.idle.set()
+
+    @property
+    def active(self) -> bool:
+        return self.state is ShardState.ACTIVE
+
+    @property
+    def revoking(self) -> bool:
+        """Its revocation began (REVOKING, or REVOKED after it)."""
+        return self.state in (ShardState.REVOKING, ShardState.REVOKED)
+
+    @revoking.setter
+    def revoking(self, value: bool) -> None:
+        if not value:
+            raise ValueError("a revocation is never taken back")
+        self.revoke()
+
+    @property
+    def dropped(self) -> bool:
+        """Ended (REVOKED or LOST): not ours any more."""
+        return self.state in (ShardState.REVOKED, ShardState.LOST)
+
+    @dropped.setter
+    def dropped(self, value: bool) -> None:
+        if not value:
+            raise ValueError("an ended ownership never comes back")
+        self.drop()
+
+    def revoke(self) -> None:
+        """ACTIVE -> REVOKING (a no-op once the revocation began or it ended)."""
+        if self.state is ShardState.ACTIVE:
+            self.state = ShardState.REVOKING
+
+    def drop(self) -> None:
+        """End this ownership: REVOKING -> REVOKED, ACTIVE -> LOST."""
+        if self.state is ShardState.REVOKING:
+            self.state = ShardState.REVOKED
+        elif self.state is ShardState.ACTIVE:
+            self.state = ShardState.LOST
+
+
+class Stop(Exception):
+    """Internal: the read loop should stop (member leaving)."""
+
+
+class SessionGate:
+    """Holds work back until the member's session is confirmed live.
+
+    ``coordinator`` is the member's open coordinator (None while it rejoins),
+    ``stopping`` is set once the member leaves or failed; ``config.margin`` is
+    the safety margin before the session's local deadline. ``joined`` is set
+    while the member is registered; ``wake`` is the member's local wake-up.
+    """
+
+    def __init__(self, config: MemberConfig) -> None:
+        self._config = config
+        self.coordinator: Coordinator | None = None
+        self.stopping = False
+        self.joined = asyncio.Event()
+        self.wake = asyncio.Event()
+
+    async def wait_live(self, *, for_commit: bool = False) -> None:
+        """Return when the session is confirmed live.
+
+        While the member is leaving, no *new* work starts (:class:`Stop`), but
+        the commit of a batch that already finished still goes through, so a
+        graceful stop finishes the batch in flight instead of abandoning it.
+        """
+        while True:
+            if self.stopping and not for_commit:
+                raise Stop()
+            if for_commit and self.coordinator is None and self.stopping:
+                raise Stop()
+            coord = self.coordinator
+            if coord is not None and coord.session.is_live(self._config.margin):
+                return
+            if not self.joined.is_set() or coord is None:
+                # Rejoining: the control loop, which clears the wake-up event,
+                # is not running. A wake-up set before now (the session loss,
+                # a revoke ending) would end every wait below at once and the
+                # loop would spin until the join; only a new one (stop) counts.
+                # stopping was checked above, with no await since.
+                self.wake.clear()
+                waiter = asyncio.ensure_future(self.joined.wait())
+                stop = asyncio.ensure_future(self.wake.wait())
+                await asyncio.wait([waiter, stop], timeout=0.5,
+                                   return_when=asyncio.FIRST_COMPLETED)
+                waiter.cancel()
+                stop.cancel()
+                continue
+            await asyncio.sleep(0.02)
