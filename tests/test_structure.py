@@ -18,11 +18,6 @@ PACKAGES = ("paimon_group", "coordinators")
 MAX_MODULE_LINES = 600
 MAX_FUNCTION_LINES = 60
 
-# Still over the limits, being split (issue 14): skipped while listed. An
-# entry whose file is within the limits fails (remove it); a file that is gone
-# (split into a package) is measured as its new modules.
-PENDING: set[str] = set()
-
 
 def modules() -> list[Path]:
     return sorted(p for pkg in PACKAGES for p in (REPO / pkg).rglob("*.py"))
@@ -53,24 +48,11 @@ def test_the_packages_have_modules() -> None:
     assert "paimon_group/group.py" in names and "coordinators/registry.py" in names
 
 
-def within_limits(path: Path) -> bool:
-    lines = len(path.read_text().splitlines())
-    return lines <= MAX_MODULE_LINES and not long_functions(path)
-
-
 @pytest.mark.parametrize("path", modules(), ids=lambda p: p.relative_to(REPO).as_posix())
 def test_module_and_function_length(path: Path) -> None:
-    if path.relative_to(REPO).as_posix() in PENDING:
-        pytest.skip("being split (issue 14)")
     lines = len(path.read_text().splitlines())
     assert lines <= MAX_MODULE_LINES, f"{lines} lines (at most {MAX_MODULE_LINES})"
     assert long_functions(path) == [], f"functions over {MAX_FUNCTION_LINES} lines"
-
-
-def test_pending_files_are_still_over_the_limits() -> None:
-    stale = [name for name in sorted(PENDING)
-             if (REPO / name).exists() and within_limits(REPO / name)]
-    assert stale == [], "within the limits now: remove from PENDING"
 
 
 def test_the_measure_counts_from_def_to_last_line(tmp_path: Path) -> None:
