@@ -149,6 +149,23 @@ def test_a_late_record_of_a_lower_epoch_is_not_a_reversal() -> None:
     assert "epochs_not_increasing" in only(v)
 
 
+def test_a_process_adopting_its_own_key_again_is_not_an_epoch_reuse() -> None:
+    # a's release of shard 1 raised (the key may still be there); a is
+    # assigned the shard again and adopts its own key: the same epoch.
+    b = Builder()
+    b.ev("acquire", "a", shard=1, epoch=1, next_snapshot=None)
+    b.batch("a", 1, 1, 1, [1])
+    b.ev("release", "a", shard=1, epoch=1, ok=False, reason="reassigned", next_snapshot=2)
+    b.ev("acquire", "a", shard=1, epoch=1, next_snapshot=2)
+    b.batch("a", 1, 1, 2, [3])
+    v = check_all({1, 3}, b.history(), bucket_of, NUM_SHARDS)
+    assert v == {k: [] for k in v}
+    # Another process acquiring that epoch is still caught.
+    b.ev("acquire", "c", shard=1, epoch=1, next_snapshot=3)
+    assert "epochs_not_increasing" in only(check_all({1, 3}, b.history(), bucket_of,
+                                                     NUM_SHARDS))
+
+
 def test_zombie_commit_accepted_after_takeover_is_caught() -> None:
     # a is paused mid-batch on shard 0; b takes shard 0 over (epoch 2); a
     # resumes and its commit of epoch 1 is ACCEPTED: the fencing failed.
