@@ -470,6 +470,7 @@ class FaultyCoordinator(Coordinator):
         self._queue: asyncio.Queue[tuple[float, Any, asyncio.Future[Any]]] | None = None
         self._pipe: asyncio.Task[None] | None = None
         self._pipe_free_at = 0.0
+        self._pending: set[asyncio.Future[Any]] = set()
 
     @property
     def session(self) -> Session:
@@ -522,6 +523,8 @@ class FaultyCoordinator(Coordinator):
         # A caller cancelled while its request is in the pipe does not stop
         # it: the request was sent.
         result.add_done_callback(lambda f: None if f.cancelled() else f.exception())
+        self._pending.add(result)
+        result.add_done_callback(self._pending.discard)
         self._queue.put_nowait((arrival, thunk, result))
         return result
 
@@ -575,6 +578,14 @@ class FaultyCoordinator(Coordinator):
         await self.inner.close()
         if self._pipe is not None:
             self._pipe.cancel()
+        # Requests still in the pipe never get an answer on this connection:
+        # their callers learn it as a real client would, with an error whose
+        # outcome is unknown (here: never applied).
+        for result in list(self._pending):
+            if not result.done():
+                result.set_exception(CoordinatorUnavailable(
+                    "sim: connection closed with the request in flight"))
+        self._pending.clear()
 
     async def get(self, key: str) -> Entry | None:
         result: Entry | None = await self._call("get", lambda: self.inner.get(key), write=False)
