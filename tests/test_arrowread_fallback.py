@@ -13,7 +13,7 @@ import pytest
 
 from paimon_group.planner import ShardPlanner
 from paimon_group.table import ShardedTable
-from tests.support.tables import make_pk_table, open_table, rows_table, write_rows
+from tests.support.tables import make_pk_table, open_table, rows_table, write_rows, write_table
 from tests.test_arrowread import assert_same
 
 FALLBACK_TABLES = {
@@ -34,14 +34,7 @@ def _write_with_nulls(warehouse: str, ids: range, v: int) -> None:
     data = data.set_column(
         data.schema.get_field_index("payload"), "payload", pa.array(payload, pa.string())
     )
-    builder = table.new_batch_write_builder()
-    write, commit = builder.new_write(), builder.new_commit()
-    try:
-        write.write_arrow(data)
-        commit.commit(write.prepare_commit())
-    finally:
-        write.close()
-        commit.close()
+    write_table(table, data)
 
 
 @pytest.mark.parametrize("kind", sorted(FALLBACK_TABLES))

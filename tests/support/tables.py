@@ -248,6 +248,11 @@ def write_rows(
     data = rows_table(table, ids, v=v, op=op)
     if data.num_rows == 0:
         raise ValueError("write_rows needs at least one id; use commit_empty for an empty snapshot")
+    return write_table(table, data)
+
+
+def write_table(table: Any, data: pa.Table) -> int:
+    """Write ``data`` to the opened ``table`` in ONE commit; return the snapshot id."""
     builder = table.new_batch_write_builder()
     write = builder.new_write()
     commit = builder.new_commit()
