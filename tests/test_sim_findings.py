@@ -216,3 +216,69 @@ async def test_a_session_lost_again_while_rejoining_is_retried(
         assert lost["left"] == 0
         assert member.state is MemberState.RUNNING and member.error is None
         await batches.aclose()
+
+
+@pytest.mark.asyncio
+async def test_a_read_back_that_spans_a_rejoin_skips_the_lost_shards(
+        table: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Simulation seed 17462: a commit of two shards raised (its outcome
+    unknown), so the next read round read their stored positions back, one
+    shard after the other, on the coordinator of that moment. The session was
+    lost during the first read: the rejoin dropped both shards and closed that
+    coordinator, and the read-back went on to the second shard on it. A call
+    on a closed coordinator fails for good (every backend raises a
+    CoordinatorError that is not retriable): the member failed (in the
+    simulation, whose closed connection never answered, its read loop hung
+    for ever, the shards acquired again never read). Now a read-back skips
+    shards dropped meanwhile: their position is read again when they are
+    acquired again."""
+    from paimon_group.group import GroupClient
+
+    real_position = GroupClient.position
+    armed = {"left": 0}
+    holder: dict[str, GroupMember] = {}
+
+    async def lost_during_read_back(self: GroupClient, shard: int) -> Any:
+        result = await real_position(self, shard)
+        if armed["left"] > 0:
+            armed["left"] -= 1
+            # The session is lost while the read-back is under way; the
+            # rejoin closes this coordinator before the next shard is read.
+            member = holder["member"]
+            self.coordinator.session.mark(SessionState.LOST)  # type: ignore[attr-defined]
+            deadline = asyncio.get_running_loop().time() + 30
+            while member._coord is self.coordinator:
+                assert asyncio.get_running_loop().time() < deadline, member.state
+                await asyncio.sleep(0.01)
+        return result
+
+    monkeypatch.setattr(GroupClient, "position", lost_during_read_back)
+    url = f"memory://read-back-{uuid.uuid4().hex}"
+    cfg = MemberConfig(group="g", warehouse=table, table="db.t", coordinator=url,
+                       member_id="a", session_timeout_s=3, poll_interval_ms=50)
+    async with open_coordinator(url), GroupMember(cfg) as member:
+        holder["member"] = member
+        batches = member.batches()
+        got: set[int] = set()
+        while len(got) < 10:
+            batch = await asyncio.wait_for(batches.__anext__(), timeout=30)
+            got.update(batch.to_arrow().column("id").to_pylist())
+        # The last batch commits once the next one is asked for; then the
+        # reader waits for a new snapshot.
+        nxt = asyncio.ensure_future(batches.__anext__())
+        await asyncio.sleep(0.3)
+        assert sorted(member._owned) == [0, 1]
+        # As after a commit of both shards that raised: the next read round
+        # reads their positions back first.
+        armed["left"] = 1
+        for o in member._owned.values():
+            o.uncertain = True
+        write_rows(table, "db.t", range(10, 20))
+        batch = await asyncio.wait_for(nxt, timeout=30)
+        got.update(batch.to_arrow().column("id").to_pylist())
+        while len(got) < 20:
+            batch = await asyncio.wait_for(batches.__anext__(), timeout=30)
+            got.update(batch.to_arrow().column("id").to_pylist())
+        assert armed["left"] == 0
+        assert member.state is MemberState.RUNNING and member.error is None
+        await batches.aclose()

@@ -252,6 +252,14 @@ class Commits(MemberCore):
         if not owned or group is None:
             return
         for o in owned:
+            if o.dropped:
+                # Ended while an earlier shard was read back (simulation seed
+                # 17462): a lost session's rejoin drops every shard, then
+                # closes the coordinator ``group`` talks to, and a call on a
+                # closed coordinator fails for good (not retriable): the
+                # member failed. Its position is of no use now: a new
+                # acquisition reads the stored one once its owner key exists.
+                continue
             position, _ = await group.position(o.shard)
             o.uncertain = False
             if position is None:
