@@ -471,6 +471,7 @@ class FaultyCoordinator(Coordinator):
         self._pipe: asyncio.Task[None] | None = None
         self._pipe_free_at = 0.0
         self._pending: set[asyncio.Future[Any]] = set()
+        self._closed = False
 
     @property
     def session(self) -> Session:
@@ -529,6 +530,12 @@ class FaultyCoordinator(Coordinator):
         return result
 
     async def _call(self, method: str, thunk: Any, *, write: bool) -> Any:
+        if self._closed:
+            # As every real backend does (and SimCoordinator behind us): a
+            # call on a closed coordinator fails at once, not retriable. Sent
+            # into the pipe, whose task close() cancelled, it was never
+            # answered: its caller hung for ever (seed 17462).
+            raise CoordinatorError(f"{self!r} is closed")
         fault = self._fault(method)
         kind = fault.kind
         if kind in ("unavailable", "locked"):
@@ -575,6 +582,7 @@ class FaultyCoordinator(Coordinator):
         await self.inner.connect()
 
     async def close(self) -> None:
+        self._closed = True
         await self.inner.close()
         if self._pipe is not None:
             self._pipe.cancel()
