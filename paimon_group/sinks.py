@@ -248,6 +248,19 @@ class EpochFence:
         )
 
     @contextlib.contextmanager
+    def shared(self, group: str, shard: int) -> Iterator[None]:
+        """Hold (group, shard)'s lock in shared mode: no publication of the
+        shard happens meanwhile (a reader's consistent view)."""
+        _, lock_path = self._paths(group, int(shard))
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(lock_path, "a+b") as lock:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_SH)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+    @contextlib.contextmanager
     def hold(self, batch: BatchLike, *, check_epoch: bool = True) -> Iterator[None]:
         """Lock (group, shard); unless ``check_epoch`` is False, refuse a stale epoch and
         record a newer one. Publish inside the ``with`` block."""
@@ -317,18 +330,29 @@ class Publication:
 class ParquetBatchSink:
     """A Parquet directory with one atomically replaced sub-directory per batch key.
 
-    Layout under ``path``::
+    Layout::
 
-        pg_group=G/pg_shard=K/pg_snapshot=N/part-*.parquet   published batches
-        _staging/...                                         attempts being written
-        _fence/...                                           EpochFence, per-shard locks
-        _log/pg_group=G/pg_shard=K.jsonl                     one line per publication
+        path/pg_group=G/pg_shard=K/pg_snapshot=N/part-*.parquet   published batches only
+        path/../.NAME.pg-sink/_staging/...                        attempts being written
+        path/../.NAME.pg-sink/_fence/...                          EpochFence, per-shard locks
+        path/../.NAME.pg-sink/_log/pg_group=G/pg_shard=K.jsonl    one line per publication
 
-    (Spark and pyarrow skip names starting with ``_``.) ``path`` must be a
-    local path that the Spark driver and executors see as the same POSIX
-    filesystem (local mode, or a shared mount): the publish is a directory
-    rename done by the driver process. For object stores use a table format
-    and :func:`batch_key_condition` instead.
+    ``path`` holds nothing but published batches, so any reader of it
+    (``pyarrow.dataset.dataset(path, partitioning="hive")``,
+    ``spark.read.parquet(path)``, DuckDB, pandas) sees only committed files
+    and is never disturbed by a writer at work: a new batch appears in one
+    rename of a complete directory. The sink's own state lives in the
+    hidden sibling ``.NAME.pg-sink`` (:attr:`state_dir`), on the same
+    filesystem so that the publishing rename is atomic. Pyarrow's discovery
+    lists a tree recursively *before* it drops names starting with ``_``,
+    so state kept inside ``path`` (as sinks created by earlier versions do,
+    and still do when ``path/_fence`` exists) makes a concurrent pyarrow
+    reader fail when an attempt directory vanishes under its listing.
+
+    ``path`` must be a local path that the Spark driver and executors see as
+    the same POSIX filesystem (local mode, or a shared mount): the publish
+    is a directory rename done by the driver process. For object stores use
+    a table format and :func:`batch_key_condition` instead.
 
     Example::
 
@@ -340,9 +364,10 @@ class ParquetBatchSink:
 
     def __init__(self, path: str | os.PathLike[str], *, fence: bool = True) -> None:
         self.root = Path(path).absolute()
+        self.state_dir = _state_dir_of(self.root)
         # The fence's lock serialises publications of a shard even without
         # the epoch check (two renames into one place must not interleave).
-        self.fence = EpochFence(self.root / "_fence")
+        self.fence = EpochFence(self.state_dir / "_fence")
         self.check_epochs = fence
 
     def __repr__(self) -> str:
@@ -354,7 +379,7 @@ class ParquetBatchSink:
         return self.root / key.relative_path
 
     def _staging_dir(self, key: BatchKey) -> Path:
-        return self.root / "_staging" / key.shard_path
+        return self.state_dir / "_staging" / key.shard_path
 
     def _new_stage(self, key: BatchKey) -> Path:
         staging = self._staging_dir(key)
@@ -362,7 +387,7 @@ class ParquetBatchSink:
         return staging / f"attempt-{key.snapshot}-{uuid.uuid4().hex}"
 
     def _log_path(self, key: BatchKey) -> Path:
-        return self.root / "_log" / f"pg_group={key.group}" / f"pg_shard={key.shard}.jsonl"
+        return self.state_dir / "_log" / f"pg_group={key.group}" / f"pg_shard={key.shard}.jsonl"
 
     # -- writing ---------------------------------------------------------
 
@@ -473,7 +498,7 @@ class ParquetBatchSink:
         """
         cutoff = time.time() - older_than_s
         removed = 0
-        for attempt in (self.root / "_staging").glob("pg_group=*/pg_shard=*/*"):
+        for attempt in (self.state_dir / "_staging").glob("pg_group=*/pg_shard=*/*"):
             try:
                 if attempt.stat().st_mtime < cutoff:
                     shutil.rmtree(attempt, ignore_errors=True)
@@ -498,21 +523,51 @@ class ParquetBatchSink:
     def publications(self) -> list[dict[str, Any]]:
         """Every publication logged so far (replays included), oldest first per shard."""
         out: list[dict[str, Any]] = []
-        for path in sorted((self.root / "_log").glob("pg_group=*/pg_shard=*.jsonl")):
+        for path in sorted((self.state_dir / "_log").glob("pg_group=*/pg_shard=*.jsonl")):
             out.extend(json.loads(line) for line in path.read_text().splitlines() if line)
         return out
 
     def read_arrow(self) -> pa.Table:
-        """All published rows, with the batch key as ``pg_group``, ``pg_shard``, ``pg_snapshot``."""
+        """All published rows, with the batch key as ``pg_group``, ``pg_shard``, ``pg_snapshot``.
+
+        A consistent view while writers work: every shard's lock is held in
+        shared mode while its published files are listed and read, so a
+        replay's rename-aside (the one moment a published directory
+        changes) waits for the read instead of pulling a file from under it.
+        Locks are taken in one sorted order; a writer holds only one, so
+        readers and writers cannot deadlock.
+        """
         import pyarrow.dataset as ds
 
-        if not self.batch_keys():
+        keys = self.batch_keys()
+        if not keys:
             return pa.table({})
         partitioning = ds.partitioning(
             pa.schema([("pg_group", pa.string()), ("pg_shard", pa.int64()),
                        ("pg_snapshot", pa.int64())]),
             flavor="hive",
         )
-        # Discovery skips names starting with "_" or "." (staging, fence,
-        # log, _SUCCESS, .crc files).
-        return ds.dataset(str(self.root), format="parquet", partitioning=partitioning).to_table()
+        shards = sorted({(k.group, k.shard) for k in keys})
+        with contextlib.ExitStack() as held:
+            for group, shard in shards:
+                held.enter_context(self.fence.shared(group, shard))
+            files = [str(f) for group, shard in shards
+                     for f in sorted(self.root.glob(
+                         f"{BatchKey(group, shard, 0).shard_path}/pg_snapshot=*/*.parquet"))]
+            if not files:
+                return pa.table({})
+            dataset = ds.dataset(files, format="parquet", partitioning=partitioning,
+                                 partition_base_dir=str(self.root))
+            return dataset.to_table()
+
+
+def _state_dir_of(root: Path) -> Path:
+    """Where a sink rooted at ``root`` keeps its staging, fence and log.
+
+    A sink created by an earlier version keeps them inside ``root``
+    (``root/_fence`` exists): they stay there, so its fence's recorded
+    epochs keep refusing stale writers.
+    """
+    if (root / "_fence").is_dir():
+        return root
+    return root.parent / f".{root.name}.pg-sink"

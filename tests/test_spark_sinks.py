@@ -56,7 +56,7 @@ def test_replay_of_a_batch_replaces_the_earlier_attempt(tmp_path: Path) -> None:
     table = sink.read_arrow()
     assert set(table.column_names) == {"id", "pg_group", "pg_shard", "pg_snapshot"}
     assert [p["replaced"] for p in sink.publications()] == [False, True, False]
-    assert not list((tmp_path / "_staging").glob("*/*/*"))
+    assert not list((sink.state_dir / "_staging").glob("*/*/*"))
 
 
 def test_catch_up_replay_is_keyed_by_its_first_snapshot(tmp_path: Path) -> None:
@@ -151,7 +151,7 @@ def test_a_publish_that_crashed_half_way_is_repaired_by_the_replay(
     assert sink.batch_keys() == []  # missing for now, never doubled
     sink.write_arrow(rows(1), Batch(epoch=2))  # the replay the crash causes
     assert ids(sink) == [1]
-    assert not list((tmp_path / "_staging").glob("*/*/*"))
+    assert not list((sink.state_dir / "_staging").glob("*/*/*"))
 
 
 def test_fence_hold_records_the_epoch(tmp_path: Path) -> None:
@@ -196,10 +196,84 @@ def test_a_malformed_spark_connect_address_is_a_config_error() -> None:
 
 def test_clean_staging_removes_only_old_attempts(tmp_path: Path) -> None:
     sink = ParquetBatchSink(tmp_path)
-    old = tmp_path / "_staging" / "pg_group=g" / "pg_shard=0" / "attempt-5-dead"
+    old = sink.state_dir / "_staging" / "pg_group=g" / "pg_shard=0" / "attempt-5-dead"
     old.mkdir(parents=True)
     os.utime(old, (1, 1))
     fresh = old.with_name("attempt-5-running")
     fresh.mkdir()
     assert sink.clean_staging(older_than_s=3600) == 1
     assert not old.exists() and fresh.exists()
+
+
+def _keep_writing(sink: ParquetBatchSink, stop: threading.Event, shard: int, *,
+                  replays: bool) -> None:
+    """Publish up to 400 batches of ``shard`` until ``stop``: new keys, and
+    (with ``replays``) a replay of an earlier key every other time."""
+    n = 0
+    while not stop.is_set() and n < 400:
+        n += 1
+        snapshot = n % 4 + 1 if replays and n % 2 else n
+        sink.write_arrow(rows(n), Batch(shard=shard, first_snapshot=snapshot,
+                                        snapshot_id=snapshot))
+
+
+@pytest.mark.parametrize("replays", [False, True], ids=["new-batches", "replays"])
+def test_reading_a_live_sink_never_fails_because_a_writer_works(
+    tmp_path: Path, replays: bool
+) -> None:
+    """The race behind a failed Spark end-to-end run: a reader walked the
+    sink's staging directory while a writer renamed an attempt out of it
+    (FileNotFoundError). Readers of the output, ours and pyarrow's own
+    discovery of the directory, see only published files."""
+    import pyarrow.dataset as ds
+
+    out = tmp_path / "out"
+    sink = ParquetBatchSink(out)
+    sink.write_arrow(rows(0), Batch(shard=0, first_snapshot=100, snapshot_id=100))
+    stop = threading.Event()
+    writers = [threading.Thread(target=_keep_writing, args=(sink, stop, shard),
+                                kwargs={"replays": replays}) for shard in (1, 2, 3)]
+    for w in writers:
+        w.start()
+    try:
+        for _ in range(150 if replays else 60):
+            table = sink.read_arrow()
+            assert 0 in table.column("id").to_pylist()
+            assert set(table.column_names) == {"id", "pg_group", "pg_shard", "pg_snapshot"}
+            if not replays:  # a replay's rename-aside is visible to readers without the lock
+                ds.dataset(str(out), format="parquet", partitioning="hive").to_table()
+    finally:
+        stop.set()
+        for w in writers:
+            w.join(timeout=60)
+
+
+def test_the_output_directory_holds_only_published_batches(tmp_path: Path) -> None:
+    """``pyarrow.dataset.dataset(out)`` reads the output as it is, with the
+    batch key as Hive partition columns, no ignore_prefixes needed."""
+    import pyarrow.dataset as ds
+
+    out = tmp_path / "out"
+    sink = ParquetBatchSink(out)
+    sink.write_arrow(rows(1, 2), Batch(shard=0, first_snapshot=3, snapshot_id=3))
+    sink.write_arrow(rows(3), Batch(shard=1, first_snapshot=4, snapshot_id=4))
+    assert sorted(p.name for p in out.iterdir()) == ["pg_group=g"]
+    table = ds.dataset(str(out), format="parquet", partitioning="hive").to_table()
+    assert sorted(table.column("id").to_pylist()) == [1, 2, 3]
+    assert sorted(table.column("pg_shard").to_pylist()) == [0, 0, 1]
+    assert sink.state_dir.name == ".out.pg-sink" and sink.publications()
+
+
+def test_a_sink_of_an_earlier_layout_keeps_its_fence_inside(tmp_path: Path) -> None:
+    """A sink created by an earlier version (``_fence`` inside the output) keeps
+    using it, so the epochs it recorded still refuse stale writers."""
+    out = tmp_path / "out"
+    fence = EpochFence(out / "_fence")
+    with fence.hold(Batch(epoch=7)):
+        pass
+    sink = ParquetBatchSink(out)
+    assert sink.state_dir == out
+    with pytest.raises(StaleSinkWrite):
+        sink.write_arrow(rows(1), Batch(epoch=6))
+    sink.write_arrow(rows(1), Batch(epoch=7))
+    assert ids(sink) == [1]
