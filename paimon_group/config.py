@@ -95,14 +95,7 @@ class MemberConfig:
         if self.member_id is None:
             self.member_id = generated_member_id()
         validate_member_id(self.member_id)
-        if self.shards is not None and self.shards < 1:
-            raise ConfigError(f"--shards must be at least 1, got {self.shards}")
-        if self.session_timeout_s <= 0:
-            raise ConfigError("--session-timeout-s must be positive")
-        if self.max_parallel_shards < 1:
-            raise ConfigError("--max-parallel-shards must be at least 1")
-        if self.poll_interval_ms < 1:
-            raise ConfigError("--poll-interval-ms must be at least 1")
+        self._check_numbers()
         self.columns = parse_columns(self.columns)
         if "." not in self.table:
             raise ConfigError(f"--table must be DATABASE.TABLE, got {self.table!r}")
@@ -112,6 +105,26 @@ class MemberConfig:
             self.safety_margin_s = self.session_timeout_s / 4
         if self.safety_margin_s >= self.session_timeout_s:
             raise ConfigError("the safety margin must be below the session timeout")
+
+    def _check_numbers(self) -> None:
+        """Refuse numbers no member can run with (one line, before anything is joined)."""
+        if self.shards is not None and self.shards < 1:
+            raise ConfigError(f"--shards must be at least 1, got {self.shards}")
+        if self.session_timeout_s <= 0:
+            raise ConfigError("--session-timeout-s must be positive")
+        if self.max_parallel_shards < 1:
+            raise ConfigError("--max-parallel-shards must be at least 1")
+        if self.poll_interval_ms < 1:
+            raise ConfigError("--poll-interval-ms must be at least 1")
+        if self.max_handler_attempts < 1:
+            raise ConfigError(f"--max-handler-attempts must be at least 1, got "
+                              f"{self.max_handler_attempts}")
+        if self.revoke_timeout_s <= 0:
+            raise ConfigError("--revoke-timeout-s must be positive")
+        if self.shutdown_timeout_s <= 0:
+            raise ConfigError("--shutdown-timeout-s must be positive")
+        if self.rebalance_delay_s < 0:
+            raise ConfigError("--rebalance-delay must not be negative")
 
     def __repr__(self) -> str:
         # The generated repr, with the values of secret-looking catalog

@@ -65,13 +65,50 @@ def check_coordinator_target(url: str, *, default_url: str | None, create: bool)
 
 
 def check_table(warehouse: str, identifier: str, catalog_options: dict[str, str],
-                columns: Sequence[str] | None) -> None:
-    """Open the table once (a missing table, a bad warehouse) and check ``--columns``."""
+                columns: Sequence[str] | None, *, shards: int | None = None) -> None:
+    """Open the table once (a missing table, a bad warehouse), check ``--columns``,
+    and ``--shards`` against what the table can fill.
+
+    The shard count is checked as for a new group: a group with more shards
+    than a non-partitioned fixed-bucket table has buckets can never have been
+    created (creation refuses it), so the same refusal holds for an existing
+    one, and it comes before the coordinator is touched.
+    """
     from paimon_group.projection import check_columns
+    from paimon_group.sharding import plan_new_group
     from paimon_group.table import ShardedTable
 
     table = ShardedTable.open(warehouse, identifier, catalog_options)
     check_columns(table.table.field_names, columns)
+    if shards is not None:
+        plan_new_group(table, shards)
+
+
+def check_history_path(path: str | None) -> None:
+    """``--history`` must name a file in an existing directory."""
+    if path is None:
+        return
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise ConfigError(f"--history {path}: directory {parent} does not exist")
+
+
+def check_metrics_port(port: int | None) -> None:
+    """``--metrics-port`` must be free to bind (checked, then released, before
+    the coordinator is touched; the member binds it again when it starts)."""
+    if not port:
+        return
+    import socket
+
+    address = os.environ.get("PAIMON_GROUP_METRICS_HOST") or "0.0.0.0"
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((address, port))
+        except OSError as err:
+            raise ConfigError(f"--metrics-port {port}: cannot listen on {address}:{port} "
+                              f"({err.strerror or err})") from None
 
 
 async def _probe(url: str, options: ConnectOptions) -> None:

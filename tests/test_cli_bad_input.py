@@ -72,6 +72,37 @@ def cases(wh: Path, scratch: Path) -> dict[str, tuple[list[str], str]]:
                                     "--table", "db.t"], "no coordinator at"),
         "list-no-coordinator": (["list", "--warehouse", str(wh)], "no coordinator at"),
         "unknown-option": (["describe", "--gruop", "g"], "--gruop"),
+        # Checks of the run options that must come before anything is joined
+        # or created (each used to join the group, or leave a coordinator file).
+        "shards-over-buckets": (run_args(wh, "--shards", "8"), "--shards 8"),
+        "shards-zero": (run_args(wh, "--shards", "0"), "--shards"),
+        "bad-start": (run_args(wh, "--start", "yesterday"), "'yesterday'"),
+        "unknown-column": (run_args(wh, "--columns", "nope"), "nope"),
+        "poll-interval-zero": (run_args(wh, "--poll-interval-ms", "0"), "--poll-interval-ms"),
+        "session-timeout-negative": (run_args(wh, "--session-timeout-s", "-1"),
+                                     "--session-timeout-s"),
+        "handler-attempts-zero": (run_args(wh, "--max-handler-attempts", "0"),
+                                  "--max-handler-attempts"),
+        "revoke-timeout-negative": (run_args(wh, "--revoke-timeout-s", "-2"),
+                                    "--revoke-timeout-s"),
+        "shutdown-timeout-zero": (run_args(wh, "--shutdown-timeout-s", "0"),
+                                  "--shutdown-timeout-s"),
+        "rebalance-delay-negative": (run_args(wh, "--rebalance-delay", "-1"),
+                                     "--rebalance-delay"),
+        "parallel-shards-zero": (run_args(wh, "--max-parallel-shards", "0"),
+                                 "--max-parallel-shards"),
+        "metrics-port-out-of-range": (run_args(wh, "--metrics-port", "70000"),
+                                      "--metrics-port"),
+        "history-missing-dir": (run_args(wh, "--history", f"{missing_dir}/h.jsonl"),
+                                "--history"),
+        "catalog-option-not-pair": (run_args(wh, "--catalog-option", "novalue"),
+                                    "--catalog-option"),
+        "both-handlers": (run_args(wh, "--spark-handler", "json:dumps"), "exactly one"),
+        "unimportable-handler": (["run", "--group", "g", "--warehouse", str(wh),
+                                  "--table", "db.t", "--handler", "no_such_module_x:handle"],
+                                 "no_such_module_x"),
+        "bad-member-id": (run_args(wh, "--member-id", "bad/id"), "bad/id"),
+        "bad-log-format": (run_args(wh, "--log-format", "xml"), "'xml'"),
     }
 
 
@@ -100,6 +131,27 @@ def test_bad_input_is_one_line(warehouse: Path, tmp_path: Path, entry: str, case
     assert tree(warehouse, scratch) == before
     if case.endswith("unreachable"):
         assert "(timeout " in result.stderr, result.stderr
+
+
+def test_a_metrics_port_in_use_is_refused_before_anything_is_created(
+    warehouse: Path, tmp_path: Path
+) -> None:
+    import socket
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    before = tree(warehouse, scratch)
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run([*ENTRIES["module"], *run_args(warehouse, "--metrics-port",
+                                                               str(port))],
+                                cwd=REPO, capture_output=True, text=True, timeout=60)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 2, result.stderr
+    assert len(lines) == 1 and lines[0].startswith("error: --metrics-port"), lines
+    assert tree(warehouse, scratch) == before
 
 
 def test_a_string_without_scheme_is_echoed_as_given_minus_secrets() -> None:

@@ -107,7 +107,7 @@ def main() -> None:
               envvar=env("include-row-kind"), help="Add the _row_kind column.")
 @click.option("--columns", envvar=env("columns"), metavar="A,B,...",
               help="Read only these columns (the others are never decoded).")
-@click.option("--metrics-port", type=int, envvar=env("metrics-port"),
+@click.option("--metrics-port", type=click.IntRange(0, 65535), envvar=env("metrics-port"),
               help="Serve /metrics, /healthz and /readyz on this port.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text",
               show_default=True, envvar=env("log-format"),
@@ -167,7 +167,10 @@ def run(**kw: Any) -> None:
     from paimon_group import preflight
     from paimon_group.handlers import load_callable
 
-    preflight.check_table(cfg.warehouse, cfg.table, cfg.catalog_options, cfg.columns)
+    preflight.check_table(cfg.warehouse, cfg.table, cfg.catalog_options, cfg.columns,
+                          shards=cfg.shards)
+    preflight.check_history_path(cfg.history_path)
+    preflight.check_metrics_port(kw["metrics_port"])
     from paimon_group.runner import run_until_signalled
 
     if kw["handler"]:
