@@ -255,11 +255,13 @@ async def test_describe_flags_positions_older_than_the_earliest_snapshot(
 @pytest.mark.asyncio
 async def test_describe_of_an_unknown_group(coordinator: str, warehouse: str) -> None:
     await stopped_group(coordinator, "other", {0: 1})
+    """As kafka-consumer-groups --describe: a missing group is an error (exit 2),
+    with --table or without; --json still prints the report saying so."""
     result = await cli("describe", *common(coordinator, warehouse, "nope"), "--json")
-    assert result.exit_code == 0
+    assert result.exit_code == 2
     assert json.loads(result.stdout)["exists"] is False
     result = await cli("describe", *common(coordinator, warehouse, "nope"))
-    assert "does not exist" in result.stdout
+    assert result.exit_code == 2 and "does not exist" in one_error_line(result)
 
 
 # -- list ------------------------------------------------------------------------------

@@ -59,11 +59,20 @@ def describe(**kw: Any) -> None:
         reports = [r.to_dict() for r in asyncio.run(_describe_all(url, options, kw))]
     else:
         reports = [asyncio.run(_describe(url, options, kw)).to_dict()]
+    missing = not kw["all_groups"] and not reports[0].get("exists", True)
     if kw["as_json"]:
         out = {"coordinator": redact_url(url), "groups": reports} if kw["all_groups"] \
             else reports[0]
         click.echo(json.dumps(out, sort_keys=True))
+        if missing:
+            # As kafka-consumer-groups --describe: a group that does not exist
+            # is an error (exit 2), also when its JSON says so for scripts.
+            raise SystemExit(2)
         return
+    if missing:
+        from paimon_group.ops.report import GroupNotFound
+
+        raise GroupNotFound(f"group {kw['group']!r} does not exist in {redact_url(url)}")
     from paimon_group.ops.render import output_console, render_describe
 
     console = output_console(kw["wide"])
