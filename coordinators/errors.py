@@ -18,7 +18,7 @@ import contextlib
 import functools
 import inspect
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar, cast
+from typing import Any, Final, TypeVar, cast
 
 
 class PaimonGroupError(Exception):
@@ -134,3 +134,11 @@ class ErrorTranslation:
             return cast(F, run)
 
         return decorate
+
+
+CREDENTIALS_HOW: Final = (
+    "--coordinator-username and --coordinator-password-file (or PAIMON_GROUP_COORDINATOR_USERNAME "
+    "and PAIMON_GROUP_COORDINATOR_PASSWORD); in code ConnectOptions(username=..., password=...)"
+)
+"""How a user gives coordinator credentials, named in every error that asks for them:
+the command line's flags and environment variables first, then the library's options."""

@@ -24,7 +24,7 @@ import re
 from collections.abc import Collection
 from urllib.parse import urlsplit
 
-from coordinators.errors import InvalidCoordinatorURL
+from coordinators.errors import CREDENTIALS_HOW, InvalidCoordinatorURL
 
 HostPort = tuple[str, int]
 
@@ -72,7 +72,7 @@ def refuse_credentials(netloc: str, backend: str, shown: str) -> None:
     if "@" in netloc:
         raise InvalidCoordinatorURL(
             f"{backend} URL {shown!r} carries credentials: they do not belong in the URL; "
-            "pass them as ConnectOptions username/password instead"
+            f"give them with {CREDENTIALS_HOW}"
         )
 
 

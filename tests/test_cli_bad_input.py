@@ -103,6 +103,11 @@ def cases(wh: Path, scratch: Path) -> dict[str, tuple[list[str], str]]:
                                  "no_such_module_x"),
         "bad-member-id": (run_args(wh, "--member-id", "bad/id"), "bad/id"),
         "bad-log-format": (run_args(wh, "--log-format", "xml"), "'xml'"),
+        # Errors about coordinator credentials name the flag or variable to set.
+        "zk-acl-needs-identity": (run_args(wh, "--coordinator", "zk://127.0.0.1:1/pg"),
+                                  "--coordinator-username"),
+        "credentials-in-url": (run_args(wh, "--coordinator", "etcd://u:pw@127.0.0.1:1"),
+                               "PAIMON_GROUP_COORDINATOR_PASSWORD"),
     }
 
 

@@ -73,6 +73,7 @@ from aetcd import rpc
 
 from coordinators.credentials import refuse_plaintext_credentials
 from coordinators.errors import (
+    CREDENTIALS_HOW,
     ConfigError,
     CoordinatorError,
     ErrorTranslation,
@@ -149,7 +150,8 @@ class EtcdCoordinator(Coordinator):
         self._target = parse_etcd_url(url)
         self._url = redact_url(url)
         if (self._options.username is None) != (self._options.password is None):
-            raise ConfigError("etcd authentication needs both a username and a password")
+            raise ConfigError("etcd authentication needs both a username and a password: "
+                              + CREDENTIALS_HOW)
         if self._options.session_timeout_s <= 0 or self._options.connect_timeout_s <= 0:
             raise ConfigError("session and connect timeouts must be positive")
         self._prefix = self._target.prefix.encode()

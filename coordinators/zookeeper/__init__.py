@@ -182,6 +182,7 @@ from kazoo.security import Id, Permissions
 
 from coordinators.credentials import refuse_plaintext_credentials
 from coordinators.errors import (
+    CREDENTIALS_HOW,
     ConfigError,
     CoordinatorError,
 )
@@ -279,9 +280,10 @@ class ZooKeeperCoordinator(_Keys, _Client, Coordinator):
         identified = self._credentials is not None or options.tls_cert is not None
         if not identified and any(e.id.scheme == "auth" for e in self._acl):
             raise ConfigError(
-                f"ZooKeeper acl {acl_spec.split(',')[0]!r} needs an identity: set ConnectOptions "
-                "username/password (digest or sasl) or a TLS client certificate, or choose "
-                "acl=open to create world-accessible znodes (development servers only)"
+                f"ZooKeeper acl {acl_spec.split(',')[0]!r} needs an identity: credentials "
+                f"(digest or sasl: {CREDENTIALS_HOW}) or a TLS client certificate "
+                "(--coordinator-cert), or add ?acl=open to the zk:// URL to create "
+                "world-accessible znodes (development servers only)"
             )
         self._check_tls(options)
         self._url = self._target.display()

@@ -12,7 +12,7 @@ from typing import Final, Literal
 from kazoo.protocol.serialization import SASL, Auth, Connect
 from kazoo.security import ACL, CREATOR_ALL_ACL, Id, Permissions
 
-from coordinators.errors import ConfigError
+from coordinators.errors import CREDENTIALS_HOW, ConfigError
 from coordinators.protocol import ConnectOptions
 
 # kazoo logs through this logger (see _RedactCredentials).
@@ -94,7 +94,8 @@ def _credentials(options: ConnectOptions) -> _Credentials | None:
     if scheme not in ("digest", "sasl"):
         raise ConfigError(f"unknown ZooKeeper auth scheme {scheme!r}: use digest or sasl")
     if not username or password is None:
-        raise ConfigError(f"ZooKeeper {scheme} authentication needs both a username and a password")
+        raise ConfigError(f"ZooKeeper {scheme} authentication needs both a username and a "
+                          f"password: {CREDENTIALS_HOW}")
     secret = password.reveal()
     if scheme == "digest":
         if ":" in username:
