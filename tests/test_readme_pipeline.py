@@ -117,9 +117,46 @@ def test_first_pipeline_word_for_word(tmp_path: Path) -> None:
     outs = [o.read_text() for _, o in workers]
     assert codes == [0, 0], outs
     assert all(rows_printed(o) > 0 for o in outs), outs    # both workers got shards
+    printed = [line for o in outs for line in o.splitlines() if "rows, amount" in line]
+    assert all(LINE.fullmatch(line) for line in printed), printed   # whole lines only
     assert re.search(r"w[12] shard \d: initial snapshots 1\.\.1, \d+ rows", "".join(outs))
     assert re.search(r"w[12] shard \d: delta snapshots 2\.\.2, \d+ rows", "".join(outs))
     assert "group first" in describe_output and "w1" in describe_output
+
+
+LINE = re.compile(r"w[12] shard \d: (initial|delta) snapshots \d+\.\.\d+, \d+ rows, "
+                  r"amount \d+\.\d")
+
+_CONCURRENT_CALLS = """
+import sys, threading
+from types import SimpleNamespace
+import pyarrow as pa
+sys.path.insert(0, sys.argv[1])
+from handler import handle
+table = pa.table({"order_id": [1, 2], "amount": [1.5, 3.0]})
+
+def shard(k):
+    for i in range(400):
+        handle(SimpleNamespace(member_id="w1", shard=k, kind="delta", first_snapshot=i,
+                               snapshot_id=i, to_arrow=lambda: table))
+
+threads = [threading.Thread(target=shard, args=(k,)) for k in range(4)]
+[t.start() for t in threads]
+[t.join() for t in threads]
+"""
+
+
+def test_the_readme_handler_prints_whole_lines_from_several_shards(tmp_path: Path) -> None:
+    """Batches of several shards are in the handler at once (threads): each
+    line the README's handler prints must come out whole, as users copy it."""
+    handler = next(b for b in blocks(section(), "python") if b.startswith("# handler.py"))
+    (tmp_path / "handler.py").write_text(handler)
+    out = subprocess.run([sys.executable, "-c", _CONCURRENT_CALLS, str(tmp_path)],
+                         capture_output=True, text=True, timeout=120, check=True).stdout
+    lines = out.splitlines()
+    assert len(lines) == 1600
+    broken = [line for line in lines if not LINE.fullmatch(line)]
+    assert not broken, broken[:5]
 
 
 def wait_for(predicate: Callable[[], bool],
