@@ -56,3 +56,20 @@ def test_the_installed_pyspark_imports_the_source() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "imported"
+
+
+def test_the_spark_extra_asks_for_the_pyspark_the_source_needs() -> None:
+    """``pip install '.[spark]'`` must give a PySpark on which everything of ours
+    works, the stream source included."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    from paimon_group.spark_source import MIN_PYSPARK
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    pyspark = next(Requirement(r) for r in project["optional-dependencies"]["spark"]
+                   if Requirement(r).name == "pyspark")
+    lowest = min(Version(s.version) for s in pyspark.specifier if s.operator == ">=")
+    assert lowest == Version(MIN_PYSPARK), str(pyspark)
