@@ -65,7 +65,12 @@ async def test_async_iteration_commits_and_hands_off(tmp_path: Path) -> None:
             assert sorted(a.owned_shards + b.owned_shards) == [0, 1, 2, 3]
             assert [s for g in rec_a.revoked for s in g] == sorted(b.owned_shards)
             assert not rec_a.lost
+            assert a.stats.shards_moved == {"revoked": 2, "released": 0, "lost": 0}
             reader.cancel()
+        # b left gracefully: its shards were released, not lost (as Kafka's
+        # cooperative protocol tells them apart, in logs and metrics).
+        assert b.stats.shards_moved == {"revoked": 0, "released": 2, "lost": 0}
+        assert not rec_b.lost
         await batches.aclose()
         positions = await GroupClient(a._coord, "api").positions()  # type: ignore[arg-type]
         assert {s: p.next_snapshot for s, p in positions.items()} == {0: 2, 1: 2, 2: 2, 3: 2}

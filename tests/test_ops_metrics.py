@@ -4,6 +4,7 @@ attributes only) and a real Paimon table for lag. The real ``paimon-group run
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 import urllib.error
@@ -232,3 +233,55 @@ def test_close_frees_the_port(member: StandInMember) -> None:
         assert get(again, "/healthz")[0] == 200
     finally:
         again.close()
+
+
+# -- the metrics table of docs/operations.md is the code's ---------------------------
+
+OPERATIONS = Path(__file__).resolve().parents[1] / "docs" / "operations.md"
+
+
+def exported_families(tmp_path: Path) -> dict[str, str]:
+    """Name (as scraped: counters with ``_total``) -> type, of every family a
+    member exports, read from a real scrape of a member that has them all."""
+    wh = str(tmp_path / "wh")
+    make_pk_table(wh, "db.t", buckets=2)
+    write_rows(wh, "db.t", range(10))
+    member = StandInMember(ShardedTable.open(wh, "db.t"), num_shards=2)
+    member.owned_shards = [0]
+    member.positions = {0: 1}
+    member.stats.handler_seconds.append(0.01)
+    server = serve_metrics(member, 0, host=HOST)
+    try:
+        status, text = get(server, "/metrics")
+    finally:
+        server.close()
+    assert status == 200
+    return {(f.name + "_total" if f.type == "counter" else f.name): f.type
+            for f in text_string_to_metric_families(text) if f.name.startswith("paimon_group")}
+
+
+def documented_families() -> dict[str, str]:
+    """Name -> type of every metric in the table under "### Metrics"."""
+    text = OPERATIONS.read_text()
+    section = text[text.index("### Metrics"):]
+    section = section[:section.index("\n#", 1)]
+    out: dict[str, str] = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 3 or "paimon_group_" not in cells[0]:
+            continue
+        for name in re.findall(r"`(paimon_group_[a-z_]+)", cells[0]):
+            out[name] = cells[1]
+    return out
+
+
+def test_the_documented_metrics_are_exactly_the_exported_ones(tmp_path: Path) -> None:
+    """docs/operations.md's metrics table names every family the code exports,
+    with its type, and nothing else; on a mismatch the right rows are printed."""
+    exported = exported_families(tmp_path)
+    documented = documented_families()
+    missing = {n: t for n, t in exported.items() if documented.get(n) != t}
+    extra = sorted(set(documented) - set(exported))
+    rows = "\n".join(f"| `{n}` | {t} | ... |" for n, t in sorted(missing.items()))
+    assert not missing and not extra, (
+        f"docs/operations.md metrics table: add or fix\n{rows}\nremove {extra}")

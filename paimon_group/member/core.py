@@ -63,6 +63,12 @@ class MemberStats:
     rebalances: int = 0
     handler_errors: int = 0
     handler_seconds: list[float] = field(default_factory=list)
+    # Shards that left this member, by how (as Kafka's cooperative protocol
+    # tells them apart): "revoked" (a rebalance moved them, handed off),
+    # "released" (this member left gracefully, handed off), "lost" (no clean
+    # handoff: session lost, owner key gone, a stale commit).
+    shards_moved: dict[str, int] = field(
+        default_factory=lambda: {"revoked": 0, "released": 0, "lost": 0})
 
 
 Handler = Callable[[ShardBatch], Any]
@@ -228,6 +234,8 @@ class MemberCore:
         return await asyncio.get_running_loop().run_in_executor(self._io, fn)
 
     def _notify(self, hook: str, shards: list[int]) -> None:
+        if hook == "on_lost":
+            self.stats.shards_moved["lost"] += len(shards)
         if self.listener is None:
             return
         fn = getattr(self.listener, hook, None)

@@ -124,10 +124,17 @@ class Ownership(Commits):
             ok = await self._release(group, o, finished=finished, reason=reason)
             (released if ok else lost).append(o.shard)
         if released:
-            log.info("released shards %s (%s)", released, reason,
+            # A graceful leave releases; a rebalance revokes. Both hand the
+            # shards off cleanly (last position committed, owner key deleted).
+            how = "released" if reason == "leaving" else "revoked"
+            self.stats.shards_moved[how] += len(released)
+            log.info("%s shards %s (%s)", how, released, reason,
                      extra={"group": self.group_name, "member": self.member_id})
             self._notify("on_revoked", released)
         if lost:
+            log.warning("lost shards %s: their release was not confirmed (%s); the next "
+                        "owner resumes from the last committed position", lost, reason,
+                        extra={"group": self.group_name, "member": self.member_id})
             self._notify("on_lost", lost)
         self._wake.set()
 

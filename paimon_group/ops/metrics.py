@@ -41,6 +41,7 @@ coordinator URL or a credential):
 ``paimon_group_session_state{state}``           1 for the session's state, 0 for the others
 ``paimon_group_member_state{state}``            1 for the member's state, 0 for the others
 ``paimon_group_member_info{version}``           always 1
+``paimon_group_shards_moved_total{how}``        shards gone: revoked, released, lost
 ``paimon_group_sharding_info{rule,table_kind}``  always 1: the sharding rule
 ==============================================  ===========================================
 
@@ -60,7 +61,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
@@ -101,6 +102,9 @@ class StatsView(Protocol):
 
     @property
     def rejected_commits(self) -> int: ...
+
+    @property
+    def shards_moved(self) -> Mapping[str, int]: ...
 
     @property
     def refused_commits(self) -> int: ...
@@ -240,7 +244,7 @@ class MemberCollector(Collector):
         except Exception as err:  # a metric, never a crash of the scrape
             log.debug("lag not computed: %s", err)
         yield from self._shard_families(gauge, labels, values)
-        yield from self._counter_families(counter)
+        yield from self._counter_families(counter, labels, values)
         self._histogram.update(m.stats.handler_seconds)
         yield self._histogram.family(labels, values)
         yield from self._state_families(gauge, labels, values)
@@ -289,7 +293,8 @@ class MemberCollector(Collector):
             yield gauge("paimon_group_table_latest_snapshot", "The table's latest snapshot id.",
                         self.lag.latest)
 
-    def _counter_families(self, counter: _Family) -> Iterator[Metric]:
+    def _counter_families(self, counter: _Family, labels: list[str],
+                          values: list[str]) -> Iterator[Metric]:
         stats = self.member.stats
         yield counter("paimon_group_batches", "Batches delivered to the handler.", stats.batches)
         yield counter("paimon_group_rows", "Rows delivered to the handler.", stats.rows)
@@ -301,6 +306,14 @@ class MemberCollector(Collector):
         yield counter("paimon_group_refused_commits",
                       "Position commits not attempted because the session was closed.",
                       stats.refused_commits)
+        moved = CounterMetricFamily(
+            "paimon_group_shards_moved",
+            "Shards that left this member: revoked (a rebalance, handed off), released "
+            "(a graceful leave, handed off), lost (no clean handoff).",
+            labels=[*labels, "how"])
+        for how in ("revoked", "released", "lost"):
+            moved.add_metric([*values, how], stats.shards_moved.get(how, 0))
+        yield moved
         yield counter("paimon_group_rebalances", "Assignments followed after the first.",
                       stats.rebalances)
 
