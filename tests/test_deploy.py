@@ -71,7 +71,8 @@ AUTH_VARIANTS = {
 PARTS = ["base", "etcd-single-node"]
 
 # Custom resources: no schema in kubernetes-validate; checked by hand below.
-CUSTOM_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor")}
+CUSTOM_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor"),
+                ("monitoring.coreos.com/v1", "PrometheusRule")}
 
 ENV_PREFIX = "PAIMON_GROUP_"
 
@@ -701,3 +702,65 @@ def test_the_documented_overlay_does_what_the_page_says() -> None:
     assert w.literal("--table") == "sales.orders"
     # Everything else still comes from the base.
     assert w.literal("--metrics-port") == "9108"
+
+
+# -- alert rules and the Grafana dashboard name only metrics that exist ------------
+
+DASHBOARD = DEPLOY / "grafana" / "paimon-group-dashboard.json"
+_METRIC = re.compile(r"\bpaimon_group_[a-z_]+")
+
+
+def exported_series(tmp_path: Path) -> set[str]:
+    """Every series name a worker exports (a real scrape), histograms with
+    their ``_bucket``, ``_sum`` and ``_count`` series."""
+    from tests.test_ops_metrics import exported_families
+
+    names: set[str] = set()
+    for name, kind in exported_families(tmp_path).items():
+        names.add(name)
+        if kind == "histogram":
+            names.update(f"{name}_{suffix}" for suffix in ("bucket", "sum", "count"))
+    return names
+
+
+def alert_rules() -> list[dict[str, Any]]:
+    (rule,) = find(render("overlays/etcd-servicemonitor"), "PrometheusRule")
+    return [r for g in rule["spec"]["groups"] for r in g["rules"]]
+
+
+def dashboard_queries() -> list[str]:
+    dashboard = json.loads(DASHBOARD.read_text())
+    queries = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    queries += [v["definition"] for v in dashboard["templating"]["list"] if "definition" in v]
+    return queries
+
+
+def unknown_metrics(queries: list[str], known: set[str]) -> list[tuple[str, str]]:
+    return [(name, q) for q in queries for name in _METRIC.findall(q) if name not in known]
+
+
+def test_alert_rules_and_dashboard_query_only_exported_metrics(tmp_path: Path) -> None:
+    known = exported_series(tmp_path)
+    rules = alert_rules()
+    assert len(rules) >= 8
+    for rule in rules:
+        assert {"alert", "expr", "for"} <= rule.keys(), rule
+        assert rule["labels"]["severity"] in {"warning", "critical"}, rule
+        assert rule["annotations"]["summary"], rule
+        assert rule["expr"].count("(") == rule["expr"].count(")"), rule["expr"]
+    queries = dashboard_queries()
+    assert len(queries) >= 15
+    for q in queries:
+        assert q.count("(") == q.count(")") and q.count("{") == q.count("}"), q
+    used = {n for q in [*queries, *(r["expr"] for r in rules)] for n in _METRIC.findall(q)}
+    assert {"paimon_group_shard_lag_seconds", "paimon_group_shards_moved_total"} <= used
+    assert not unknown_metrics([r["expr"] for r in rules], known)
+    assert not unknown_metrics(queries, known)
+    # The check does catch a misspelt name (so the asserts above mean something).
+    assert unknown_metrics(["rate(paimon_group_row_total[1m])"], known)
+
+
+def test_the_alert_rules_cover_lag_flapping_and_unowned_shards() -> None:
+    names = {r["alert"] for r in alert_rules()}
+    assert {"PaimonGroupBehind", "PaimonGroupLagGrowing", "PaimonGroupMemberFlapping",
+            "PaimonGroupShardUnowned"} <= names
