@@ -135,7 +135,7 @@ def demo_view(report: dict[str, Any], statuses: dict[str, str], events: list[str
             ("group ", "bold"), "demo", ("  state ", "bold"), str(report.get("state")),
             ("  generation ", "bold"), str(report.get("generation")),
             ("  snapshot ", "bold"), str(report.get("latest_snapshot")),
-            ("  lag ", "bold"), f"{report.get('total_lag_snapshots', 0)}",
+            ("  max lag ", "bold"), f"{report.get('max_lag_snapshots', 0)} snapshots",
         )
     else:
         head = Text("waiting for the group...", style="dim")

@@ -52,3 +52,16 @@ def test_generated_member_ids_fit_a_table() -> None:
     member = generated_member_id()
     assert len(member) <= 16 + 1 + 7 + 1 + 6, member
     assert re.fullmatch(r"[A-Za-z0-9_-]+-\d+-[0-9a-f]{6}", member), member
+
+
+def test_describe_shows_the_slowest_shard_not_a_sum_over_shards() -> None:
+    """Four shards one snapshot behind are one snapshot behind, not four."""
+    data = report()
+    data["shards"] = [{**data["shards"][0], "shard": k, "lag_snapshots": 1, "lag_seconds": 3.0}  # type: ignore[index]
+                      for k in range(4)]
+    data.update(total_lag_snapshots=4, max_lag_snapshots=1, max_lag_seconds=3.0)
+    console = output_console()
+    with console.capture() as captured:
+        console.print(describe_renderable(data))
+    text = captured.get()
+    assert "max lag 1 snapshots" in text and "total lag" not in text, text

@@ -213,6 +213,7 @@ async def test_describe_reports_owners_lag_in_snapshots_time_and_rows(
     assert m["version"] == "9.9.9" and m["owned_shards"] == [0, 1, 2, 3]
     assert m["session_state"] == "live" and m["leader"] is True
     assert report["total_lag_snapshots"] == 6
+    assert report["max_lag_snapshots"] == 4   # the slowest shard, not a sum over shards
     assert report["total_unread_rows"] == expected_rows[1] + expected_rows[2]
 
     # The table for people shows the same numbers.
@@ -280,6 +281,7 @@ async def test_list_shows_groups_with_members_and_total_lag(
     assert set(groups) == {"alpha", "beta"}
     assert groups["alpha"]["members"] == 0 and groups["alpha"]["state"] == "empty"
     assert groups["alpha"]["total_lag_snapshots"] == 5 + 2
+    assert groups["alpha"]["max_lag_snapshots"] == 5
     assert groups["beta"]["members"] == 1 and groups["beta"]["total_lag_snapshots"] == 0
     assert groups["beta"]["table"] == TABLE and groups["beta"]["num_shards"] == SHARDS
     text = await cli("list", "--warehouse", warehouse, "--coordinator", coordinator)

@@ -59,6 +59,8 @@ class GroupSummary:
     generation: int
     total_lag_snapshots: int | None  # unknown without the table, or before any position
     max_lag_seconds: float | None
+    max_lag_snapshots: int | None = None  # the slowest shard; None as total_lag_snapshots
+    total_unread_rows: int | None = None  # rows behind, where the manifests give them
 
     @staticmethod
     def of(meta: GroupMeta, report: GroupReport, members: int, has_table: bool) -> GroupSummary:
@@ -68,6 +70,8 @@ class GroupSummary:
             state=report.state, generation=report.generation,
             total_lag_snapshots=report.total_lag_snapshots if known else None,
             max_lag_seconds=report.max_lag_seconds,
+            max_lag_snapshots=report.max_lag_snapshots if known else None,
+            total_unread_rows=report.total_unread_rows if known else None,
         )
 
     def to_dict(self) -> dict[str, Any]:

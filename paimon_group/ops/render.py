@@ -84,6 +84,13 @@ def describe_renderable(report: dict[str, Any]) -> Group:
                  _shards_table(report, now))
 
 
+def _max_lag_snapshots(report: dict[str, Any]) -> int:
+    """The slowest shard's snapshot lag (reports of older versions: from the shards)."""
+    if report.get("max_lag_snapshots") is not None:
+        return int(report["max_lag_snapshots"])
+    return max((int(s.get("lag_snapshots") or 0) for s in report.get("shards", [])), default=0)
+
+
 def _describe_header(report: dict[str, Any], now: float) -> list[Text]:
     state = str(report.get("state"))
     head = Text.assemble(
@@ -97,8 +104,8 @@ def _describe_header(report: dict[str, Any], now: float) -> list[Text]:
         ("latest snapshot ", "bold"), _num(report.get("latest_snapshot")),
         (" (", ""), _ago(report.get("latest_commit_time"), now), (")", ""),
         ("  earliest ", "bold"), _num(report.get("earliest_snapshot")),
-        ("  total lag ", "bold"), f"{report.get('total_lag_snapshots', 0)} snapshots",
-        ("  max lag ", "bold"), _duration(report.get("max_lag_seconds")),
+        ("  max lag ", "bold"), f"{_max_lag_snapshots(report)} snapshots, ",
+        _duration(report.get("max_lag_seconds")),
         ("  unread rows ", "bold"), _num(report.get("total_unread_rows")),
     )
     parts = [head, totals]
@@ -162,7 +169,8 @@ def render_describe(report: dict[str, Any], console: Console | None = None) -> N
 
 def list_renderable(groups: Sequence[dict[str, Any]]) -> Table:
     table = Table(title="groups", title_justify="left")
-    for col in ("group", "table", "shards", "members", "state", "gen", "lag", "behind"):
+    for col in ("group", "table", "shards", "members", "state", "gen", "max lag", "behind",
+                "unread"):
         table.add_column(col, justify="left" if col in ("group", "table", "state") else "right",
                          no_wrap=col not in ("group", "table"))
     for g in groups:
@@ -170,7 +178,8 @@ def list_renderable(groups: Sequence[dict[str, Any]]) -> Table:
         table.add_row(
             g["group"], _num(g.get("table")), _num(g.get("num_shards")), _num(g.get("members")),
             Text(state, style=_STATE_STYLE.get(state, "")), _num(g.get("generation")),
-            _num(g.get("total_lag_snapshots")), _duration(g.get("max_lag_seconds")),
+            _num(g.get("max_lag_snapshots")), _duration(g.get("max_lag_seconds")),
+            _num(g.get("total_unread_rows")),
         )
     return table
 

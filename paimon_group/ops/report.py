@@ -137,7 +137,15 @@ class GroupReport:
 
     @property
     def total_lag_snapshots(self) -> int:
+        """Snapshot lag summed over shards. Kept in the JSON for scripts that read
+        it; it means little to a reader (4 shards one snapshot behind sum to 4):
+        the views show :attr:`max_lag_snapshots` and :attr:`max_lag_seconds`."""
         return sum(s.lag_snapshots or 0 for s in self.shards)
+
+    @property
+    def max_lag_snapshots(self) -> int:
+        """How many snapshots the slowest shard is behind."""
+        return max((s.lag_snapshots or 0 for s in self.shards), default=0)
 
     @property
     def max_lag_seconds(self) -> float | None:
@@ -163,6 +171,7 @@ class GroupReport:
             del out["coordinator"]
         out.update(
             total_lag_snapshots=self.total_lag_snapshots,
+            max_lag_snapshots=self.max_lag_snapshots,
             max_lag_seconds=self.max_lag_seconds,
             total_unread_rows=self.total_unread_rows,
             expired_shards=self.expired_shards,
