@@ -116,6 +116,10 @@ class MemberCore:
         self._supervisor: asyncio.Task[None] | None = None
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pg-plan")
         self._last_loop_tick = time.monotonic()
+        # Batches whose caller waits until their position is committed
+        # (``commit(batch)`` in iterator mode), by ``id(batch)``; resolved by
+        # the read loop once the batch's commit is done (see Reader).
+        self._durable: dict[int, asyncio.Future[None]] = {}
 
     # The session gate holds the open coordinator, the stopping flag, and the
     # joined and wake-up events it waits on.

@@ -170,7 +170,10 @@ class GroupMember(Membership, Driving):
         """Iterate over batches. With ``auto_commit`` a batch is committed when
         the next one is requested; otherwise call :meth:`commit`."""
         async def process(batch: ShardBatch) -> None:
-            done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+            loop = asyncio.get_running_loop()
+            done: asyncio.Future[bool] = loop.create_future()
+            if not self.auto_commit:
+                self._durable[id(batch)] = loop.create_future()
             await self._queue.put((batch, done))
             await done
 
@@ -198,9 +201,28 @@ class GroupMember(Membership, Driving):
                 await reader
         self.raise_if_failed()
 
-    async def commit(self, batch: ShardBatch) -> None:
-        """Explicitly acknowledge ``batch`` (iterator mode without auto commit)."""
-        done = self._acked.pop(id(batch), None)
+    async def commit(self, batch: ShardBatch, *, wait: bool = True) -> None:
+        """Commit ``batch``'s position (iterator mode without auto commit).
+
+        As Kafka's ``commitSync``: when this returns, the position after the
+        batch is durable in the coordinator (one fenced commit), so a handler
+        that wrote the batch to an external system may acknowledge it there.
+        It raises :class:`~paimon_group.errors.StaleEpoch` (or
+        :class:`~paimon_group.errors.NotOwner`) when the shard moved to another
+        member first: the position was not committed and the next owner reads
+        the batch again. The cost: one coordinator round trip, and the shards
+        of one step share one commit, so it may wait up to
+        ``COMMIT_LINGER_S`` (0.5 s) for the step's other shards.
+
+        ``wait=False`` only acknowledges the batch (the position is committed
+        soon after, with the step's other shards), and returns at once.
+        """
+        key = id(batch)
+        durable = self._durable.get(key)
+        done = self._acked.pop(key, None)
         if done is not None and not done.done():
             done.set_result(True)
-        await asyncio.sleep(0)
+        if wait and durable is not None:
+            await durable
+        else:
+            await asyncio.sleep(0)

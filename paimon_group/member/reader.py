@@ -23,7 +23,7 @@ from typing import Any
 from coordinators.errors import PaimonGroupError, SessionLost
 from paimon_group.batch import ShardBatch
 from paimon_group.config import MemberConfig
-from paimon_group.errors import HandlerFailed
+from paimon_group.errors import HandlerFailed, NotOwner, StaleEpoch
 from paimon_group.identity import check_table_identity, table_identity
 from paimon_group.member.commits import CommitLane, Commits
 from paimon_group.member.core import TABLE_CHECK_S, RebalanceListener
@@ -274,10 +274,20 @@ class Reader(Commits):
                 # and rejoined, or abandoned by a revoke): the coordinator, not
                 # this process, decides, and it rejects a stale epoch.
                 queued = True
-                await lane.commit(o)
+                try:
+                    await lane.commit(o)
+                except BaseException as err:
+                    self._resolve_durable(batch, err)
+                    raise
+                self._resolve_durable(batch, None if self._advanced(o, step) else StaleEpoch(
+                    f"shard {o.shard}: the position after snapshot {step.snapshot_id} was not "
+                    "committed: this member no longer owns the shard (the next owner reads "
+                    "the batch again)"))
             finally:
                 if not queued:
                     lane.skipped()
+                    self._resolve_durable(batch, NotOwner(
+                        f"shard {o.shard} was revoked before its batch was committed"))
                 o.idle.set()
 
         self._lanes.add(lane)
@@ -294,6 +304,25 @@ class Reader(Commits):
                         else 2 if isinstance(e, Stop) else 1)
             raise errors[0]
         await lane.flush()
+
+    @staticmethod
+    def _advanced(o: OwnedShard, step: StepPlan) -> bool:
+        """Whether ``o``'s committed position now covers ``step``."""
+        return (not o.dropped and o.full_scan is None and o.next_snapshot is not None
+                and o.next_snapshot >= step.next_snapshot)
+
+    def _resolve_durable(self, batch: ShardBatch, error: BaseException | None) -> None:
+        """Tell a caller waiting in ``commit(batch)`` how the batch's commit ended."""
+        waiter = self._durable.pop(id(batch), None)
+        if waiter is None or waiter.done():
+            return
+        if error is None:
+            waiter.set_result(None)
+        elif isinstance(error, asyncio.CancelledError):
+            waiter.cancel()
+        else:
+            waiter.set_exception(error)
+            waiter.add_done_callback(lambda f: f.exception())  # retrieved if nobody waits
 
     async def _handle(self, o: OwnedShard, batch: ShardBatch, step: StepPlan,
                       process: Process) -> None:
