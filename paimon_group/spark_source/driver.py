@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
+import sys
 import threading
 import time
 from collections.abc import Awaitable, Mapping
@@ -41,6 +43,32 @@ OwnedCursor = tuple[int, Cursor]
 """(epoch, cursor) of a shard this member owns."""
 
 
+def _leave_interrupts_to_the_query() -> None:
+    """In the Python process Spark starts to host the source, ignore SIGINT and SIGTERM.
+
+    That process hosts the member. Two signals would end it before the
+    member leaves (its shards then wait for its session to expire):
+
+    * Ctrl-C in a terminal reaches the whole foreground process group, this
+      process included; the program's own Ctrl-C handling stops the query.
+    * When a query stops, Spark closes its connection to this process (which
+      makes Spark's runner call the reader's ``stop()``: the member leaves the
+      group) and at once sends it SIGTERM.
+
+    Ignoring both, the member leaves when the query stops, and the process
+    then exits by itself (the leave is bounded by the shutdown timeout). Only
+    in a process Spark started (its ``__main__`` is a ``pyspark`` runner) and
+    only from the main thread: a program that builds a driver itself keeps
+    its own signals.
+    """
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if (threading.current_thread() is threading.main_thread() and spec is not None
+            and str(spec.name).startswith("pyspark.")):
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
 class GroupDriver:
     """A :class:`GroupMember` on a loop thread, driven by the stream reader's calls.
 
@@ -53,6 +81,7 @@ class GroupDriver:
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
+        _leave_interrupts_to_the_query()
         self.member = GroupMember(options.member_config(), auto_commit=False)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="pg-spark-member",

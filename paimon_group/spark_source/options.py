@@ -111,7 +111,9 @@ class SourceOptions:
         opts = {str(k).lower(): str(v) for k, v in options.items()}
         unknown = sorted(k for k in opts if k not in _KNOWN and not k.startswith(CATALOG_PREFIX))
         if unknown:
-            raise ConfigError(f"unknown option(s) of the paimon-group source: {', '.join(unknown)}")
+            raise ConfigError(
+                f"unknown option(s) of the paimon-group source: {', '.join(unknown)}; known: "
+                f"{', '.join(sorted(_KNOWN))}, {CATALOG_PREFIX}<pypaimon catalog option>")
         for required in ("group", "warehouse", "table"):
             if not opts.get(required, "").strip():
                 raise ConfigError(

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 
 from paimon_group.spark import PaimonGroupDataSource, build_spark_session
+from paimon_group.spark_source.errors import error_line
 from paimon_group.spark_source.sink import write_replacing
 
 
@@ -44,9 +46,31 @@ def main() -> int:
     def write(batch, batch_id):  # type: ignore[no-untyped-def]
         write_replacing(batch, args.out)   # replaces (shard, snapshot) partitions: idempotent
 
-    query = (reader.load().writeStream.foreachBatch(write)
-             .option("checkpointLocation", args.checkpoint).start())
-    query.awaitTermination()
+    try:
+        query = (reader.load().writeStream.foreachBatch(write)
+                 .option("checkpointLocation", args.checkpoint).start())
+    except Exception as err:  # a bad option: our one line, not Spark's forty
+        line = error_line(err)
+        if line is None:
+            raise
+        print(f"error: {line}", file=sys.stderr)
+        spark.stop()
+        return 2
+    # Ctrl-C (SIGINT) or SIGTERM: stop the query, so that its member leaves
+    # the group and hands its shards off, and exit as a shell expects (130
+    # after Ctrl-C). The handler only sets a flag: an exception raised in the
+    # middle of a call into Spark's JVM would break that connection.
+    stop: list[int] = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda signum, frame: stop.append(signum))
+    while not stop and query.isActive:
+        query.awaitTermination(1)
+    if stop:
+        print("stopping: the query's member leaves the group", file=sys.stderr)
+        query.stop()
+        spark.stop()
+        return 128 + stop[0]
+    query.awaitTermination()  # ended by itself: raises its error, if any
     return 0
 
 
