@@ -19,10 +19,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from coordinators.base import Coordinator, Watch
+from coordinators.registry import redact_url
 from paimon_group.batch import ShardBatch
 from paimon_group.config import MemberConfig
 from paimon_group.group import GroupClient
 from paimon_group.history import HistoryRecorder, NullRecorder
+from paimon_group.member.reachability import Reachability
 from paimon_group.member.state import MemberState, OwnedShard, SessionGate, may_move
 from paimon_group.mirror import ConsumerMirror
 from paimon_group.planner import ShardPlanner
@@ -120,6 +122,8 @@ class MemberCore:
         # (``commit(batch)`` in iterator mode), by ``id(batch)``; resolved by
         # the read loop once the batch's commit is done (see Reader).
         self._durable: dict[int, asyncio.Future[None]] = {}
+        self._reachability = Reachability(redact_url(config.coordinator_url),
+                                          safety_margin_s=float(config.safety_margin_s or 0.0))
 
     # The session gate holds the open coordinator, the stopping flag, and the
     # joined and wake-up events it waits on.

@@ -50,9 +50,16 @@ class Membership(Control):
         return coord
 
     def _on_session_state(self, state: SessionState) -> None:
-        # Called from the backend (on the loop thread); only wake the loops up.
+        # Called from the backend (on the loop thread); wake the loops up, and
+        # tell the operator in one line when the coordinator stops answering.
         self._session_changed.set()
         self._wake.set()
+        coord = self._coord
+        deadline = coord.session.deadline if coord is not None else time.monotonic()
+        line = self._reachability.on_state(state.value, now=time.monotonic(), deadline=deadline)
+        if line is not None:
+            level = logging.INFO if state is SessionState.CONNECTED else logging.WARNING
+            log.log(level, line, extra={"group": self.group_name, "member": self.member_id})
 
     async def _join(self, *, first: bool) -> None:
         """Connect, create or check the group, register our member key."""
