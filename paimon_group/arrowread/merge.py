@@ -9,8 +9,11 @@ in columns:
 1. one stable ``sort_indices`` over the section's rows by the same keys
    (``sequence.field`` nulls first in either sort order, as pypaimon's
    comparator; descending order flips non-null values only);
-2. the group boundaries where the primary key changes (``not_equal`` of each
-   sorted key column against its successor);
+2. the group boundaries where the primary key changes (each sorted key
+   column against its successor; with ``primary-key.nullable`` a null key
+   equals a null and differs from every value, as the engine's key
+   comparator, which orders nulls first -- ``not_equal`` alone gives null
+   there, which would merge a null key with its neighbour);
 3. **deduplicate**: the last row of each key, kept only when it is ``+I`` or
    ``+U``; **first-row**: the first ``+I``/``+U`` row of each key (deletes
    and update-befores are skipped with ``ignore-delete``; without it pypaimon
@@ -63,8 +66,14 @@ def _key_changes(sorted_keys: Sequence[pa.ChunkedArray]) -> np.ndarray:
     if n < 2:
         return changes
     for column in sorted_keys:
-        differs = pc.not_equal(column.slice(0, n - 1), column.slice(1))
+        before, after = column.slice(0, n - 1), column.slice(1)
+        differs = pc.fill_null(pc.not_equal(before, after), False)
         changes |= np.asarray(differs.to_numpy(zero_copy_only=False), dtype=bool)
+        if column.null_count:
+            # not_equal is null where either side is: null vs null is the
+            # same key, null vs a value another one.
+            one_null = pc.xor(pc.is_null(before), pc.is_null(after))
+            changes |= np.asarray(one_null.to_numpy(zero_copy_only=False), dtype=bool)
     return changes
 
 
