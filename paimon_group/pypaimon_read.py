@@ -149,3 +149,35 @@ def _merged_row_by_row(split: Split, primary_key: bool) -> bool:
         bool(getattr(split, "is_streaming", False))
         or not bool(getattr(split, "raw_convertible", False))
     )
+
+
+def accept_paimon_09_manifests() -> None:
+    """Let pypaimon's manifest reader read manifests written by Paimon 0.9
+    and 0.8 (idempotent; every ``ManifestFileManager`` of the process).
+
+    A data file's metadata gained ``_VALUE_STATS_COLS`` in Paimon 1.0 and
+    ``_FILE_SOURCE`` in 0.9. pypaimon indexes both unconditionally and raises
+    ``KeyError`` on an older manifest. The engine reads such a file as its
+    ``DataFileMeta09Serializer`` / ``08`` do: value stats over every column
+    (``_VALUE_STATS_COLS`` null) and no file source. We supply exactly those
+    two missing fields as None, in the record pypaimon goes on reading from,
+    before pypaimon looks at them; manifests that have them are untouched.
+    """
+    from pypaimon.manifest.manifest_file_manager import ManifestFileManager
+
+    original = getattr(ManifestFileManager, "_get_value_stats_fields", None)
+    if original is None or getattr(original, "_accepts_paimon_09", False):
+        return  # another pypaimon: it reads old manifests or raises as it does
+
+    def value_stats_fields(self: Any, file_dict: dict[str, Any], file_schema: Any) -> Any:
+        # ``file_dict`` is the record pypaimon then builds the DataFileMeta
+        # from: the defaults must land in it, not in a copy.
+        file_dict.setdefault("_VALUE_STATS_COLS", None)
+        file_dict.setdefault("_FILE_SOURCE", None)
+        return original(self, file_dict, file_schema)
+
+    value_stats_fields._accepts_paimon_09 = True  # type: ignore[attr-defined]
+    ManifestFileManager._get_value_stats_fields = value_stats_fields
+
+
+accept_paimon_09_manifests()
