@@ -181,3 +181,62 @@ def accept_paimon_09_manifests() -> None:
 
 
 accept_paimon_09_manifests()
+
+
+def keep_nanoseconds_in_rows() -> None:
+    """Let pypaimon's row-by-row reader keep the nanoseconds of
+    TIMESTAMP(7..9) values (idempotent; the whole process).
+
+    pypaimon turns a decoded batch into rows through polars, whose rows hold
+    ``datetime.datetime`` values: microseconds, the nanoseconds dropped. The
+    engine keeps them (its ``Timestamp`` has a nano-of-millisecond), and so
+    does the Arrow reader, so a split left to pypaimon's reader (merged,
+    streaming, partial-update, aggregation ...) would read other values than
+    one that is not. Here the nanosecond columns of those rows carry
+    ``pandas.Timestamp`` values instead: exact, ordered and compared like
+    datetimes by the merge functions, and converted back to Arrow exactly.
+    """
+    from pypaimon.read.reader.iface.record_batch_reader import RecordBatchReader
+
+    original = RecordBatchReader.__dict__.get("_iter_df_rows")
+    if not isinstance(original, staticmethod) or getattr(
+        original.__func__, "_keeps_nanoseconds", False
+    ):
+        return  # another pypaimon, or done already
+    rows_of = original.__func__
+
+    def iter_df_rows(df: Any) -> Iterator[tuple[Any, ...]]:
+        import polars as pl
+
+        nanos = [
+            (i, dtype.time_zone)
+            for i, dtype in enumerate(df.dtypes)
+            if isinstance(dtype, pl.Datetime) and dtype.time_unit == "ns"
+        ]
+        rows: Iterator[tuple[Any, ...]] = rows_of(df)
+        if not nanos:
+            return rows
+        return _with_nanoseconds(rows, nanos, {i: df.to_series(i) for i, _ in nanos})
+
+    iter_df_rows._keeps_nanoseconds = True  # type: ignore[attr-defined]
+    RecordBatchReader._iter_df_rows = staticmethod(iter_df_rows)
+
+
+def _with_nanoseconds(
+    rows: Iterator[tuple[Any, ...]], nanos: list[tuple[int, str | None]], series: dict[int, Any]
+) -> Iterator[tuple[Any, ...]]:
+    """``rows`` with the columns ``nanos`` (index, time zone) replaced by
+    exact ``pandas.Timestamp`` values of ``series`` (polars, ns)."""
+    import pandas as pd  # type: ignore[import-untyped]
+    import polars as pl
+
+    epochs = {i: series[i].cast(pl.Int64).to_list() for i, _ in nanos}
+    for n, row in enumerate(rows):
+        values = list(row)
+        for i, zone in nanos:
+            epoch = epochs[i][n]
+            values[i] = None if epoch is None else pd.Timestamp(epoch, unit="ns", tz=zone)
+        yield tuple(values)
+
+
+keep_nanoseconds_in_rows()
