@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 
 from paimon_group.arrowread.files import SEQUENCE_NUMBER, VALUE_KIND, Unsupported
 
-__all__ = ["ROW_KINDS", "adds_only", "merge_indices", "row_kind_strings"]
+__all__ = ["ROW_KINDS", "adds_only", "key_changes", "merge_indices", "row_kind_strings"]
 
 ROW_KINDS = ("+I", "-U", "+U", "-D")
 """Row kind strings by ``_VALUE_KIND`` byte, as pypaimon prints them."""
@@ -59,7 +59,7 @@ def adds_only(table: pa.Table) -> pa.Table:
     return table if mask.all() else table.filter(pa.array(mask))
 
 
-def _key_changes(sorted_keys: Sequence[pa.ChunkedArray]) -> np.ndarray:
+def key_changes(sorted_keys: Sequence[pa.ChunkedArray]) -> np.ndarray:
     """``changes[i]`` is True when sorted row ``i + 1`` has another key than row ``i``."""
     n = len(sorted_keys[0])
     changes = np.zeros(max(n - 1, 0), dtype=bool)
@@ -108,7 +108,7 @@ def merge_indices(
     if n == 0:
         return indices
     sorted_keys = [table.column(k).take(indices) for k in keys]
-    changes = _key_changes(sorted_keys)
+    changes = key_changes(sorted_keys)
     if first_row:
         keep = np.concatenate(([True], changes))
     else:
