@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from paimon_group.steps import Split
 
@@ -240,3 +241,37 @@ def _with_nanoseconds(
 
 
 keep_nanoseconds_in_rows()
+
+
+def trim_orc_chars() -> None:
+    """Let pypaimon's reader trim CHAR(n) values read from ORC, as the
+    engine does (idempotent; the whole process).
+
+    ORC stores a CHAR(n) value padded with spaces to n characters, and ORC's
+    own reader, which the engine reads with, trims trailing spaces from CHAR
+    columns; pyarrow's does not, so pypaimon would give ``'ab   '`` where
+    the engine and the Arrow reader give ``'ab'``.
+    """
+    from pypaimon.read.reader.format_pyarrow_reader import FormatPyArrowReader
+
+    original = FormatPyArrowReader.__dict__.get("_post_process_batch")
+    if original is None or getattr(original, "_trims_orc_chars", False):
+        return  # another pypaimon, or done already
+
+    def post_process(self: Any, batch: pa.RecordBatch) -> pa.RecordBatch:
+        batch = original(self, batch)
+        if getattr(self, "_file_format", None) != "orc":
+            return batch
+        for field in getattr(self, "read_fields", ()):
+            kind = str(field.type).split("(")[0].strip().upper()
+            index = batch.schema.get_field_index(field.name) if kind == "CHAR" else -1
+            if index >= 0:
+                trimmed = pc.utf8_rtrim(batch.column(index), characters=" ")
+                batch = batch.set_column(index, batch.schema.field(index), trimmed)
+        return batch
+
+    post_process._trims_orc_chars = True  # type: ignore[attr-defined]
+    FormatPyArrowReader._post_process_batch = post_process
+
+
+trim_orc_chars()

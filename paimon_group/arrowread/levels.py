@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from paimon_group.arrowread.classify import trimmed_keys
+from paimon_group.arrowread.classify import char_columns, trimmed_keys
 from paimon_group.arrowread.files import (
     Unsupported,
     apply_deletion_vector,
@@ -83,7 +83,7 @@ def lookup_level_drops(
     types = {f.name: f.type for f in PyarrowFieldParser.from_paimon_schema(table.fields)}
     parts = []
     for index, file in enumerate(upper):
-        rows = decode_file(table.file_io, file, keys, types)
+        rows = decode_file(table.file_io, file, keys, types, trim=char_columns(table))
         rows = rows.append_column(_POSITION, pa.array(np.arange(rows.num_rows, dtype=np.int64)))
         rows = apply_deletion_vector(rows, deleted.get(file.file_name))
         rows = rows.append_column(_LEVEL, pa.array(np.full(rows.num_rows, int(file.level))))
