@@ -121,3 +121,20 @@ def test_a_group_member_reads_an_engine_table_as_the_engine(engine: Engine, case
         got = asyncio.run(_group_rows(warehouse, expected.num_rows))
         got = got.select(expected.column_names).sort_by("k")
         assert got.to_pylist() == expected.to_pylist()
+
+
+def test_partitioned_engine_table_reads_as_the_engine_reads(engine: Engine) -> None:
+    schema = pa.schema([pa.field("k", pa.int64(), nullable=False),
+                        pa.field("p", pa.string(), nullable=False), pa.field("v", pa.int64())])
+    with tempfile.TemporaryDirectory() as tmp:
+        warehouse = str(Path(tmp) / "wh")
+        engine.create_table(warehouse, schema, primary_keys=["k", "p"], partition_keys=["p"],
+                            options={"bucket": "2"})
+        for keys, v in ((range(0, 20), 1), (range(10, 30), 2)):
+            engine.write(warehouse, pa.table(
+                {"k": list(keys), "p": [f"p{k % 3}" for k in keys], "v": [v] * len(keys)},
+                schema=schema))
+        expected = engine.read(warehouse).sort_by("k")
+        read, streamed = _planner_rows(warehouse)
+        assert read.to_pylist() == expected.to_pylist()
+        assert streamed.to_pylist() == expected.to_pylist()
