@@ -119,6 +119,17 @@ def _dv_factory(base: Callable[[], Any] | None, drops: list[int]) -> Callable[[]
     return lambda: _WithDrops(base() if base is not None else None, drops)
 
 
+_warned: set[tuple[str, str]] = set()
+
+
+def _warn_once(table: str, reason: str) -> None:
+    if (table, reason) in _warned:  # a benign race: at worst one line twice
+        return
+    _warned.add((table, reason))
+    log.warning("table %s: a lookup merge as pypaimon merges it, not as the engine: %s",
+                table, reason)
+
+
 def follow_lookup_levels() -> None:
     """Make pypaimon's merged reads of lookup tables merge as the engine
     (see the module docstring); idempotent, the whole process."""
@@ -142,7 +153,7 @@ def follow_lookup_levels() -> None:
         try:
             drops = lookup_level_drops(self.table, files, deleted)
         except Unsupported as err:
-            log.warning("lookup merge of bucket %s as pypaimon merges it: %s", split.bucket, err)
+            _warn_once(str(getattr(self.table, "identifier", "")), str(err))
             return
         readers = self.deletion_file_readers
         for name, positions in drops.items():
