@@ -10,8 +10,9 @@ Get it with ``pip download --no-deps paimon-python-ali==0.1.1 -d
 ~/.cache/paimon-group/``. A JRE 11+ (``java`` on the PATH, or
 ``$JAVA_HOME``) runs it.
 
-The bridge's Python API writes and reads in batch; everything else (full
-compaction, streaming scans) is called on the engine's Java objects.
+The bridge's Python API reads in batch; everything else (writes, dynamic
+buckets, full compaction, streaming scans) is called on the engine's Java
+objects through the bridge's gateway.
 """
 
 from __future__ import annotations
@@ -132,22 +133,59 @@ class Engine:
         of buckets ``0 .. compact_buckets - 1`` of the unpartitioned table
         in the same commit)."""
         table = self.catalog(warehouse).get_table("db.t")
-        builder = table.new_batch_write_builder()
-        write = builder.new_write()
-        commit = builder.new_commit()
+        j_table = table._j_table
+        builder = self.jvm.InvocationUtil.getBatchWriteBuilder(j_table)
+        write = builder.newWrite()
+        commit = builder.newCommit()
         # lookup (changelog, deletion vectors, first-row) spills to local disk
-        io_manager = self.jvm.org.apache.paimon.disk.IOManager.create(self.tmp_dir)
-        write._j_batch_table_write.withIOManager(io_manager)
+        write.withIOManager(self.jvm.org.apache.paimon.disk.IOManager.create(self.tmp_dir))
         try:
             if data.num_rows:
-                write.write_arrow(data.select(table._arrow_schema.names).cast(
+                self._write_rows(j_table, write, data.select(table._arrow_schema.names).cast(
                     table._arrow_schema))
             for bucket in range(compact_buckets):
-                write._j_batch_table_write.compact(self.jvm.BinaryRow.EMPTY_ROW, bucket, True)
-            commit.commit(write.prepare_commit())
+                write.compact(self.jvm.BinaryRow.EMPTY_ROW, bucket, True)
+            commit.commit(write.prepareCommit())
         finally:
             write.close()
             commit.close()
+
+    def _write_rows(self, j_table: Any, write: Any, data: pa.Table) -> None:
+        """``data`` converted to the engine's rows by the engine's own Arrow
+        reader; a dynamic-bucket table's rows get their buckets from the
+        engine's ``HashBucketAssigner`` (what its Flink and Spark sinks use;
+        it reads and extends the table's hash index), the others from the
+        table's bucket key."""
+        jvm = self.jvm
+        stream = pa.BufferOutputStream()
+        with pa.RecordBatchStreamWriter(stream, data.schema) as writer:
+            writer.write_table(data)
+        allocator = jvm.org.apache.arrow.memory.RootAllocator()
+        reader = jvm.org.apache.arrow.vector.ipc.ArrowStreamReader(
+            jvm.java.io.ByteArrayInputStream(stream.getvalue().to_pybytes()), allocator)
+        assigner = extractor = None
+        if str(j_table.bucketMode().name()) == "HASH_DYNAMIC":
+            extractor = j_table.createRowKeyExtractor()
+            target = int(j_table.coreOptions().dynamicBucketTargetRowNum())
+            assigner = jvm.org.apache.paimon.index.HashBucketAssigner(
+                j_table.snapshotManager(), "engine-tests", j_table.store().newIndexFileHandler(),
+                1, 1, 0, target)
+        try:
+            root = reader.getVectorSchemaRoot()
+            while reader.loadNextBatch():
+                rows = jvm.org.apache.paimon.arrow.reader.ArrowBatchReader(
+                    j_table.rowType()).readBatch(root).iterator()
+                while rows.hasNext():
+                    row = rows.next()
+                    if assigner is None:
+                        write.write(row)
+                        continue
+                    extractor.setRecord(row)
+                    hash_code = extractor.trimmedPrimaryKey().hashCode()
+                    write.write(row, assigner.assign(extractor.partition(), hash_code))
+        finally:
+            reader.close()
+            allocator.close()
 
     def stream(
         self, warehouse: str, from_snapshot: int, schema: pa.Schema

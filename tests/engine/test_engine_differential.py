@@ -39,8 +39,9 @@ SCHEMA = pa.schema(
 
 def _options(rnd: random.Random) -> dict[str, str]:
     merge = rnd.choice(["deduplicate", "partial-update", "aggregation", "first-row"])
-    options = {"bucket": str(rnd.randint(1, 3)), "rowkind.field": "op", "merge-engine": merge,
-               "file.format": rnd.choice(["parquet", "orc", "avro"])}
+    options = {"bucket": str(rnd.choice([-1, 1, 2, 3])), "rowkind.field": "op",
+               "merge-engine": merge, "file.format": rnd.choice(["parquet", "orc", "avro"]),
+               "dynamic-bucket.target-row-num": "4"}
     producers = ["none", "lookup"] if merge == "first-row" else [
         "none", "input", "lookup", "full-compaction"]
     options["changelog-producer"] = rnd.choice(producers)

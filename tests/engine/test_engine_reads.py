@@ -49,6 +49,10 @@ CASES: dict[str, dict[str, str]] = {
     "aggregation-deletion-vectors": {**AGG, "deletion-vectors.enabled": "true"},
     "aggregation-full-compaction": {**AGG, "changelog-producer": "full-compaction"},
     "first-row": {"merge-engine": "first-row"},
+    "dynamic-bucket": {"bucket": "-1", "dynamic-bucket.target-row-num": "6"},
+    "dynamic-bucket-aggregation-lookup": {
+        "bucket": "-1", "dynamic-bucket.target-row-num": "6", **AGG,
+        "changelog-producer": "lookup"},
 }
 
 

@@ -30,6 +30,8 @@ CASES: dict[str, dict[str, str]] = {
     "deletion-vectors": {"deletion-vectors.enabled": "true"},
     "aggregation-lookup": {**AGG, "changelog-producer": "lookup"},
     "partial-update-lookup": {"merge-engine": "partial-update", "changelog-producer": "lookup"},
+    "dynamic-bucket-lookup": {"bucket": "-1", "dynamic-bucket.target-row-num": "4",
+                              "changelog-producer": "lookup"},
 }
 
 
@@ -51,7 +53,7 @@ def _by_key(rows: list[tuple[Any, ...]]) -> dict[int, list[tuple[Any, ...]]]:
 def test_steps_read_as_the_engine_streams(engine: Engine, case: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         warehouse = str(Path(tmp) / "wh")
-        options = {"bucket": "2", "rowkind.field": "op", **CASES[case]}
+        options = {"bucket": "2", "rowkind.field": "op", **CASES[case]}  # case's bucket wins
         engine.create_table(warehouse, SCHEMA, primary_keys=["k"], options=options)
         engine.write(warehouse, _rows(range(0, 12), 1))
         engine.write(warehouse, _rows(range(6, 18), 2))
