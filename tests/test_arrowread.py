@@ -296,9 +296,9 @@ def test_projection_decodes_only_what_is_asked_and_the_merge_needs(
     decoded: set[str] = set()
     real = reader.decode_file
 
-    def spy(file_io: Any, file: Any, columns: Any, types: Any) -> pa.Table:
+    def spy(file_io: Any, file: Any, columns: Any, types: Any, **kwargs: Any) -> pa.Table:
         decoded.update(columns)
-        return real(file_io, file, columns, types)
+        return real(file_io, file, columns, types, **kwargs)
 
     monkeypatch.setattr(reader, "decode_file", spy)
     scenario = Scenario(sequence_field=True, buckets=2)

@@ -24,7 +24,13 @@ from typing import Any
 
 from paimon_group.arrowread.files import SUPPORTED_FORMATS, file_format
 
-__all__ = ["SplitMode", "split_fallback_reason", "split_mode", "table_fallback_reason"]
+__all__ = [
+    "SplitMode",
+    "char_columns",
+    "split_fallback_reason",
+    "split_mode",
+    "table_fallback_reason",
+]
 
 _UNSUPPORTED_TYPES = ("BLOB", "VARIANT", "VECTOR")
 _FLOATING = ("FLOAT", "DOUBLE")
@@ -70,6 +76,11 @@ def table_fallback_reason(table: Any, read_columns: list[str]) -> str | None:
         if _base_type(field) in _FLOATING:
             return f"floating-point sequence.field {name!r}"
     return None
+
+
+def char_columns(table: Any) -> frozenset[str]:
+    """The table's CHAR(n) columns (trimmed when read from ORC, files.py)."""
+    return frozenset(f.name for f in table.fields if _base_type(f) == "CHAR")
 
 
 def trimmed_keys(table: Any) -> list[str]:

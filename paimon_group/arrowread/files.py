@@ -7,6 +7,10 @@ the row's columns only. We read the row's columns by name (never the
 ``_KEY_`` copies: the value side holds the same keys) plus the two system
 columns when they are needed, so columns nobody asked for are never decoded.
 
+ORC stores a CHAR(n) value padded with spaces to n characters; the engine's
+ORC reader (ORC's own) trims trailing spaces from CHAR columns, and so do we
+(the ``trim`` columns); Parquet and Avro hold the value as written.
+
 Parquet and ORC are decoded by pyarrow (which releases the GIL, so files of a
 split decode in parallel on a thread pool); Avro by fastavro, as pypaimon
 does. A deletion vector is applied by position right after decoding, before
@@ -16,11 +20,12 @@ anything else looks at the rows (DV positions are physical file positions).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 __all__ = [
     "SEQUENCE_NUMBER",
@@ -50,12 +55,14 @@ def file_format(path: str) -> str:
 
 
 def decode_file(
-    file_io: Any, file: Any, columns: Sequence[str], types: dict[str, pa.DataType]
+    file_io: Any, file: Any, columns: Sequence[str], types: dict[str, pa.DataType],
+    *, trim: Collection[str] = (),
 ) -> pa.Table:
     """The ``columns`` of one data file, in that order, cast to ``types``
-    (system columns have their own types). Raises :class:`Unsupported` for a
-    format or a layout we do not decode (pypaimon then reads the split)."""
-    chunks = list(iter_file(file_io, file, columns, types, batch_rows=None))
+    (system columns have their own types); ``trim``: the CHAR columns.
+    Raises :class:`Unsupported` for a format or a layout we do not decode
+    (pypaimon then reads the split)."""
+    chunks = list(iter_file(file_io, file, columns, types, batch_rows=None, trim=trim))
     schema = pa.schema([pa.field(c, _SYSTEM_TYPES.get(c) or types[c]) for c in columns])
     if len(chunks) == 1:
         return chunks[0]
@@ -69,6 +76,7 @@ def iter_file(
     types: dict[str, pa.DataType],
     *,
     batch_rows: int | None,
+    trim: Collection[str] = (),
 ) -> Iterator[pa.Table]:
     """:func:`decode_file` in chunks of about ``batch_rows`` rows (None: the
     whole file, decoded with pyarrow's threads). Chunked decoding is single
@@ -94,7 +102,10 @@ def iter_file(
             arrays = []
             for field in schema:
                 column = chunk.column(field.name)
-                arrays.append(column if column.type == field.type else column.cast(field.type))
+                column = column if column.type == field.type else column.cast(field.type)
+                if fmt == "orc" and field.name in trim:
+                    column = pc.utf8_rtrim(column, characters=" ")
+                arrays.append(column)
             yield pa.Table.from_arrays(arrays, schema=schema)
 
 

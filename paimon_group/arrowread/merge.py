@@ -9,8 +9,11 @@ in columns:
 1. one stable ``sort_indices`` over the section's rows by the same keys
    (``sequence.field`` nulls first in either sort order, as pypaimon's
    comparator; descending order flips non-null values only);
-2. the group boundaries where the primary key changes (``not_equal`` of each
-   sorted key column against its successor);
+2. the group boundaries where the primary key changes (each sorted key
+   column against its successor; with ``primary-key.nullable`` a null key
+   equals a null and differs from every value, as the engine's key
+   comparator, which orders nulls first -- ``not_equal`` alone gives null
+   there, which would merge a null key with its neighbour);
 3. **deduplicate**: the last row of each key, kept only when it is ``+I`` or
    ``+U``; **first-row**: the first ``+I``/``+U`` row of each key (deletes
    and update-befores are skipped with ``ignore-delete``; without it pypaimon
@@ -30,7 +33,7 @@ import pyarrow.compute as pc
 
 from paimon_group.arrowread.files import SEQUENCE_NUMBER, VALUE_KIND, Unsupported
 
-__all__ = ["ROW_KINDS", "adds_only", "merge_indices", "row_kind_strings"]
+__all__ = ["ROW_KINDS", "adds_only", "key_changes", "merge_indices", "row_kind_strings"]
 
 ROW_KINDS = ("+I", "-U", "+U", "-D")
 """Row kind strings by ``_VALUE_KIND`` byte, as pypaimon prints them."""
@@ -56,15 +59,21 @@ def adds_only(table: pa.Table) -> pa.Table:
     return table if mask.all() else table.filter(pa.array(mask))
 
 
-def _key_changes(sorted_keys: Sequence[pa.ChunkedArray]) -> np.ndarray:
+def key_changes(sorted_keys: Sequence[pa.ChunkedArray]) -> np.ndarray:
     """``changes[i]`` is True when sorted row ``i + 1`` has another key than row ``i``."""
     n = len(sorted_keys[0])
     changes = np.zeros(max(n - 1, 0), dtype=bool)
     if n < 2:
         return changes
     for column in sorted_keys:
-        differs = pc.not_equal(column.slice(0, n - 1), column.slice(1))
+        before, after = column.slice(0, n - 1), column.slice(1)
+        differs = pc.fill_null(pc.not_equal(before, after), False)
         changes |= np.asarray(differs.to_numpy(zero_copy_only=False), dtype=bool)
+        if column.null_count:
+            # not_equal is null where either side is: null vs null is the
+            # same key, null vs a value another one.
+            one_null = pc.xor(pc.is_null(before), pc.is_null(after))
+            changes |= np.asarray(one_null.to_numpy(zero_copy_only=False), dtype=bool)
     return changes
 
 
@@ -99,7 +108,7 @@ def merge_indices(
     if n == 0:
         return indices
     sorted_keys = [table.column(k).take(indices) for k in keys]
-    changes = _key_changes(sorted_keys)
+    changes = key_changes(sorted_keys)
     if first_row:
         keep = np.concatenate(([True], changes))
     else:

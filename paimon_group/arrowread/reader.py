@@ -28,6 +28,7 @@ import pyarrow as pa
 
 from paimon_group.arrowread.classify import (
     SplitMode,
+    char_columns,
     split_fallback_reason,
     split_mode,
     table_fallback_reason,
@@ -126,6 +127,7 @@ class ArrowSplitReader:
         self.columns = names
         self.fallback_reason = table_fallback_reason(table, names)
         self._types: dict[str, pa.DataType] = {}
+        self._chars = char_columns(table)
         self._keys: list[str] = []
         self._sequence: list[str] = []
         if self.fallback_reason is None:
@@ -209,7 +211,7 @@ class ArrowSplitReader:
             deleted = read_deletion_vector(file_io, deletion) if deletion is not None else None
             offset = 0
             for chunk in iter_file(file_io, file, unit.columns, self._types,
-                                   batch_rows=batch_rows):
+                                   batch_rows=batch_rows, trim=self._chars):
                 rows = chunk.num_rows
                 if deleted:
                     chunk = apply_deletion_vector(chunk, deleted, offset)
@@ -252,7 +254,7 @@ class ArrowSplitReader:
 
         def one(item: tuple[Any, Any]) -> pa.Table:
             file, deletion = item
-            table = decode_file(file_io, file, columns, self._types)
+            table = decode_file(file_io, file, columns, self._types, trim=self._chars)
             if deletion is not None:
                 table = apply_deletion_vector(table, read_deletion_vector(file_io, deletion))
             return table

@@ -1,0 +1,252 @@
+"""Paimon's own engine (its Java core) from Python, for compatibility tests.
+
+The engine comes from the ``paimon-python-ali`` wheel (Paimon's core, a
+1.0-SNAPSHOT of September 2024, with a py4j bridge; its manifests are in
+0.9's layout): it is not a dependency of the project and is never
+installed into the environment. The wheel is looked for at
+``$PAIMON_GROUP_ENGINE_WHEEL``, else in ``~/.cache/paimon-group/``; it is
+unpacked next to itself once, and put on ``sys.path`` by :func:`start`.
+Get it with ``pip download --no-deps paimon-python-ali==0.1.1 -d
+~/.cache/paimon-group/``. A JRE 11+ (``java`` on the PATH, or
+``$JAVA_HOME``) runs it.
+
+The bridge's Python API reads in batch; everything else (writes, dynamic
+buckets, full compaction, streaming scans) is called on the engine's Java
+objects through the bridge's gateway.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+__all__ = ["Engine", "engine_unavailable", "start"]
+
+WHEEL_NAME = "paimon_python_ali-0.1.1-py3-none-any.whl"
+# Arrow's Java memory needs these on JDK 17.
+JVM_ARGS = "--add-opens=java.base/java.nio=ALL-UNNAMED -Xmx512m -XX:+UseSerialGC"
+
+
+def _wheel() -> Path | None:
+    given = os.environ.get("PAIMON_GROUP_ENGINE_WHEEL")
+    if given:
+        return Path(given) if Path(given).is_file() else None
+    found = sorted(glob.glob(str(Path.home() / ".cache" / "paimon-group" / WHEEL_NAME)))
+    return Path(found[-1]) if found else None
+
+
+def engine_unavailable() -> str | None:
+    """Why the engine cannot run here, or None."""
+    if _wheel() is None:
+        return (f"Paimon's engine wheel not found: set PAIMON_GROUP_ENGINE_WHEEL or put "
+                f"{WHEEL_NAME} in ~/.cache/paimon-group/")
+    java_home = os.environ.get("JAVA_HOME")
+    java = Path(java_home, "bin", "java") if java_home else shutil.which("java")
+    if not java or not Path(java).exists():
+        return "no java to run Paimon's engine"
+    return None
+
+
+def _unpacked(wheel: Path) -> Path:
+    target = wheel.with_suffix(".unpacked")
+    if not (target / "paimon_python_java").is_dir():
+        partial = target.with_suffix(".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        with zipfile.ZipFile(wheel) as archive:
+            archive.extractall(partial)
+        shutil.rmtree(target, ignore_errors=True)
+        partial.rename(target)
+    return target
+
+
+class Engine:
+    """One engine JVM; tables are created in ``warehouse`` catalogs."""
+
+    def __init__(self) -> None:
+        from paimon_python_java.java_gateway import get_gateway
+
+        self.gateway = get_gateway()
+        self.jvm = self.gateway.jvm
+        self.tmp_dir = tempfile.mkdtemp(prefix="paimon-engine-")
+
+    def close(self) -> None:
+        import paimon_python_java.java_gateway as jg
+
+        self.gateway.shutdown()
+        jg._gateway = None
+        shutil.rmtree(self.tmp_dir, ignore_errors=True)
+
+    def catalog(self, warehouse: str) -> Any:
+        from paimon_python_java import Catalog
+
+        return Catalog.create({"warehouse": warehouse})
+
+    def create_table(
+        self, warehouse: str, schema: pa.Schema, *, primary_keys: list[str],
+        options: dict[str, str], partition_keys: list[str] | None = None,
+        types: dict[str, str] | None = None,
+    ) -> Any:
+        """Table ``db.t``; ``types`` gives engine types by column where the
+        pyarrow type does not say it (``CHAR(5)``, ``TIMESTAMP(9)``)."""
+        from paimon_python_java.util.java_utils import _to_j_type
+
+        builder = self.jvm.org.apache.paimon.schema.Schema.newBuilder()
+        if partition_keys:
+            builder.partitionKeys(partition_keys)
+        if primary_keys:
+            builder.primaryKey(primary_keys)
+        builder.options(options)
+        for field in schema:
+            given = (types or {}).get(field.name)
+            j_type = self._type(given) if given else _to_j_type(field.type)
+            if not field.nullable:
+                j_type = j_type.copy(False)
+            builder.column(field.name, j_type)
+        catalog = self.catalog(warehouse)
+        catalog.create_database("db", True)
+        identifier = self.jvm.org.apache.paimon.catalog.Identifier.fromString("db.t")
+        catalog._j_catalog.createTable(identifier, builder.build(), False)
+        return catalog.get_table("db.t")
+
+    def _type(self, name: str) -> Any:
+        """An engine type from its SQL name: ``CHAR(n)``, ``VARCHAR(n)``,
+        ``TIMESTAMP(p)``, ``TIMESTAMP_LTZ(p)``, ``DECIMAL(p, s)``."""
+        types = self.jvm.org.apache.paimon.types.DataTypes
+        base, _, rest = name.partition("(")
+        args = [int(a) for a in rest.rstrip(")").split(",") if a.strip()]
+        make = {
+            "CHAR": types.CHAR, "VARCHAR": types.VARCHAR, "TIMESTAMP": types.TIMESTAMP,
+            "TIMESTAMP_LTZ": types.TIMESTAMP_WITH_LOCAL_TIME_ZONE, "DECIMAL": types.DECIMAL,
+        }[base.strip().upper()]
+        return make(*args)
+
+    def write(self, warehouse: str, data: pa.Table, *, compact_buckets: int = 0) -> None:
+        """One commit of ``data`` (``compact_buckets`` > 0: a full compaction
+        of buckets ``0 .. compact_buckets - 1`` of the unpartitioned table
+        in the same commit)."""
+        table = self.catalog(warehouse).get_table("db.t")
+        j_table = table._j_table
+        builder = self.jvm.InvocationUtil.getBatchWriteBuilder(j_table)
+        write = builder.newWrite()
+        commit = builder.newCommit()
+        # lookup (changelog, deletion vectors, first-row) spills to local disk
+        write.withIOManager(self.jvm.org.apache.paimon.disk.IOManager.create(self.tmp_dir))
+        try:
+            if data.num_rows:
+                self._write_rows(j_table, write, data.select(table._arrow_schema.names).cast(
+                    table._arrow_schema))
+            for bucket in range(compact_buckets):
+                write.compact(self.jvm.BinaryRow.EMPTY_ROW, bucket, True)
+            commit.commit(write.prepareCommit())
+        finally:
+            write.close()
+            commit.close()
+
+    def _write_rows(self, j_table: Any, write: Any, data: pa.Table) -> None:
+        """``data`` converted to the engine's rows by the engine's own Arrow
+        reader; a dynamic-bucket table's rows get their buckets from the
+        engine's ``HashBucketAssigner`` (what its Flink and Spark sinks use;
+        it reads and extends the table's hash index), the others from the
+        table's bucket key."""
+        jvm = self.jvm
+        stream = pa.BufferOutputStream()
+        with pa.RecordBatchStreamWriter(stream, data.schema) as writer:
+            writer.write_table(data)
+        allocator = jvm.org.apache.arrow.memory.RootAllocator()
+        reader = jvm.org.apache.arrow.vector.ipc.ArrowStreamReader(
+            jvm.java.io.ByteArrayInputStream(stream.getvalue().to_pybytes()), allocator)
+        assigner = extractor = None
+        if str(j_table.bucketMode().name()) == "HASH_DYNAMIC":
+            extractor = j_table.createRowKeyExtractor()
+            target = int(j_table.coreOptions().dynamicBucketTargetRowNum())
+            assigner = jvm.org.apache.paimon.index.HashBucketAssigner(
+                j_table.snapshotManager(), "engine-tests", j_table.store().newIndexFileHandler(),
+                1, 1, 0, target)
+        try:
+            root = reader.getVectorSchemaRoot()
+            while reader.loadNextBatch():
+                rows = jvm.org.apache.paimon.arrow.reader.ArrowBatchReader(
+                    j_table.rowType()).readBatch(root).iterator()
+                while rows.hasNext():
+                    row = rows.next()
+                    if assigner is None:
+                        write.write(row)
+                        continue
+                    extractor.setRecord(row)
+                    hash_code = extractor.trimmedPrimaryKey().hashCode()
+                    write.write(row, assigner.assign(extractor.partition(), hash_code))
+        finally:
+            reader.close()
+            allocator.close()
+
+    def stream(
+        self, warehouse: str, from_snapshot: int, schema: pa.Schema
+    ) -> list[tuple[Any, ...]]:
+        """The engine's streaming read from ``from_snapshot`` (its deltas or
+        changelogs, one snapshot a plan, through the latest snapshot): rows as
+        ``(row kind, *values)`` in the engine's order; int64 and string
+        columns only."""
+        table = self.catalog(warehouse).get_table("db.t")._j_table
+        options = {"scan.mode": "from-snapshot", "scan.snapshot-id": str(from_snapshot)}
+        builder = self.jvm.InvocationUtil.getReadBuilder(table.copy(options))
+        scan = builder.newStreamScan()
+        getters = [self._getter(f.type) for f in schema]
+        latest = int(table.snapshotManager().latestSnapshotId())
+        rows: list[tuple[Any, ...]] = []
+        # A snapshot without changes (a changelog table's APPEND under
+        # lookup) plans nothing; the scan moves on all the same.
+        for _ in range(2 * latest + 2):  # bounded: one plan a snapshot
+            position = scan.checkpoint()
+            if position is not None and int(position) > latest:
+                break
+            splits = scan.plan().splits()
+            read = builder.newRead()
+            for split in splits:
+                iterator = self.jvm.org.apache.paimon.reader.RecordReaderIterator(
+                    read.createReader(split))
+                try:
+                    while iterator.hasNext():
+                        row = iterator.next()
+                        values = [None if row.isNullAt(i) else get(row, i)
+                                  for i, get in enumerate(getters)]
+                        rows.append((row.getRowKind().shortString(), *values))
+                finally:
+                    iterator.close()
+        return rows
+
+    @staticmethod
+    def _getter(data_type: pa.DataType) -> Any:
+        if pa.types.is_int64(data_type):
+            return lambda row, i: row.getLong(i)
+        if pa.types.is_string(data_type):
+            return lambda row, i: row.getString(i).toString()
+        raise ValueError(f"no getter for {data_type}")
+
+    def read(self, warehouse: str) -> pa.Table:
+        """The engine's own batch read of the latest snapshot."""
+        table = self.catalog(warehouse).get_table("db.t")
+        builder = table.new_read_builder()
+        splits = builder.new_scan().plan().splits()
+        return builder.new_read().to_arrow(splits)
+
+
+def start() -> Engine:
+    """The engine (one JVM per process, started at the first call)."""
+    reason = engine_unavailable()
+    if reason is not None:
+        raise RuntimeError(reason)
+    wheel = _wheel()
+    assert wheel is not None
+    path = str(_unpacked(wheel))
+    if path not in sys.path:
+        sys.path.append(path)
+    os.environ.setdefault("_PYPAIMON_JVM_ARGS", JVM_ARGS)
+    return Engine()
