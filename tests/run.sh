@@ -33,7 +33,7 @@ ENGINE_DIR="$HOME/.cache/paimon-group"
 if [ ! -f "$ENGINE_DIR/paimon_python_ali-0.1.1-py3-none-any.whl" ]; then
     mkdir -p "$ENGINE_DIR"
     .venv/bin/python -m pip download -q --no-deps paimon-python-ali==0.1.1 -d "$ENGINE_DIR" \
-        || echo "Paimon's engine not downloaded: tests/engine will skip"
+        || echo "Paimon's engine not downloaded: tests/engine will skip (and fail in CI)"
 fi
 
 echo "== ruff"; .venv/bin/ruff check .

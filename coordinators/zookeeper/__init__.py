@@ -281,9 +281,8 @@ class ZooKeeperCoordinator(_Keys, _Client, Coordinator):
         if not identified and any(e.id.scheme == "auth" for e in self._acl):
             raise ConfigError(
                 f"ZooKeeper acl {acl_spec.split(',')[0]!r} needs an identity: credentials "
-                f"(digest or sasl: {CREDENTIALS_HOW}) or a TLS client certificate "
-                "(--coordinator-cert), or add ?acl=open to the zk:// URL to create "
-                "world-accessible znodes (development servers only)"
+                f"({CREDENTIALS_HOW}) or a TLS client certificate (--coordinator-cert), or add "
+                "?acl=open to the zk:// URL for world-accessible znodes (development only)"
             )
         self._check_tls(options)
         self._url = self._target.display()

@@ -274,20 +274,11 @@ class Reader(Commits):
                 # and rejoined, or abandoned by a revoke): the coordinator, not
                 # this process, decides, and it rejects a stale epoch.
                 queued = True
-                try:
-                    await lane.commit(o)
-                except BaseException as err:
-                    self._resolve_durable(batch, err)
-                    raise
-                self._resolve_durable(batch, None if self._advanced(o, step) else StaleEpoch(
-                    f"shard {o.shard}: the position after snapshot {step.snapshot_id} was not "
-                    "committed: this member no longer owns the shard (the next owner reads "
-                    "the batch again)"))
+                await self._commit_batch(lane, o, batch, step)
             finally:
                 if not queued:
                     lane.skipped()
-                    self._resolve_durable(batch, NotOwner(
-                        f"shard {o.shard} was revoked before its batch was committed"))
+                    self._resolve_durable(batch, NotOwner(f"shard {o.shard} was revoked"))
                 o.idle.set()
 
         self._lanes.add(lane)
@@ -304,6 +295,20 @@ class Reader(Commits):
                         else 2 if isinstance(e, Stop) else 1)
             raise errors[0]
         await lane.flush()
+
+    async def _commit_batch(self, lane: CommitLane, o: OwnedShard, batch: ShardBatch,
+                            step: StepPlan) -> None:
+        """Commit ``batch``'s shard through the step's lane, and tell a caller
+        waiting in ``commit(batch)`` whether its position is now durable."""
+        try:
+            await lane.commit(o)
+        except BaseException as err:
+            self._resolve_durable(batch, err)
+            raise
+        self._resolve_durable(batch, None if self._advanced(o, step) else StaleEpoch(
+            f"shard {o.shard}: the position after snapshot {step.snapshot_id} was not "
+            "committed: this member no longer owns the shard (the next owner reads "
+            "the batch again)"))
 
     @staticmethod
     def _advanced(o: OwnedShard, step: StepPlan) -> bool:
