@@ -5,6 +5,15 @@ the per-shard consumer id of :func:`paimon_group.names.consumer_id`, so that
 Paimon's snapshot expiration keeps every snapshot a shard has not read yet and
 Paimon's tools see the group's consumers.
 
+A pending full scan (a pinned start: the full content of snapshot ``F`` is
+still to be delivered) is mirrored as ``{"nextSnapshot": F,
+"paimonGroupFullScan": F}``: ``nextSnapshot`` keeps ``F`` from expiring (Paimon's
+expiration reads only that field; its readers, in Java too, ignore the other),
+and the marker tells a shard that resumes from the file (after a wiped or
+switched coordinator) that the full scan of ``F`` is still due, not only the
+snapshots after it. Without the marker a resumed shard would skip everything
+the table held before ``F``.
+
 Ordering: a value is written here only *after* the coordinator accepted it,
 so the file never runs ahead of the coordinator. It may lag (writes are
 throttled to one per ``interval_s`` per shard, and forced on release), which
@@ -21,14 +30,28 @@ Example::
 
 from __future__ import annotations
 
+import json
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from pypaimon.consumer.consumer import Consumer
 from pypaimon.consumer.consumer_manager import ConsumerManager
 
 from paimon_group.names import consumer_id, consumer_id_pattern, origin_path
+
+FULL_SCAN_FIELD = "paimonGroupFullScan"
+"""The consumer-file field that marks a pending full scan of ``nextSnapshot``."""
+
+
+@dataclass(frozen=True)
+class MirroredPosition:
+    """A shard's consumer file: the next snapshot, and whether the full scan of
+    that snapshot is still pending (then it is the snapshot to scan)."""
+
+    next_snapshot: int
+    full_scan_pending: bool = False
 
 
 class ConsumerMirror:
@@ -38,7 +61,7 @@ class ConsumerMirror:
         self._table_path = table_path
         self._group = group
         self._interval_s = interval_s
-        self._written: dict[int, int] = {}
+        self._written: dict[int, tuple[int, bool]] = {}
         self._written_at: dict[int, float] = {}
         self._lock = threading.Lock()
         self.writes = 0
@@ -47,27 +70,53 @@ class ConsumerMirror:
         consumer = self._manager.consumer(consumer_id(self._group, shard))
         return None if consumer is None else int(consumer.next_snapshot)
 
-    def due(self, shard: int, next_snapshot: int) -> bool:
+    def read_position(self, shard: int) -> MirroredPosition | None:
+        """The shard's consumer file with its pending-full-scan marker, or None."""
+        consumer = self._manager.consumer(consumer_id(self._group, shard))
+        if consumer is None:
+            return None
+        next_snapshot = int(consumer.next_snapshot)
+        try:
+            data = json.loads(self._file_io.read_file_utf8(self._path(shard)))
+        except (OSError, ValueError):
+            data = {}
+        pending = isinstance(data, dict) and data.get(FULL_SCAN_FIELD) == next_snapshot
+        return MirroredPosition(next_snapshot, full_scan_pending=pending)
+
+    def _path(self, shard: int) -> str:
+        return f"{self._table_path.rstrip('/')}/consumer/consumer-{consumer_id(self._group, shard)}"
+
+    def due(self, shard: int, next_snapshot: int, *, full_scan_pending: bool = False) -> bool:
         """Whether an unforced :meth:`write` would write now (cheap: no I/O), so
         that a caller can skip handing a write that does nothing to an I/O thread."""
         with self._lock:
-            return self._due(shard, next_snapshot, False, time.monotonic())
+            return self._due(shard, (next_snapshot, full_scan_pending), False, time.monotonic())
 
-    def _due(self, shard: int, next_snapshot: int, force: bool, now: float) -> bool:
-        if self._written.get(shard) == next_snapshot:
+    def _due(self, shard: int, value: tuple[int, bool], force: bool, now: float) -> bool:
+        if self._written.get(shard) == value:
             return False
         return force or now - self._written_at.get(shard, -1e18) >= self._interval_s
 
-    def write(self, shard: int, next_snapshot: int, *, force: bool = False) -> bool:
-        """Mirror a committed position; True if the file was written."""
+    def write(self, shard: int, next_snapshot: int, *, force: bool = False,
+              full_scan_pending: bool = False) -> bool:
+        """Mirror a committed position; True if the file was written.
+
+        ``full_scan_pending``: the position is a pinned start whose full scan
+        of ``next_snapshot`` is still to be delivered (see the module docstring).
+        """
+        value = (next_snapshot, full_scan_pending)
         with self._lock:
             now = time.monotonic()
-            if not self._due(shard, next_snapshot, force, now):
+            if not self._due(shard, value, force, now):
                 return False
-            self._manager.reset_consumer(
-                consumer_id(self._group, shard), Consumer(next_snapshot=next_snapshot)
-            )
-            self._written[shard] = next_snapshot
+            if full_scan_pending:
+                self._file_io.overwrite_file_utf8(self._path(shard), json.dumps(
+                    {"nextSnapshot": next_snapshot, FULL_SCAN_FIELD: next_snapshot}))
+            else:
+                self._manager.reset_consumer(
+                    consumer_id(self._group, shard), Consumer(next_snapshot=next_snapshot)
+                )
+            self._written[shard] = value
             self._written_at[shard] = now
             self.writes += 1
             return True

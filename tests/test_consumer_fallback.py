@@ -153,3 +153,66 @@ def test_a_creator_that_lost_the_race_hands_its_stamp_to_the_winner(tmp_path: Pa
     assert adopt_winner(table.file_io, table.table_path, loser, meta)
     assert resume_allowed(meta, ConsumerFilesOrigin.read(table.file_io, table.table_path, "fb"))
     assert mirror.read(0) == 2  # kept: written under the same count and rule
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("backend", ["sqlite", "etcd"])
+async def test_a_pending_full_scan_is_resumed_as_a_full_scan(
+        tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> None:
+    """Issue 21, H2. Member A pins the group's start (a full scan of snapshot 2)
+    and is still in its handler with the initial batch when its coordinator is
+    lost. Member B, on a fresh coordinator, resumes from the consumer files A
+    wrote: it must scan snapshot 2 in full (50 keys), not only what follows
+    it. Before the consumer files marked a pending full scan, B delivered
+    only the 10 keys written later: 50 were lost."""
+    wh = str(tmp_path / "wh")
+    make_pk_table(wh, "db.t", buckets=2)
+    write_rows(wh, "db.t", range(25))
+    write_rows(wh, "db.t", range(25, 50))
+    if backend == "etcd":
+        server = request.getfixturevalue("etcd_server")
+        first, second = server.url_with_prefix(), server.url_with_prefix()
+    else:
+        first, second = f"sqlite://{tmp_path}/a.sqlite", f"sqlite://{tmp_path}/b.sqlite"
+
+    def config(coordinator: str, member: str) -> MemberConfig:
+        return MemberConfig(group="h2", warehouse=wh, table="db.t", coordinator=coordinator,
+                            member_id=member, session_timeout_s=3, poll_interval_ms=50,
+                            shards=2, mirror_interval_s=0.0)
+
+    mirror = ConsumerMirror(open_table(wh, "db.t").file_io, open_table(wh, "db.t").table_path,
+                            "h2")
+    member_a = GroupMember(config(first, "a"), auto_commit=False)
+    await member_a.start()
+    batches_a = member_a.batches()
+    initial = await asyncio.wait_for(batches_a.__anext__(), timeout=60)
+    assert initial.kind.value == "initial" and initial.snapshot_id == 2
+    try:
+        for _ in range(200):   # both shards pinned, their files written
+            files = {s: mirror.read_position(s) for s in (0, 1)}
+            if all(f is not None for f in files.values()):
+                break
+            await asyncio.sleep(0.05)
+        assert all(f is not None and f.full_scan_pending and f.next_snapshot == 2
+                   for f in files.values()), files
+        # A is stuck in its handler; its coordinator is gone. B takes over on
+        # a fresh one, from the consumer files.
+        got: set[int] = set()
+        async with GroupMember(config(second, "b")) as member_b:
+            write_rows(wh, "db.t", range(50, 60))
+            async def consume() -> None:
+                async for batch in member_b.batches():
+                    got.update(batch.to_arrow().column("id").to_pylist())
+
+            task = asyncio.ensure_future(consume())
+            for _ in range(300):   # until every key arrived, or 15 s
+                if got >= set(range(60)) or task.done():
+                    break
+                await asyncio.sleep(0.05)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        assert got == set(range(60)), sorted(set(range(60)) - got)
+    finally:
+        await batches_a.aclose()
+        await member_a.stop(timeout=2)

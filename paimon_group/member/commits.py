@@ -187,11 +187,13 @@ class Commits(MemberCore):
                 await self._commit({s: o}, next_snapshot, full_scan=full_scan)
             return
         # Protect the pending full scan's snapshot, if any.
+        # (marked as such: a shard resuming from the file must scan it too).
         mirrored = full_scan if full_scan is not None else next_snapshot
         mirror_due = self._take_outcome(owned, ok, next_snapshot, full_scan, mirrored)
         if mirror_due:
             # Written after the coordinator accepted them: never ahead of it.
-            await self._in_io(functools.partial(self._mirror_write_all, mirror_due, mirrored))
+            await self._in_io(functools.partial(self._mirror_write_all, mirror_due, mirrored,
+                                                full_scan is not None))
 
     def _record_commits(self, owned: dict[int, OwnedShard], next_snapshot: int, *,
                         outcome: str, **details: Any) -> None:
@@ -215,7 +217,8 @@ class Commits(MemberCore):
                 o.next_snapshot = next_snapshot
                 o.committed = next_snapshot
                 o.full_scan = full_scan
-                if self._mirror is not None and self._mirror.due(s, mirrored):
+                if self._mirror is not None and self._mirror.due(
+                        s, mirrored, full_scan_pending=full_scan is not None):
                     mirror_due.append(s)
             else:
                 self._rejected(s, o)
@@ -269,13 +272,14 @@ class Commits(MemberCore):
                 o.next_snapshot = o.committed = position.next_snapshot
                 o.full_scan = position.full_scan
 
-    def _mirror_write_all(self, shards: list[int], n: int) -> None:
+    def _mirror_write_all(self, shards: list[int], n: int, full_scan_pending: bool) -> None:
         for shard in shards:
-            self._mirror_write(shard, n, False)
+            self._mirror_write(shard, n, False, full_scan_pending)
 
-    def _mirror_write(self, shard: int, n: int, force: bool) -> None:
+    def _mirror_write(self, shard: int, n: int, force: bool,
+                      full_scan_pending: bool = False) -> None:
         assert self._mirror is not None
         try:
-            self._mirror.write(shard, n, force=force)
+            self._mirror.write(shard, n, force=force, full_scan_pending=full_scan_pending)
         except Exception as err:
             log.warning("shard %d: consumer file not written: %s", shard, err)

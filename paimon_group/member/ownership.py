@@ -25,6 +25,7 @@ from paimon_group.group import GroupClient
 from paimon_group.member.commits import Commits
 from paimon_group.member.core import RebalanceListener
 from paimon_group.member.state import OwnedShard
+from paimon_group.mirror import MirroredPosition
 from paimon_group.releasing import PendingReleases
 
 log = logging.getLogger("paimon_group.member")
@@ -67,8 +68,13 @@ class Ownership(Commits):
                 owned.full_scan = position.full_scan
             else:
                 mirrored = await self._in_io(functools.partial(self._resume_from_file, shard))
-                if mirrored is not None:
-                    owned.next_snapshot = mirrored
+                if mirrored is not None and mirrored.full_scan_pending:
+                    # A pinned start whose full scan was still due: resume
+                    # with that full scan, then the snapshots after it.
+                    owned.next_snapshot = mirrored.next_snapshot + 1
+                    owned.full_scan = mirrored.next_snapshot
+                elif mirrored is not None:
+                    owned.next_snapshot = mirrored.next_snapshot
             self._owned[shard] = owned
             acquired.append(shard)
             self.history.record("acquire", shard=shard, epoch=epoch, generation=generation,
@@ -80,13 +86,13 @@ class Ownership(Commits):
             self._notify("on_assigned", acquired)
             self._wake.set()
 
-    def _resume_from_file(self, shard: int) -> int | None:
-        """The next snapshot in the shard's consumer file, if the group may
-        resume from it (:func:`paimon_group.consumer_meta.resume_allowed`:
+    def _resume_from_file(self, shard: int) -> MirroredPosition | None:
+        """The shard's consumer file (with its pending full scan, if marked), if
+        the group may resume from it (:func:`paimon_group.consumer_meta.resume_allowed`:
         written under this group's shard count and rule, by this incarnation
         or one it vetted); else None, and the shard starts as configured."""
         assert self._mirror is not None and self.table is not None and self._meta is not None
-        mirrored = self._mirror.read(shard)
+        mirrored = self._mirror.read_position(shard)
         if mirrored is None:
             return None
         origin = ConsumerFilesOrigin.read(self.table.table.file_io, self.table.table_path,
@@ -95,7 +101,8 @@ class Ownership(Commits):
             return mirrored
         log.warning("shard %d: consumer file (next snapshot %d) not resumed from: it was not "
                     "written under this group's %d shards by this group; starting as "
-                    "configured (%s)", shard, mirrored, self.num_shards, self.config.start,
+                    "configured (%s)", shard, mirrored.next_snapshot, self.num_shards,
+                    self.config.start,
                     extra={"group": self.group_name, "member": self.member_id, "shard": shard})
         return None
 
@@ -179,7 +186,8 @@ class Ownership(Commits):
                             next_snapshot=o.committed)
         if ok and o.committed is not None and self._mirror is not None:
             n = o.full_scan if o.full_scan is not None else o.committed
-            await self._in_io(functools.partial(self._mirror_write, o.shard, n, True))
+            await self._in_io(functools.partial(self._mirror_write, o.shard, n, True,
+                                                o.full_scan is not None))
         return ok
 
     async def _check_ownership(self, group: GroupClient) -> None:
