@@ -147,6 +147,11 @@ class GroupKeys:
     def removed(self, member_id: str) -> str:
         return f"{self.removed_dir}{validate_member_id(member_id)}"
 
+    @property
+    def start(self) -> str:
+        """The group's start: where every shard without a position begins."""
+        return f"{self.root}/start"
+
     @staticmethod
     def last_segment(key: str) -> str:
         return key.rsplit("/", 1)[-1]

@@ -163,6 +163,37 @@ class Owner(_Record):
 
 
 @dataclass(frozen=True)
+class GroupStart(_Record):
+    """``groups/<group>/start``: where every shard without a position starts.
+
+    Resolved once for the whole group (from ``--start`` against the table)
+    by the first member that needs it, and created if absent: every other
+    member, and every later round, starts its shards from this same snapshot.
+    On bucket-unaware tables a row's shard is the hash of its file, and a
+    compaction moves rows into other files: shards started from different
+    snapshots with a compaction in between would lose or repeat the rows it
+    moved. ``full_scan`` is the snapshot to scan in full first (None:
+    follow-ups only), ``next_snapshot`` where follow-ups begin; ``start`` the
+    ``--start`` text it was resolved from.
+    """
+
+    next_snapshot: int
+    full_scan: int | None
+    start: str
+    resolved_at: float = 0.0
+    resolved_by: str = ""
+
+    @classmethod
+    def _from_dict(cls, data: dict[str, Any]) -> GroupStart:
+        full = data.get("full_scan")
+        return GroupStart(next_snapshot=int(data["next_snapshot"]),
+                          full_scan=None if full is None else int(full),
+                          start=str(data.get("start", "")),
+                          resolved_at=float(data.get("resolved_at", 0.0)),
+                          resolved_by=str(data.get("resolved_by", "")))
+
+
+@dataclass(frozen=True)
 class RemovedMember(_Record):
     """``groups/<group>/removed/<id>``: an operator removed the member whose
     member key belonged to ``session`` (``members remove``), at ``removed_at``."""

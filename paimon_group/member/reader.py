@@ -29,6 +29,8 @@ from paimon_group.member.commits import CommitLane, Commits
 from paimon_group.member.core import TABLE_CHECK_S, RebalanceListener
 from paimon_group.member.state import OwnedShard, Stop
 from paimon_group.planner import StepPlan
+from paimon_group.records import GroupStart
+from paimon_group.start import ResolvedStart
 from paimon_group.table import ShardedTable
 
 log = logging.getLogger("paimon_group.member")
@@ -221,9 +223,26 @@ class Reader(Commits):
         Resolved once for all of them (so shards acquired together start from
         the same snapshot) and pinned in one commit.
         """
-        table = self.table
+        table, group = self.table, self._group
         assert table is not None
-        resolved = await self._in_io(lambda: table.resolve_start(self._start_position))
+        if group is None:
+            raise SessionLost("no session")
+
+        async def resolve() -> GroupStart:
+            found = await self._in_io(lambda: table.resolve_start(self._start_position))
+            return GroupStart(next_snapshot=found.next_snapshot,
+                              full_scan=found.full_scan_snapshot,
+                              start=str(self._start_position), resolved_at=time.time(),
+                              resolved_by=self.member_id)
+
+        # One start for the whole group (issue 21, H1): resolved once, by the
+        # first member that needs it, and stored; every shard without a
+        # position starts from it, whichever member and round pins it. On a
+        # bucket-unaware table two shards pinned at different snapshots with a
+        # compaction between them would lose or repeat the rows it moved.
+        start = await group.group_start(resolve)
+        resolved = ResolvedStart(next_snapshot=start.next_snapshot,
+                                 full_scan_snapshot=start.full_scan)
         # Pin the resolved start before reading anything: a later owner then
         # continues from it (instead of resolving "latest" again and skipping
         # what was committed in between), and a pending full scan is replayed

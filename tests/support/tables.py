@@ -327,13 +327,18 @@ def compact(
     Like Paimon's full compaction: the merged rows of each bucket are
     rewritten into a new file at the top level, and the old files are deleted
     in the same commit (kind COMPACT, no changelog). Returns the snapshot id.
+
+    A bucket-unaware append table (``bucket = -1``) is compacted as Paimon's
+    append compaction does: its files are rewritten, rows unchanged, into new
+    files (other names, so other shards under the file rule), level 0.
     """
     from pypaimon.common.options.core_options import ChangelogProducer
     from pypaimon.manifest.schema.manifest_entry import ManifestEntry
 
     table = open_table(warehouse, name)
-    if not table.is_primary_key_table:
-        raise ValueError("compact() supports primary-key tables only")
+    unaware = not table.is_primary_key_table and int(table.options.bucket()) == -1
+    if not table.is_primary_key_table and not unaware:
+        raise ValueError("compact() supports primary-key and bucket-unaware append tables")
     wanted = set(buckets) if buckets is not None else None
     entries = [e for e in _current_entries(table) if wanted is None or e.bucket in wanted]
     if not entries:
@@ -349,7 +354,8 @@ def compact(
     builder = table.new_batch_write_builder()
     write = builder.new_write()
     # A compaction under changelog-producer=input writes no changelog.
-    write.file_store_write.changelog_producer = ChangelogProducer.NONE
+    if hasattr(write.file_store_write, "changelog_producer"):
+        write.file_store_write.changelog_producer = ChangelogProducer.NONE
     commit = builder.new_commit()
     try:
         if merged.num_rows:
@@ -363,7 +369,8 @@ def compact(
                 if message.bucket not in by_bucket:
                     raise RuntimeError(f"compacted rows landed in bucket {message.bucket}")
                 compacted = dataclasses.replace(
-                    new_file, level=_MAX_LEVEL, file_source=_FILE_SOURCE_COMPACT
+                    new_file, level=0 if unaware else _MAX_LEVEL,
+                    file_source=_FILE_SOURCE_COMPACT,
                 )
                 template = by_bucket[message.bucket][0]
                 commit_entries.append(
