@@ -56,6 +56,7 @@ class ShardBatch:
 
     __slots__ = (
         "_planner",
+        "_view",
         "epoch",
         "first_snapshot",
         "group",
@@ -103,6 +104,10 @@ class ShardBatch:
         self.splits: tuple[Any, ...] = splits
         self.rows_read = 0
         self._planner = planner
+        # The readers this step was planned with: the planner may switch to a
+        # newer schema (ALTER TABLE) while this batch is in the handler, and
+        # schema, to_arrow() and iter_batches() must still agree.
+        self._view = planner.view
 
     @property
     def num_splits(self) -> int:
@@ -122,11 +127,11 @@ class ShardBatch:
     @property
     def schema(self) -> pa.Schema:
         """Schema of :meth:`to_arrow` (``_row_kind`` first when row kinds were requested)."""
-        return self._planner.schema
+        return self._view.schema
 
     def to_arrow(self) -> pa.Table:
         """Exactly this shard's rows for this step, as one table."""
-        table = self._planner.read_arrow(self.splits)
+        table = self._view.read_arrow(self.splits)
         self.rows_read += table.num_rows
         return table
 
@@ -139,7 +144,7 @@ class ShardBatch:
         :meth:`~paimon_group.planner.ShardPlanner.iter_batches`. Rows are
         counted in ``rows_read`` as the batches are produced.
         """
-        for batch in self._planner.iter_batches(self.splits):
+        for batch in self._view.iter_batches(self.splits):
             self.rows_read += batch.num_rows
             yield batch
 

@@ -47,7 +47,7 @@ Example (in-memory backend)::
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from coordinators.base import Check, Coordinator, Delete, Entry, Put
@@ -57,7 +57,6 @@ from paimon_group.names import GroupKeys, validate_member_id
 from paimon_group.records import (
     Assignment,
     GroupMeta,
-    GroupStart,
     MemberInfo,
     Owner,
     Position,
@@ -175,28 +174,6 @@ class GroupClient:
         if table_id:
             check_table_identity(meta, self.group, table_id)
         return meta
-
-    async def read_start(self) -> GroupStart | None:
-        """The group's stored start (:class:`GroupStart`), or None."""
-        entry = await self.coordinator.get(self.keys.start)
-        return GroupStart.decode(entry.key, entry.value) if entry else None
-
-    async def group_start(self, resolve: Callable[[], Awaitable[GroupStart]]) -> GroupStart:
-        """The group's start (:class:`GroupStart`): the stored one, else
-        ``resolve()``'s, created if absent (a concurrent creator's wins, and is
-        returned instead), so every shard of the group starts from one snapshot."""
-        key = self.keys.start
-        stored = await self.read_start()
-        if stored is not None:
-            return stored
-        proposed = await resolve()
-        if await self.coordinator.create(key, proposed.encode()) is not None:
-            return proposed
-        entry = await self.coordinator.get(key)
-        if entry is None:  # created and deleted meanwhile (the group was deleted)
-            raise CoordinatorUnavailable(f"group {self.group!r} start vanished; retry",
-                                         retriable=True)
-        return GroupStart.decode(entry.key, entry.value)
 
     # -- membership -----------------------------------------------------
 

@@ -67,9 +67,9 @@ import pyarrow as pa
 from pypaimon.read.scanner.file_scanner import FileScanner
 
 from coordinators.errors import PaimonGroupError
-from paimon_group.arrowread import ArrowSplitReader, ReadPath
+from paimon_group.arrowread import ReadPath
 from paimon_group.errors import SnapshotExpired
-from paimon_group.pypaimon_read import pypaimon_batches
+from paimon_group.read_view import ReadView
 from paimon_group.sharding import Sharding, ShardRule
 from paimon_group.steps import (
     BatchKind,
@@ -190,17 +190,16 @@ class ShardPlanner:
         from pypaimon.manifest.manifest_file_manager import ManifestFileManager
         from pypaimon.manifest.manifest_list_manager import ManifestListManager
 
-        builder: Any = pt.new_stream_read_builder().with_include_row_kind(self.include_row_kind)
-        if self.projection is not None:
-            builder.with_projection(list(self.projection))
-        schema: pa.Schema = builder.new_read().to_arrow_batch_reader([]).schema
+        view = ReadView(pt, identifier=self.table.identifier,
+                        include_row_kind=self.include_row_kind, projection=self.projection,
+                        batch_rows=self.batch_rows)
         self._pt: Any = pt
-        self._schema_id = int(pt.table_schema.id)
+        self._schema_id = view.schema_id
         self._manifest_lists: Any = ManifestListManager(pt)
         self._manifests: Any = ManifestFileManager(pt)
-        self._read_builder: Any = builder
-        self._schema = schema
-        self._read_path = self._arrow_read_path()
+        # One attribute, replaced whole: a batch keeps the view it was planned
+        # with (paimon_group.read_view), whatever the planner switches to.
+        self._view = view
 
     def _follow_schema(self, snapshot: Any) -> None:
         """Pick up a schema change before planning ``snapshot``.
@@ -227,16 +226,6 @@ class ShardPlanner:
         self._build_read(FileStoreTable(pt.file_io, pt.identifier, pt.table_path, latest,
                                         pt.catalog_environment))
 
-    def _arrow_read_path(self) -> ReadPath | None:
-        """The Arrow reader (``paimon_group.arrowread``) unless switched off
-        with ``PAIMON_GROUP_ARROW_READER=0``; pypaimon's reader otherwise."""
-        if os.environ.get("PAIMON_GROUP_ARROW_READER", "1").strip().lower() in ("0", "false"):
-            return None
-        reader = ArrowSplitReader(self._pt, self._schema, include_row_kind=self.include_row_kind)
-        return ReadPath(
-            reader, self.table.identifier, self.pypaimon_read_arrow, self.pypaimon_iter_batches
-        )
-
     def __repr__(self) -> str:
         return (
             f"ShardPlanner({self.table.identifier!r}, shards={self.num_shards}, "
@@ -246,7 +235,17 @@ class ShardPlanner:
     @property
     def schema(self) -> pa.Schema:
         """The arrow schema of what is read (``_row_kind`` first when requested)."""
-        return self._schema
+        return self._view.schema
+
+    @property
+    def view(self) -> ReadView:
+        """The readers of the current schema version (a batch keeps the one it
+        was planned with: :mod:`paimon_group.read_view`)."""
+        return self._view
+
+    @property
+    def _read_path(self) -> ReadPath | None:
+        return self._view.read_path
 
     @property
     def rule(self) -> ShardRule:
@@ -488,36 +487,21 @@ class ShardPlanner:
 
     # -- reading -------------------------------------------------------------
 
-    def _new_read(self) -> Any:
-        return self._read_builder.new_read()
-
     def read_arrow(self, splits: Sequence[Split]) -> pa.Table:
         """All rows of ``splits`` as one table with :attr:`schema`: the
         Arrow reader's (``paimon_group.arrowread``), equal to pypaimon's."""
-        if not splits:
-            return self._schema.empty_table()
-        if self._read_path is not None:
-            return self._read_path.read_arrow(list(splits))
-        return self.pypaimon_read_arrow(splits)
+        return self._view.read_arrow(splits)
 
     def pypaimon_read_arrow(self, splits: Sequence[Split]) -> pa.Table:
         """:meth:`read_arrow` by pypaimon's reader."""
-        if not splits:
-            return self._schema.empty_table()
-        table: pa.Table = self._new_read().to_arrow(list(splits))
-        return table
+        return self._view.pypaimon_read_arrow(splits)
 
     def iter_batches(self, splits: Sequence[Split]) -> Iterator[pa.RecordBatch]:
         """Record batches of ``splits``, streamed, in split order, of at
         most :attr:`batch_rows` rows: the Arrow reader's, one split decoded
         at a time (its files in parallel), see ``paimon_group.arrowread``;
         pypaimon's (:meth:`pypaimon_iter_batches`) for splits it cannot read."""
-        if not splits:
-            return
-        if self._read_path is not None:
-            yield from self._read_path.iter_batches(list(splits), self.batch_rows)
-        else:
-            yield from self.pypaimon_iter_batches(splits)
+        yield from self._view.iter_batches(splits)
 
     def pypaimon_iter_batches(self, splits: Sequence[Split]) -> Iterator[pa.RecordBatch]:
         """Record batches of ``splits`` by pypaimon's reader, in split order.
@@ -532,10 +516,7 @@ class ShardPlanner:
         pypaimon's batches of ``read.batch-size`` rows. After each split,
         Arrow's pool returns the memory it no longer uses to the system.
         """
-        if not splits:
-            return
-        yield from pypaimon_batches(self._new_read(), splits, self._schema, self.batch_rows,
-                                    primary_key=bool(self._pt.is_primary_key_table))
+        yield from self._view.pypaimon_iter_batches(splits)
 
 
 class _ShardFileScanner(FileScanner):  # type: ignore[misc]

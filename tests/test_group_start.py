@@ -20,6 +20,7 @@ import pytest
 
 from paimon_group import GroupMember, MemberConfig
 from paimon_group.group import GroupClient
+from paimon_group.group_start import read_group_start
 from tests.support.tables import compact, make_append_table, open_table, write_table
 
 TABLE = "db.a"
@@ -85,7 +86,7 @@ async def test_a_compaction_between_two_members_starts_loses_nothing(
         compacted = compact(wh, TABLE)
         assert compacted == 7
         await _drain(b, got, want=60)
-        start = await GroupClient(a._coord, "h1").read_start()  # type: ignore[arg-type]
+        start = await read_group_start(GroupClient(a._coord, "h1"))  # type: ignore[arg-type]
     finally:
         await a.stop()
         await b.stop()

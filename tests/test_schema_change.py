@@ -104,3 +104,32 @@ def test_running_processes_deliver_a_column_added_to_the_table(tmp_path: Path) -
     with_column = sum(len(d["ids"]) for d in later if "extra" in d["columns"])
     assert rows == 200 and with_column == 200, f"{with_column} of {rows} rows with the column"
     assert {d["member"] for d in later} == {"m0", "m1"}
+
+
+def test_a_batch_keeps_the_schema_it_was_planned_with(tmp_path: Path) -> None:
+    """Issue 21, a suspected case, real: the planner plans the next step while a
+    batch is in the handler, and switches to a newer schema (ALTER TABLE) when
+    that step needs it. The batch in the handler then gave the new schema from
+    ``schema`` and the new reader's batches from ``iter_batches``, while a
+    handler had opened its writer with the old one: ``schema``, ``to_arrow()``
+    and ``iter_batches()`` of one batch must agree, whatever happens after."""
+    from paimon_group.batch import ShardBatch
+    from paimon_group.planner import ShardPlanner
+    from paimon_group.table import ShardedTable
+
+    wh = str(tmp_path / "wh")
+    make_pk_table(wh, "db.t", buckets=1)
+    write_rows(wh, "db.t", range(10))
+    planner = ShardPlanner(ShardedTable.open(wh, "db.t"), 1)
+    step = planner.plan_next([0], 1)
+    assert step is not None
+    batch = ShardBatch(group="g", member_id="m", shard=0, num_shards=1, epoch=1, plan=step,
+                       planner=planner)
+    schema = batch.schema                      # a handler opens its writer with it
+    _add_column(wh, "db.t")
+    _write_with_extra(wh, "db.t", range(10, 20))
+    assert planner.plan_next([0], 2) is not None   # the next step: the planner switches
+    assert "extra" in planner.schema.names
+    streamed = pa.Table.from_batches(list(batch.iter_batches()), schema)
+    assert batch.schema == schema and batch.to_arrow().schema == schema
+    assert sorted(streamed.column("id").to_pylist()) == list(range(10))

@@ -24,6 +24,7 @@ from coordinators.errors import PaimonGroupError, SessionLost
 from paimon_group.batch import ShardBatch
 from paimon_group.config import MemberConfig
 from paimon_group.errors import HandlerFailed, NotOwner, StaleEpoch
+from paimon_group.group_start import group_start
 from paimon_group.identity import check_table_identity, table_identity
 from paimon_group.member.commits import CommitLane, Commits
 from paimon_group.member.core import TABLE_CHECK_S, RebalanceListener
@@ -240,7 +241,7 @@ class Reader(Commits):
         # position starts from it, whichever member and round pins it. On a
         # bucket-unaware table two shards pinned at different snapshots with a
         # compaction between them would lose or repeat the rows it moved.
-        start = await group.group_start(resolve)
+        start = await group_start(group, resolve)
         resolved = ResolvedStart(next_snapshot=start.next_snapshot,
                                  full_scan_snapshot=start.full_scan)
         # Pin the resolved start before reading anything: a later owner then
