@@ -139,3 +139,50 @@ def test_a_column_added_while_the_query_runs_is_not_read_until_it_restarts(
         assert sorted(i for b in batches for i in b.column("id").to_pylist()) == list(range(20))
     finally:
         stream.stop()
+
+
+def test_a_checkpoint_of_an_earlier_incarnation_does_not_move_the_new_groups_positions(
+    tmp_path: Path,
+) -> None:
+    """Issue 21, a suspected case, real: a query restarted with the checkpoint
+    of a group that was deleted and re-created under the same name (another
+    start pin) committed its old offsets into the new group, forward, and
+    started from them: the new group's full scan was skipped."""
+    from coordinators.registry import open_coordinator
+    from paimon_group.config import default_coordinator_url
+    from paimon_group.group import GroupClient
+    from paimon_group.mirror import ConsumerMirror
+    from tests.support.tables import open_table
+
+    make_pk_table(tmp_path, "db.t", buckets=2)
+    for k in range(5):
+        write_rows(tmp_path, "db.t", range(10 * k, 10 * k + 10))
+    old = reader(tmp_path, "q")
+    try:
+        old_end = old.latestOffset(old.initialOffset(), None)
+        old.commit(old_end)
+        old_end = old.latestOffset(old_end, None)  # nothing new: the same offset
+    finally:
+        old.stop()
+    assert {r.to for r in decode_offset(old_end).values()} == {6}
+
+    async def delete_and_recreate() -> None:
+        # As `paimon-group delete` does: the coordinator's keys and the
+        # group's consumer files.
+        async with open_coordinator(default_coordinator_url(str(tmp_path))) as coord:
+            assert await GroupClient(coord, "g").delete_all()
+        table = open_table(tmp_path, "db.t")
+        ConsumerMirror(table.file_io, table.table_path, "g").delete_all()
+
+    asyncio.run(delete_and_recreate())
+    new = reader(tmp_path, "q", start="earliest")   # the new group: a full scan of 1
+    try:
+        new.initialOffset()
+        end = new.latestOffset(old_end, None)   # Spark hands it the old checkpoint's end
+        ranges = decode_offset(end)
+        assert {r.full for r in ranges.values()} == {1}, ranges
+        assert all(p.next_snapshot == 2 and p.full_scan == 1
+                   for p in stored_positions(tmp_path).values())
+        assert end.get("group") == new.driver.incarnation != ""
+    finally:
+        new.stop()

@@ -49,6 +49,13 @@ class ShardPosition:
 class Driving(Reader):
     """The public hooks of a member used without its read loop."""
 
+    @property
+    def incarnation(self) -> str:
+        """The incarnation of the group joined (a group deleted and re-created
+        under the same name has another); empty before joining, and for groups
+        created before incarnations existed."""
+        return self._meta.incarnation if self._meta is not None else ""
+
     def held_shards(self) -> list[int]:
         """The shards owned now and not being revoked: the ones that may be read."""
         return sorted(s for s, o in self._owned.items() if o.active)

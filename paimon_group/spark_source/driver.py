@@ -122,6 +122,15 @@ class GroupDriver:
                  self.options.group, self.member.owned_shards)
 
     @property
+    def group(self) -> str:
+        return self.options.group
+
+    @property
+    def incarnation(self) -> str:
+        """The incarnation of the group joined (offsets record it)."""
+        return self.member.incarnation
+
+    @property
     def planner(self) -> ShardPlanner:
         assert self._planner is not None, "start() first"
         return self._planner

@@ -2,7 +2,14 @@
 
 An offset (the JSON Spark writes to its checkpoint) is::
 
-    {"v": 1, "shards": {"<shard>": {"epoch": E, "next": N, "full": F or null, "to": T}}}
+    {"v": 1, "group": "<incarnation>",
+     "shards": {"<shard>": {"epoch": E, "next": N, "full": F or null, "to": T}}}
+
+``group`` is the incarnation of the group that planned it (a group deleted
+and re-created under the same name is another incarnation: other shards, another
+start): a checkpoint of an earlier incarnation never moves the new group's
+positions (:func:`same_incarnation`). Offsets written before it was recorded
+have none and are taken as the current incarnation's.
 
 For each shard the micro-batch reads, in this order: the full content of
 snapshot ``F`` (a pending full scan, when not null), then the increments of
@@ -41,6 +48,7 @@ __all__ = [
     "decode_offset",
     "encode_offset",
     "plan_ranges",
+    "same_incarnation",
     "start_cursor",
 ]
 
@@ -87,9 +95,19 @@ class ShardRange:
                    full=int(full) if full is not None else None, to=int(data["to"]))
 
 
-def encode_offset(ranges: Mapping[int, ShardRange]) -> dict[str, Any]:
-    return {"v": OFFSET_VERSION,
-            "shards": {str(s): r.to_json() for s, r in sorted(ranges.items())}}
+def encode_offset(ranges: Mapping[int, ShardRange], incarnation: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {"v": OFFSET_VERSION,
+                           "shards": {str(s): r.to_json() for s, r in sorted(ranges.items())}}
+    if incarnation:
+        out["group"] = incarnation
+    return out
+
+
+def same_incarnation(offset: Mapping[str, Any] | None, incarnation: str) -> bool:
+    """Whether ``offset`` was planned by this incarnation of the group (an
+    offset, or a group, that records none counts as the same)."""
+    recorded = str((offset or {}).get("group") or "")
+    return not recorded or not incarnation or recorded == incarnation
 
 
 def decode_offset(offset: Mapping[str, Any] | None) -> dict[int, ShardRange]:

@@ -46,6 +46,7 @@ from paimon_group.spark_source.offsets import (
     decode_offset,
     encode_offset,
     plan_ranges,
+    same_incarnation,
     start_cursor,
 )
 from paimon_group.spark_source.options import SourceOptions
@@ -182,6 +183,13 @@ class PaimonGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         """
         driver = self.driver
         previous = decode_offset(start)
+        if previous and not same_incarnation(start, driver.incarnation):
+            # A checkpoint of an earlier incarnation of the group (deleted and
+            # re-created under the same name): its positions are of other
+            # shards or before another start, and must not move this group's.
+            log.warning("checkpointed offset of an earlier incarnation of group %r: ignored; "
+                        "the shards continue from the group's own positions", driver.group)
+            previous = {}
         if previous:
             driver.commit({s: r.to for s, r in previous.items()})
         owned = driver.owned()
@@ -195,7 +203,7 @@ class PaimonGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
                                 to=reached[s]) for s, c in cursors.items()}
         if all(r.empty for r in ranges.values()):
             return start if start is not None else encode_offset({})
-        end = encode_offset(ranges)
+        end = encode_offset(ranges, driver.incarnation)
         self._planned = {_key(end): pieces}
         driver.hold({s: r.to for s, r in ranges.items() if not r.empty})
         return end
