@@ -28,6 +28,22 @@ only contend for it (measured in docs/benchmarks.md); pypaimon's own reads
 use at most one thread per CPU as well."""
 
 
+def refuse_credentials_in_warehouse(warehouse: str) -> None:
+    """Refuse ``s3://KEY:SECRET@bucket/...`` in one line that never echoes it.
+
+    pypaimon keeps such a URI in every object path it builds, and pyarrow's
+    errors quote those paths: the secret would be printed by the first error.
+    Credentials go in catalog options instead (a ``--config`` file or the
+    environment keeps them out of ``ps``).
+    """
+    scheme, sep, rest = warehouse.partition("://")
+    if sep and "@" in rest.split("/", 1)[0] and scheme.lower() != "file":
+        raise ConfigError(
+            f"the --warehouse URI {scheme}://***@... carries credentials: give them as catalog "
+            "options instead (s3.access-key and s3.secret-key, and s3.session-token, in a "
+            "--config file or PAIMON_GROUP_CATALOG_OPTION, or as --catalog-option KEY=VALUE)")
+
+
 def default_coordinator_url(warehouse: str) -> str:
     """The embedded coordinator's file for a warehouse.
 
@@ -92,6 +108,7 @@ class MemberConfig:
 
     def __post_init__(self) -> None:
         validate_group(self.group)
+        refuse_credentials_in_warehouse(self.warehouse)
         if self.member_id is None:
             self.member_id = generated_member_id()
         validate_member_id(self.member_id)

@@ -103,6 +103,9 @@ class ShardedTable:
 
         if not _TABLE_NAME_RE.fullmatch(table):
             raise ConfigError(f"bad table name {table!r}: expected DATABASE.TABLE, e.g. db.orders")
+        from paimon_group.config import refuse_credentials_in_warehouse
+
+        refuse_credentials_in_warehouse(warehouse)
         location = _normalise_warehouse(warehouse)
         options = dict(catalog_options or {})
         options["warehouse"] = location

@@ -103,6 +103,15 @@ def cases(wh: Path, scratch: Path) -> dict[str, tuple[list[str], str]]:
                                  "no_such_module_x"),
         "bad-member-id": (run_args(wh, "--member-id", "bad/id"), "bad/id"),
         "bad-log-format": (run_args(wh, "--log-format", "xml"), "'xml'"),
+        # A warehouse URI with credentials: refused without echoing the secret.
+        "warehouse-with-credentials": (
+            ["run", "--group", "g", "--warehouse", "s3://AKIAEXAMPLE:s3cr3t-Val@bucket/wh",
+             "--table", "db.t", "--handler", "tests.support.handlers:record"],
+            "s3.secret-key"),
+        "describe-warehouse-with-credentials": (
+            ["describe", "--group", "g", "--warehouse", "s3://AKIAEXAMPLE:s3cr3t-Val@bucket/wh",
+             "--table", "db.t", "--coordinator", f"sqlite://{scratch}/c.sqlite"],
+            "s3.secret-key"),
         # Errors about coordinator credentials name the flag or variable to set.
         "zk-acl-needs-identity": (run_args(wh, "--coordinator", "zk://127.0.0.1:1/pg"),
                                   "--coordinator-username"),
@@ -133,6 +142,7 @@ def test_bad_input_is_one_line(warehouse: Path, tmp_path: Path, entry: str, case
     assert lines[0].startswith("error: "), lines
     assert needle in lines[0], lines[0]
     assert result.stdout == ""
+    assert "s3cr3t-Val" not in result.stderr and "AKIAEXAMPLE" not in result.stderr
     assert tree(warehouse, scratch) == before
     if case.endswith("unreachable"):
         assert "(timeout " in result.stderr, result.stderr

@@ -34,8 +34,11 @@ def admin_coordinator(kw: dict[str, Any]) -> tuple[str, ConnectOptions]:
         raise ConfigError(
             "give --coordinator URL, or --warehouse for the embedded coordinator under it"
         )
+    from paimon_group.config import refuse_credentials_in_warehouse
     from paimon_group.preflight import check_coordinator_target
 
+    if kw.get("warehouse"):
+        refuse_credentials_in_warehouse(kw["warehouse"])
     url = kw.get("coordinator") or default_coordinator_url(kw["warehouse"])
     options = build_connect_options(kw)
     check_coordinator_target(url, default_url=None, create=False)
