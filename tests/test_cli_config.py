@@ -240,7 +240,7 @@ def test_options_reach_the_member_config(
     monkeypatch.setattr(paimon_group.runner, "run_until_signalled", fake_runner)
     # No table, no coordinator here: the checks before joining are tested with
     # real ones in tests/test_cli_bad_input.py.
-    monkeypatch.setattr(preflight, "check_table", lambda *args: None)
+    monkeypatch.setattr(preflight, "check_table", lambda *args, **kw: None)
     monkeypatch.setattr(preflight, "probe_coordinator", lambda *args: None)
     monkeypatch.setattr(cli, "setup_logging", lambda fmt, level: logging_setup.append(
         (fmt, level)))
