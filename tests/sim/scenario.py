@@ -54,7 +54,15 @@ from tests.sim.coordinator import (
     SimStore,
 )
 from tests.sim.loop import START, SimDeadlock, SimLoop, SimSpin, virtual_time
-from tests.sim.table import ALTER_BEFORE, ReplayWarehouse, scratch_dir, templates
+from tests.sim.table import (
+    ALTER_BEFORE,
+    KIND_WEIGHTS,
+    KINDS,
+    PK_KINDS,
+    ReplayWarehouse,
+    scratch_dir,
+    templates,
+)
 from tests.support import checker
 
 CHAOS_S = 24.0  # virtual seconds of schedule and faults
@@ -159,7 +167,8 @@ class Run:
         self.rng = random.Random(f"scenario:{seed}")
         self.root = root
         self.plant = plant
-        main, recreated = templates()
+        self.kind = table_kind_of(seed)
+        main, recreated = templates(self.kind)
         self.wh = ReplayWarehouse(root / "wh", main, recreated)
         rng = self.rng
         self.timeout_s = rng.choice([1.0, 2.0, 3.0])
@@ -208,6 +217,7 @@ class Run:
         table = batch.to_arrow()
         ids = table.column("id").to_pylist() if table.num_rows else []
         extra = table.column("extra").to_pylist() if "extra" in table.column_names else None
+        values = table.column("v").to_pylist() if table.num_rows else []
         if self.plant == "drop_delivery" and not self.dropped_delivery and ids \
                 and inc.number > 0:
             self.dropped_delivery = True  # planted: a delivered batch goes unrecorded
@@ -216,7 +226,7 @@ class Run:
             "t": time.monotonic(), "member": inc.member_id, "pid": inc.number,
             "shard": batch.shard, "epoch": batch.epoch, "snapshot": batch.snapshot_id,
             "next_snapshot": batch.next_snapshot, "kind": batch.kind.value, "ids": ids,
-            "extra": extra,
+            "extra": extra, "vs": values,
         })
 
     def _handler_delay(self, inc: Incarnation, batch: Any) -> float:
@@ -520,11 +530,18 @@ class Run:
         v = self.violations
         dropped = self.dropped_at is not None
         written = self.expected_ids() if not dropped else set()
-        results = checker.check_all(written, history, self.wh.bucket_of, self.shards)
+        results = checker.check_all(written, history,
+                                    lambda i: self.wh.shard_of(i, self.shards), self.shards,
+                                    versions=True)  # an updated key: once per version
+        if self.kind.startswith("append"):
+            # File rule: a compaction moves rows to the shard of their new file.
+            results["wrong_shard"] = self._check_file_shards()
         for name, found in results.items():
             v[name].extend(found)
         v["truth"].extend(self._check_truth())
         v["schema"].extend(self._check_schema())
+        if not dropped:
+            v["values"].extend(self._check_values(written))
         for inc in self.incarnations:
             task = inc.task
             if task is not None and task.done() and not task.cancelled() \
@@ -560,13 +577,13 @@ class Run:
         for w in self.store.position_log:
             first.setdefault(w.shard, (w.next_snapshot, w.full_scan))
         out = set()
-        for i, snapshot in self.wh.written.items():
-            shard = self.wh.bucket_of(i) % self.shards
+        for i, versions in self.wh.versions.items():
+            shard = self.wh.shard_of(i, self.shards)
             if shard not in first:
                 out.add(i)  # never pinned: nothing was read, so it is lost
                 continue
             start, full = first[shard]
-            if full is not None or snapshot >= start:
+            if full is not None or any(snapshot >= start for snapshot, _v in versions):
                 out.add(i)
         return out
 
@@ -599,12 +616,51 @@ class Run:
         bad = []
         for d in self.deliveries:
             for pos, i in enumerate(d["ids"]):
-                if self.wh.written.get(i, 0) < ALTER_BEFORE:
+                written_by = d["vs"][pos]  # the write (1..) that wrote this version
+                if i not in self.wh.versions or written_by < ALTER_BEFORE:
                     continue
                 value = None if d["extra"] is None else d["extra"][pos]
                 if value != i * 10:
-                    bad.append(f"id {i} (snapshot {self.wh.written[i]}) delivered by "
+                    bad.append(f"id {i} (write {written_by}) delivered by "
                                f"{d['member']} with extra={value!r}, not {i * 10}")
+        return bad[:10]
+
+    def _check_file_shards(self) -> list[str]:
+        """Under the file rule a row is delivered by the shard of a file that
+        held it (the one it was written in, or a compaction's output)."""
+        bad = []
+        for d in self.deliveries:
+            for i in d["ids"]:
+                if i in self.wh.main.locs and d["shard"] not in self.wh.shards_of(i, self.shards):
+                    bad.append(f"id {i} delivered by shard {d['shard']}, held only by shards "
+                               f"{sorted(self.wh.shards_of(i, self.shards))}")
+        return bad[:10]
+
+    def _check_values(self, expected: set[int]) -> list[str]:
+        """Each kind's semantics. Primary key (deduplicate): a key's latest
+        version is delivered (a full scan holds the merged value; later
+        versions come in deltas). First-row: a full scan delivers a key's
+        first version. Append: every row once (``lost`` and the duplicate
+        checks)."""
+        if self.kind not in PK_KINDS:
+            return []
+        seen: dict[int, set[int]] = defaultdict(set)
+        bad = []
+        for d in self.deliveries:
+            for pos, i in enumerate(d["ids"]):
+                v = d["vs"][pos]
+                seen[i].add(v)
+                if self.kind == "first-row" and d["kind"] == "initial" \
+                        and i in self.wh.versions and v != self.wh.versions[i][0][1]:
+                    bad.append(f"first-row key {i}: full scan delivered v={v}, not the first "
+                               f"version v={self.wh.versions[i][0][1]}")
+        if self.kind == "first-row":
+            return bad[:10]
+        for i in sorted(expected):
+            want = self.wh.versions[i][-1][1]
+            if seen[i] and want not in seen[i]:
+                bad.append(f"key {i}: latest version v={want} never delivered (delivered "
+                           f"{sorted(seen[i])}; versions {self.wh.versions[i]})")
         return bad[:10]
 
     def digest(self) -> str:
@@ -633,7 +689,7 @@ def run_seed(seed: int, *, plant: str | None = None, keep: bool = False,
     wall = time.perf_counter()
     # Written on real time (a table's identity is its first schema's creation
     # time: the two tables must not share one virtual instant).
-    templates()
+    templates(table_kind_of(seed))
     root = Path(tempfile.mkdtemp(prefix=f"pg-sim-{seed}-", dir=scratch_dir()))
     logging.getLogger("paimon_group").setLevel(log_level)
     logging.getLogger("coordinators").setLevel(log_level)
@@ -668,7 +724,7 @@ def run_seed(seed: int, *, plant: str | None = None, keep: bool = False,
             shutil.rmtree(root, ignore_errors=True)
     assert run is not None
     stats: dict[str, Any] = dict(run.stats)
-    stats.update(shards=run.shards, timeout_s=run.timeout_s, start=run.start,
+    stats.update(kind=run.kind, shards=run.shards, timeout_s=run.timeout_s, start=run.start,
                  rebalance_delay_s=run.rebalance_delay,
                  fault_rate=run.fault_rate, table=run.table_fate,
                  incarnations=len(run.incarnations), deliveries=len(run.deliveries))
@@ -701,6 +757,11 @@ def _cancel_all(loop: asyncio.AbstractEventLoop) -> None:
 
 
 PROFILES = ("default", "heavy")
+
+
+def table_kind_of(seed: int) -> str:
+    """The seed's table kind (its own draw: the other draws of a seed stay)."""
+    return random.Random(f"kind:{seed}").choices(KINDS, KIND_WEIGHTS)[0]
 
 
 def profile() -> str:
