@@ -185,6 +185,15 @@ class Run:
             self.rebalance_delay = heavy.choice([0.0, self.timeout_s * 2])
         self.table_fate = rng.choices(["keep", "drop", "recreate"], [8, 1, 1])[0]
         self.store = SimStore()
+        # A coordinator switch or wipe, in its own draw (the others stay):
+        # every member leaves (``switch``: gracefully, as in a planned move;
+        # ``wipe``: all crash, the coordinator comes back empty) and the group
+        # goes on against a fresh store, so shards resume from the consumer
+        # files. ``eras`` holds each store left behind, with the shards
+        # whose consumer file existed then, and the first incarnation after it.
+        self.switch = random.Random(f"switch:{seed}").choices(
+            [None, "switch", "wipe"], [6, 2, 2])[0]
+        self.eras: list[tuple[SimStore, set[int], int]] = []
         self.plan = FaultPlan(seed, self.fault_rate, self.timeout_s)
         self.world = World(seed, self.store, self.plan)
         self.incarnations: list[Incarnation] = []
@@ -371,6 +380,9 @@ class Run:
                 ["join", "join", "leave", "crash", "crash", "pause", "restart"])))
         if self.table_fate != "keep":
             events.append((rng.uniform(CHAOS_S / 3, CHAOS_S), self.table_fate))
+        if self.switch is not None:
+            at = random.Random(f"switch-at:{self.seed}").uniform(0.1, 0.9) * CHAOS_S
+            events.append((at, self.switch))
         events.sort(key=lambda e: e[0])
         for _ in range(rng.randint(1, 3)):
             await self.start_member(self._free_id() or "m0")
@@ -389,7 +401,9 @@ class Run:
     async def _event(self, what: str) -> None:
         rng = self.rng
         live = self.live()
-        if what == "write":
+        if what in ("switch", "wipe"):
+            await self._switch_coordinator(what)
+        elif what == "write":
             self.wh.commit()
         elif what == "join" and len(live) < 4:
             mid = self._free_id()
@@ -418,6 +432,31 @@ class Run:
             # notice, and run on it.
             self.group_before_drop = self.store.get(f"groups/{GROUP}") is not None
             self.stats[f"table_{what}"] += 1
+
+    async def _switch_coordinator(self, how: str) -> None:
+        """Every member leaves (or crashes), the group moves to an empty
+        coordinator, and the members that were running start again on it."""
+        if self.dropped_at is not None:
+            return
+        live = self.live()
+        for inc in live:
+            if how == "switch":
+                await self.stop_member(inc)
+            else:
+                self.crash(inc)
+        consumer_dir = self.wh.table_dir / "consumer"
+        mirrored = {k for k in range(self.shards)
+                    if (consumer_dir / f"consumer-pg-{GROUP}-shard-{k}").exists()}
+        self.eras.append((self.store, mirrored, len(self.incarnations)))
+        self.store = SimStore()
+        self.store.plant_stale_accept = self.eras[0][0].plant_stale_accept
+        self.world.store = self.store
+        self.stats[f"coordinator_{how}"] += 1
+        for member_id in dict.fromkeys(i.member_id for i in live):
+            await self.start_member(member_id)
+
+    def _stores(self) -> list[SimStore]:
+        return [store for store, _m, _n in self.eras] + [self.store]
 
     def _background(self, work: Any) -> None:
         task = asyncio.ensure_future(work)
@@ -530,9 +569,7 @@ class Run:
         v = self.violations
         dropped = self.dropped_at is not None
         written = self.expected_ids() if not dropped else set()
-        results = checker.check_all(written, history,
-                                    lambda i: self.wh.shard_of(i, self.shards), self.shards,
-                                    versions=True)  # an updated key: once per version
+        results = self._check_history(written, history)
         if self.kind.startswith("append"):
             # File rule: a compaction moves rows to the shard of their new file.
             results["wrong_shard"] = self._check_file_shards()
@@ -574,6 +611,12 @@ class Run:
         start was first pinned (``latest`` skips what came before; a full
         scan of snapshot F holds every row of the snapshots up to F)."""
         first: dict[int, tuple[int, int | None]] = {}
+        for store, mirrored, _n in self.eras:
+            # A pin the switch lost with the coordinator (no consumer file
+            # yet) did not happen: the shard starts anew, as configured.
+            for w in store.position_log:
+                if w.shard in mirrored:
+                    first.setdefault(w.shard, (w.next_snapshot, w.full_scan))
         for w in self.store.position_log:
             first.setdefault(w.shard, (w.next_snapshot, w.full_scan))
         out = set()
@@ -588,11 +631,15 @@ class Run:
         return out
 
     def _check_truth(self) -> list[str]:
-        """The store's own log of applied positions."""
+        """Each store's own log of applied positions (a fresh store after a
+        switch starts its epochs and positions anew)."""
+        return [bad for store in self._stores() for bad in self._check_log(store)][:20]
+
+    def _check_log(self, store: SimStore) -> list[str]:
         bad = []
         writers: dict[tuple[int, int], str] = {}
         last: dict[int, tuple[int, int]] = {}
-        for w in self.store.position_log:
+        for w in store.position_log:
             if w.fence is None or w.fence != w.owner_create_version or w.fence != w.epoch:
                 bad.append(f"shard {w.shard}: position {w.next_snapshot} of epoch {w.epoch} "
                            f"by {w.member} applied with fence {w.fence}, owner key "
@@ -624,6 +671,27 @@ class Run:
                     bad.append(f"id {i} (write {written_by}) delivered by "
                                f"{d['member']} with extra={value!r}, not {i * 10}")
         return bad[:10]
+
+    def _check_history(self, written: set[int], history: checker.History
+                       ) -> dict[str, list[str]]:
+        """The history checks, per coordinator era (epochs, positions and
+        commits are the store's own: a fresh store starts them anew, and
+        rows may be delivered again after a switch: at least once); the
+        lost rows over the whole run."""
+        bounds = [n for _s, _m, n in self.eras] + [len(self.incarnations)]
+        results: dict[str, list[str]] = defaultdict(list)
+        lo = 0
+        for hi in bounds:
+            era = checker.History(
+                deliveries=[d for d in history.deliveries if lo <= d["pid"] < hi],
+                events=[e for e in history.events if lo <= e["pid"] < hi])
+            found = checker.check_all(set(), era, lambda i: self.wh.shard_of(i, self.shards),
+                                      self.shards, versions=True)  # a key: once per version
+            for name, items in found.items():
+                results[name].extend(items)
+            lo = hi
+        results["lost"] = checker.lost_rows(written, history)
+        return results
 
     def _check_file_shards(self) -> list[str]:
         """Under the file rule a row is delivered by the shard of a file that
@@ -670,7 +738,7 @@ class Run:
         for d in self.deliveries:
             h.update(json.dumps([d["t"], d["member"], d["shard"], d["epoch"],
                                  sorted(d["ids"])]).encode())
-        for w in self.store.position_log:
+        for w in [w for store in self._stores() for w in store.position_log]:
             h.update(repr((w.shard, w.epoch, w.member, w.next_snapshot, w.t)).encode())
         return h.hexdigest()[:16]
 
