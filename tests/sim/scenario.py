@@ -370,6 +370,11 @@ class Run:
         t0 = loop.time()
         for _ in range(rng.choice([0, 1, 2])):
             self.wh.commit()
+        if self.switch is not None:
+            # Rows before the group's start, so that a full scan pinned at
+            # snapshot F holds rows that no delta from F on has.
+            for _ in range(random.Random(f"switch-pre:{self.seed}").choice([0, 2, 3])):
+                self.wh.commit()
         events: list[tuple[float, str]] = []
         t = 0.0
         while self.wh.remaining - sum(1 for _, e in events if e == "write") > 0:
