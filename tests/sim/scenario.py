@@ -192,7 +192,7 @@ class Run:
         # files. ``eras`` holds each store left behind, with the shards
         # whose consumer file existed then, and the first incarnation after it.
         self.switch = random.Random(f"switch:{seed}").choices(
-            [None, "switch", "wipe"], [6, 2, 2])[0]
+            [None, "switch", "wipe"], [5, 2, 3])[0]
         self.eras: list[tuple[SimStore, set[int], int]] = []
         self.plan = FaultPlan(seed, self.fault_rate, self.timeout_s)
         self.world = World(seed, self.store, self.plan)
@@ -389,7 +389,7 @@ class Run:
             # Half of them early, while the first shards' starts are pinned
             # and their first batches (a full scan) may still be in flight.
             when = random.Random(f"switch-at:{self.seed}")
-            at = when.uniform(1.0, 5.0) if when.random() < 0.5 else \
+            at = when.uniform(1.0, 5.0) if when.random() < 0.6 else \
                 when.uniform(0.1, 0.9) * CHAOS_S
             events.append((at, self.switch))
         events.sort(key=lambda e: e[0])
