@@ -306,6 +306,7 @@ class ReplayWarehouse:
     dropped: bool = False
     # id -> [(snapshot, v)] of every version committed so far (main table only)
     versions: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
+    _shard_cache: dict[tuple[int, int], int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.current = self.main
@@ -361,11 +362,15 @@ class ReplayWarehouse:
     def shard_of(self, i: int, shards: int) -> int:
         """The shard of the file id ``i`` was first written in (its shard for
         good, except under the file rule, where a compaction moves it)."""
-        from paimon_group.sharding import Sharding
+        key = (i, shards)
+        if key not in self._shard_cache:
+            from paimon_group.sharding import Sharding
 
-        t = self._template_of(i)
-        part, bucket, name = t.first_loc[i]
-        return Sharding(t.rule, shards).shard_of(part, bucket, name)  # type: ignore[arg-type]
+            t = self._template_of(i)
+            part, bucket, name = t.first_loc[i]
+            self._shard_cache[key] = Sharding(t.rule, shards).shard_of(  # type: ignore[arg-type]
+                part, bucket, name)
+        return self._shard_cache[key]
 
     def shards_of(self, i: int, shards: int) -> set[int]:
         """Every shard a file holding id ``i`` ever belonged to."""
