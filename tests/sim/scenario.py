@@ -53,6 +53,7 @@ from tests.sim.coordinator import (
     SimCoordinator,
     SimStore,
 )
+from tests.sim.driver import drive
 from tests.sim.loop import START, SimDeadlock, SimLoop, SimSpin, virtual_time
 from tests.sim.table import (
     ALTER_BEFORE,
@@ -159,6 +160,7 @@ class Incarnation:
     stopped: bool = False
     start_error: BaseException | None = None
     started_at: float = 0.0
+    driven: bool = False  # by tests.sim.driver, as the Spark source drives a member
 
 
 class Run:
@@ -279,6 +281,9 @@ class Run:
         if mode == "run":
             await member.run(handle)
             return
+        if mode == "driver":
+            await self._drive(inc)
+            return
         try:
             async for batch in member.batches():
                 await handle(batch)
@@ -291,11 +296,31 @@ class Run:
             inc.stopped = True
             await member.stop()
 
+    async def _drive(self, inc: Incarnation) -> None:
+        def record(d: dict[str, Any]) -> None:
+            if inc.crashed:
+                return
+            d.update(t=time.monotonic(), member=inc.member_id, pid=inc.number)
+            self.deliveries.append(d)
+
+        try:
+            await drive(inc.member, record, lambda: inc.crashed)
+        except (FileNotFoundError, TableNotFound, TableReplaced):
+            if self.dropped_at is None:
+                raise
+            self.stats["consumer_exited_table_gone"] += 1
+            inc.stopped = True
+            await inc.member.stop()
+
     async def start_member(self, member_id: str) -> Incarnation:
         number = len(self.incarnations)
         cfg = self._config(member_id, number)
-        inc = Incarnation(member_id, number, GroupMember(cfg), history_path=cfg.history_path or "",
-                          started_at=time.monotonic())
+        # One member in five is driven as the Spark source drives one (its
+        # own draw: the other draws of a seed stay).
+        driven = random.Random(f"driver:{self.seed}:{number}").random() < 0.2
+        inc = Incarnation(member_id, number, GroupMember(cfg, auto_commit=not driven),
+                          history_path=cfg.history_path or "", started_at=time.monotonic(),
+                          driven=driven)
         self.incarnations.append(inc)
         self.stats["member_starts"] += 1
         try:
@@ -321,6 +346,9 @@ class Run:
             self._kill(inc)
             return inc
         mode = self.rng.choice(["run", "run", "iterate"])
+        if inc.driven:
+            mode = "driver"
+            self.stats["driver_starts"] += 1
         inc.task = asyncio.create_task(self._consume(inc, mode), name=f"consume-{number}")
         return inc
 
@@ -347,6 +375,10 @@ class Run:
     async def stop_member(self, inc: Incarnation) -> None:
         inc.stopped = True
         self.stats["graceful_leaves"] += 1
+        if inc.driven:
+            # As GroupDriver.stop: a batch still held was abandoned by the
+            # query; its shards are released with the committed positions.
+            inc.member.mark_idle(range(self.shards))
         await inc.member.stop()
         if inc.task is not None:
             inc.task.cancel()
