@@ -33,7 +33,7 @@ def test_seeds_hold_every_invariant() -> None:
         assert set(summary.faults) == set(FAULT_KINDS), summary.faults
         for event in ("crashes", "restarts", "graceful_leaves", "pauses", "table_drop",
                       "table_recreate", "handler_raised", "coordinator_switch",
-                      "coordinator_wipe"):
+                      "coordinator_wipe", "driver_starts"):
             assert summary.events[event] > 0, (event, summary.events)
         # Every table kind ran.
         for kind in KINDS:
