@@ -27,9 +27,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from coordinators.errors import PaimonGroupError
-from paimon_group.config import MemberConfig
 from paimon_group.errors import TableNotFound, TableReplaced
-from paimon_group.member.core import TABLE_CHECK_S, RebalanceListener
+from paimon_group.member.core import TABLE_CHECK_S
 from paimon_group.member.reader import Reader
 from paimon_group.member.state import OwnedShard
 
@@ -52,11 +51,6 @@ class ShardPosition:
 
 class Driving(Reader):
     """The public hooks of a member used without its read loop."""
-
-    def __init__(self, config: MemberConfig, *, listener: RebalanceListener | None = None,
-                 auto_commit: bool = True) -> None:
-        super().__init__(config, listener=listener, auto_commit=auto_commit)
-        self._driven_table_checked: float | None = None
 
     def held_shards(self) -> list[int]:
         """The shards owned now and not being revoked: the ones that may be read."""
@@ -87,6 +81,9 @@ class Driving(Reader):
                 continue
             out[o.shard] = ShardPosition(o.shard, o.epoch, o.next_snapshot, o.full_scan)
         return out
+
+    # When a driven member last checked its table (None: not yet; start checked it).
+    _driven_table_checked: float | None = None
 
     async def _check_table_now_and_then(self) -> None:
         """The read loop's table check, for a host that plans itself and so
