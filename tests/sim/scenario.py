@@ -1,6 +1,10 @@
 """One simulated run of a consumer group, from a seed.
 
-:func:`run_seed` builds everything from ``seed`` alone: the group's shape
+:func:`run_seed` builds everything from ``seed`` alone: the table's kind
+(:data:`tests.sim.table.KINDS`), a coordinator switch or wipe (every member
+leaves or crashes, the group goes on against an empty coordinator and
+resumes from the Paimon consumer files), members driven as the Spark source
+drives one (:mod:`tests.sim.driver`), the group's shape
 (shards, session timeout, start position, members), a schedule of member
 joins, graceful leaves, crashes (a process that dies: no goodbye, its
 session expires) and restarts (same id or a new one), session pauses, the

@@ -1,8 +1,11 @@
 """Real Paimon tables for the simulation, written once per process and replayed.
 
 A pypaimon commit costs tens of milliseconds, more than the rest of a
-simulated run. So each worker process writes two small primary-key tables
-once (:func:`templates`), with pypaimon's own catalog and writer:
+simulated run. So each worker process writes two small tables of each kind
+it runs once (:func:`templates`, one of :data:`KINDS`: fixed-bucket,
+partitioned, dynamic-bucket, bucket-unaware append, first-row), with
+pypaimon's own catalog and writer, with the kind's updates and compactions
+(COMPACT snapshots, replayed like any commit):
 
 * ``main``: 4 buckets, :data:`MAIN_SNAPSHOTS` snapshots of a few rows each;
   before snapshot :data:`ALTER_BEFORE` the column ``extra`` is added
