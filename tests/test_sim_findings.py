@@ -282,3 +282,37 @@ async def test_a_read_back_that_spans_a_rejoin_skips_the_lost_shards(
         assert armed["left"] == 0
         assert member.state is MemberState.RUNNING and member.error is None
         await batches.aclose()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("fate", ["drop", "recreate"])
+async def test_a_driven_member_notices_a_dropped_or_recreated_table(
+        table: str, fate: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Simulation seeds 43, 78, 103, ... (members driven as the Spark source
+    drives one): the table check ran only in the read loop, which a member
+    driven by a host that plans itself never runs. On a dropped table the
+    host found no new snapshot for ever; on a re-created one it planned the
+    new table's snapshots from the old table's positions. Now settling the
+    positions checks the table now and then too: the member fails with
+    TableNotFound or TableReplaced, and the host gets that error."""
+    import paimon_group.member.driving as driving
+    from paimon_group.errors import TableNotFound, TableReplaced
+    from tests.support.tables import catalog
+
+    url = f"memory://driven-{uuid.uuid4().hex}"
+    cfg = MemberConfig(group="g", warehouse=table, table="db.t", coordinator=url,
+                       member_id="a", session_timeout_s=3, poll_interval_ms=50)
+    async with open_coordinator(url), GroupMember(cfg, auto_commit=False) as member:
+        deadline = asyncio.get_running_loop().time() + 30
+        while not await member.settle_positions():
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.05)
+        catalog(table).drop_table("db.t", False)
+        if fate == "recreate":
+            make_pk_table(table, "db.t", buckets=2)
+            write_rows(table, "db.t", range(100, 110))
+        monkeypatch.setattr(driving, "TABLE_CHECK_S", 0.0, raising=False)
+        expected = TableNotFound if fate == "drop" else TableReplaced
+        with pytest.raises(expected):
+            await member.settle_positions()
+        assert isinstance(member.error, expected)

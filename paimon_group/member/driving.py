@@ -22,10 +22,13 @@ Example (on the member's loop)::
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from coordinators.errors import PaimonGroupError
+from paimon_group.errors import TableNotFound, TableReplaced
+from paimon_group.member.core import TABLE_CHECK_S
 from paimon_group.member.reader import Reader
 from paimon_group.member.state import OwnedShard
 
@@ -70,6 +73,7 @@ class Driving(Reader):
         be settled (the coordinator failed; logged) is left out, as is one
         dropped or acquired anew meanwhile: the next call tries again.
         """
+        await self._check_table_now_and_then()
         held = [o for o in self._owned.values() if o.active]
         try:
             await self._settle(held)
@@ -84,6 +88,28 @@ class Driving(Reader):
                 continue
             out[o.shard] = ShardPosition(o.shard, o.epoch, o.next_snapshot, o.full_scan)
         return out
+
+    # When a driven member last checked its table (None: not yet; start checked it).
+    _driven_table_checked: float | None = None
+
+    async def _check_table_now_and_then(self) -> None:
+        """The read loop's table check, for a host that plans itself and so
+        never runs the read loop: a dropped table looks to its planner like
+        an idle one, and a re-created one like a table whose next snapshot is
+        not there yet, until it is (then the old positions would be read on
+        the new table). Every ``TABLE_CHECK_S`` (start checked the table):
+        the member fails with TableNotFound or TableReplaced, raised here."""
+        now = time.monotonic()
+        if self._driven_table_checked is None:
+            self._driven_table_checked = now
+        if now - self._driven_table_checked < TABLE_CHECK_S:
+            return
+        self._driven_table_checked = now
+        try:
+            await self._in_io(self._check_table)
+        except (TableNotFound, TableReplaced) as err:
+            self._fail(err)
+            raise
 
     def mark_busy(self, shards: Iterable[int]) -> list[int]:
         """Mark owned shards busy, as a batch in the handler does: a revocation

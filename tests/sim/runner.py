@@ -48,6 +48,7 @@ class Summary:
                     "shards", "incarnations", "deliveries"):
                 self.events[k] += v
         self.events[f"table_{r.stats.get('table')}_seeds"] += 1
+        self.events[f"kind_{r.stats.get('kind')}_seeds"] += 1
         self.virtual_s += r.virtual_s
         self.slowest = max(self.slowest, (r.wall_s, r.seed))
         if not r.ok:

@@ -1,6 +1,10 @@
 """One simulated run of a consumer group, from a seed.
 
-:func:`run_seed` builds everything from ``seed`` alone: the group's shape
+:func:`run_seed` builds everything from ``seed`` alone: the table's kind
+(:data:`tests.sim.table.KINDS`), a coordinator switch or wipe (every member
+leaves or crashes, the group goes on against an empty coordinator and
+resumes from the Paimon consumer files), members driven as the Spark source
+drives one (:mod:`tests.sim.driver`), the group's shape
 (shards, session timeout, start position, members), a schedule of member
 joins, graceful leaves, crashes (a process that dies: no goodbye, its
 session expires) and restarts (same id or a new one), session pauses, the
@@ -53,8 +57,17 @@ from tests.sim.coordinator import (
     SimCoordinator,
     SimStore,
 )
+from tests.sim.driver import drive
 from tests.sim.loop import START, SimDeadlock, SimLoop, SimSpin, virtual_time
-from tests.sim.table import ALTER_BEFORE, ReplayWarehouse, scratch_dir, templates
+from tests.sim.table import (
+    ALTER_BEFORE,
+    KIND_WEIGHTS,
+    KINDS,
+    PK_KINDS,
+    ReplayWarehouse,
+    scratch_dir,
+    templates,
+)
 from tests.support import checker
 
 CHAOS_S = 24.0  # virtual seconds of schedule and faults
@@ -151,6 +164,7 @@ class Incarnation:
     stopped: bool = False
     start_error: BaseException | None = None
     started_at: float = 0.0
+    driven: bool = False  # by tests.sim.driver, as the Spark source drives a member
 
 
 class Run:
@@ -159,7 +173,8 @@ class Run:
         self.rng = random.Random(f"scenario:{seed}")
         self.root = root
         self.plant = plant
-        main, recreated = templates()
+        self.kind = table_kind_of(seed)
+        main, recreated = templates(self.kind)
         self.wh = ReplayWarehouse(root / "wh", main, recreated)
         rng = self.rng
         self.timeout_s = rng.choice([1.0, 2.0, 3.0])
@@ -176,6 +191,15 @@ class Run:
             self.rebalance_delay = heavy.choice([0.0, self.timeout_s * 2])
         self.table_fate = rng.choices(["keep", "drop", "recreate"], [8, 1, 1])[0]
         self.store = SimStore()
+        # A coordinator switch or wipe, in its own draw (the others stay):
+        # every member leaves (``switch``: gracefully, as in a planned move;
+        # ``wipe``: all crash, the coordinator comes back empty) and the group
+        # goes on against a fresh store, so shards resume from the consumer
+        # files. ``eras`` holds each store left behind, with the shards
+        # whose consumer file existed then, and the first incarnation after it.
+        self.switch = random.Random(f"switch:{seed}").choices(
+            [None, "switch", "wipe"], [5, 2, 3])[0]
+        self.eras: list[tuple[SimStore, set[int], int]] = []
         self.plan = FaultPlan(seed, self.fault_rate, self.timeout_s)
         self.world = World(seed, self.store, self.plan)
         self.incarnations: list[Incarnation] = []
@@ -208,6 +232,7 @@ class Run:
         table = batch.to_arrow()
         ids = table.column("id").to_pylist() if table.num_rows else []
         extra = table.column("extra").to_pylist() if "extra" in table.column_names else None
+        values = table.column("v").to_pylist() if table.num_rows else []
         if self.plant == "drop_delivery" and not self.dropped_delivery and ids \
                 and inc.number > 0:
             self.dropped_delivery = True  # planted: a delivered batch goes unrecorded
@@ -216,7 +241,7 @@ class Run:
             "t": time.monotonic(), "member": inc.member_id, "pid": inc.number,
             "shard": batch.shard, "epoch": batch.epoch, "snapshot": batch.snapshot_id,
             "next_snapshot": batch.next_snapshot, "kind": batch.kind.value, "ids": ids,
-            "extra": extra,
+            "extra": extra, "vs": values,
         })
 
     def _handler_delay(self, inc: Incarnation, batch: Any) -> float:
@@ -260,6 +285,9 @@ class Run:
         if mode == "run":
             await member.run(handle)
             return
+        if mode == "driver":
+            await self._drive(inc)
+            return
         try:
             async for batch in member.batches():
                 await handle(batch)
@@ -272,11 +300,31 @@ class Run:
             inc.stopped = True
             await member.stop()
 
+    async def _drive(self, inc: Incarnation) -> None:
+        def record(d: dict[str, Any]) -> None:
+            if inc.crashed:
+                return
+            d.update(t=time.monotonic(), member=inc.member_id, pid=inc.number)
+            self.deliveries.append(d)
+
+        try:
+            await drive(inc.member, record, lambda: inc.crashed)
+        except (FileNotFoundError, TableNotFound, TableReplaced):
+            if self.dropped_at is None:
+                raise
+            self.stats["consumer_exited_table_gone"] += 1
+            inc.stopped = True
+            await inc.member.stop()
+
     async def start_member(self, member_id: str) -> Incarnation:
         number = len(self.incarnations)
         cfg = self._config(member_id, number)
-        inc = Incarnation(member_id, number, GroupMember(cfg), history_path=cfg.history_path or "",
-                          started_at=time.monotonic())
+        # One member in five is driven as the Spark source drives one (its
+        # own draw: the other draws of a seed stay).
+        driven = random.Random(f"driver:{self.seed}:{number}").random() < 0.2
+        inc = Incarnation(member_id, number, GroupMember(cfg, auto_commit=not driven),
+                          history_path=cfg.history_path or "", started_at=time.monotonic(),
+                          driven=driven)
         self.incarnations.append(inc)
         self.stats["member_starts"] += 1
         try:
@@ -302,6 +350,9 @@ class Run:
             self._kill(inc)
             return inc
         mode = self.rng.choice(["run", "run", "iterate"])
+        if inc.driven:
+            mode = "driver"
+            self.stats["driver_starts"] += 1
         inc.task = asyncio.create_task(self._consume(inc, mode), name=f"consume-{number}")
         return inc
 
@@ -328,6 +379,10 @@ class Run:
     async def stop_member(self, inc: Incarnation) -> None:
         inc.stopped = True
         self.stats["graceful_leaves"] += 1
+        if inc.driven:
+            # As GroupDriver.stop: a batch still held was abandoned by the
+            # query; its shards are released with the committed positions.
+            inc.member.mark_idle(range(self.shards))
         await inc.member.stop()
         if inc.task is not None:
             inc.task.cancel()
@@ -351,6 +406,11 @@ class Run:
         t0 = loop.time()
         for _ in range(rng.choice([0, 1, 2])):
             self.wh.commit()
+        if self.switch is not None:
+            # Rows before the group's start, so that a full scan pinned at
+            # snapshot F holds rows that no delta from F on has.
+            for _ in range(random.Random(f"switch-pre:{self.seed}").choice([0, 2, 3])):
+                self.wh.commit()
         events: list[tuple[float, str]] = []
         t = 0.0
         while self.wh.remaining - sum(1 for _, e in events if e == "write") > 0:
@@ -361,6 +421,13 @@ class Run:
                 ["join", "join", "leave", "crash", "crash", "pause", "restart"])))
         if self.table_fate != "keep":
             events.append((rng.uniform(CHAOS_S / 3, CHAOS_S), self.table_fate))
+        if self.switch is not None:
+            # Half of them early, while the first shards' starts are pinned
+            # and their first batches (a full scan) may still be in flight.
+            when = random.Random(f"switch-at:{self.seed}")
+            at = when.uniform(1.0, 5.0) if when.random() < 0.6 else \
+                when.uniform(0.1, 0.9) * CHAOS_S
+            events.append((at, self.switch))
         events.sort(key=lambda e: e[0])
         for _ in range(rng.randint(1, 3)):
             await self.start_member(self._free_id() or "m0")
@@ -379,7 +446,9 @@ class Run:
     async def _event(self, what: str) -> None:
         rng = self.rng
         live = self.live()
-        if what == "write":
+        if what in ("switch", "wipe"):
+            await self._switch_coordinator(what)
+        elif what == "write":
             self.wh.commit()
         elif what == "join" and len(live) < 4:
             mid = self._free_id()
@@ -408,6 +477,43 @@ class Run:
             # notice, and run on it.
             self.group_before_drop = self.store.get(f"groups/{GROUP}") is not None
             self.stats[f"table_{what}"] += 1
+
+    async def _switch_coordinator(self, how: str) -> None:
+        """Every member leaves (or crashes), the group moves to an empty
+        coordinator, and the members that were running start again on it."""
+        if self.dropped_at is not None:
+            return
+        live = self.live()
+        for inc in live:
+            if how == "switch":
+                await self.stop_member(inc)
+            else:
+                self.crash(inc)
+        consumer_dir = self.wh.table_dir / "consumer"
+        mirrored = {k for k in range(self.shards)
+                    if (consumer_dir / f"consumer-pg-{GROUP}-shard-{k}").exists()}
+        self.eras.append((self.store, mirrored, len(self.incarnations)))
+        self.store = SimStore()
+        self.store.plant_stale_accept = self.eras[0][0].plant_stale_accept
+        self.world.store = self.store
+        self.stats[f"coordinator_{how}"] += 1
+        for member_id in dict.fromkeys(i.member_id for i in live):
+            await self.start_member(member_id)
+
+    def _consumer_file(self, shard: int) -> int | None:
+        """The shard's consumer file after a switch (a shard that resumed
+        from it with nothing new to read writes no position to the fresh
+        coordinator: it is where it should be)."""
+        if not self.eras:
+            return None
+        path = self.wh.table_dir / "consumer" / f"consumer-pg-{GROUP}-shard-{shard}"
+        try:
+            return int(json.loads(path.read_text())["nextSnapshot"])
+        except (OSError, ValueError, KeyError):
+            return None
+
+    def _stores(self) -> list[SimStore]:
+        return [store for store, _m, _n in self.eras] + [self.store]
 
     def _background(self, work: Any) -> None:
         task = asyncio.ensure_future(work)
@@ -438,7 +544,8 @@ class Run:
             missing = self.expected_ids() - {i for d in self.deliveries for i in d["ids"]}
             positions = self._stored_positions()
             behind = {s: p for s, p in positions.items() if p != (latest + 1, None)}
-            behind.update({s: None for s in range(self.shards) if s not in positions})
+            behind.update({s: None for s in range(self.shards) if s not in positions
+                           and self._consumer_file(s) != latest + 1})
             failed = [i for i in self.incarnations if i.member.error is not None
                       and not i.crashed]
             if failed:
@@ -520,11 +627,16 @@ class Run:
         v = self.violations
         dropped = self.dropped_at is not None
         written = self.expected_ids() if not dropped else set()
-        results = checker.check_all(written, history, self.wh.bucket_of, self.shards)
+        results = self._check_history(written, history)
+        if self.kind.startswith("append"):
+            # File rule: a compaction moves rows to the shard of their new file.
+            results["wrong_shard"] = self._check_file_shards()
         for name, found in results.items():
             v[name].extend(found)
         v["truth"].extend(self._check_truth())
         v["schema"].extend(self._check_schema())
+        if not dropped:
+            v["values"].extend(self._check_values(written))
         for inc in self.incarnations:
             task = inc.task
             if task is not None and task.done() and not task.cancelled() \
@@ -557,25 +669,35 @@ class Run:
         start was first pinned (``latest`` skips what came before; a full
         scan of snapshot F holds every row of the snapshots up to F)."""
         first: dict[int, tuple[int, int | None]] = {}
+        for store, mirrored, _n in self.eras:
+            # A pin the switch lost with the coordinator (no consumer file
+            # yet) did not happen: the shard starts anew, as configured.
+            for w in store.position_log:
+                if w.shard in mirrored:
+                    first.setdefault(w.shard, (w.next_snapshot, w.full_scan))
         for w in self.store.position_log:
             first.setdefault(w.shard, (w.next_snapshot, w.full_scan))
         out = set()
-        for i, snapshot in self.wh.written.items():
-            shard = self.wh.bucket_of(i) % self.shards
+        for i, versions in self.wh.versions.items():
+            shard = self.wh.shard_of(i, self.shards)
             if shard not in first:
                 out.add(i)  # never pinned: nothing was read, so it is lost
                 continue
             start, full = first[shard]
-            if full is not None or snapshot >= start:
+            if full is not None or any(snapshot >= start for snapshot, _v in versions):
                 out.add(i)
         return out
 
     def _check_truth(self) -> list[str]:
-        """The store's own log of applied positions."""
+        """Each store's own log of applied positions (a fresh store after a
+        switch starts its epochs and positions anew)."""
+        return [bad for store in self._stores() for bad in self._check_log(store)][:20]
+
+    def _check_log(self, store: SimStore) -> list[str]:
         bad = []
         writers: dict[tuple[int, int], str] = {}
         last: dict[int, tuple[int, int]] = {}
-        for w in self.store.position_log:
+        for w in store.position_log:
             if w.fence is None or w.fence != w.owner_create_version or w.fence != w.epoch:
                 bad.append(f"shard {w.shard}: position {w.next_snapshot} of epoch {w.epoch} "
                            f"by {w.member} applied with fence {w.fence}, owner key "
@@ -599,12 +721,72 @@ class Run:
         bad = []
         for d in self.deliveries:
             for pos, i in enumerate(d["ids"]):
-                if self.wh.written.get(i, 0) < ALTER_BEFORE:
+                written_by = d["vs"][pos]  # the write (1..) that wrote this version
+                if i not in self.wh.versions or written_by < ALTER_BEFORE:
                     continue
                 value = None if d["extra"] is None else d["extra"][pos]
                 if value != i * 10:
-                    bad.append(f"id {i} (snapshot {self.wh.written[i]}) delivered by "
+                    bad.append(f"id {i} (write {written_by}) delivered by "
                                f"{d['member']} with extra={value!r}, not {i * 10}")
+        return bad[:10]
+
+    def _check_history(self, written: set[int], history: checker.History
+                       ) -> dict[str, list[str]]:
+        """The history checks, per coordinator era (epochs, positions and
+        commits are the store's own: a fresh store starts them anew, and
+        rows may be delivered again after a switch: at least once); the
+        lost rows over the whole run."""
+        bounds = [n for _s, _m, n in self.eras] + [len(self.incarnations)]
+        results: dict[str, list[str]] = defaultdict(list)
+        lo = 0
+        for hi in bounds:
+            era = checker.History(
+                deliveries=[d for d in history.deliveries if lo <= d["pid"] < hi],
+                events=[e for e in history.events if lo <= e["pid"] < hi])
+            found = checker.check_all(set(), era, lambda i: self.wh.shard_of(i, self.shards),
+                                      self.shards, versions=True)  # a key: once per version
+            for name, items in found.items():
+                results[name].extend(items)
+            lo = hi
+        results["lost"] = checker.lost_rows(written, history)
+        return results
+
+    def _check_file_shards(self) -> list[str]:
+        """Under the file rule a row is delivered by the shard of a file that
+        held it (the one it was written in, or a compaction's output)."""
+        bad = []
+        for d in self.deliveries:
+            for i in d["ids"]:
+                if i in self.wh.main.locs and d["shard"] not in self.wh.shards_of(i, self.shards):
+                    bad.append(f"id {i} delivered by shard {d['shard']}, held only by shards "
+                               f"{sorted(self.wh.shards_of(i, self.shards))}")
+        return bad[:10]
+
+    def _check_values(self, expected: set[int]) -> list[str]:
+        """Each kind's semantics. Primary key (deduplicate): a key's latest
+        version is delivered (a full scan holds the merged value; later
+        versions come in deltas). First-row: a full scan delivers a key's
+        first version. Append: every row once (``lost`` and the duplicate
+        checks)."""
+        if self.kind not in PK_KINDS:
+            return []
+        seen: dict[int, set[int]] = defaultdict(set)
+        bad = []
+        for d in self.deliveries:
+            for pos, i in enumerate(d["ids"]):
+                v = d["vs"][pos]
+                seen[i].add(v)
+                if self.kind == "first-row" and d["kind"] == "initial" \
+                        and i in self.wh.versions and v != self.wh.versions[i][0][1]:
+                    bad.append(f"first-row key {i}: full scan delivered v={v}, not the first "
+                               f"version v={self.wh.versions[i][0][1]}")
+        if self.kind == "first-row":
+            return bad[:10]
+        for i in sorted(expected):
+            want = self.wh.versions[i][-1][1]
+            if seen[i] and want not in seen[i]:
+                bad.append(f"key {i}: latest version v={want} never delivered (delivered "
+                           f"{sorted(seen[i])}; versions {self.wh.versions[i]})")
         return bad[:10]
 
     def digest(self) -> str:
@@ -614,7 +796,7 @@ class Run:
         for d in self.deliveries:
             h.update(json.dumps([d["t"], d["member"], d["shard"], d["epoch"],
                                  sorted(d["ids"])]).encode())
-        for w in self.store.position_log:
+        for w in [w for store in self._stores() for w in store.position_log]:
             h.update(repr((w.shard, w.epoch, w.member, w.next_snapshot, w.t)).encode())
         return h.hexdigest()[:16]
 
@@ -633,7 +815,7 @@ def run_seed(seed: int, *, plant: str | None = None, keep: bool = False,
     wall = time.perf_counter()
     # Written on real time (a table's identity is its first schema's creation
     # time: the two tables must not share one virtual instant).
-    templates()
+    templates(table_kind_of(seed))
     root = Path(tempfile.mkdtemp(prefix=f"pg-sim-{seed}-", dir=scratch_dir()))
     logging.getLogger("paimon_group").setLevel(log_level)
     logging.getLogger("coordinators").setLevel(log_level)
@@ -668,7 +850,7 @@ def run_seed(seed: int, *, plant: str | None = None, keep: bool = False,
             shutil.rmtree(root, ignore_errors=True)
     assert run is not None
     stats: dict[str, Any] = dict(run.stats)
-    stats.update(shards=run.shards, timeout_s=run.timeout_s, start=run.start,
+    stats.update(kind=run.kind, shards=run.shards, timeout_s=run.timeout_s, start=run.start,
                  rebalance_delay_s=run.rebalance_delay,
                  fault_rate=run.fault_rate, table=run.table_fate,
                  incarnations=len(run.incarnations), deliveries=len(run.deliveries))
@@ -701,6 +883,11 @@ def _cancel_all(loop: asyncio.AbstractEventLoop) -> None:
 
 
 PROFILES = ("default", "heavy")
+
+
+def table_kind_of(seed: int) -> str:
+    """The seed's table kind (its own draw: the other draws of a seed stay)."""
+    return random.Random(f"kind:{seed}").choices(KINDS, KIND_WEIGHTS)[0]
 
 
 def profile() -> str:

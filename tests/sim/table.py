@@ -1,8 +1,11 @@
 """Real Paimon tables for the simulation, written once per process and replayed.
 
 A pypaimon commit costs tens of milliseconds, more than the rest of a
-simulated run. So each worker process writes two small primary-key tables
-once (:func:`templates`), with pypaimon's own catalog and writer:
+simulated run. So each worker process writes two small tables of each kind
+it runs once (:func:`templates`, one of :data:`KINDS`: fixed-bucket,
+partitioned, dynamic-bucket, bucket-unaware append, first-row), with
+pypaimon's own catalog and writer, with the kind's updates and compactions
+(COMPACT snapshots, replayed like any commit):
 
 * ``main``: 4 buckets, :data:`MAIN_SNAPSHOTS` snapshots of a few rows each;
   before snapshot :data:`ALTER_BEFORE` the column ``extra`` is added
@@ -24,39 +27,77 @@ files through the real planner and reader, and each commit costs a link.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import random
 import shutil
 import tempfile
+import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
-MAIN_SNAPSHOTS = 8
-ALTER_BEFORE = 5  # the column is added right before this snapshot is committed
+MAIN_SNAPSHOTS = 8  # writes; compactions come on top of them
+ALTER_BEFORE = 5  # the column is added right before the 5th write is committed
 RECREATED_SNAPSHOTS = 3
 BUCKETS = 4
 TABLE = "db.t"
+COMPACT_AFTER = (3, 6)  # a compaction is committed after these writes (kinds that compact)
+
+KINDS = ("fixed", "fixed-partitioned", "dynamic", "append", "append-partitioned", "first-row")
+"""The table kinds a seed runs on (``fixed`` is the one every seed used before)."""
+KIND_WEIGHTS = (3, 1, 1, 2, 1, 1)
+PK_KINDS = ("fixed", "fixed-partitioned", "dynamic", "first-row")
+COMPACTING = ("fixed", "append", "append-partitioned")
+"""Kinds whose template holds compactions (``tests.support.tables.compact``
+rewrites unpartitioned deduplicate tables: it re-reads the merged rows with
+pypaimon, whose batch read of a first-row table is empty, so it cannot
+compact one; appends are compacted here)."""
+
+Location = tuple[tuple[object, ...], int, str]  # (partition values, bucket, file name)
 
 
 @dataclass
 class Template:
     root: Path  # a warehouse holding TABLE
-    ids: dict[int, list[int]]  # snapshot id -> ids written in it
-    bucket: dict[int, int]  # id -> bucket
+    kind: str
+    ids: dict[int, list[int]]  # snapshot id -> ids written in it (empty: a compaction)
+    values: dict[int, int]  # snapshot id -> the ``v`` its rows carry
+    first_loc: dict[int, Location]  # id -> the file it was first written in
+    locs: dict[int, set[Location]]  # id -> every file that ever held it (compactions too)
     extra_from: int | None  # first snapshot whose rows carry ``extra``
+    rule: object  # the sharding rule a new group on this table gets (ShardRule)
+    compactions: tuple[int, ...] = ()
 
     @property
     def table_dir(self) -> Path:
         return self.root / "db.db" / "t"
 
 
-def _write(warehouse: str, ids: list[int], extra: bool) -> int:
+def _note_files(messages: list[object], locs: dict[int, set[Location]],
+                first: dict[int, Location] | None) -> None:
+    """Which ids each new data file holds (read back from the file itself)."""
+    import pyarrow.parquet as pq
+
+    for m in messages:
+        for f in m.new_files:  # type: ignore[attr-defined]
+            loc: Location = (tuple(m.partition), int(m.bucket), str(f.file_name))  # type: ignore[attr-defined]
+            for i in pq.ParquetFile(f.file_path).read(columns=["id"]).column("id").to_pylist():
+                locs.setdefault(int(i), set()).add(loc)
+                if first is not None:
+                    first.setdefault(int(i), loc)
+
+
+def _write(warehouse: str, ids: list[int], v: int, extra: bool,
+           locs: dict[int, set[Location]], first: dict[int, Location]) -> int:
     from tests.support.tables import open_table, rows_table
 
     table = open_table(warehouse, TABLE)
-    data = rows_table(table, ids)
+    data = rows_table(table, ids, v=v)
     if extra:
         data = data.append_column(pa.field("extra", pa.int64()),
                                   pa.array([i * 10 for i in ids], pa.int64()))
@@ -64,45 +105,172 @@ def _write(warehouse: str, ids: list[int], extra: bool) -> int:
     write, commit = builder.new_write(), builder.new_commit()
     try:
         write.write_arrow(data)
-        commit.commit(write.prepare_commit())
+        messages = write.prepare_commit()
+        _note_files(messages, locs, first)
+        commit.commit(messages)
     finally:
         write.close()
         commit.close()
     return int(table.snapshot_manager().get_latest_snapshot().id)
 
 
-def _build(root: Path, *, first_id: int, snapshots: int, alter_before: int | None) -> Template:
-    from tests.support.tables import bucket_of, catalog, make_pk_table, open_table
+def _compact_append(warehouse: str, locs: dict[int, set[Location]]) -> int:
+    """Compact a bucket-unaware append table as Paimon's append compaction
+    does: the rows of every live file are rewritten into new files (new
+    names, hence other shards under the file rule) and the old files are
+    deleted, in ONE snapshot of kind COMPACT (pypaimon 2.1 cannot compact)."""
+    import dataclasses
 
-    make_pk_table(root, TABLE, buckets=BUCKETS)
+    import pyarrow.parquet as pq
+    from pypaimon.manifest.schema.manifest_entry import ManifestEntry
+
+    from tests.support.tables import _current_entries, open_table
+
+    table = open_table(warehouse, TABLE)
+    entries = _current_entries(table)
+    by_part: dict[tuple[object, ...], list[object]] = {}
+    for e in entries:
+        by_part.setdefault(tuple(e.partition.values), []).append(e)
+    target = pa.schema([f for f in table_arrow_schema(table)])
+    parts = []
+    for part_entries in by_part.values():
+        for e in part_entries:
+            parts.append(_conform(pq.ParquetFile(_data_path(table, e)).read(), target))
+    merged = pa.concat_tables(parts)
+    builder = table.new_batch_write_builder()
+    write, commit = builder.new_write(), builder.new_commit()
+    try:
+        write.write_arrow(merged)
+        messages = write.prepare_commit()
+        _note_files(messages, locs, None)
+        commit_entries: list[object] = []
+        for m in messages:
+            template = by_part[tuple(m.partition)][0]
+            for f in m.new_files:
+                commit_entries.append(ManifestEntry(
+                    kind=0, partition=template.partition, bucket=m.bucket,  # type: ignore[attr-defined]
+                    total_buckets=template.total_buckets,  # type: ignore[attr-defined]
+                    file=dataclasses.replace(f, file_source=1)))
+        for e in entries:
+            commit_entries.append(ManifestEntry(kind=1, partition=e.partition, bucket=e.bucket,
+                                                total_buckets=e.total_buckets, file=e.file))
+        commit.file_store_commit._try_commit(
+            commit_kind="COMPACT", commit_identifier=2**63 - 1,
+            commit_entries_plan=lambda _snapshot: commit_entries,
+            detect_conflicts=True, changelog_entries=[])
+    finally:
+        write.close()
+        commit.close()
+    return int(open_table(warehouse, TABLE).snapshot_manager().get_latest_snapshot().id)
+
+
+def table_arrow_schema(table: object) -> pa.Schema:
+    from pypaimon.schema.data_types import PyarrowFieldParser
+
+    return PyarrowFieldParser.from_paimon_schema(table.table_schema.fields)  # type: ignore[attr-defined]
+
+
+def _data_path(table: object, entry: object) -> str:
+    e = entry
+    part = "/".join(f"{k}={v}" for k, v in zip(table.partition_keys,  # type: ignore[attr-defined]
+                                               e.partition.values, strict=True))  # type: ignore[attr-defined]
+    base = str(table.table_path)  # type: ignore[attr-defined]
+    sub = f"{part}/" if part else ""
+    return f"{base}/{sub}bucket-{e.bucket}/{e.file.file_name}"  # type: ignore[attr-defined]
+
+
+def _conform(data: pa.Table, schema: pa.Schema) -> pa.Table:
+    """Rows of an older file in the table's current schema (added columns null)."""
+    cols = [data.column(f.name).cast(f.type) if f.name in data.column_names
+            else pa.nulls(data.num_rows, f.type) for f in schema]
+    return pa.table(cols, schema=schema)
+
+
+def _make(root: Path, kind: str) -> None:
+    from tests.support.tables import make_kind_table, make_pk_table
+
+    if kind == "first-row":
+        make_pk_table(root, TABLE, buckets=BUCKETS, options={"merge-engine": "first-row"})
+    else:
+        make_kind_table(root, TABLE, kind, buckets=BUCKETS, target_row_num=8)
+
+
+def _build(root: Path, kind: str, *, first_id: int, snapshots: int,
+           alter_before: int | None) -> Template:
+    from paimon_group.sharding import choose_rule, table_kind
+    from tests.support.tables import compact, open_table
+
+    _make(root, kind)
     ids: dict[int, list[int]] = {}
+    values: dict[int, int] = {}
+    locs: dict[int, set[Location]] = {}
+    first: dict[int, Location] = {}
+    compactions: list[int] = []
+    extra_from: int | None = None
     next_id = first_id
     for n in range(1, snapshots + 1):
         if alter_before is not None and n == alter_before:
             from pypaimon.schema.data_types import AtomicType
             from pypaimon.schema.schema_change import SchemaChange
 
-            catalog(root).alter_table(
+            catalog_of(root).alter_table(
                 TABLE, [SchemaChange.add_column("extra", AtomicType("BIGINT"))])
         count = 3 + (n * 7) % 5  # 3..7 rows, spread over the buckets
         batch = list(range(next_id, next_id + count))
         next_id += count
-        snapshot = _write(str(root), batch, extra=alter_before is not None and n >= alter_before)
-        assert snapshot == n, (snapshot, n)
-        ids[n] = batch
+        if kind in PK_KINDS and n >= 3:
+            # Updates: two keys written before get a new version (the key
+            # keeps its bucket, so its shard).
+            batch += [first_id + (n * 5) % (next_id - count - first_id),
+                      first_id + (n * 11 + 1) % (next_id - count - first_id)]
+            batch = sorted(set(batch))
+        with_extra = alter_before is not None and n >= alter_before
+        snapshot = _write(str(root), batch, n, with_extra, locs, first)
+        if with_extra and extra_from is None:
+            extra_from = snapshot
+        ids[snapshot] = batch
+        values[snapshot] = n
+        if alter_before is not None and n in COMPACT_AFTER and kind in COMPACTING:
+            if kind in PK_KINDS:
+                snapshot = compact(str(root), TABLE)
+            else:
+                snapshot = _compact_append(str(root), locs)
+            ids[snapshot] = []
+            compactions.append(snapshot)
     table = open_table(root, TABLE)
-    bucket = {i: bucket_of(table, i) for batch in ids.values() for i in batch}
-    return Template(root, ids, bucket, alter_before)
+    rule = choose_rule(table, table_kind(table, TABLE))
+    return Template(root, kind, ids, values, first, locs, extra_from, rule, tuple(compactions))
+
+
+def catalog_of(root: Path) -> Any:
+    from tests.support.tables import catalog
+
+    return catalog(root)
+
+
+@contextlib.contextmanager
+def _fixed_uuids(key: str) -> Iterator[None]:
+    """pypaimon names data files after ``uuid.uuid4()``; under the file rule a
+    file's name decides its shard, so the names come from ``key`` here: every
+    process builds the same files, and a seed runs the same everywhere."""
+    rng = random.Random(key)
+    real = uuid.uuid4
+    uuid.uuid4 = lambda: uuid.UUID(int=rng.getrandbits(128), version=4)
+    try:
+        yield
+    finally:
+        uuid.uuid4 = real
 
 
 @functools.cache
-def templates() -> tuple[Template, Template]:
-    """The two tables of this process (built on first use, ~0.5 s)."""
+def templates(kind: str = "fixed") -> tuple[Template, Template]:
+    """The two tables of ``kind`` in this process (built on first use, ~0.5 s)."""
     base = Path(tempfile.mkdtemp(prefix="pg-sim-templates-", dir=scratch_dir()))
-    main = _build(base / "main", first_id=0, snapshots=MAIN_SNAPSHOTS,
-                  alter_before=ALTER_BEFORE)
-    recreated = _build(base / "recreated", first_id=1000, snapshots=RECREATED_SNAPSHOTS,
-                       alter_before=None)
+    with _fixed_uuids(f"template:{kind}"):
+        main = _build(base / "main", kind, first_id=0, snapshots=MAIN_SNAPSHOTS,
+                      alter_before=ALTER_BEFORE)
+        recreated = _build(base / "recreated", kind, first_id=1000,
+                           snapshots=RECREATED_SNAPSHOTS, alter_before=None)
     return main, recreated
 
 
@@ -139,7 +307,9 @@ class ReplayWarehouse:
     current: Template = field(init=False)
     committed: int = 0  # snapshots of ``current`` visible so far
     dropped: bool = False
-    written: dict[int, int] = field(default_factory=dict)  # id -> snapshot (main table only)
+    # id -> [(snapshot, v)] of every version committed so far (main table only)
+    versions: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
+    _shard_cache: dict[tuple[int, int], int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.current = self.main
@@ -153,6 +323,11 @@ class ReplayWarehouse:
     @property
     def remaining(self) -> int:
         return len(self.current.ids) - self.committed
+
+    @property
+    def written(self) -> dict[int, int]:
+        """id -> the snapshot of its first version (main table only)."""
+        return {i: v[0][0] for i, v in self.versions.items()}
 
     def commit(self) -> int | None:
         """Make the next snapshot visible; its id (None when none is left)."""
@@ -169,7 +344,7 @@ class ReplayWarehouse:
         self.committed = n
         if self.current is self.main:
             for i in self.main.ids[n]:
-                self.written[i] = n
+                self.versions.setdefault(i, []).append((n, self.main.values[n]))
         return n
 
     def drop(self) -> None:
@@ -184,8 +359,29 @@ class ReplayWarehouse:
         self.dropped = False
         _link_tree(self.recreated.table_dir, self.table_dir)
 
-    def bucket_of(self, i: int) -> int:
-        return self.main.bucket[i] if i in self.main.bucket else self.recreated.bucket[i]
+    def _template_of(self, i: int) -> Template:
+        return self.main if i in self.main.first_loc else self.recreated
+
+    def shard_of(self, i: int, shards: int) -> int:
+        """The shard of the file id ``i`` was first written in (its shard for
+        good, except under the file rule, where a compaction moves it)."""
+        key = (i, shards)
+        if key not in self._shard_cache:
+            from paimon_group.sharding import Sharding
+
+            t = self._template_of(i)
+            part, bucket, name = t.first_loc[i]
+            self._shard_cache[key] = Sharding(t.rule, shards).shard_of(  # type: ignore[arg-type]
+                part, bucket, name)
+        return self._shard_cache[key]
+
+    def shards_of(self, i: int, shards: int) -> set[int]:
+        """Every shard a file holding id ``i`` ever belonged to."""
+        from paimon_group.sharding import Sharding
+
+        t = self._template_of(i)
+        sharding = Sharding(t.rule, shards)  # type: ignore[arg-type]
+        return {sharding.shard_of(p, b, n) for p, b, n in t.locs[i]}
 
     def cleanup(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)

@@ -15,6 +15,7 @@ import pytest
 
 from tests.sim.coordinator import FAULT_KINDS
 from tests.sim.runner import results, run_many
+from tests.sim.table import KINDS
 
 SEEDS = int(os.environ.get("PG_SIM_SEEDS", "500"))
 JOBS = int(os.environ.get("PG_SIM_JOBS", str(min(2, os.cpu_count() or 1))))
@@ -31,8 +32,12 @@ def test_seeds_hold_every_invariant() -> None:
     if SEEDS >= 200:
         assert set(summary.faults) == set(FAULT_KINDS), summary.faults
         for event in ("crashes", "restarts", "graceful_leaves", "pauses", "table_drop",
-                      "table_recreate", "handler_raised"):
+                      "table_recreate", "handler_raised", "coordinator_switch",
+                      "coordinator_wipe", "driver_starts"):
             assert summary.events[event] > 0, (event, summary.events)
+        # Every table kind ran.
+        for kind in KINDS:
+            assert summary.events[f"kind_{kind}_seeds"] > 0, (kind, summary.events)
 
 
 def test_a_stale_commit_accepted_by_the_coordinator_is_reported() -> None:

@@ -1,0 +1,86 @@
+"""A simulated member driven as the Spark source drives one.
+
+:class:`paimon_group.spark_source.driver.GroupDriver` runs its member on a
+loop of its own, in a thread, and blocks on it: it cannot run on the
+simulation's virtual time. So :func:`drive` does on the run's loop what the
+source's micro-batch cycle does through it (``GroupPointSource.latestOffset``,
+``partitions``, ``commit``), with the same library pieces: a
+``GroupMember(auto_commit=False)`` that never runs its read loop; each cycle
+commits the previous batch's ends through the member's fenced commit
+(``commit_positions``, then ``mark_idle`` of what it held), settles the held
+shards' positions (``settle_positions``: a start is pinned here),
+starts each shard from the coordinator's position or the previous batch's
+end, whichever is further (``start_cursor``), plans every shard up to the
+latest snapshot in one batch (``plan_ranges``, with ``NO_CATCH_UP`` as the
+source does), marks the planned shards busy (``mark_busy``: a revocation
+waits for the commit) and reads the pieces (the executors' read path:
+``planner.read_arrow`` of the splits). A crash loses the previous batch's
+ends (a query restarted without its checkpoint), so what it read and did
+not commit is read again by the next owner: at least once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from paimon_group.spark_source.offsets import (
+    NO_CATCH_UP,
+    Cursor,
+    ShardRange,
+    plan_ranges,
+    start_cursor,
+)
+
+POLL_S = 0.5  # the trigger interval between micro-batches with nothing new
+
+
+async def drive(member: Any, record: Callable[[dict[str, Any]], None],
+                crashed: Callable[[], bool]) -> None:
+    """Micro-batches until cancelled; ``record`` gets one delivery per shard
+    and batch (its ``next_snapshot`` is the end the batch commits)."""
+    table = member.table
+    planner = table.planner(member.num_shards, rule=member.sharding,
+                            catch_up_threshold=NO_CATCH_UP)
+    previous: dict[int, ShardRange] = {}
+    while member.error is None:
+        if previous:
+            # Spark commits batch N when it plans batch N+1.
+            ends = {s: r.to for s, r in previous.items()}
+            try:
+                await member.commit_positions(ends)
+            finally:
+                member.mark_idle(ends)
+        settled = await member.settle_positions()
+        cursors = {s: start_cursor(Cursor(next=p.next_snapshot, full=p.full_scan),
+                                   previous.get(s)) for s, p in settled.items()}
+        latest = planner.table.latest_snapshot_id()
+        reached, pieces = plan_ranges(planner, cursors, latest=latest)
+        ranges = {s: ShardRange(shard=s, epoch=settled[s].epoch, next=c.next, full=c.full,
+                                to=reached[s]) for s, c in cursors.items()}
+        ranges = {s: r for s, r in ranges.items() if not r.empty}
+        if not ranges:
+            previous = {}
+            await asyncio.sleep(POLL_S)
+            continue
+        member.mark_busy(ranges)
+        for s, r in sorted(ranges.items()):
+            tables = [planner.read_arrow(p.splits) for p in pieces.get(s, ()) if p.splits]
+            kinds = {p.kind for p in pieces.get(s, ())}
+            await asyncio.sleep(0)  # the executors' read
+            if crashed():
+                await asyncio.Event().wait()  # a dead process does nothing more
+            ids: list[int] = []
+            vs: list[int] = []
+            extra: list[Any] = []
+            for t in tables:
+                ids += t.column("id").to_pylist()
+                vs += t.column("v").to_pylist()
+                extra += t.column("extra").to_pylist() if "extra" in t.column_names \
+                    else [None] * t.num_rows
+            record({"shard": s, "epoch": r.epoch, "snapshot": r.full if r.full is not None
+                    else r.next, "next_snapshot": r.to,
+                    "kind": kinds.pop() if len(kinds) == 1 else "mixed",
+                    "ids": ids, "vs": vs, "extra": extra})
+        previous = ranges
