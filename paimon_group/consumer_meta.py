@@ -14,7 +14,16 @@ Java too, parse it), so what wrote the files is kept beside them, in
 ``<table>/consumer/paimon-group-<group>.json`` (not ``consumer-`` prefixed:
 Paimon's consumer listing, expiration and tools never see it)::
 
-    {"group": "orders", "incarnation": "5f0c...", "num_shards": 4, "sharding": "bucket"}
+    {"group": "orders", "incarnation": "5f0c...", "num_shards": 4, "sharding": "bucket",
+     "start": {"next_snapshot": 8, "full_scan": 7, "start": "latest-full"}}
+
+``start`` is the group's one start (:class:`~paimon_group.records.GroupStart`),
+copied here once the coordinator accepted it (:func:`record_start`). A shard
+that never had a position, and so has no consumer file, starts from it after
+a wiped or switched coordinator, like every shard that does have one: resolved
+again instead, after a compaction of a bucket-unaware table it would start
+from other files than its peers did, and lose or repeat the rows the
+compaction moved (the same straddle as one start per group prevents).
 
 Transitions:
 
@@ -25,7 +34,9 @@ Transitions:
   count or rule, or files without an origin, written before origins existed)
   they are deleted, with one log line, and shards without a position start as
   configured (``--start``). Then the origin is stamped with the new group's
-  incarnation, count and rule.
+  incarnation, count and rule, and, when files were kept, the start they
+  were read from (the group's start, once the coordinator knows it again,
+  is that one: :func:`carried_start`).
 * **a shard has no position** (:func:`resume_allowed`): its file is used only
   if the origin carries the group record's incarnation, i.e. the creation step
   above ran for this very group (a group record written by another creator
@@ -48,19 +59,21 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from paimon_group.names import origin_path
+from paimon_group.records import GroupStart
 
 if TYPE_CHECKING:
     from paimon_group.mirror import ConsumerMirror
     from paimon_group.records import GroupMeta
 
-__all__ = ["ConsumerFilesOrigin", "adopt_winner", "origin_path", "prepare_new_group",
-           "resume_allowed"]
+__all__ = ["ConsumerFilesOrigin", "adopt_winner", "carried_start", "origin_path",
+           "prepare_new_group", "record_start", "resume_allowed"]
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +87,7 @@ class ConsumerFilesOrigin:
     incarnation: str
     num_shards: int
     sharding: str
+    start: GroupStart | None = None
 
     @classmethod
     def read(cls, file_io: Any, table_path: str, group: str) -> ConsumerFilesOrigin | None:
@@ -84,8 +98,10 @@ class ConsumerFilesOrigin:
             if not file_io.exists(path):
                 return None
             data = json.loads(file_io.read_file_utf8(path))
+            start = data.get("start")
             return cls(group=str(data["group"]), incarnation=str(data["incarnation"]),
-                       num_shards=int(data["num_shards"]), sharding=str(data["sharding"]))
+                       num_shards=int(data["num_shards"]), sharding=str(data["sharding"]),
+                       start=None if start is None else GroupStart._from_dict(start))
         except FileNotFoundError:
             return None
         except (ValueError, KeyError, TypeError) as err:
@@ -93,8 +109,11 @@ class ConsumerFilesOrigin:
             return None
 
     def write(self, file_io: Any, table_path: str) -> None:
+        data = asdict(self)
+        if self.start is None:
+            del data["start"]
         file_io.overwrite_file_utf8(origin_path(table_path, self.group),
-                                    json.dumps(asdict(self), sort_keys=True))
+                                    json.dumps(data, sort_keys=True))
 
     def matches(self, num_shards: int, sharding: str) -> bool:
         return self.num_shards == num_shards and self.sharding == sharding
@@ -107,12 +126,14 @@ def prepare_new_group(
     module docstring); the one line to log when files were discarded, else None.
 
     Runs before the group record is written, so no member can resume from a
-    file this discards.
+    file this discards. Kept files keep the start they were read from.
     """
     files = mirror.all()
     previous = ConsumerFilesOrigin.read(file_io, table_path, origin.group)
     note = None
-    if files and (previous is None or not previous.matches(origin.num_shards, origin.sharding)):
+    if files and previous is not None and previous.matches(origin.num_shards, origin.sharding):
+        origin = dataclasses.replace(origin, start=previous.start)
+    elif files:
         written = ("by a version that did not record its shard count" if previous is None else
                    f"under {previous.num_shards} shards (sharding {previous.sharding})")
         mirror.delete_all()
@@ -136,10 +157,35 @@ def adopt_winner(file_io: Any, table_path: str, ours: ConsumerFilesOrigin,
                                                                        meta.sharding):
         return False
     current = ConsumerFilesOrigin.read(file_io, table_path, ours.group)
-    if current != ours:
+    if current is None or current.incarnation != ours.incarnation or not current.matches(
+            ours.num_shards, ours.sharding):
         return False
-    ConsumerFilesOrigin(ours.group, meta.incarnation, meta.num_shards, meta.sharding).write(
-        file_io, table_path)
+    dataclasses.replace(current, incarnation=meta.incarnation).write(file_io, table_path)
+    return True
+
+
+def carried_start(file_io: Any, table_path: str, group: str,
+                  meta: GroupMeta) -> GroupStart | None:
+    """The start the group's trusted consumer files were read from, if any:
+    the start of a group re-created over them (see the module docstring)."""
+    origin = ConsumerFilesOrigin.read(file_io, table_path, group)
+    if origin is None or origin.start is None or not resume_allowed(meta, origin):
+        return None
+    return origin.start
+
+
+def record_start(file_io: Any, table_path: str, group: str, meta: GroupMeta,
+                 start: GroupStart) -> bool:
+    """Copy the group's start, once the coordinator accepted it, into the origin
+    this incarnation stamped; True if it was written. (Never into another
+    incarnation's origin, nor over another start: a start is fixed for the
+    incarnation, so an equal one is left as it is.)"""
+    origin = ConsumerFilesOrigin.read(file_io, table_path, group)
+    if origin is None or not meta.incarnation or origin.incarnation != meta.incarnation:
+        return False
+    if origin.start is not None:
+        return False
+    dataclasses.replace(origin, start=start).write(file_io, table_path)
     return True
 
 

@@ -155,6 +155,47 @@ def test_a_creator_that_lost_the_race_hands_its_stamp_to_the_winner(tmp_path: Pa
     assert mirror.read(0) == 2  # kept: written under the same count and rule
 
 
+def test_the_start_is_kept_beside_the_files_and_only_with_them(tmp_path: Path) -> None:
+    """Issue 21, H4: the group's start is recorded in the origin of the
+    incarnation that holds it (never another's, never over another start); a
+    group re-created over kept files carries it, one whose files were
+    discarded (another shard count) does not."""
+    from paimon_group.consumer_meta import (
+        ConsumerFilesOrigin,
+        carried_start,
+        prepare_new_group,
+        record_start,
+    )
+    from paimon_group.records import GroupMeta, GroupStart
+
+    wh = str(tmp_path / "wh")
+    make_pk_table(wh, "db.t", buckets=4)
+    table: Any = open_table(wh, "db.t")
+    io, path = table.file_io, table.table_path
+    mirror = ConsumerMirror(io, path, "fb")
+    start = GroupStart(next_snapshot=3, full_scan=2, start="latest-full")
+    later = GroupStart(next_snapshot=9, full_scan=8, start="latest-full")
+
+    def meta(incarnation: str, shards: int = 4) -> GroupMeta:
+        return GroupMeta(num_shards=shards, table="db.t", created_at=0.0,
+                         incarnation=incarnation)
+
+    assert prepare_new_group(mirror, io, path, ConsumerFilesOrigin("fb", "one", 4, "bucket")) \
+        is None
+    assert not record_start(io, path, "fb", meta("other"), start)  # not its origin
+    assert record_start(io, path, "fb", meta("one"), start)
+    assert not record_start(io, path, "fb", meta("one"), later)  # a start is fixed
+    assert carried_start(io, path, "fb", meta("one")) == start
+    mirror.write(0, 5, force=True)
+    # Re-created over the kept files (a switched coordinator): the start goes with them.
+    prepare_new_group(mirror, io, path, ConsumerFilesOrigin("fb", "two", 4, "bucket"))
+    assert carried_start(io, path, "fb", meta("two")) == start
+    assert carried_start(io, path, "fb", meta("one")) is None  # not the stamped incarnation
+    # Re-created with another count: files discarded, and the start with them.
+    assert prepare_new_group(mirror, io, path, ConsumerFilesOrigin("fb", "three", 2, "bucket"))
+    assert carried_start(io, path, "fb", meta("three", 2)) is None
+
+
 @pytest.mark.asyncio
 @pytest.mark.parametrize("backend", ["sqlite", "etcd"])
 async def test_a_pending_full_scan_is_resumed_as_a_full_scan(

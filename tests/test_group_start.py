@@ -94,3 +94,56 @@ async def test_a_compaction_between_two_members_starts_loses_nothing(
     assert max(got.values()) == 1, [k for k, n in got.items() if n > 1]
     # Both shards started from the one start the group stored.
     assert start is not None and start.full_scan == 6 and start.start == "latest-full"
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("backend", ["sqlite", "etcd"])
+async def test_a_shard_without_a_consumer_file_keeps_the_start_across_a_switch(
+        tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> None:
+    """Issue 21, H4 (simulation seeds 1126 and 1943): after a switched (or
+    wiped) coordinator, the shards with a consumer file resume from it, and a
+    shard that was never pinned (no file) starts from the start its peers were
+    read from, kept beside the files; resolved again it was a full scan of the
+    compacted snapshot, whose files shard the rows otherwise."""
+    wh = str(tmp_path / "wh")
+    make_append_table(wh, TABLE, buckets=-1)
+    table = open_table(wh, TABLE)
+    for k in range(6):
+        write_table(table, _rows(range(10 * k, 10 * k + 10)))
+
+    def coordinator() -> str:
+        if backend == "etcd":
+            return str(request.getfixturevalue("etcd_server").url_with_prefix())
+        return f"sqlite://{tmp_path}/c-{len(list(tmp_path.glob('c-*')))}.sqlite"
+
+    def config(member: str, url: str) -> MemberConfig:
+        return MemberConfig(group="h4", warehouse=wh, table=TABLE, coordinator=url,
+                            member_id=member, session_timeout_s=5, poll_interval_ms=50,
+                            shards=2)
+
+    first = coordinator()
+    a, b = GroupMember(config("a", first)), GroupMember(config("b", first))
+    await a.start()
+    await b.start()
+    got: Counter[int] = Counter()
+    try:
+        for _ in range(200):
+            if len(a.owned_shards) == 1 and len(b.owned_shards) == 1:
+                break
+            await asyncio.sleep(0.05)
+        await _drain(a, got, want=1)  # a's shard is pinned, read and mirrored; b's never
+    finally:
+        await a.stop()
+        await b.stop()
+    assert 0 < sum(got.values()) < 60
+    assert compact(wh, TABLE) == 7
+    second = coordinator()
+    assert second != first
+    c = GroupMember(config("c", second))  # a fresh coordinator: no positions, no start
+    await c.start()
+    try:
+        await _drain(c, got, want=60)
+    finally:
+        await c.stop()
+    assert sorted(got) == list(range(60)), sorted(set(range(60)) - set(got))
+    assert max(got.values()) == 1, [k for k, n in got.items() if n > 1]

@@ -23,6 +23,7 @@ from typing import Any
 from coordinators.errors import PaimonGroupError, SessionLost
 from paimon_group.batch import ShardBatch
 from paimon_group.config import MemberConfig
+from paimon_group.consumer_meta import carried_start, record_start
 from paimon_group.errors import HandlerFailed, NotOwner, StaleEpoch
 from paimon_group.group_start import group_start
 from paimon_group.identity import check_table_identity, table_identity
@@ -229,7 +230,17 @@ class Reader(Commits):
         if group is None:
             raise SessionLost("no session")
 
+        meta = self._meta
+        file_io, path, name = table.table.file_io, table.table_path, self.group_name
+
         async def resolve() -> GroupStart:
+            # A group re-created over its consumer files (a wiped or switched
+            # coordinator) keeps the start they were read from: a shard that
+            # had no file yet starts where its peers did (issue 21, H4).
+            carried: GroupStart | None = None if meta is None else await self._in_io(
+                functools.partial(carried_start, file_io, path, name, meta))
+            if carried is not None:
+                return carried
             found = await self._in_io(lambda: table.resolve_start(self._start_position))
             return GroupStart(next_snapshot=found.next_snapshot,
                               full_scan=found.full_scan_snapshot,
@@ -242,6 +253,14 @@ class Reader(Commits):
         # bucket-unaware table two shards pinned at different snapshots with a
         # compaction between them would lose or repeat the rows it moved.
         start = await group_start(group, resolve)
+        if meta is not None:
+            # Beside the consumer files too, once the coordinator holds it
+            # (so it outlives a wipe as they do); before anything is pinned.
+            try:
+                await self._in_io(functools.partial(record_start, file_io, path, name, meta,
+                                                    start))
+            except Exception as err:  # as a consumer file that cannot be written
+                log.warning("group start not recorded beside the consumer files: %s", err)
         resolved = ResolvedStart(next_snapshot=start.next_snapshot,
                                  full_scan_snapshot=start.full_scan)
         # Pin the resolved start before reading anything: a later owner then
