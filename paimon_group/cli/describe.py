@@ -160,6 +160,12 @@ async def _watch(url: str, options: ConnectOptions, kw: dict[str, Any],
                 echo_json(await refresh())
                 await asyncio.sleep(interval_s)
         console = Console()
+        if not console.is_terminal:
+            # Redirected (``describe --watch > log``): a Live screen would show
+            # only its last frame, at Ctrl-C; print every refresh instead.
+            while True:
+                console.print(describe_renderable(await refresh()))
+                await asyncio.sleep(interval_s)
         with Live(describe_renderable(await refresh()), console=console,
                   auto_refresh=False, transient=False) as live:
             while True:

@@ -167,6 +167,7 @@ class EtcdServer:
         client_cert_auth: bool = False,
         auth: bool = False,
         auth_token_ttl: int | None = None,
+        users: dict[str, str] | None = None,
         extra_args: tuple[str, ...] = (),
         name: str = "n0",
         peer_port: int | None = None,
@@ -182,6 +183,7 @@ class EtcdServer:
         self.tls = tls or client_cert_auth
         self.client_cert_auth = client_cert_auth
         self.auth = auth
+        self.users = dict(users or {})  # more users with role root, made with auth
         self.auth_token_ttl = auth_token_ttl
         self.extra_args = extra_args
         self.client_port = free_port()
@@ -351,7 +353,12 @@ class EtcdServer:
             auth.UserAdd(
                 rpc.AuthUserAddRequest(name="root", password=ROOT_PASSWORD), timeout=10
             )
-            auth.UserGrantRole(rpc.AuthUserGrantRoleRequest(user="root", role="root"), timeout=10)
+            for user, password in [("root", ROOT_PASSWORD), *self.users.items()]:
+                if user != "root":
+                    auth.UserAdd(rpc.AuthUserAddRequest(name=user, password=password),
+                                 timeout=10)
+                auth.UserGrantRole(rpc.AuthUserGrantRoleRequest(user=user, role="root"),
+                                   timeout=10)
             auth.AuthEnable(rpc.AuthEnableRequest(), timeout=10)
         finally:
             channel.close()

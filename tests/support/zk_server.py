@@ -243,6 +243,7 @@ class ZkServer:
         sasl_users: dict[str, str] | None = None,
         require_auth: str | None = None,
         tls: TlsMaterial | None = None,
+        client_auth: str = "need",
         tick_ms: int = TICK_MS,
     ) -> None:
         if require_auth not in (None, "sasl", "digest"):
@@ -260,6 +261,7 @@ class ZkServer:
         self.require_auth = require_auth
         self.tls = tls
         self.tick_ms = tick_ms
+        self.client_auth = client_auth  # of the TLS port: need, want or none
         self.port = free_port()
         self.secure_port = free_port() if tls is not None else None
         self.process: subprocess.Popen[bytes] | None = None
@@ -359,7 +361,7 @@ class ZkServer:
                     "zookeeper.ssl.trustStore.location": str(tls.truststore),
                     "zookeeper.ssl.trustStore.password": tls.password,
                     "zookeeper.ssl.trustStore.type": "PKCS12",
-                    "zookeeper.ssl.clientAuth": "need",
+                    "zookeeper.ssl.clientAuth": self.client_auth,
                 }
             )
         return [
