@@ -19,6 +19,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -174,3 +175,117 @@ def test_a_string_without_scheme_is_echoed_as_given_minus_secrets() -> None:
 
     assert redact_url("etcd//oops") == "etcd//oops"
     assert redact_url("user:pw@etcd-0:2379?password=x") == "***@etcd-0:2379?password=***"
+
+
+# -- the admin commands ----------------------------------------------------------------
+#
+# The same rule for every option of describe, list, reset, delete, members remove and
+# demo: one line, exit 2, and nothing created, neither a file nor, on a server
+# coordinator, a key. Cases run against a group that exists (``g``, 4 shards) in an
+# embedded coordinator, and against an etcd prefix where nothing exists.
+
+
+@pytest.fixture(scope="module")
+def grouped(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A warehouse whose embedded coordinator holds group ``g`` (4 shards), made by a
+    real member that joined and left."""
+    import asyncio
+
+    from paimon_group import GroupMember, MemberConfig
+
+    wh = tmp_path_factory.mktemp("bad-admin") / "wh"
+    make_pk_table(str(wh), "db.t", buckets=4)
+    write_rows(str(wh), "db.t", range(10))
+
+    async def join_and_leave() -> None:
+        member = GroupMember(MemberConfig(group="g", warehouse=str(wh), table="db.t",
+                                          member_id="m1", session_timeout_s=5))
+        await member.start()
+        for _ in range(200):
+            if member.owned_shards:
+                break
+            await asyncio.sleep(0.05)
+        await member.stop()
+
+    asyncio.run(join_and_leave())
+    return wh
+
+
+def admin_cases(wh: Path, scratch: Path, etcd: str) -> dict[str, tuple[list[str], str]]:
+    """Name -> (arguments, a word the error line must hold); ``wh`` holds group g."""
+    at = ["--warehouse", str(wh), "--table", "db.t"]
+    g = ["--group", "g", *at]
+    on_etcd = ["--group", "g", *at, "--coordinator", etcd]
+    return {
+        "describe-neither-group-nor-all": (["describe", *at], "--all-groups"),
+        "describe-all-groups-with-table": (["describe", "--all-groups", *at], "--table"),
+        "describe-watch-zero": (["describe", *g, "--watch", "0"], "--watch"),
+        "describe-bad-group": (["describe", "--group", "a b", *at], "'a b'"),
+        "describe-missing-table": (["describe", "--group", "g", "--warehouse", str(wh),
+                                    "--table", "db.nope"], "db.nope"),
+        "describe-password-file-missing": (
+            ["describe", *g, "--coordinator-password-file", str(scratch / "nope")],
+            "password file"),
+        "describe-missing-group-on-etcd": (["describe", *on_etcd], "'g'"),
+        "list-bad-auth": (["list", "--warehouse", str(wh), "--coordinator-auth", "x"],
+                          "--coordinator-auth"),
+        "list-bad-url": (["list", "--coordinator", "zk:/x"], "zk:/x"),
+        "reset-no-target": (["reset", *g], "exactly one"),
+        "reset-two-targets": (["reset", *g, "--to-latest", "--to-earliest"], "exactly one"),
+        "reset-snapshot-zero": (["reset", *g, "--to-snapshot", "0"], "--to-snapshot"),
+        "reset-snapshot-future": (["reset", *g, "--to-snapshot", "999"], "--to-snapshot 999"),
+        "reset-bad-timestamp": (["reset", *g, "--to-timestamp", "yesterday"], "'yesterday'"),
+        "reset-shift-not-a-number": (["reset", *g, "--shift-by", "x"], "--shift-by"),
+        "reset-shard-negative": (["reset", *g, "--to-latest", "--shard", "-1"], "--shard -1"),
+        "reset-shard-out-of-range": (["reset", *g, "--to-latest", "--shard", "4"],
+                                     "--shard 4"),
+        "reset-missing-group-on-etcd": (["reset", *on_etcd, "--to-latest", "--execute"],
+                                        "'g'"),
+        "delete-missing-group": (["delete", "--group", "nope", "--warehouse", str(wh)],
+                                 "'nope'"),
+        "delete-missing-group-on-etcd": (["delete", *on_etcd], "'g'"),
+        "delete-bad-group": (["delete", "--group", "../g", *at], "'../g'"),
+        "members-remove-no-id": (["members", "remove", "--group", "g", "--warehouse",
+                                  str(wh)], "MEMBER_ID"),
+        "members-remove-unknown": (["members", "remove", "--group", "g", "--warehouse",
+                                    str(wh), "nobody"], "'nobody'"),
+        "members-remove-bad-id": (["members", "remove", "--group", "g", "--warehouse",
+                                   str(wh), "bad/id"], "'bad/id'"),
+        "members-remove-on-etcd": (["members", "remove", "--group", "g", "--warehouse",
+                                    str(wh), "--coordinator", etcd, "m1"], "'g'"),
+        "demo-no-workers": (["demo", "--workers", "0", "--dir", str(scratch / "demo")],
+                            "--workers"),
+        "demo-too-short": (["demo", "--seconds", "1", "--dir", str(scratch / "demo")],
+                           "--seconds"),
+    }
+
+
+ADMIN_CASES = list(admin_cases(Path("/w"), Path("/s"), "etcd://h:1/p"))
+
+
+@pytest.mark.parametrize("case", ADMIN_CASES)
+def test_bad_admin_input_is_one_line(grouped: Path, tmp_path: Path, etcd_server: Any,
+                                     case: str) -> None:
+    import asyncio
+
+    from coordinators.registry import open_coordinator
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    etcd = etcd_server.url_with_prefix()
+    args, needle = admin_cases(grouped, scratch, etcd)[case]
+    before = tree(grouped, scratch)
+    result = subprocess.run([*ENTRIES["module"], *args], cwd=REPO, capture_output=True,
+                            text=True, timeout=60)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 2, (result.returncode, result.stderr, result.stdout[-500:])
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert needle in lines[0], lines[0]
+    assert result.stdout == ""
+    assert tree(grouped, scratch) == before
+
+    async def keys() -> list[str]:
+        async with open_coordinator(etcd) as coord:
+            return [e.key for e in await coord.list("groups/")]
+
+    assert asyncio.run(keys()) == []

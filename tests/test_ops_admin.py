@@ -531,7 +531,14 @@ async def test_delete_cleans_orphaned_consumer_files(coordinator: str, warehouse
     await stopped_group(coordinator, "other", {0: 1})  # the coordinator exists
     table = ShardedTable.open(warehouse, TABLE)
     ConsumerMirror(table.table.file_io, table.table_path, "orphan").write(1, 4)
-    result = await cli("delete", *common(coordinator, warehouse, "orphan"), "--json")
+    # Unknown to this coordinator: kept unless asked (they may be another
+    # coordinator's live group's files).
+    result = await cli("delete", *common(coordinator, warehouse, "orphan"))
+    assert result.exit_code == 2 and "--orphaned-files" in one_error_line(result)
+    assert "1 consumer files" in one_error_line(result)
+    assert consumer_files(warehouse, "orphan") != {}
+    result = await cli("delete", *common(coordinator, warehouse, "orphan"), "--json",
+                       "--orphaned-files")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout) == {"group": "orphan", "deleted_keys": 0,
                                          "deleted_consumer_files": 1}

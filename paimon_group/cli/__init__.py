@@ -194,8 +194,11 @@ def _kubernetes_pod_name() -> str | None:
 
 
 @main.command()
-@click.option("--workers", default=3, show_default=True, help="Worker processes.")
-@click.option("--seconds", default=40.0, show_default=True, help="How long the demo writes.")
+@click.option("--workers", default=3, show_default=True, type=click.IntRange(1, 16),
+              help="Worker processes (1 to 16).")
+@click.option("--seconds", default=40.0, show_default=True, type=click.FloatRange(min=5),
+              help="How long the demo writes (at least 5: a worker is killed and restarted "
+                   "meanwhile).")
 @click.option("--dir", "directory", type=click.Path(file_okay=False),
               help="Where to put the demo warehouse (default: a new temporary directory).")
 @friendly_errors

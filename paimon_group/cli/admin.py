@@ -144,6 +144,11 @@ def reset(**kw: Any) -> None:
 @group_option
 @stored_table_options
 @coordinator_options
+@click.option("--orphaned-files", is_flag=True,
+              help="Also when this coordinator does not know the group, delete the consumer "
+                   "files of that name in the table (left by a delete that failed half way or "
+                   "a wiped coordinator). Without it they are kept: they may belong to a live "
+                   "group of another coordinator.")
 @json_option("Print the result as JSON.")
 @friendly_errors
 def delete(**kw: Any) -> None:
@@ -162,7 +167,8 @@ def delete(**kw: Any) -> None:
         async with open_coordinator(url, options) as coord:
             kw["table"] = await group_table(coord, kw["group"], kw["table"])
             table = await asyncio.to_thread(open_table, kw)
-            return await delete_group(GroupClient(coord, kw["group"]), table)
+            return await delete_group(GroupClient(coord, kw["group"]), table,
+                                      orphaned_files=kw["orphaned_files"])
 
     result = asyncio.run(go())
     if kw["as_json"]:

@@ -51,6 +51,8 @@ def describe(**kw: Any) -> None:
                           "or --watch")
     if kw["group"]:
         validate_group(kw["group"])
+    if kw["watch"] is not None and kw["watch"] <= 0:
+        raise ConfigError(f"--watch {kw['watch']}: the refresh interval must be positive")
     url, options = admin_coordinator(kw)
     if kw["watch"] is not None:
         watch_describe(url, options, kw, kw["watch"])

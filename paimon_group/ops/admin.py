@@ -132,12 +132,17 @@ class DeletedGroup:
         return dict(vars(self))
 
 
-async def delete_group(client: GroupClient, table: ShardedTable | None) -> DeletedGroup:
+async def delete_group(client: GroupClient, table: ShardedTable | None, *,
+                       orphaned_files: bool = False) -> DeletedGroup:
     """Delete every coordinator key of the group, then its consumer files.
 
     Refused (:class:`GroupBusy`) while any member, owner or leader key exists.
-    A group with no coordinator state but leftover consumer files (a crashed
-    delete, or a coordinator that was wiped) has its files deleted.
+    A group this coordinator does not know keeps its consumer files unless
+    ``orphaned_files`` says to delete them: they may be left by a delete that
+    failed half way or a wiped coordinator, but they may as well be the files
+    of a live group whose coordinator is another one (a wrong or forgotten
+    ``--coordinator``), and deleting those would let the snapshots that group
+    still has to read expire.
     """
     state = await client.state()
     check_table(state, table, client.group)
@@ -155,7 +160,17 @@ async def delete_group(client: GroupClient, table: ShardedTable | None) -> Delet
         )
     files = 0
     if table is not None:
-        files = await asyncio.to_thread(admin_mirror(table, client.group).delete_all)
+        mirror = admin_mirror(table, client.group)
+        if not deleted and not orphaned_files:
+            found = len(await asyncio.to_thread(mirror.all))
+            raise GroupNotFound(
+                f"group {client.group!r} does not exist in this coordinator" + (
+                    f"; the table has {found} consumer files of a group of that name (left "
+                    "by a delete that failed half way or a wiped coordinator, or the files "
+                    "of a group in another coordinator: check --coordinator); add "
+                    "--orphaned-files to delete them" if found else
+                    " and has no consumer files in the table"))
+        files = await asyncio.to_thread(mirror.delete_all)
     if not deleted and not files:
         raise GroupNotFound(
             f"group {client.group!r} does not exist in this coordinator and has no consumer "
