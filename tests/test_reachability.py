@@ -97,3 +97,35 @@ def test_a_worker_says_within_the_session_timeout_that_etcd_is_gone(
     later = [i for i, text in enumerate(texts)
              if "control round failed" in text or "lost" in text.split(": ", 1)[-1]]
     assert all(said < i for i in later), texts[said - 2:]
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("backend", ["sqlite", "etcd"])
+async def test_a_graceful_stop_says_nothing_of_a_lost_session(
+    tmp_path: Path, backend: str, request: pytest.FixtureRequest,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Closing its own session at stop is not the coordinator going away: no
+    WARNING "session lost ... rejoins when the coordinator answers"."""
+    import asyncio
+    import logging
+
+    from paimon_group import GroupMember, MemberConfig
+
+    wh = str(tmp_path / "wh")
+    make_pk_table(wh, "db.t", buckets=2)
+    url = (request.getfixturevalue("etcd_server").url_with_prefix() if backend == "etcd"
+           else f"sqlite://{tmp_path}/c.sqlite")
+    member = GroupMember(MemberConfig(group="g", warehouse=wh, table="db.t", coordinator=url,
+                                      member_id="m", session_timeout_s=5))
+    caplog.set_level(logging.INFO, logger="paimon_group")
+    await member.start()
+    for _ in range(200):
+        if member.owned_shards:
+            break
+        await asyncio.sleep(0.05)
+    assert member.owned_shards
+    await member.stop()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert not warnings, warnings
+    assert any("released shards" in r.getMessage() for r in caplog.records)

@@ -57,7 +57,12 @@ class Membership(Control):
         coord = self._coord
         deadline = coord.session.deadline if coord is not None else time.monotonic()
         line = self._reachability.on_state(state.value, now=time.monotonic(), deadline=deadline)
-        if line is not None:
+        if line is not None and self.state in (MemberState.LEAVING, MemberState.STOPPED,
+                                               MemberState.FAILED):
+            # Our own close (a stop, or a failure, ends the session): nothing
+            # to tell; "rejoins when the coordinator answers" would be wrong.
+            log.debug("%s (while %s)", line, self.state.value)
+        elif line is not None:
             level = logging.INFO if state is SessionState.CONNECTED else logging.WARNING
             log.log(level, line, extra={"group": self.group_name, "member": self.member_id})
 
