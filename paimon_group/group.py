@@ -46,6 +46,7 @@ Example (in-memory backend)::
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -122,6 +123,12 @@ class GroupClient:
         # positions under its epochs (the commits are fenced by them).
         self._floor: dict[int, tuple[int, tuple[int, int]]] = {}
         self._unsure: dict[int, tuple[int, tuple[int, int]]] = {}
+        # One position commit at a time: deciding that a position does not
+        # lower the stored one (which may read it back) and sending it must
+        # not interleave with another commit of this client, or a release
+        # decided before a step's commit landed writes its older position
+        # over it (simulation seed 6569: 9 landed, then a release wrote 6).
+        self._commit_lock = asyncio.Lock()
 
     # -- metadata -------------------------------------------------------
 
@@ -422,9 +429,15 @@ class GroupClient:
         rejection means "stale epoch" to the caller, which would drop a shard
         it still owns. A position lower than one of our commits that *raised*
         (it may have landed) is first compared with the stored one, read back.
+        This client's position commits run one at a time.
         """
         if not updates:
             return True
+        async with self._commit_lock:
+            return await self._commit_positions(updates, member_id, release, full_scan)
+
+    async def _commit_positions(self, updates: Mapping[int, tuple[int, int]], member_id: str,
+                                release: bool, full_scan: Mapping[int, int] | None) -> bool:
         now = time.time()
         scans = full_scan or {}
         checks: list[Check] = []
@@ -467,7 +480,7 @@ class GroupClient:
         # later on the same session (ZooKeeper orders a session's requests),
         # so a later landing of it only moves the position forwards.
         stored, _ = await self.position(shard)
-        del self._unsure[shard]
+        self._unsure.pop(shard, None)
         if stored is None:
             return False
         self._raise_mark(self._floor, shard, (epoch, stored.order))

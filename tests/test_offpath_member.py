@@ -337,6 +337,47 @@ async def test_a_lower_position_after_an_ambiguous_commit(applied: bool) -> None
         assert await coord.get(group.keys.owner(0)) is None
 
 
+@pytest.mark.asyncio
+async def test_a_release_that_reads_back_never_writes_over_a_commit_made_meanwhile() -> None:
+    """Simulation seed 6569 (a driven member leaving): a commit of 5 raised
+    (not applied); the release of 3 reads the stored position back (2) and,
+    while that answer is on its way, the driver's commit of 9 lands; the
+    release then wrote 3 over 9 under the same epoch, and the next owner read
+    5 snapshots again. A client's position commits now run one at a time."""
+    async with open_coordinator(memory_url()) as coord:
+        group = GroupClient(coord, "g")
+        epoch = await group.acquire(0, "m", generation=1)
+        assert epoch is not None
+        assert await group.commit_positions({0: (epoch, 2)}, "m")
+        inject(coord, Fault("commit", position_put(lambda p: p.next_snapshot == 5),
+                            unavailable, applied=False))
+        with pytest.raises(CoordinatorUnavailable):
+            await group.commit_positions({0: (epoch, 5)}, "m")
+        real_get = coord.get
+        reading, answer = asyncio.Event(), asyncio.Event()
+
+        async def slow_get(key: str) -> Any:
+            entry = await real_get(key)
+            if key == group.keys.position(0) and not answer.is_set():
+                reading.set()
+                await answer.wait()  # read, not yet answered
+            return entry
+
+        coord.get = slow_get  # type: ignore[method-assign]
+        release = asyncio.ensure_future(
+            group.commit_positions({0: (epoch, 3)}, "m", release=True))
+        await reading.wait()
+        nine = asyncio.ensure_future(group.commit_positions({0: (epoch, 9)}, "m"))
+        await asyncio.sleep(0.2)
+        answer.set()
+        released, nine_ok = await asyncio.gather(release, nine)
+        assert released
+        position, _ = await group.position(0)
+        assert position is not None
+        assert not nine_ok or position.next_snapshot >= 9, (nine_ok, position)
+        assert await coord.get(group.keys.owner(0)) is None
+
+
 # -- finding 12: the stored shard count, and the refused commit -------------------
 
 
