@@ -207,10 +207,12 @@ def test_clean_staging_removes_only_old_attempts(tmp_path: Path) -> None:
 
 def _keep_writing(sink: ParquetBatchSink, stop: threading.Event, shard: int, *,
                   replays: bool) -> None:
-    """Publish up to 400 batches of ``shard`` until ``stop``: new keys, and
-    (with ``replays``) a replay of an earlier key every other time."""
+    """Publish batches of ``shard`` until ``stop`` (up to 400, or 120 new keys:
+    each read of the output lists every published batch, so more only slows
+    the test down): new keys, and (with ``replays``) a replay of an earlier
+    key every other time."""
     n = 0
-    while not stop.is_set() and n < 400:
+    while not stop.is_set() and n < (400 if replays else 120):
         n += 1
         snapshot = n % 4 + 1 if replays and n % 2 else n
         sink.write_arrow(rows(n), Batch(shard=shard, first_snapshot=snapshot,

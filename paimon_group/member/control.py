@@ -67,22 +67,31 @@ class Control(Ownership):
 
     async def _wait_for_change(self, timeout: float) -> set[str]:
         """Which of our watches fired ("group", "members", "owners"), or
-        {"local"} / {"timeout"} for a local wake-up or the periodic tick."""
+        {"local"} / {"timeout"} for a local wake-up or the periodic tick.
+
+        The waiters that lost the race are cancelled, and then awaited: one
+        whose change had already arrived when the cancel reached it still
+        finishes its ``wait()`` (``asyncio.wait_for`` returns a ready result
+        rather than raise), which clears the watch's flag and returns True.
+        Its result counts; dropped, the change was lost until the next tick
+        (issue 29: a generation seen 2.7 s late). The local flag is cleared
+        only when its waiter saw it, so a wake-up set meanwhile stays set.
+        """
         waiters = [asyncio.ensure_future(w.wait(timeout)) for w in self._watches]
         local = asyncio.ensure_future(self._wake.wait())
+        everything = [*waiters, local]
         try:
-            done, _ = await asyncio.wait([*waiters, local], timeout=timeout,
-                                         return_when=asyncio.FIRST_COMPLETED)
-            fired = {name for name, w in zip(self.WATCH_NAMES, waiters, strict=False)
-                     if w in done and not w.cancelled() and w.exception() is None
-                     and w.result()}
-            if local in done:
-                fired.add("local")
-            return fired or {"timeout"}
+            await asyncio.wait(everything, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for w in [*waiters, local]:
+            for w in everything:
                 w.cancel()
+            await asyncio.gather(*everything, return_exceptions=True)
+        fired = {name for name, w in zip(self.WATCH_NAMES, waiters, strict=False)
+                 if not w.cancelled() and w.exception() is None and w.result()}
+        if not local.cancelled() and local.exception() is None:
             self._wake.clear()
+            fired.add("local")
+        return fired or {"timeout"}
 
     async def _reconcile(self, fired: set[str]) -> None:
         """One level-triggered round, doing only what the wake-up calls for.
