@@ -20,6 +20,7 @@ policy              used for
 ``CONFLICTS``       ZooKeeper writes whose implicit guards failed: re-read, re-plan
 ``RPCS``            etcd calls (stop: the connect-timeout budget of each call)
 ``REJOIN``          a member re-joining after its session was lost
+``OPENS``           opening a SQLite coordinator file another process is setting up
 ``handler(n, s)``   a user handler, ``n`` attempts with backoff from ``s`` seconds
 ==================  =============================================================
 """
@@ -53,6 +54,13 @@ RPCS: Final = tenacity.AsyncRetrying(
     wait=tenacity.wait_random_exponential(multiplier=0.05, max=1.0),
     reraise=True,
 )
+
+OPENS: Final = tenacity.AsyncRetrying(
+    retry=RETRIABLE,
+    wait=tenacity.wait_random_exponential(multiplier=0.02, max=0.5),
+    reraise=True,
+)
+"""Stopped by the caller's connect timeout (``asyncio.wait_for`` around it)."""
 
 REJOIN: Final = tenacity.AsyncRetrying(
     retry=RETRIABLE,

@@ -59,12 +59,17 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
+import os
+import tempfile
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
 
+from coordinators.errors import PaimonGroupError
 from paimon_group.names import origin_path
 from paimon_group.records import GroupStart
 
@@ -72,10 +77,15 @@ if TYPE_CHECKING:
     from paimon_group.mirror import ConsumerMirror
     from paimon_group.records import GroupMeta
 
-__all__ = ["ConsumerFilesOrigin", "adopt_winner", "carried_start", "origin_path",
-           "prepare_new_group", "record_start", "resume_allowed"]
+__all__ = ["ConsumerFilesOrigin", "UnreadableOrigin", "adopt_winner", "carried_start",
+           "origin_path", "prepare_new_group", "record_start", "resume_allowed", "write_whole"]
 
 log = logging.getLogger(__name__)
+
+
+class UnreadableOrigin(PaimonGroupError):
+    """The origin file exists and cannot be parsed: the consumer files are
+    neither trusted nor deleted."""
 
 
 @dataclass(frozen=True)
@@ -90,9 +100,11 @@ class ConsumerFilesOrigin:
     start: GroupStart | None = None
 
     @classmethod
-    def read(cls, file_io: Any, table_path: str, group: str) -> ConsumerFilesOrigin | None:
+    def read(cls, file_io: Any, table_path: str, group: str, *,
+             strict: bool = False) -> ConsumerFilesOrigin | None:
         """The stored origin, or None if there is none (or it cannot be parsed:
-        then nothing is trusted)."""
+        then nothing is trusted; with ``strict`` that raises
+        :class:`UnreadableOrigin` instead)."""
         path = origin_path(table_path, group)
         try:
             if not file_io.exists(path):
@@ -105,6 +117,8 @@ class ConsumerFilesOrigin:
         except FileNotFoundError:
             return None
         except (ValueError, KeyError, TypeError) as err:
+            if strict:
+                raise UnreadableOrigin(f"unreadable consumer-file origin {path}: {err}") from err
             log.warning("unreadable consumer-file origin %s: %s", path, err)
             return None
 
@@ -112,11 +126,36 @@ class ConsumerFilesOrigin:
         data = asdict(self)
         if self.start is None:
             del data["start"]
-        file_io.overwrite_file_utf8(origin_path(table_path, self.group),
-                                    json.dumps(data, sort_keys=True))
+        write_whole(file_io, origin_path(table_path, self.group), json.dumps(data, sort_keys=True))
 
     def matches(self, num_shards: int, sharding: str) -> bool:
         return self.num_shards == num_shards and self.sharding == sharding
+
+
+def write_whole(file_io: Any, path: str, text: str) -> None:
+    """Write ``path`` so that a reader sees the old content or the new, never
+    a part (members creating a group at once read the origin while others
+    write it: written in place, over 100 "unreadable origin" warnings were
+    seen with 50 members, and an unreadable origin made the consumer files
+    look unvetted). On a local file system: a temporary file in the same
+    directory, renamed over it (``os.replace`` is atomic). An object store's
+    PUT is all or nothing already."""
+    parsed = urlparse(path)
+    if parsed.scheme not in ("", "file"):
+        file_io.overwrite_file_utf8(path, text)
+        return
+    target = parsed.path if parsed.scheme == "file" else path
+    directory, name = os.path.split(target)
+    os.makedirs(directory or ".", exist_ok=True)
+    fd, temporary = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory or ".")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(temporary, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
 
 
 def prepare_new_group(
@@ -129,7 +168,10 @@ def prepare_new_group(
     file this discards. Kept files keep the start they were read from.
     """
     files = mirror.all()
-    previous = ConsumerFilesOrigin.read(file_io, table_path, origin.group)
+    # Unreadable (not absent): raise, so that the files are kept, not deleted
+    # as files of no known origin; the group then starts its shards without
+    # a position as configured (membership logs why).
+    previous = ConsumerFilesOrigin.read(file_io, table_path, origin.group, strict=True)
     note = None
     if files and previous is not None and previous.matches(origin.num_shards, origin.sharding):
         origin = dataclasses.replace(origin, start=previous.start)

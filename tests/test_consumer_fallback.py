@@ -257,3 +257,66 @@ async def test_a_pending_full_scan_is_resumed_as_a_full_scan(
     finally:
         await batches_a.aclose()
         await member_a.stop(timeout=2)
+
+
+def test_an_unreadable_origin_keeps_the_files(tmp_path: Path) -> None:
+    """Issue 29: an origin that cannot be parsed was taken as none, and the
+    group's consumer files were deleted as files of no known origin; a group
+    started with --start latest then skipped what they held. They are kept
+    now (and not resumed from)."""
+    from paimon_group.consumer_meta import (
+        ConsumerFilesOrigin,
+        UnreadableOrigin,
+        prepare_new_group,
+    )
+    from paimon_group.names import origin_path
+
+    wh = str(tmp_path / "wh")
+    make_pk_table(wh, "db.t", buckets=4)
+    table: Any = open_table(wh, "db.t")
+    mirror = ConsumerMirror(table.file_io, table.table_path, "fb")
+    mirror.write(0, 2, force=True)
+    Path(origin_path(table.table_path, "fb")).write_text('{"group": "fb", "incarn')
+    with pytest.raises(UnreadableOrigin):
+        prepare_new_group(mirror, table.file_io, table.table_path,
+                          ConsumerFilesOrigin("fb", "new", 4, "bucket"))
+    assert mirror.read(0) == 2
+
+
+@pytest.mark.asyncio
+async def test_fifty_members_creating_one_group_at_once_leave_one_readable_origin(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 29: 50 members start one new group at the same moment; the origin
+    was written in place and read half-written by the others (over 100
+    "unreadable consumer-file origin" warnings). Written whole now: no
+    warning, and one origin, naming the group record's incarnation."""
+    import asyncio
+    import logging
+
+    from coordinators import open_coordinator
+    from paimon_group import GroupMember, MemberConfig
+    from paimon_group.consumer_meta import ConsumerFilesOrigin
+    from paimon_group.group import GroupClient
+
+    wh = str(tmp_path / "wh")
+    make_pk_table(wh, "db.t", buckets=4)
+    url = f"sqlite://{tmp_path}/c.sqlite"
+    caplog.set_level(logging.WARNING)
+    members = [GroupMember(MemberConfig(group="fifty", warehouse=wh, table="db.t",
+                                        coordinator=url, member_id=f"m{i}",
+                                        session_timeout_s=10)) for i in range(50)]
+    try:
+        await asyncio.gather(*(m.start() for m in members))
+        async with open_coordinator(url) as coord:
+            meta = await GroupClient(coord, "fifty").read_meta()
+    finally:
+        await asyncio.gather(*(m.stop() for m in members), return_exceptions=True)
+    unreadable = [r.getMessage() for r in caplog.records if "unreadable" in r.getMessage()]
+    assert not unreadable, unreadable[:3]
+    table: Any = open_table(wh, "db.t")
+    origin = ConsumerFilesOrigin.read(table.file_io, table.table_path, "fifty", strict=True)
+    assert origin is not None and meta is not None
+    assert origin.incarnation == meta.incarnation
+    leftovers = [p.name for p in Path(table.table_path, "consumer").iterdir()
+                 if p.name.endswith(".tmp")]
+    assert not leftovers

@@ -92,6 +92,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Final, TypeVar
 
+from coordinators import retry
 from coordinators.errors import (
     ConfigError,
     CoordinatorError,
@@ -257,9 +258,14 @@ class SqliteCoordinator(Coordinator):
         executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix=f"coordinator-{self.scheme}"
         )
+        # Two processes opening a new file at once: one may find it locked
+        # while the other sets WAL mode and the schema (SQLite does not wait
+        # for that lock): retriable, so retried within the connect timeout
+        # (issue 29: 1 in 20 pairs of starts failed).
+        opening = retry.OPENS.copy(sleep=asyncio.sleep)
         try:
-            db = await asyncio.wait_for(
-                self._open(executor), timeout=self._options.connect_timeout_s
+            db: _Database = await asyncio.wait_for(
+                opening(self._open, executor), timeout=self._options.connect_timeout_s
             )
         except TimeoutError as err:
             executor.shutdown(wait=False)
@@ -273,14 +279,23 @@ class SqliteCoordinator(Coordinator):
         session = SqliteSession(uuid.uuid4().hex, self._timeout_s, asyncio.get_running_loop())
         # The base class set the deadline to now + timeout before the row
         # exists; the row's expiry is computed later, so the deadline is safe.
+        register = functools.partial(
+            self._run_on, executor, db,
+            functools.partial(
+                _write, body=functools.partial(_insert_session, session.id, self._timeout_s)
+            ),
+        )
         try:
-            await self._run_on(
-                executor,
-                db,
-                functools.partial(
-                    _write, body=functools.partial(_insert_session, session.id, self._timeout_s)
-                ),
-            )
+            # Many members joining at once may keep the write lock longer
+            # than the busy timeout: the insert did not happen, so it is
+            # retried too, within the connect timeout.
+            await asyncio.wait_for(opening(register), timeout=self._options.connect_timeout_s)
+        except TimeoutError as err:
+            await self._release(executor, db)
+            raise CoordinatorUnavailable(
+                f"timed out after {self._options.connect_timeout_s}s registering a session "
+                f"in SQLite coordinator {self._where()}"
+            ) from err
         except BaseException:
             await self._release(executor, db)
             raise
