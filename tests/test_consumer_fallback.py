@@ -292,6 +292,7 @@ async def test_fifty_members_creating_one_group_at_once_leave_one_readable_origi
     warning, and one origin, naming the group record's incarnation."""
     import asyncio
     import logging
+    import os
 
     from coordinators import open_coordinator
     from paimon_group import GroupMember, MemberConfig
@@ -317,6 +318,6 @@ async def test_fifty_members_creating_one_group_at_once_leave_one_readable_origi
     origin = ConsumerFilesOrigin.read(table.file_io, table.table_path, "fifty", strict=True)
     assert origin is not None and meta is not None
     assert origin.incarnation == meta.incarnation
-    leftovers = [p.name for p in Path(table.table_path, "consumer").iterdir()
-                 if p.name.endswith(".tmp")]
+    names = await asyncio.to_thread(os.listdir, os.path.join(table.table_path, "consumer"))
+    leftovers = [name for name in names if name.endswith(".tmp")]
     assert not leftovers
