@@ -316,3 +316,52 @@ async def test_a_driven_member_notices_a_dropped_or_recreated_table(
         with pytest.raises(expected):
             await member.settle_positions()
         assert isinstance(member.error, expected)
+
+
+@pytest.mark.asyncio
+async def test_a_start_resolved_across_a_rejoin_does_not_fail_the_member(
+        table: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Simulation seed 10369: while the group's start was being resolved from
+    the table, the session was lost and the member rejoined, closing the
+    coordinator connection the read round had begun on; the round then
+    created the group start on that closed connection, which every backend
+    refuses for good, and the member failed. A round that spanned a rejoin
+    now runs again on the new connection."""
+    from paimon_group.table import ShardedTable
+
+    real_resolve = ShardedTable.resolve_start
+    holder: dict[str, Any] = {}
+    armed = {"left": 1}
+
+    def lost_while_resolving(self: ShardedTable, start: Any) -> Any:
+        found = real_resolve(self, start)
+        if armed["left"]:
+            armed["left"] -= 1
+            member = holder["member"]
+            old = member._coord
+            loop = holder["loop"]
+            assert old is not None
+            loop.call_soon_threadsafe(old.session.mark, SessionState.LOST)  # type: ignore[attr-defined]
+            import time
+
+            deadline = time.monotonic() + 30
+            while member._coord is old:  # this runs on an I/O thread: the loop rejoins
+                assert time.monotonic() < deadline, member.state
+                time.sleep(0.01)
+        return found
+
+    monkeypatch.setattr(ShardedTable, "resolve_start", lost_while_resolving)
+    url = f"memory://start-rejoin-{uuid.uuid4().hex}"
+    cfg = MemberConfig(group="g", warehouse=table, table="db.t", coordinator=url,
+                       member_id="a", session_timeout_s=3, poll_interval_ms=50,
+                       start="earliest")
+    async with open_coordinator(url), GroupMember(cfg) as member:
+        holder["member"], holder["loop"] = member, asyncio.get_running_loop()
+        batches = member.batches()
+        got: set[int] = set()
+        while len(got) < 10:
+            batch = await asyncio.wait_for(batches.__anext__(), timeout=30)
+            got.update(batch.to_arrow().column("id").to_pylist())
+        assert armed["left"] == 0
+        assert member.state is MemberState.RUNNING and member.error is None
+        await batches.aclose()

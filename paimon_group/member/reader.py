@@ -20,7 +20,7 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from coordinators.errors import PaimonGroupError, SessionLost
+from coordinators.errors import CoordinatorError, PaimonGroupError, SessionLost
 from paimon_group.batch import ShardBatch
 from paimon_group.config import MemberConfig
 from paimon_group.consumer_meta import carried_start, record_start
@@ -53,6 +53,7 @@ class Reader(Commits):
 
     async def _read_loop_supervised(self, process: Process) -> None:
         while not self._stopping:
+            coord = self._coord
             try:
                 await self._read_loop(process)
             except Stop:
@@ -66,6 +67,17 @@ class Reader(Commits):
                 self._fail(err)
                 return
             except PaimonGroupError as err:
+                if (isinstance(err, CoordinatorError) and not err.retriable
+                        and coord is not None and self._coord is not coord):
+                    # A call of a round begun before a rejoin, on the
+                    # connection the rejoin has closed since: every backend
+                    # refuses it for good, but it is not this member's
+                    # failure. The round runs again on the new connection
+                    # (simulation seed 10369: the group start was created on
+                    # the closed connection, and the member failed).
+                    log.info("a read round spanned a rejoin (%s): reading again", err,
+                             extra={"group": self.group_name, "member": self.member_id})
+                    continue
                 if not err.retriable:
                     self._fail(err)
                     return
