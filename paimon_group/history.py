@@ -47,14 +47,23 @@ class HistoryRecorder:
         }
         data = (json.dumps(line, sort_keys=True) + "\n").encode()
         with self._lock:
+            if self._fd < 0:
+                return  # closed: the member has stopped
             os.write(self._fd, data)
 
     def close(self) -> None:
+        """Close the file, once. A second close must not close the descriptor
+        number again: the process may have reused it for another file since
+        (simulation seed 11491: a member stopped twice closed the history of
+        the member started after it, whose next write failed with EBADF; a
+        socket or a database could as well have been closed)."""
         with self._lock:
-            try:
-                os.close(self._fd)
-            except OSError:
-                pass
+            fd, self._fd = self._fd, -1
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
 
 
 class NullRecorder(HistoryRecorder):
