@@ -24,3 +24,37 @@ def test_a_second_close_never_closes_a_reused_descriptor(tmp_path: Path) -> None
     assert (tmp_path / "b.jsonl").read_text().count("\n") == 1
     assert (tmp_path / "a.jsonl").read_text() == ""
     assert os.path.exists(tmp_path / "b.jsonl")
+
+
+def test_two_stops_at_once_leave_and_close_once(tmp_path: Path) -> None:
+    """Simulation seed 11491: a second stop() while the first was under way
+    left and closed again. It waits for the first now; the history has one
+    release per shard, and both calls return with the member stopped."""
+    import asyncio
+    import json
+
+    from paimon_group import GroupMember, MemberConfig
+    from paimon_group.member import MemberState
+    from tests.support.tables import make_pk_table
+
+    wh = str(tmp_path / "wh")
+    make_pk_table(wh, "db.t", buckets=2)
+    history = tmp_path / "h.jsonl"
+
+    async def main() -> GroupMember:
+        member = GroupMember(MemberConfig(group="g", warehouse=wh, table="db.t",
+                                          coordinator=f"sqlite://{tmp_path}/c.sqlite",
+                                          member_id="m", history_path=str(history),
+                                          session_timeout_s=5))
+        await member.start()
+        for _ in range(200):
+            if len(member.owned_shards) == 2:
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.gather(member.stop(), member.stop())
+        return member
+
+    member = asyncio.run(main())
+    assert member.state is MemberState.STOPPED and member.error is None
+    events = [json.loads(line)["event"] for line in history.read_text().splitlines()]
+    assert events.count("acquire") == 2 and events.count("release") == 2, events

@@ -43,6 +43,7 @@ class GroupMember(Membership, Driving):
         super().__init__(config, listener=listener, auto_commit=auto_commit)
         self._queue: asyncio.Queue[tuple[ShardBatch, asyncio.Future[bool]]] = asyncio.Queue(1)
         self._acked: dict[int, asyncio.Future[bool]] = {}
+        self._stop_task: asyncio.Future[None] | None = None
         self._retry_handler = tenacity.AsyncRetrying(
             stop=tenacity.stop_after_attempt(max(1, config.max_handler_attempts)),
             wait=tenacity.wait_exponential(multiplier=config.handler_backoff_s, max=30),
@@ -65,6 +66,7 @@ class GroupMember(Membership, Driving):
 
     async def start(self) -> None:
         """Open the table, join the group; reading starts when a handler or iterator runs."""
+        self._stop_task = None
         self._set_state(MemberState.JOINING)
         cfg = self.config
         loop = asyncio.get_running_loop()
@@ -89,8 +91,17 @@ class GroupMember(Membership, Driving):
 
         Finishes within ``timeout`` (default ``shutdown_timeout_s``): a batch
         still in flight then is abandoned (not committed; the next owner
-        re-reads it).
+        re-reads it). A stop while one is under way (a signal handler and a
+        context manager both stopping) waits for that one instead of leaving
+        and closing a second time.
         """
+        if self._stop_task is None:
+            self._stop_task = asyncio.ensure_future(self._stop(timeout))
+            await self._stop_task
+        else:
+            await asyncio.shield(self._stop_task)
+
+    async def _stop(self, timeout: float | None) -> None:
         if self.state in (MemberState.STOPPED, MemberState.CREATED):
             self._set_state(MemberState.STOPPED)
             return
