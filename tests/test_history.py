@@ -58,3 +58,34 @@ def test_two_stops_at_once_leave_and_close_once(tmp_path: Path) -> None:
     assert member.state is MemberState.STOPPED and member.error is None
     events = [json.loads(line)["event"] for line in history.read_text().splitlines()]
     assert events.count("acquire") == 2 and events.count("release") == 2, events
+
+
+def test_a_stop_whose_caller_gave_up_can_be_called_again(tmp_path: Path) -> None:
+    """A stop cancelled by its caller (a timeout around it) does not make the
+    next stop() raise CancelledError: it stops."""
+    import asyncio
+
+    from paimon_group import GroupMember, MemberConfig
+    from paimon_group.member import MemberState
+    from tests.support.tables import make_pk_table
+
+    wh = str(tmp_path / "wh")
+    make_pk_table(wh, "db.t", buckets=2)
+
+    async def main() -> GroupMember:
+        member = GroupMember(MemberConfig(group="g", warehouse=wh, table="db.t",
+                                          coordinator=f"sqlite://{tmp_path}/c.sqlite",
+                                          member_id="m", session_timeout_s=5))
+        await member.start()
+        first = asyncio.ensure_future(member.stop())
+        await asyncio.sleep(0)
+        first.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await first
+        await member.stop()
+        return member
+
+    import contextlib
+
+    member = asyncio.run(main())
+    assert member.state is MemberState.STOPPED

@@ -95,11 +95,12 @@ class GroupMember(Membership, Driving):
         context manager both stopping) waits for that one instead of leaving
         and closing a second time.
         """
-        if self._stop_task is None:
-            self._stop_task = asyncio.ensure_future(self._stop(timeout))
-            await self._stop_task
+        task = self._stop_task
+        if task is None or task.cancelled():  # none yet, or one whose caller gave up
+            task = self._stop_task = asyncio.ensure_future(self._stop(timeout))
+            await task
         else:
-            await asyncio.shield(self._stop_task)
+            await asyncio.shield(task)
 
     async def _stop(self, timeout: float | None) -> None:
         if self.state in (MemberState.STOPPED, MemberState.CREATED):
