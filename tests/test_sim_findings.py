@@ -365,3 +365,30 @@ async def test_a_start_resolved_across_a_rejoin_does_not_fail_the_member(
         assert armed["left"] == 0
         assert member.state is MemberState.RUNNING and member.error is None
         await batches.aclose()
+
+
+@pytest.mark.asyncio
+async def test_a_driven_member_settling_while_it_leaves_holds_nothing(table: str) -> None:
+    """Simulation seed 5877: a host (the Spark source) asked for the settled
+    positions while its member was leaving; pinning the start of a shard
+    without a position was refused locally (the member leaves), and the
+    member's internal Stop reached the host, which died of it. Leaving, the
+    member now answers that it holds nothing."""
+    url = f"memory://settle-leaving-{uuid.uuid4().hex}"
+    cfg = MemberConfig(group="g", warehouse=table, table="db.t", coordinator=url,
+                       member_id="a", session_timeout_s=3, poll_interval_ms=50)
+    async with open_coordinator(url):
+        member = GroupMember(cfg)
+        await member.start()
+        try:
+            for _ in range(200):
+                if len(member.held_shards()) == 2:
+                    break
+                await asyncio.sleep(0.05)
+            assert member.held_shards() == [0, 1]
+            member._gate.stopping = True  # as stop() sets it, before the leave ends
+            coordinator, member._gate.coordinator = member._gate.coordinator, None
+            assert await member.settle_positions() == {}
+            member._gate.coordinator = coordinator
+        finally:
+            await member.stop()

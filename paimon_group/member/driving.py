@@ -30,7 +30,7 @@ from coordinators.errors import PaimonGroupError
 from paimon_group.errors import TableNotFound, TableReplaced
 from paimon_group.member.core import TABLE_CHECK_S
 from paimon_group.member.reader import Reader
-from paimon_group.member.state import OwnedShard
+from paimon_group.member.state import OwnedShard, Stop
 
 log = logging.getLogger("paimon_group.member")
 
@@ -77,6 +77,11 @@ class Driving(Reader):
         held = [o for o in self._owned.values() if o.active]
         try:
             await self._settle(held)
+        except Stop:
+            # Leaving: no shard may be read any more (the host learns it from
+            # an empty answer, as when nothing is held; simulation seed 5877:
+            # the internal Stop reached the host).
+            return {}
         except PaimonGroupError as err:
             # Those shards stay out (unresolved or uncertain) this time.
             log.warning("positions not settled this round: %s", err,
