@@ -13,7 +13,9 @@ members' pins: 30 of 60 rows delivered.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -36,18 +38,25 @@ def _rows(ids: range) -> object:
                      "payload": [f"p{i}" for i in ids]}, schema=schema)
 
 
+async def _until(condition: Callable[[], bool], timeout_s: float = 60.0) -> None:
+    """Wait until ``condition()`` holds, or ``timeout_s`` passed (the caller
+    asserts what it needs afterwards)."""
+    deadline = time.monotonic() + timeout_s
+    for _ in range(int(timeout_s / 0.05)):
+        if condition() or time.monotonic() >= deadline:
+            return
+        await asyncio.sleep(0.05)
+
+
 async def _drain(member: GroupMember, got: Counter[int], want: int) -> None:
     """Consume ``member``'s batches into ``got`` until ``want`` rows arrived
-    in all (or 10 s passed)."""
+    in all (or 60 s passed: a loaded CI machine can be slow to plan)."""
     async def consume() -> None:
         async for batch in member.batches():
             got.update(batch.to_arrow().column("id").to_pylist())
 
     task = asyncio.ensure_future(consume())
-    for _ in range(200):
-        if sum(got.values()) >= want or task.done():
-            break
-        await asyncio.sleep(0.05)
+    await _until(lambda: sum(got.values()) >= want or task.done())
     await asyncio.sleep(0.3)  # a duplicate would arrive now
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -75,10 +84,8 @@ async def test_a_compaction_between_two_members_starts_loses_nothing(
     await a.start()
     await b.start()
     try:
-        for _ in range(200):  # the assignment settles: one shard each, nothing read yet
-            if len(a.owned_shards) == 1 and len(b.owned_shards) == 1:
-                break
-            await asyncio.sleep(0.05)
+        # the assignment settles: one shard each, nothing read yet
+        await _until(lambda: len(a.owned_shards) == 1 and len(b.owned_shards) == 1)
         assert sorted(a.owned_shards + b.owned_shards) == [0, 1]
         got: Counter[int] = Counter()
         # a pins its shard and reads it; then the writer compacts; then b pins.
@@ -127,10 +134,8 @@ async def test_a_shard_without_a_consumer_file_keeps_the_start_across_a_switch(
     await b.start()
     got: Counter[int] = Counter()
     try:
-        for _ in range(200):
-            if len(a.owned_shards) == 1 and len(b.owned_shards) == 1:
-                break
-            await asyncio.sleep(0.05)
+        await _until(lambda: len(a.owned_shards) == 1 and len(b.owned_shards) == 1)
+        assert sorted(a.owned_shards + b.owned_shards) == [0, 1]
         await _drain(a, got, want=1)  # a's shard is pinned, read and mirrored; b's never
     finally:
         await a.stop()
