@@ -23,7 +23,14 @@ import pytest
 from paimon_group import GroupMember, MemberConfig
 from paimon_group.group import GroupClient
 from paimon_group.group_start import read_group_start
-from tests.support.tables import compact, make_append_table, open_table, write_table
+from paimon_group.sharding import Sharding, ShardRule
+from tests.support.tables import (
+    compact,
+    current_entries,
+    make_append_table,
+    open_table,
+    write_table,
+)
 
 TABLE = "db.a"
 
@@ -36,6 +43,24 @@ def _rows(ids: range) -> object:
     schema = table_schema()
     return pa.table({"id": list(ids), "v": [0] * len(ids),
                      "payload": [f"p{i}" for i in ids]}, schema=schema)
+
+
+def _six_commits_over_both_shards(tmp_path: Path) -> str:
+    """A warehouse whose table holds 6 commits of 10 rows (ids 0..59) in 6
+    files that reach both of 2 shards. A file's shard is the hash of its
+    random name, so all 6 land in one shard once in 32 tables: then the test
+    would prove nothing (and its partial-read step could not happen), so such
+    a table is written again in a new warehouse."""
+    sharding = Sharding(ShardRule.FILE, 2)
+    for attempt in range(20):
+        wh = str(tmp_path / f"wh{attempt}")
+        make_append_table(wh, TABLE, buckets=-1)
+        table = open_table(wh, TABLE)
+        for k in range(6):
+            write_table(table, _rows(range(10 * k, 10 * k + 10)))
+        if {sharding.shard_of_entry(e) for e in current_entries(table)} == {0, 1}:
+            return wh
+    raise AssertionError("20 tables in a row had all their files in one shard")
 
 
 async def _until(condition: Callable[[], bool], timeout_s: float = 60.0) -> None:
@@ -67,11 +92,7 @@ async def _drain(member: GroupMember, got: Counter[int], want: int) -> None:
 @pytest.mark.parametrize("backend", ["sqlite", "etcd"])
 async def test_a_compaction_between_two_members_starts_loses_nothing(
         tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> None:
-    wh = str(tmp_path / "wh")
-    make_append_table(wh, TABLE, buckets=-1)
-    table = open_table(wh, TABLE)
-    for k in range(6):
-        write_table(table, _rows(range(10 * k, 10 * k + 10)))
+    wh = _six_commits_over_both_shards(tmp_path)
     coordinator = (request.getfixturevalue("etcd_server").url_with_prefix()
                    if backend == "etcd" else f"sqlite://{tmp_path}/c.sqlite")
 
@@ -112,11 +133,7 @@ async def test_a_shard_without_a_consumer_file_keeps_the_start_across_a_switch(
     shard that was never pinned (no file) starts from the start its peers were
     read from, kept beside the files; resolved again it was a full scan of the
     compacted snapshot, whose files shard the rows otherwise."""
-    wh = str(tmp_path / "wh")
-    make_append_table(wh, TABLE, buckets=-1)
-    table = open_table(wh, TABLE)
-    for k in range(6):
-        write_table(table, _rows(range(10 * k, 10 * k + 10)))
+    wh = _six_commits_over_both_shards(tmp_path)
 
     def coordinator() -> str:
         if backend == "etcd":

@@ -25,8 +25,8 @@ from paimon_group.arrowread.levels import merges_by_lookup
 from paimon_group.planner import ShardPlanner
 from paimon_group.table import ShardedTable
 from tests.support.tables import (
-    _current_entries,
     compact,
+    current_entries,
     make_pk_table,
     open_table,
     rows_table,
@@ -42,7 +42,7 @@ def _lookup_compact(warehouse: str, merged: pa.Table) -> None:
     from pypaimon.manifest.schema.manifest_entry import ManifestEntry
 
     table = open_table(warehouse, "db.t")
-    level0 = [e for e in _current_entries(table) if e.file.level == 0]
+    level0 = [e for e in current_entries(table) if e.file.level == 0]
     assert level0
     builder = table.new_batch_write_builder()
     write = builder.new_write()

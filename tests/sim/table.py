@@ -124,10 +124,10 @@ def _compact_append(warehouse: str, locs: dict[int, set[Location]]) -> int:
     import pyarrow.parquet as pq
     from pypaimon.manifest.schema.manifest_entry import ManifestEntry
 
-    from tests.support.tables import _current_entries, open_table
+    from tests.support.tables import current_entries, open_table
 
     table = open_table(warehouse, TABLE)
-    entries = _current_entries(table)
+    entries = current_entries(table)
     by_part: dict[tuple[object, ...], list[object]] = {}
     for e in entries:
         by_part.setdefault(tuple(e.partition.values), []).append(e)

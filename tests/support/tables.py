@@ -302,7 +302,7 @@ def bucket_of(table: Any, key: int) -> int:
     return int(bucket)
 
 
-def _current_entries(table: Any) -> list[Any]:
+def current_entries(table: Any) -> list[Any]:
     """Live ADD entries (with stats) of the latest snapshot."""
     from pypaimon.manifest.manifest_file_manager import ManifestFileManager
     from pypaimon.manifest.manifest_list_manager import ManifestListManager
@@ -340,7 +340,7 @@ def compact(
     if not table.is_primary_key_table and not unaware:
         raise ValueError("compact() supports primary-key and bucket-unaware append tables")
     wanted = set(buckets) if buckets is not None else None
-    entries = [e for e in _current_entries(table) if wanted is None or e.bucket in wanted]
+    entries = [e for e in current_entries(table) if wanted is None or e.bucket in wanted]
     if not entries:
         raise ValueError(f"nothing to compact in {name}")
     by_bucket: dict[int, list[Any]] = {}
