@@ -337,6 +337,7 @@ class ShardPlanner:
             latest = self.table.latest_snapshot_id()
             if latest is not None and snapshot_id <= latest:
                 raise self.table.expired_error(snapshot_id)
+            self.table.raise_if_dropped()
             raise PaimonGroupError(
                 f"cannot fully scan snapshot {snapshot_id} of table {self.table.identifier}: "
                 f"it does not exist yet (latest: {latest})"

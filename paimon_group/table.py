@@ -211,6 +211,19 @@ class ShardedTable:
         snapshot = self.snapshot(snapshot_id)
         return None if snapshot is None else int(snapshot.time_millis)
 
+    def raise_if_dropped(self) -> None:
+        """Raise :class:`TableNotFound` if the table's schema directory is gone
+        (the table was dropped under us). For a planner that finds a snapshot
+        it pinned missing and none after it: a dropped table, not one whose
+        snapshot is still to come (simulation seed 15757: a Spark-source
+        member reported "does not exist yet" for a dropped table)."""
+        file_io = self._snapshot_manager.file_io
+        if not file_io.exists(f"{self.table_path}/schema"):
+            raise TableNotFound(
+                f"table {self.identifier} not found in warehouse {self.warehouse}: it was "
+                "dropped while the group read it"
+            )
+
     def expired_error(self, snapshot_id: int) -> SnapshotExpired:
         """The error for a position whose snapshot is gone (one loud line)."""
         earliest = self.earliest_snapshot_id()

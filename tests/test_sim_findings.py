@@ -392,3 +392,22 @@ async def test_a_driven_member_settling_while_it_leaves_holds_nothing(table: str
             member._gate.coordinator = coordinator
         finally:
             await member.stop()
+
+
+def test_a_full_scan_planned_after_the_table_was_dropped_says_the_table_is_gone(
+        table: str) -> None:
+    """Simulation seed 15757: a member driven as the Spark source drives one
+    pinned a full scan of snapshot 1, the table was dropped, and its planner
+    (before the next table check) said "cannot fully scan snapshot 1: it
+    does not exist yet", an error the host cannot tell from a bug. A pinned
+    snapshot missing with none after it, on a table whose schema is gone, is
+    a dropped table: TableNotFound, as the table check says."""
+    from paimon_group.errors import TableNotFound
+    from paimon_group.table import ShardedTable
+    from tests.support.tables import catalog
+
+    planner = ShardedTable.open(table, "db.t").planner(2)
+    assert planner.plan_full([0, 1], 1).next_snapshot == 2
+    catalog(table).drop_table("db.t", False)
+    with pytest.raises(TableNotFound, match="dropped while the group read it"):
+        planner.plan_full([0, 1], 1)
