@@ -121,6 +121,7 @@ log = logging.getLogger("coordinators.etcd")  # the backend's one logger
 
 T = TypeVar("T")
 Sleep = Callable[[float], Awaitable[None]]
+_MAX_TXN_OPS = 128  # etcd's default --max-txn-ops
 
 # -- coordinator -------------------------------------------------------------
 
@@ -282,6 +283,22 @@ class EtcdCoordinator(Coordinator):
         )
         self._seen(response.header.revision)
         return self._entry(response.kvs[0]) if response.kvs else None
+
+    async def get_many(self, keys: Sequence[str]) -> dict[str, Entry | None]:
+        wanted = list(dict.fromkeys(keys))
+        out: dict[str, Entry | None] = {}
+        # etcd refuses a transaction of more than --max-txn-ops (128 by default).
+        for start in range(0, len(wanted), _MAX_TXN_OPS):
+            chunk = wanted[start : start + _MAX_TXN_OPS]
+            request = rpc.TxnRequest(success=[
+                rpc.RequestOp(request_range=rpc.RangeRequest(key=self._full(validate_key(k))))
+                for k in chunk
+            ])
+            response = await self._txn(f"get {len(chunk)} keys", request, idempotent=True)
+            for key, reply in zip(chunk, response.responses, strict=True):
+                kvs = reply.response_range.kvs
+                out[key] = self._entry(kvs[0]) if kvs else None
+        return out
 
     async def list(self, prefix: str) -> list[Entry]:
         full = self._full(validate_dir(prefix))

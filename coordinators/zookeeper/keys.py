@@ -104,6 +104,14 @@ class _Keys(_Planner, _Heartbeat):
             states = await self._read_states([key])
         return self._entry(key, states[key])
 
+    async def get_many(self, keys: Sequence[str]) -> dict[str, Entry | None]:
+        wanted = list(dict.fromkeys(keys))
+        for key in wanted:
+            self._check_key(key)
+        with self._translating(f"get {len(wanted)} keys"):
+            states = await self._read_states(wanted)
+        return {key: self._entry(key, states[key]) for key in wanted}
+
     async def list(self, prefix: str) -> list[Entry]:
         self._check_dir(prefix)
         client = self._live_client()

@@ -60,6 +60,9 @@ class Control(Ownership):
                     # while SessionLost (rejoin) and MemberRemoved propagate.
                     if not err.retriable:
                         raise
+                    # An acquisition or release may have landed unseen: the
+                    # next ownership check lists every owner key and sweeps.
+                    self._sweep_due = True
                     log.warning("control round failed, retrying: %s", err,
                                 extra={"group": self.group_name, "member": self.member_id})
             fired = await self._wait_for_change(

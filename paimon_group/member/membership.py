@@ -253,6 +253,7 @@ class Membership(Control):
             o.drop()
         self._owned.clear()
         self._releases.clear()  # the lost session's keys are gone with it
+        self._sweep_due = True  # but keys of our member id may outlive it: sweep once
         if lost:
             self.history.record("lost", shards=lost, epochs=epochs, reason="session lost")
             self._notify("on_lost", lost)

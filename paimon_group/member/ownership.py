@@ -38,9 +38,16 @@ class Ownership(Commits):
                  auto_commit: bool = True) -> None:
         super().__init__(config, listener=listener, auto_commit=auto_commit)
         self._releases = PendingReleases()  # owner keys still to delete (revoke failed)
-        # Listing every owner key is O(shards): at most once per interval.
+        # The ownership check reads our own owner keys, once per interval.
         self._ownership_check_s = max(2.0, config.session_timeout_s)
         self._ownership_checked_at = -1e18
+        # Listing every owner key is O(shards) (issue 29: 70 % of an idle
+        # member's CPU at 2,048 shards when it ran on every check): the sweep
+        # that needs it runs only when an orphan can have been left, namely
+        # once per session (keys of our member id from an older session) and
+        # after a control round that failed (an acquisition or release whose
+        # outcome is unknown).
+        self._sweep_due = True
 
     def _pending_acquisitions(self) -> list[int]:
         target = set(self._assignment.shards_of(self.member_id)) if self._assignment else set()
@@ -194,15 +201,24 @@ class Ownership(Commits):
         """Drop shards whose owner key is no longer ours (deleted by an operator:
         ``members remove``, ``reset --force``). Our commits would be rejected
         anyway; this makes the member notice at once instead of at its next
-        commit, which on an idle table can be much later. The same listing
-        sweeps owner keys that are ours but not owned (:mod:`paimon_group.releasing`)."""
+        commit, which on an idle table can be much later.
+
+        Reads only the owner keys of the shards held (O(own shards)); when a
+        sweep is due (see ``_sweep_due``) it lists every owner key instead and
+        also releases those that are ours but not owned
+        (:mod:`paimon_group.releasing`)."""
         self._ownership_checked_at = time.monotonic()
         held = [o for o in self._owned.values() if o.active]
-        owners = await group.owners()
-        assigned = set(self._assignment.shards_of(self.member_id)) if self._assignment else set()
-        await self._releases.sweep(
-            group, self.member_id, owned={s: o.epoch for s, o in self._owned.items()},
-            assigned=assigned, owners=owners)
+        if self._sweep_due:
+            owners = await group.owners()
+            assigned = (set(self._assignment.shards_of(self.member_id))
+                        if self._assignment else set())
+            await self._releases.sweep(
+                group, self.member_id, owned={s: o.epoch for s, o in self._owned.items()},
+                assigned=assigned, owners=owners)
+            self._sweep_due = False
+        else:
+            owners = await group.owners_of(o.shard for o in held)
         lost: list[int] = []
         epochs: list[int] = []
         for o in held:

@@ -88,6 +88,21 @@ async def test_get_missing_is_none(coord: Coordinator) -> None:
     assert await coord.get("no/such/key") is None
 
 
+async def test_get_many_reads_what_get_reads(coord: Coordinator) -> None:
+    """Present, absent and repeated keys, and more keys than one etcd
+    transaction may hold (128): each entry exactly as :meth:`get` gives it."""
+    keys = [f"many/k{i:03d}" for i in range(150)]
+    for key in keys[::2]:
+        assert await coord.create(key, key.encode(), ephemeral=key.endswith("0")) is not None
+    wanted = [*keys, "many/absent", keys[0]]
+    got = await coord.get_many(wanted)
+    assert list(got) == list(dict.fromkeys(wanted))
+    for key in got:
+        assert got[key] == await coord.get(key), key
+    assert sum(entry is not None for entry in got.values()) == 75
+    assert await coord.get_many([]) == {}
+
+
 async def test_list_returns_direct_children_sorted(coord: Coordinator) -> None:
     for key in ("d/b", "d/a", "d/c", "d/a/deeper", "d2/x", "dx", "other/d/a"):
         assert await coord.create(key, key.encode()) is not None

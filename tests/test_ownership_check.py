@@ -1,0 +1,181 @@
+"""The periodic ownership check is O(own shards) (issue 29: idle CPU).
+
+Every member checks, once per session timeout, that the owner keys of the
+shards it holds are still its own (an operator may have deleted one). It used
+to list every owner key of the group for that: at 2,048 shards that listing
+and its decoding were 70 % of an idle member's CPU, and every member paid it.
+Now it reads its own owner keys in one request (:meth:`Coordinator.get_many`),
+and lists every key only when a sweep for orphaned keys of its own is due:
+once per session, and after a control round that failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coordinators import open_coordinator
+from coordinators.base import Check, Coordinator, Delete
+from coordinators.errors import CoordinatorUnavailable
+from paimon_group import GroupMember, MemberConfig
+from paimon_group.group import GroupClient
+from tests.support.tables import make_append_table, write_rows
+
+
+def _config(wh: str, url: str, member: str, shards: int) -> MemberConfig:
+    return MemberConfig(group="g", warehouse=wh, table="db.t", coordinator=url,
+                        member_id=member, session_timeout_s=2, poll_interval_ms=50,
+                        shards=shards)
+
+
+def _table(tmp_path: Path) -> str:
+    wh = str(tmp_path / "wh")
+    make_append_table(wh, "db.t", buckets=-1)
+    write_rows(wh, "db.t", range(10))
+    return wh
+
+
+async def _until(probe: Callable[[], bool | Awaitable[bool]], what: str,
+                 limit_s: float = 30) -> None:
+    deadline = time.monotonic() + limit_s
+    while True:
+        value = probe()
+        if not isinstance(value, bool):
+            value = await value
+        if value:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {limit_s}s: {what}")
+        await asyncio.sleep(0.05)
+
+
+def _count_reads(coord: Coordinator, owners_dir: str) -> dict[str, Any]:
+    """Wrap ``list`` and ``get_many`` of one coordinator instance: how often
+    the owners directory was listed, and which keys were read together."""
+    seen: dict[str, Any] = {"listings": 0, "batches": []}
+    real_list, real_get_many = coord.list, coord.get_many
+
+    async def counting_list(prefix: str) -> Any:
+        if prefix == owners_dir:
+            seen["listings"] += 1
+        return await real_list(prefix)
+
+    async def counting_get_many(keys: Any) -> Any:
+        seen["batches"].append(sorted(keys))
+        return await real_get_many(keys)
+
+    coord.list = counting_list  # type: ignore[method-assign]
+    coord.get_many = counting_get_many  # type: ignore[method-assign]
+    return seen
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("backend", ["etcd", "zookeeper"])
+async def test_an_idle_member_reads_only_its_own_owner_keys(
+        tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> None:
+    """Two idle members of 64 shards, on a real server: over three check
+    intervals neither lists the owner keys; each reads its own 32, in one
+    request per check."""
+    wh = _table(tmp_path)
+    if backend == "etcd":
+        url = str(request.getfixturevalue("etcd_server").url_with_prefix())
+    else:
+        url = str(request.getfixturevalue("zk_server").unique_url())
+    a, b = GroupMember(_config(wh, url, "a", 64)), GroupMember(_config(wh, url, "b", 64))
+    await a.start()
+    await b.start()
+    try:
+        await _until(lambda: len(a.owned_shards) == 32 and len(b.owned_shards) == 32,
+                     "32 shards each")
+        # Past the first check of each session (the one sweep it makes).
+        await asyncio.sleep(2.5)
+        counts = {}
+        for m in (a, b):
+            assert m._coord is not None and m._group is not None
+            counts[m.member_id] = _count_reads(m._coord, m._group.keys.owners_dir)
+        await asyncio.sleep(6.5)  # three check intervals (one per session timeout, 2 s)
+        for m in (a, b):
+            seen = counts[m.member_id]
+            assert seen["listings"] == 0, m.member_id
+            assert m._group is not None
+            own = sorted(m._group.keys.owner(s) for s in m.owned_shards)
+            assert len(seen["batches"]) >= 2, (m.member_id, len(seen["batches"]))
+            assert all(batch == own for batch in seen["batches"]), m.member_id
+    finally:
+        await a.stop()
+        await b.stop()
+
+
+@pytest.mark.asyncio
+async def test_an_owner_key_deleted_by_an_operator_is_still_noticed(tmp_path: Path) -> None:
+    """The narrower check still drops a shard whose owner key an operator
+    deleted (``members remove``, ``reset --force``), and takes it back."""
+    wh = _table(tmp_path)
+    url = f"memory://ownership-{uuid.uuid4().hex}"
+    async with GroupMember(_config(wh, url, "a", 4)) as a:
+        await _until(lambda: len(a.owned_shards) == 4, "4 shards")
+        lost: list[list[int]] = []
+        real_notify = a._notify
+
+        def notify(event: str, shards: list[int]) -> None:
+            if event == "on_lost":
+                lost.append(list(shards))
+            real_notify(event, shards)
+
+        a._notify = notify  # type: ignore[method-assign,assignment]
+        assert a._group is not None
+        async with open_coordinator(url) as operator:
+            key = a._group.keys.owner(2)
+            entry = await operator.get(key)
+            assert entry is not None
+            assert await operator.commit([Check.created_at(key, entry.create_version)],
+                                         [Delete(key)])
+        await _until(lambda: lost == [[2]], "shard 2 lost")
+        await _until(lambda: len(a.owned_shards) == 4, "shard 2 acquired again")
+
+
+@pytest.mark.asyncio
+async def test_an_orphaned_key_of_ours_is_swept_after_a_failed_round(tmp_path: Path) -> None:
+    """An owner key our session created but does not know of (an acquisition
+    whose reply was lost) blocks its shard's assignee. A control round that
+    failed is when that can happen: the next check lists every owner key and
+    releases the orphan, and the assignee takes the shard."""
+    wh = _table(tmp_path)
+    url = f"memory://ownership-{uuid.uuid4().hex}"
+    async with GroupMember(_config(wh, url, "a", 4)) as a, \
+            GroupMember(_config(wh, url, "b", 4)) as b:
+        await _until(lambda: len(a.owned_shards) == 2 and len(b.owned_shards) == 2,
+                     "2 shards each")
+        assert a._coord is not None and a._group is not None
+        theirs = b.owned_shards[0]
+        key = a._group.keys.owner(theirs)
+        # The orphan: b's key of the shard goes (as an operator would delete
+        # it), and a's session creates one in its place, unknown to a.
+        async with open_coordinator(url) as operator:
+            entry = await operator.get(key)
+            assert entry is not None
+            assert await operator.commit([Check.created_at(key, entry.create_version)],
+                                         [Delete(key)])
+        assert a._assignment is not None
+        assert await GroupClient(a._coord, "g").acquire(
+            theirs, "a", a._assignment.generation) is not None
+        await _until(lambda: theirs not in b.owned_shards, "b noticed its key gone")
+        # One failed control round of a's.
+        real_reconcile = a._reconcile
+        failed: list[bool] = []
+
+        async def reconcile(fired: set[str]) -> None:
+            if not failed:
+                failed.append(True)
+                raise CoordinatorUnavailable("injected: no answer")
+            await real_reconcile(fired)
+
+        a._reconcile = reconcile  # type: ignore[method-assign]
+        await _until(lambda: bool(failed), "a round failed")
+        await _until(lambda: theirs in b.owned_shards, "the orphan swept, b took its shard")
