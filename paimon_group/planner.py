@@ -117,6 +117,8 @@ class PlannedTable(Protocol):
 
     def expired_error(self, snapshot_id: int) -> SnapshotExpired: ...
 
+    def raise_if_dropped(self) -> None: ...
+
 
 class _IncrementDeletesFile(Exception):
     """An incremental manifest held a DELETE entry (raised inside pypaimon's reader)."""
