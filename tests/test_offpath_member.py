@@ -430,6 +430,34 @@ async def test_an_explicit_contradicting_shards_names_the_stored_count(table: st
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize("how", ["start", "async with"])
+async def test_a_start_that_fails_keeps_nothing_open(
+        table: str, tmp_path: Path, how: str) -> None:
+    """A start that raises after the coordinator was opened closes it (its
+    session ends at once, no member key stays behind) and the history file,
+    also for a caller that never calls stop(): ``async with`` cannot, as
+    ``__aexit__`` does not run when ``__aenter__`` raises. Found by the
+    simulation: a worker running 20,000 seeds ran out of file descriptors,
+    one history file per failed start."""
+    url = memory_url()
+    async with open_coordinator(url) as other:
+        await GroupClient(other, "g").ensure_meta(1, "db.t")
+        member = GroupMember(config(table, url, "a", shards=2,
+                                    history_path=str(tmp_path / "h.jsonl")))
+        with pytest.raises(ShardCountMismatch):
+            if how == "start":
+                await member.start()
+            else:
+                async with member:
+                    raise AssertionError("not reached")
+        assert member._coord is None
+        assert member.history._fd == -1
+        assert await GroupClient(other, "g").members() == {}
+        if how == "async with":
+            assert member.state is MemberState.STOPPED
+
+
+@pytest.mark.asyncio
 async def test_a_commit_after_the_graceful_leave_gave_up_is_refused(table: str) -> None:
     """A batch still in the handler when the leave stops waiting for it is
     abandoned; its commit, once the handler returns, is refused locally

@@ -53,7 +53,14 @@ class GroupMember(Membership, Driving):
     # -- lifecycle -------------------------------------------------------
 
     async def __aenter__(self) -> Self:
-        await self.start()
+        try:
+            await self.start()
+        except BaseException:
+            # __aexit__ is not run when __aenter__ raises: stop here, or the
+            # executor's threads outlive the member.
+            with contextlib.suppress(Exception):
+                await self.stop(timeout=0)
+            raise
         return self
 
     async def __aexit__(
@@ -70,12 +77,22 @@ class GroupMember(Membership, Driving):
         self._set_state(MemberState.JOINING)
         cfg = self.config
         loop = asyncio.get_running_loop()
-        self.table = await loop.run_in_executor(
-            self._io, lambda: ShardedTable.open(cfg.warehouse, cfg.table, cfg.catalog_options)
-        )
-        check_columns(self.table.table.field_names, cfg.columns)
-        self._start_position = parse_start(cfg.start)
-        await self._join(first=True)
+        try:
+            self.table = await loop.run_in_executor(
+                self._io, lambda: ShardedTable.open(cfg.warehouse, cfg.table, cfg.catalog_options)
+            )
+            check_columns(self.table.table.field_names, cfg.columns)
+            self._start_position = parse_start(cfg.start)
+            await self._join(first=True)
+        except BaseException:
+            # A start that fails keeps nothing open for a caller that never
+            # calls stop(): not the session (its member key would stand in the
+            # group for a session timeout, assigned shards nobody reads), not
+            # the history file (a long-lived process restarting members
+            # leaked one descriptor per failed start). stop() still works.
+            await self._close_coordinator()
+            self.history.close()
+            raise
         if self._stopping:
             # stop() ran while we were joining: it found nothing to leave.
             # Registered now, with no control loop to follow, we would be
