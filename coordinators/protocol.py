@@ -396,8 +396,15 @@ class Coordinator(abc.ABC):
         """Delete ``key``; True if it existed."""
 
     @abc.abstractmethod
-    def watch(self, prefix: str) -> Watch:
-        """A :class:`Watch` on the direct children of directory ``prefix``."""
+    def watch(self, prefix: str, *, values: bool = True) -> Watch:
+        """A :class:`Watch` on the direct children of directory ``prefix``.
+
+        ``values=False``: the caller needs keys created and deleted only (keys
+        that are never updated, as owner keys), so a backend may skip what
+        watching each key's value costs it: ZooKeeper then arms no watch per
+        key (with 2,048 owner keys, 2,048 requests per member whenever the
+        keys are created again). A watch may always report more than asked.
+        """
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.url!r})"

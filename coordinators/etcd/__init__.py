@@ -400,7 +400,9 @@ class EtcdCoordinator(Coordinator):
         self._seen(response.header.revision)
         return bool(response.deleted)
 
-    def watch(self, prefix: str) -> EtcdWatch:
+    def watch(self, prefix: str, *, values: bool = True) -> EtcdWatch:
+        # One prefix watch stream reports every change either way: ``values``
+        # saves nothing on etcd.
         validate_dir(prefix)
         self._check_open()
         # Every change after this instant has a revision above the highest one

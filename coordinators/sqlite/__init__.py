@@ -419,7 +419,7 @@ class SqliteCoordinator(Coordinator):
     async def delete(self, key: str) -> bool:
         return await self._write(functools.partial(_delete, validate_key(key)))
 
-    def watch(self, prefix: str) -> Watch:
+    def watch(self, prefix: str, *, values: bool = True) -> Watch:  # values: nothing to save
         validate_dir(prefix)
         executor, db = self._live()
         # Submitted now, so the snapshot is taken before any operation the

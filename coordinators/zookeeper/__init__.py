@@ -399,10 +399,11 @@ class ZooKeeperCoordinator(_Keys, _Client, Coordinator):
         if self._session is not None:
             self._session.mark(SessionState.LOST)
 
-    def watch(self, prefix: str) -> Watch:
+    def watch(self, prefix: str, *, values: bool = True) -> Watch:
         self._check_dir(prefix)
         client = self._live_client()
-        watch = _ZkWatch(self, prefix, self._dir_znode(prefix[:-1]), client.last_zxid)
+        watch = _ZkWatch(self, prefix, self._dir_znode(prefix[:-1]), client.last_zxid,
+                         values=values)
         self._watches.add(watch)
         watch.start()
         return watch

@@ -48,9 +48,13 @@ class _ZkWatch(Watch):
     """A level-triggered watch of a directory's direct children; see the module docstring."""
 
     def __init__(
-        self, coordinator: _Host, prefix: str, directory: str, seen: int
+        self, coordinator: _Host, prefix: str, directory: str, seen: int, *, values: bool = True
     ) -> None:
         self.prefix = prefix
+        # Without values, only the children watch is armed: a key created or
+        # deleted changes the directory's children (and its pzxid, which also
+        # catches a delete and re-create between two looks).
+        self._values = values
         self._coordinator = coordinator
         self._dir = directory
         # Changes with a zxid above this one may be unseen by the caller.
@@ -138,6 +142,8 @@ class _ZkWatch(Watch):
             return
         if stat.pzxid > self._seen:
             self._mark()  # a key created or deleted since the caller last looked
+        if not self._values:
+            return
         names = {n[len(FLAG_PREFIX) :] for n in children if n.startswith(FLAG_PREFIX)}
         self._armed &= names
         fresh = sorted(names - self._armed)

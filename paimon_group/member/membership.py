@@ -104,7 +104,8 @@ class Membership(Control):
         self._watches = [
             coord.watch(group.keys.dir),
             coord.watch(group.keys.members_dir),
-            coord.watch(group.keys.owners_dir),
+            # Owner keys are created and deleted, never updated.
+            coord.watch(group.keys.owners_dir, values=False),
         ]
         self._leader_epoch = None
         self._set_state(MemberState.RUNNING)

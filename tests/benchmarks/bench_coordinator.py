@@ -70,9 +70,9 @@ class CountingCoordinator:
         CALLS["delete"] += 1
         return await self.inner.delete(key)
 
-    def watch(self, prefix: str) -> Any:
+    def watch(self, prefix: str, *, values: bool = True) -> Any:
         CALLS["watch"] += 1
-        return self.inner.watch(prefix)
+        return self.inner.watch(prefix, values=values)
 
 
 class SimMember:

@@ -30,6 +30,29 @@ async def test_watch_wakes_after_create_put_and_delete(open_coord: OpenCoordinat
         assert await watch.wait(timeout=WAKE_LIMIT_S)
 
 
+async def test_a_keys_only_watch_wakes_for_creates_and_deletes(
+        open_coord: OpenCoordinator) -> None:
+    """``values=False`` (owner keys): every create and delete still wakes it,
+    a delete followed at once by a re-create too, and so do keys that were there
+    before the watch began."""
+    watcher, writer = await open_coord(), await open_coord()
+    await writer.create("keys/before", b"")
+    async with watcher.watch("keys/", values=False) as watch:
+        await drain(watch)
+        await writer.create("keys/a", b"1")
+        assert await watch.wait(timeout=WAKE_LIMIT_S)
+        await drain(watch)
+        assert await writer.delete("keys/before")
+        assert await watch.wait(timeout=WAKE_LIMIT_S)
+        await drain(watch)
+        assert await writer.commit([], [Delete("keys/a")])
+        assert await writer.create("keys/a", b"2") is not None
+        assert await watch.wait(timeout=WAKE_LIMIT_S)
+        await drain(watch)
+        assert await writer.delete("keys/a")
+        assert await watch.wait(timeout=WAKE_LIMIT_S)
+
+
 async def test_watch_wakes_for_own_writes(coord: Coordinator) -> None:
     async with coord.watch("own/") as watch:
         await drain(watch)

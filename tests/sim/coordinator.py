@@ -356,7 +356,7 @@ class SimCoordinator(Coordinator):
         self._check_open()
         return self.store.delete(validate_key(key))
 
-    def watch(self, prefix: str) -> Watch:
+    def watch(self, prefix: str, *, values: bool = True) -> Watch:
         self._check_open()
         return _SimWatch(self.store, validate_dir(prefix))
 
@@ -619,8 +619,8 @@ class FaultyCoordinator(Coordinator):
         result: bool = await self._call("delete", lambda: self.inner.delete(key), write=True)
         return result
 
-    def watch(self, prefix: str) -> Watch:
-        return _FaultyWatch(self, self.inner.watch(prefix))
+    def watch(self, prefix: str, *, values: bool = True) -> Watch:
+        return _FaultyWatch(self, self.inner.watch(prefix, values=values))
 
 
 class _FaultyWatch(Watch):
