@@ -310,7 +310,9 @@ class ZkServer:
             "maxSessionTimeout=60000",
             "admin.enableServer=false",
             "4lw.commands.whitelist=ruok,srvr,stat,cons",
-            "maxClientCnxns=200",
+            # Every client of a test or benchmark comes from 127.0.0.1: room for
+            # a group of 1,000 members and the clients that watch it.
+            "maxClientCnxns=2000",
             # Empty containers and TTL nodes are not used; keep the reaper idle.
             "autopurge.purgeInterval=0",
         ]
