@@ -104,10 +104,8 @@ def split_fallback_reason(table: Any, split: Any) -> str | None:
     """Why pypaimon's reader must read ``split``, or None."""
     if type(split).__name__ != "DataSplit":
         return f"split type {type(split).__name__}"
-    schema_id = int(table.table_schema.id)
     for file in split.files:
-        if int(file.schema_id) != schema_id:
-            return "files written with an older schema"
+        # Files of an older schema are mapped by field id (evolution.py).
         if getattr(file, "write_cols", None):
             return "files with write columns"
         fmt = file_format(file.file_name)

@@ -11,6 +11,13 @@ ORC stores a CHAR(n) value padded with spaces to n characters; the engine's
 ORC reader (ORC's own) trims trailing spaces from CHAR columns, and so do we
 (the ``trim`` columns); Parquet and Avro hold the value as written.
 
+A file written with an older schema of the table (ADD, RENAME or DROP
+COLUMN, a promoted type) holds its columns under the names of that schema:
+``names`` maps each column asked for to its name in the file, or to None
+when the file's schema did not have it (then it is null), as Paimon maps a
+file's fields to the table's by field id; values are cast to the table's
+types.
+
 Parquet and ORC are decoded by pyarrow (which releases the GIL, so files of a
 split decode in parallel on a thread pool); Avro by fastavro, as pypaimon
 does. A deletion vector is applied by position right after decoding, before
@@ -20,7 +27,7 @@ anything else looks at the rows (DV positions are physical file positions).
 from __future__ import annotations
 
 import os
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -56,13 +63,15 @@ def file_format(path: str) -> str:
 
 def decode_file(
     file_io: Any, file: Any, columns: Sequence[str], types: dict[str, pa.DataType],
-    *, trim: Collection[str] = (),
+    *, trim: Collection[str] = (), names: Mapping[str, str | None] | None = None,
 ) -> pa.Table:
     """The ``columns`` of one data file, in that order, cast to ``types``
-    (system columns have their own types); ``trim``: the CHAR columns.
-    Raises :class:`Unsupported` for a format or a layout we do not decode
-    (pypaimon then reads the split)."""
-    chunks = list(iter_file(file_io, file, columns, types, batch_rows=None, trim=trim))
+    (system columns have their own types); ``trim``: the CHAR columns;
+    ``names``: the file's names of columns renamed or added since it was
+    written (see the module docstring). Raises :class:`Unsupported` for a
+    format or a layout we do not decode (pypaimon then reads the split)."""
+    chunks = list(iter_file(file_io, file, columns, types, batch_rows=None, trim=trim,
+                            names=names))
     schema = pa.schema([pa.field(c, _SYSTEM_TYPES.get(c) or types[c]) for c in columns])
     if len(chunks) == 1:
         return chunks[0]
@@ -77,6 +86,7 @@ def iter_file(
     *,
     batch_rows: int | None,
     trim: Collection[str] = (),
+    names: Mapping[str, str | None] | None = None,
 ) -> Iterator[pa.Table]:
     """:func:`decode_file` in chunks of about ``batch_rows`` rows (None: the
     whole file, decoded with pyarrow's threads). Chunked decoding is single
@@ -93,15 +103,21 @@ def iter_file(
     if fmt not in SUPPORTED_FORMATS:
         raise Unsupported(f"file format {fmt!r}")
     schema = pa.schema([pa.field(c, _SYSTEM_TYPES.get(c) or types[c]) for c in columns])
+    in_file = {c: (names or {}).get(c, c) for c in columns}
+    stored = [n for n in in_file.values() if n is not None]
     with fs.open_input_file(to_fs_path(path)) as source:
         if fmt == "avro":
-            yield _decode_avro(source, schema)
+            yield _decode_avro(source, schema, in_file)
             return
         chunks = _parquet_chunks if fmt == "parquet" else _orc_chunks
-        for chunk in chunks(source, file, list(columns), batch_rows):
+        for chunk in chunks(source, file, stored, batch_rows):
             arrays = []
             for field in schema:
-                column = chunk.column(field.name)
+                name = in_file[field.name]
+                if name is None:  # added after the file was written
+                    arrays.append(pa.nulls(chunk.num_rows, field.type))
+                    continue
+                column = chunk.column(name)
                 column = column if column.type == field.type else column.cast(field.type)
                 if fmt == "orc" and field.name in trim:
                     column = pc.utf8_rtrim(column, characters=" ")
@@ -146,7 +162,7 @@ def _orc_chunks(
         yield pa.Table.from_batches([reader.read_stripe(stripe, columns=wanted)])
 
 
-def _decode_avro(source: Any, schema: pa.Schema) -> pa.Table:
+def _decode_avro(source: Any, schema: pa.Schema, in_file: Mapping[str, str | None]) -> pa.Table:
     import fastavro
 
     names = schema.names
@@ -154,7 +170,10 @@ def _decode_avro(source: Any, schema: pa.Schema) -> pa.Table:
     record: Any
     for record in fastavro.reader(source):
         for name in names:
-            data[name].append(record.get(name))
+            stored = in_file[name]
+            data[name].append(None if stored is None else record.get(stored))
+    # Python values: a promoted type (INT -> BIGINT, FLOAT -> DOUBLE) converts
+    # as it is built.
     return pa.Table.from_pydict(data, schema=schema)
 
 

@@ -34,6 +34,7 @@ from paimon_group.arrowread.classify import (
     table_fallback_reason,
     trimmed_keys,
 )
+from paimon_group.arrowread.evolution import names_in_file
 from paimon_group.arrowread.files import (
     SEQUENCE_NUMBER,
     VALUE_KIND,
@@ -146,10 +147,43 @@ class ArrowSplitReader:
         self._ascending = bool(
             table.is_primary_key_table and options.sequence_field_sort_order_is_ascending()
         )
+        self._schema_id = int(table.table_schema.id)
+        # Per older schema id: the file's names of renamed and added fields
+        # (evolution.py), or why such files are left to pypaimon.
+        self._evolved: dict[int, dict[str, str | None] | Unsupported] = {}
 
     def unsupported(self, split: Any) -> str | None:
         """Why ``split`` must be read by pypaimon's reader, or None."""
-        return self.fallback_reason or split_fallback_reason(self.table, split)
+        reason = self.fallback_reason or split_fallback_reason(self.table, split)
+        if reason is not None:
+            return reason
+        for file in split.files:
+            try:
+                self._names(file)
+            except Unsupported as err:
+                return str(err)
+        return None
+
+    def _names(self, file: Any) -> dict[str, str | None] | None:
+        """The file's names of fields renamed or added since it was written
+        (None: written with the table's schema); raises :class:`Unsupported`."""
+        schema_id = int(file.schema_id)
+        if schema_id == self._schema_id:
+            return None
+        known = self._evolved.get(schema_id)
+        if known is None:
+            try:
+                old = self.table.schema_manager.get_schema(schema_id)
+                if old is None:
+                    raise Unsupported(f"schema {schema_id} of a data file not found")
+                known = names_in_file(self.table.fields, old.fields,
+                                      dict(self.table.options.options.to_map()))
+            except Unsupported as err:
+                known = err
+            self._evolved[schema_id] = known
+        if isinstance(known, Unsupported):
+            raise known
+        return known
 
     # -- reading a split -----------------------------------------------------
 
@@ -211,7 +245,8 @@ class ArrowSplitReader:
             deleted = read_deletion_vector(file_io, deletion) if deletion is not None else None
             offset = 0
             for chunk in iter_file(file_io, file, unit.columns, self._types,
-                                   batch_rows=batch_rows, trim=self._chars):
+                                   batch_rows=batch_rows, trim=self._chars,
+                                   names=self._names(file)):
                 rows = chunk.num_rows
                 if deleted:
                     chunk = apply_deletion_vector(chunk, deleted, offset)
@@ -254,7 +289,8 @@ class ArrowSplitReader:
 
         def one(item: tuple[Any, Any]) -> pa.Table:
             file, deletion = item
-            table = decode_file(file_io, file, columns, self._types, trim=self._chars)
+            table = decode_file(file_io, file, columns, self._types, trim=self._chars,
+                                names=self._names(file))
             if deletion is not None:
                 table = apply_deletion_vector(table, read_deletion_vector(file_io, deletion))
             return table

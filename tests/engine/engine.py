@@ -116,12 +116,38 @@ class Engine:
         catalog._j_catalog.createTable(identifier, builder.build(), False)
         return catalog.get_table("db.t")
 
+    def alter(self, warehouse: str, *changes: tuple[str, ...]) -> None:
+        """ALTER TABLE ``db.t`` through the engine's catalog: each change is
+        ``("add", name, type)``, ``("rename", old, new)``, ``("type", name,
+        type)`` or ``("drop", name)``, types by SQL name (``INT``, ``BIGINT``)."""
+        schema_change = self.jvm.org.apache.paimon.schema.SchemaChange
+        j_changes = self.jvm.java.util.ArrayList()
+        for change in changes:
+            what, name, *rest = change
+            if what == "add":
+                j_changes.add(schema_change.addColumn(name, self._type(rest[0])))
+            elif what == "rename":
+                j_changes.add(schema_change.renameColumn(name, rest[0]))
+            elif what == "type":
+                j_changes.add(schema_change.updateColumnType(name, self._type(rest[0])))
+            elif what == "drop":
+                j_changes.add(schema_change.dropColumn(name))
+            else:
+                raise ValueError(f"unknown change {what!r}")
+        catalog = self.catalog(warehouse)
+        identifier = self.jvm.org.apache.paimon.catalog.Identifier.fromString("db.t")
+        catalog._j_catalog.alterTable(identifier, j_changes, False)
+
     def _type(self, name: str) -> Any:
         """An engine type from its SQL name: ``CHAR(n)``, ``VARCHAR(n)``,
         ``TIMESTAMP(p)``, ``TIMESTAMP_LTZ(p)``, ``DECIMAL(p, s)``."""
         types = self.jvm.org.apache.paimon.types.DataTypes
         base, _, rest = name.partition("(")
         args = [int(a) for a in rest.rstrip(")").split(",") if a.strip()]
+        plain = {"INT": types.INT, "BIGINT": types.BIGINT, "STRING": types.STRING,
+                 "FLOAT": types.FLOAT, "DOUBLE": types.DOUBLE}
+        if base.strip().upper() in plain:
+            return plain[base.strip().upper()]()
         make = {
             "CHAR": types.CHAR, "VARCHAR": types.VARCHAR, "TIMESTAMP": types.TIMESTAMP,
             "TIMESTAMP_LTZ": types.TIMESTAMP_WITH_LOCAL_TIME_ZONE, "DECIMAL": types.DECIMAL,
