@@ -1,0 +1,123 @@
+"""(11) Files of three schema versions: the Arrow read path against pypaimon.
+
+One 8-bucket primary-key table, ``ROWS`` keys written in three commits, each
+under another schema: ``(id, v, payload)``, then ``ADD COLUMN extra BIGINT``,
+then ``RENAME payload TO body``; then an update commit (a fifth of the keys,
+latest schema), so every bucket's full scan merges files of three schemas.
+Before the Arrow reader mapped older files by field id, every split of such a
+table went to pypaimon's row reader.
+
+Figures (each side measured alternately, median of the repeats), in-process,
+plan excluded on both sides: pypaimon ``to_arrow`` of its batch scan's splits
+against ``ShardPlanner.read_arrow`` of the 8 shards' splits, and the read
+against the limit, a pyarrow decode of the same data files. Whether any split
+fell back to pypaimon's reader is printed beside them (it must be 0).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+import pyarrow as pa
+
+from tests.benchmarks.common import Context, Figure, commit_rows, rows_for
+
+TITLE = "evolved"
+TABLE = "db.ev"
+
+
+def _rows(pt: Any, first: int, count: int, v: int) -> pa.Table:
+    """Rows of the table's current schema (``extra``/``body`` when it has them)."""
+    from pypaimon.schema.data_types import PyarrowFieldParser
+
+    base = rows_for(first, count, v=v)
+    schema = PyarrowFieldParser.from_paimon_schema(pt.fields)
+    columns = []
+    for field in schema:
+        if field.name == "extra":
+            columns.append(pa.array(range(first, first + count), pa.int64()))
+        elif field.name == "body":
+            columns.append(base.column("payload"))
+        else:
+            columns.append(base.column(field.name))
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def build_table(wh: str, rows: int) -> int:
+    """The table of the module docstring; its latest snapshot id."""
+    from pypaimon.schema.data_types import AtomicType
+    from pypaimon.schema.schema_change import SchemaChange
+
+    from tests.support.tables import catalog, make_pk_table, open_table
+
+    make_pk_table(wh, TABLE, buckets=8)
+    third = rows // 3
+    changes = [None, SchemaChange.add_column("extra", AtomicType("BIGINT")),
+               SchemaChange.rename_column("payload", "body")]
+    for i, change in enumerate(changes):
+        if change is not None:
+            catalog(wh).alter_table(TABLE, [change])
+        pt = open_table(wh, TABLE)
+        commit_rows(pt, _rows(pt, i * third, third, v=0))
+    pt = open_table(wh, TABLE)
+    commit_rows(pt, _rows(pt, 0, 3 * third, v=1).take(pa.array(range(0, 3 * third, 5))))
+    return int(pt.snapshot_manager().get_latest_snapshot().id)
+
+
+def _timed(fn: Any) -> tuple[float, Any]:
+    started = time.perf_counter()
+    result = fn()
+    return time.perf_counter() - started, result
+
+
+def measure(wh: str, repeats: int) -> dict[str, Any]:
+    import pyarrow.parquet as pq
+
+    from paimon_group.table import ShardedTable
+    from tests.support.tables import open_table
+
+    pt = open_table(wh, TABLE)
+    table = ShardedTable.open(wh, TABLE)
+    planner = table.planner(8)
+    shards = list(range(8))
+    builder = pt.new_read_builder()
+    splits = builder.new_scan().plan().splits()
+    latest = int(pt.snapshot_manager().get_latest_snapshot().id)
+    step = planner.plan_full(shards, latest)
+    files = [f.physical_path() for s in splits for f in s.files]
+    times: dict[str, list[float]] = {"pypaimon": [], "arrow": [], "decode": []}
+    rows: dict[str, int] = {}
+    for _ in range(repeats):
+        t, out = _timed(lambda: builder.new_read().to_arrow(splits))
+        times["pypaimon"].append(t)
+        rows["pypaimon"] = out.num_rows
+        t, n = _timed(lambda: sum(planner.read_arrow(step.splits[k]).num_rows for k in shards))
+        times["arrow"].append(t)
+        rows["arrow"] = n
+        t, _ = _timed(lambda: [pq.read_table(f) for f in files])
+        times["decode"].append(t)
+    assert rows["pypaimon"] == rows["arrow"], rows
+    assert planner._read_path is not None
+    return {"median_s": {k: statistics.median(v) for k, v in times.items()}, "runs_s": times,
+            "rows": rows, "files": len(files),
+            "fallback_splits": planner._read_path.fallback_splits}
+
+
+def run(ctx: Context) -> list[Figure]:
+    rows = 240_000 if ctx.quick else 999_999
+    repeats = 1 if ctx.quick else 3
+    wh = str(ctx.scratch("evolved") / "wh")
+    build_table(wh, rows)
+    got = measure(wh, repeats)
+    med = got["median_s"]
+    ratio = med["pypaimon"] / med["arrow"]
+    return [
+        Figure(TITLE, "initial scan over 3 schema versions, in-process (x pypaimon)", ratio,
+               "x", ">= 8x", ratio >= 8, got),
+        Figure(TITLE, "initial scan over 3 schema versions vs a pyarrow decode (read / decode)",
+               med["arrow"] / med["decode"], "x"),
+        Figure(TITLE, "splits left to pypaimon's reader", float(got["fallback_splits"]),
+               "splits", "0", got["fallback_splits"] == 0),
+    ]
