@@ -17,11 +17,29 @@ from tests.support.tables import make_pk_table, open_table, rows_table, write_ro
 from tests.test_arrowread import assert_same
 
 FALLBACK_TABLES = {
-    "partial-update": ({"merge-engine": "partial-update"}, "merge-engine partial-update"),
-    "aggregation": (
-        {"merge-engine": "aggregation", "fields.v.aggregate-function": "sum"},
-        "merge-engine aggregation",
+    "partial-update with sequence.field": (
+        {"merge-engine": "partial-update", "sequence.field": "v"},
+        "merge-engine partial-update with sequence.field",
     ),
+    "aggregation with product": (
+        {"merge-engine": "aggregation", "fields.v.aggregate-function": "product"},
+        "merge-engine aggregation with aggregate function product",
+    ),
+}
+
+# Read by the Arrow reader (fieldmerge.py), checked against pypaimon the same way.
+FIELD_MERGE_TABLES = {
+    "partial-update": {"merge-engine": "partial-update"},
+    "aggregation sum, last_non_null_value": {
+        "merge-engine": "aggregation", "fields.v.aggregate-function": "sum"},
+    "aggregation max, first_value": {
+        "merge-engine": "aggregation", "fields.v.aggregate-function": "max",
+        "fields.payload.aggregate-function": "first_value"},
+    "aggregation min, first_non_null_value": {
+        "merge-engine": "aggregation", "fields.v.aggregate-function": "min",
+        "fields.payload.aggregate-function": "first_non_null_value"},
+    "aggregation last_value by default": {
+        "merge-engine": "aggregation", "fields.default-aggregate-function": "last_value"},
 }
 
 
@@ -37,18 +55,16 @@ def _write_with_nulls(warehouse: str, ids: range, v: int) -> None:
     write_table(table, data)
 
 
-@pytest.mark.parametrize("kind", sorted(FALLBACK_TABLES))
-def test_fallback_table_reads_what_pypaimon_reads_and_says_why_once(
-    kind: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    options, reason = FALLBACK_TABLES[kind]
-    warehouse = str(tmp_path / "wh")
+def _read_every_path(
+    warehouse: str, options: dict[str, str], kind: str
+) -> ShardPlanner:
+    """Write the table, then read every full scan and step with both readers
+    and compare; the planner, for its fallback count."""
     make_pk_table(warehouse, "db.t", buckets=2, options=options)
     write_rows(warehouse, "db.t", range(0, 20), v=1)
     _write_with_nulls(warehouse, range(0, 20), v=2)
     write_rows(warehouse, "db.t", range(10, 30), v=3)
 
-    caplog.set_level(logging.INFO, logger="paimon_group.arrowread")
     table = ShardedTable.open(warehouse, "db.t")
     latest = table.latest_snapshot_id()
     assert latest == 3
@@ -70,6 +86,25 @@ def test_fallback_table_reads_what_pypaimon_reads_and_says_why_once(
             assert_same(streamed, reference, f"{kind} shard {shard} iter_batches")
             compared += reference.num_rows
     assert compared > 0
+    assert planner._read_path is not None
+    return planner
+
+
+@pytest.mark.parametrize("kind", sorted(FIELD_MERGE_TABLES))
+def test_partial_update_and_aggregation_read_as_pypaimon_on_the_arrow_path(
+    kind: str, tmp_path: Path
+) -> None:
+    planner = _read_every_path(str(tmp_path / "wh"), FIELD_MERGE_TABLES[kind], kind)
+    assert planner._read_path is not None and planner._read_path.fallback_splits == 0
+
+
+@pytest.mark.parametrize("kind", sorted(FALLBACK_TABLES))
+def test_fallback_table_reads_what_pypaimon_reads_and_says_why_once(
+    kind: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    options, reason = FALLBACK_TABLES[kind]
+    caplog.set_level(logging.INFO, logger="paimon_group.arrowread")
+    planner = _read_every_path(str(tmp_path / "wh"), options, kind)
     assert planner._read_path is not None
     assert planner._read_path.fallback_splits > 0
     lines = [r.getMessage() for r in caplog.records if r.name == "paimon_group.arrowread"]

@@ -96,6 +96,8 @@ def test_lookup_aggregation_reads_each_key_once(
     assert dict(zip(got.column("id").to_pylist(), got.column("v").to_pylist(), strict=True)) == {
         **{k: 3 for k in range(0, 5)}, **{k: 1 for k in range(5, 10)}
     }
+    if arrow_reader == "1":  # the Arrow reader merged it itself (fieldmerge.py)
+        assert planner._read_path is not None and planner._read_path.fallback_splits == 0
 
 
 def test_which_tables_merge_by_lookup(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import enum
 from typing import Any
 
+from paimon_group.arrowread.fieldmerge import FIELD_MERGE_ENGINES, field_merge_reason
 from paimon_group.arrowread.files import SUPPORTED_FORMATS, file_format
 
 __all__ = [
@@ -60,9 +61,9 @@ def table_fallback_reason(table: Any, read_columns: list[str]) -> str | None:
         return "data evolution / row tracking"
     if not table.is_primary_key_table:
         return None
-    engine = getattr(options.merge_engine(), "value", str(options.merge_engine()))
-    if engine not in ("deduplicate", "first-row"):
-        return f"merge-engine {engine}"
+    reason = _merge_engine_reason(table, read_columns)
+    if reason is not None:
+        return reason
     keys = trimmed_keys(table)
     if not keys:
         return "primary key equals the partition keys"
@@ -75,6 +76,17 @@ def table_fallback_reason(table: Any, read_columns: list[str]) -> str | None:
             return f"sequence.field {name!r} is not a field"
         if _base_type(field) in _FLOATING:
             return f"floating-point sequence.field {name!r}"
+    return None
+
+
+def _merge_engine_reason(table: Any, read_columns: list[str]) -> str | None:
+    options = table.options
+    engine = getattr(options.merge_engine(), "value", str(options.merge_engine()))
+    if engine in FIELD_MERGE_ENGINES:
+        merged_by_key = set(table.primary_keys) | set(table.partition_keys or ())
+        return field_merge_reason(table, [c for c in read_columns if c not in merged_by_key])
+    if engine not in ("deduplicate", "first-row"):
+        return f"merge-engine {engine}"
     return None
 
 

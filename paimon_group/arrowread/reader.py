@@ -35,6 +35,7 @@ from paimon_group.arrowread.classify import (
     trimmed_keys,
 )
 from paimon_group.arrowread.evolution import names_in_file
+from paimon_group.arrowread.fieldmerge import FIELD_MERGE_ENGINES, field_functions, merge_fields
 from paimon_group.arrowread.files import (
     SEQUENCE_NUMBER,
     VALUE_KIND,
@@ -44,6 +45,7 @@ from paimon_group.arrowread.files import (
     iter_file,
     read_deletion_vector,
 )
+from paimon_group.arrowread.levels import lookup_level_drops, merges_by_lookup
 from paimon_group.arrowread.merge import adds_only, merge_indices, row_kind_strings
 
 __all__ = ["ArrowSplitReader", "Piece", "Unit", "decode_pool"]
@@ -147,6 +149,17 @@ class ArrowSplitReader:
         self._ascending = bool(
             table.is_primary_key_table and options.sequence_field_sort_order_is_ascending()
         )
+        # partial-update / aggregation: each value column's merge function.
+        self._field_merge: dict[str, str] | None = None
+        self._lookup = False
+        if self.fallback_reason is None and table.is_primary_key_table and getattr(
+                options.merge_engine(), "value", "") in FIELD_MERGE_ENGINES:
+            by_key = set(table.primary_keys) | set(table.partition_keys or ())
+            self._field_merge = field_functions(
+                table, [c for c in self.columns if c not in by_key])
+            # Lookup compactions leave older merged values above: the engine
+            # merges only a key's lowest level above 0 (levels.py).
+            self._lookup = merges_by_lookup(table)
         self._schema_id = int(table.table_schema.id)
         # Per older schema id: the file's names of renamed and added fields
         # (evolution.py), or why such files are left to pypaimon.
@@ -225,7 +238,13 @@ class ArrowSplitReader:
 
     def read_unit(self, unit: Unit, *, parallel: bool) -> list[Piece]:
         """Decode (and merge) one unit; its files in parallel when ``parallel``."""
-        tables = self._decode(unit.files, unit.columns, parallel)
+        drops: dict[str, list[int]] = {}
+        if self._lookup and unit.single_run is False:
+            file_io = self.table.file_io
+            deleted = {f.file_name: read_deletion_vector(file_io, d)
+                       for f, d in unit.files if d is not None}
+            drops = lookup_level_drops(self.table, [f for f, _ in unit.files], deleted)
+        tables = self._decode(unit.files, unit.columns, parallel, drops)
         if unit.single_run is None:
             return [Piece(t, None, unit.kinds_from_file) for t in tables if t.num_rows]
         rows = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
@@ -267,6 +286,13 @@ class ArrowSplitReader:
 
     def _merge_section(self, rows: pa.Table, *, single_run: bool) -> Piece:
         """One section: a single sorted run holds each key once (decode only)."""
+        if self._field_merge is not None:
+            if not single_run:
+                return Piece(merge_fields(rows, self._keys, self._field_merge), None, True)
+            kept = adds_only(rows)
+            if kept.num_rows != rows.num_rows:
+                raise Unsupported("a retraction in a partial-update or aggregation merge")
+            return Piece(kept, None, True)
         if single_run:
             kept = adds_only(rows)
             if self._first_row and not self._ignore_delete and kept.num_rows != rows.num_rows:
@@ -283,16 +309,23 @@ class ArrowSplitReader:
         return Piece(rows, indices, True)
 
     def _decode(
-        self, files: Sequence[tuple[Any, Any]], columns: list[str], parallel: bool
+        self, files: Sequence[tuple[Any, Any]], columns: list[str], parallel: bool,
+        drops: dict[str, list[int]] | None = None,
     ) -> list[pa.Table]:
+        """The files decoded, without the rows their deletion vectors delete
+        and the ``drops`` (positions by file name the lookup merge leaves out)."""
         file_io = self.table.file_io
 
         def one(item: tuple[Any, Any]) -> pa.Table:
             file, deletion = item
             table = decode_file(file_io, file, columns, self._types, trim=self._chars,
                                 names=self._names(file))
-            if deletion is not None:
-                table = apply_deletion_vector(table, read_deletion_vector(file_io, deletion))
+            deleted = read_deletion_vector(file_io, deletion) if deletion is not None else []
+            extra = (drops or {}).get(file.file_name)
+            if extra:
+                deleted = sorted(set(deleted) | set(extra))
+            if deleted:
+                table = apply_deletion_vector(table, deleted)
             return table
 
         return pool_map(one, list(files), parallel)

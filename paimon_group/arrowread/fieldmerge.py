@@ -1,0 +1,131 @@
+"""Per-field merges: the partial-update and aggregation merge engines.
+
+Where ``deduplicate`` keeps a key's latest record whole, these merge a key's
+records (in sequence order) field by field:
+
+* ``partial-update``: each field takes its latest non-null value;
+* ``aggregation``: each field is aggregated by its function
+  (``fields.<name>.aggregate-function``, else
+  ``fields.default-aggregate-function``, else ``last_non_null_value``).
+
+Read here, vectorized (a sort, then one grouped aggregation per field with
+pyarrow compute), for the cases whose semantics pyarrow reproduces exactly;
+:func:`field_merge_reason` says why a table is left to pypaimon's reader
+otherwise:
+
+* a function other than ``sum``, ``max``, ``min``, ``last_value``,
+  ``last_non_null_value``, ``first_value``, ``first_non_null_value``;
+* sequence groups, per-field aggregation under partial-update, a
+  ``sequence.field``, removing records on delete;
+* a floating-point ``sum`` (Java adds in record order, pyarrow pairwise).
+
+A section that holds a retraction (``-U``/``-D``) is left to pypaimon's
+reader too (:class:`~paimon_group.arrowread.files.Unsupported` from
+:func:`merge_fields`): the engines retract per function, or raise.
+
+Example, partial-update, key 1: records ``(1, a=x, b=null)`` then
+``(1, a=null, b=y)`` merge to ``(1, a=x, b=y)``; under aggregation with
+``sum`` on ``v``: ``(1, v=2)``, ``(1, v=3)`` merge to ``(1, v=5)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from paimon_group.arrowread.files import SEQUENCE_NUMBER, VALUE_KIND, Unsupported
+from paimon_group.arrowread.merge import key_changes
+
+__all__ = ["FIELD_MERGE_ENGINES", "field_functions", "field_merge_reason", "merge_fields"]
+
+FIELD_MERGE_ENGINES = frozenset({"partial-update", "aggregation"})
+
+# function -> (pyarrow hash aggregation, skip nulls)
+_FUNCTIONS: dict[str, tuple[str, bool]] = {
+    "sum": ("sum", True),
+    "max": ("max", True),
+    "min": ("min", True),
+    "last_value": ("last", False),
+    "last_non_null_value": ("last", True),
+    "first_value": ("first", False),
+    "first_non_null_value": ("first", True),
+}
+
+
+def _options(table: Any) -> dict[str, str]:
+    return {str(k): str(v) for k, v in table.options.options.to_map().items()}
+
+
+def field_functions(table: Any, columns: Sequence[str]) -> dict[str, str]:
+    """The merge function of each of ``columns`` (their names in the table)."""
+    options = _options(table)
+    engine = getattr(table.options.merge_engine(), "value", str(table.options.merge_engine()))
+    if engine == "partial-update":
+        return {c: "last_non_null_value" for c in columns}
+    default = options.get("fields.default-aggregate-function", "last_non_null_value")
+    return {c: options.get(f"fields.{c}.aggregate-function", default).strip().lower()
+            for c in columns}
+
+
+def field_merge_reason(table: Any, value_columns: Sequence[str]) -> str | None:
+    """Why a partial-update or aggregation table is not merged here, or None."""
+    options = _options(table)
+    engine = getattr(table.options.merge_engine(), "value", str(table.options.merge_engine()))
+    for key in options:
+        if "sequence-group" in key:
+            return f"merge-engine {engine} with sequence groups"
+        if key.endswith("remove-record-on-delete") or key.endswith(
+                "remove-record-on-sequence-group"):
+            return f"merge-engine {engine} with {key}"
+    if engine == "partial-update" and any(k.endswith(".aggregate-function") for k in options):
+        return "merge-engine partial-update with aggregate functions"
+    if list(table.options.sequence_field()):
+        return f"merge-engine {engine} with sequence.field"
+    types = {f.name: str(f.type).upper() for f in table.fields}
+    for column, function in field_functions(table, value_columns).items():
+        if function not in _FUNCTIONS:
+            return f"merge-engine {engine} with aggregate function {function}"
+        if function == "sum" and types.get(column, "").startswith(("FLOAT", "DOUBLE")):
+            return f"merge-engine {engine} with a floating-point sum"
+    return None
+
+
+def merge_fields(rows: pa.Table, keys: Sequence[str], functions: Mapping[str, str]) -> pa.Table:
+    """One merged record per key of ``rows`` (a section: every record of its
+    keys, with ``_SEQUENCE_NUMBER`` and ``_VALUE_KIND``), in key order, as
+    ``+I``. ``functions``: the merge function of each value column; other
+    columns (keys, partition) are taken from the key's latest record."""
+    if rows.num_rows == 0:
+        return rows
+    kinds = np.asarray(rows.column(VALUE_KIND).to_numpy(zero_copy_only=False))
+    if not ((kinds == 0) | (kinds == 2)).all():
+        raise Unsupported("a retraction in a partial-update or aggregation merge")
+    order = [(k, "ascending") for k in keys] + [(SEQUENCE_NUMBER, "ascending")]
+    indices = pc.sort_indices(rows, sort_keys=order, null_placement="at_start")
+    ordered = rows.take(indices)
+    changes = key_changes([ordered.column(k) for k in keys])
+    group = np.concatenate(([0], np.cumsum(changes))).astype(np.int64)
+    last = np.flatnonzero(np.concatenate((changes, [True])))
+    merged = ordered.take(pa.array(last))
+    grouped = pa.table({"_g": group, **{c: ordered.column(c) for c in functions}})
+    aggregations = []
+    for column, function in functions.items():
+        how, skip_nulls = _FUNCTIONS[function]
+        options = (pc.ScalarAggregateOptions(skip_nulls=skip_nulls, min_count=1)
+                   if how == "sum" else pc.ScalarAggregateOptions(skip_nulls=skip_nulls))
+        aggregations.append((column, how, options))
+    result = grouped.group_by("_g", use_threads=False).aggregate(aggregations)
+    for column, function in functions.items():
+        how = _FUNCTIONS[function][0]
+        values = result.column(f"{column}_{how}")
+        target = merged.schema.field(column).type
+        if values.type != target:
+            values = values.cast(target)
+        merged = merged.set_column(merged.schema.get_field_index(column), column, values)
+    kind_index = merged.schema.get_field_index(VALUE_KIND)
+    return merged.set_column(kind_index, VALUE_KIND,
+                             pa.array(np.zeros(merged.num_rows, dtype=np.int8)))
