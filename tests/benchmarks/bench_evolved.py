@@ -1,4 +1,5 @@
-"""(11) Files of three schema versions: the Arrow read path against pypaimon.
+"""(11) Files of three schema versions, and a partial-update table: the Arrow
+read path against pypaimon.
 
 One 8-bucket primary-key table, ``ROWS`` keys written in three commits, each
 under another schema: ``(id, v, payload)``, then ``ADD COLUMN extra BIGINT``,
@@ -6,6 +7,10 @@ then ``RENAME payload TO body``; then an update commit (a fifth of the keys,
 latest schema), so every bucket's full scan merges files of three schemas.
 Before the Arrow reader mapped older files by field id, every split of such a
 table went to pypaimon's row reader.
+
+The partial-update table (8 buckets, ``ROWS`` keys): three commits of every
+key, each setting one of ``v``/``payload`` and leaving the other null, so
+every key's fields merge from several records.
 
 Figures (each side measured alternately, median of the repeats), in-process,
 plan excluded on both sides: pypaimon ``to_arrow`` of its batch scan's splits
@@ -26,6 +31,7 @@ from tests.benchmarks.common import Context, Figure, commit_rows, rows_for
 
 TITLE = "evolved"
 TABLE = "db.ev"
+PARTIAL = "db.pu"
 
 
 def _rows(pt: Any, first: int, count: int, v: int) -> pa.Table:
@@ -66,20 +72,35 @@ def build_table(wh: str, rows: int) -> int:
     return int(pt.snapshot_manager().get_latest_snapshot().id)
 
 
+def build_partial_update(wh: str, rows: int) -> None:
+    """The partial-update table of the module docstring."""
+    from tests.support.tables import make_pk_table, open_table
+
+    make_pk_table(wh, PARTIAL, buckets=8, options={"merge-engine": "partial-update"})
+    pt = open_table(wh, PARTIAL)
+    for v in range(3):
+        data = rows_for(0, rows, v=v)
+        if v % 2:
+            data = data.set_column(1, "v", pa.nulls(rows, pa.int64()))
+        else:
+            data = data.set_column(2, "payload", pa.nulls(rows, pa.string()))
+        commit_rows(pt, data)
+
+
 def _timed(fn: Any) -> tuple[float, Any]:
     started = time.perf_counter()
     result = fn()
     return time.perf_counter() - started, result
 
 
-def measure(wh: str, repeats: int) -> dict[str, Any]:
+def measure(wh: str, repeats: int, name: str = TABLE) -> dict[str, Any]:
     import pyarrow.parquet as pq
 
     from paimon_group.table import ShardedTable
     from tests.support.tables import open_table
 
-    pt = open_table(wh, TABLE)
-    table = ShardedTable.open(wh, TABLE)
+    pt = open_table(wh, name)
+    table = ShardedTable.open(wh, name)
     planner = table.planner(8)
     shards = list(range(8))
     builder = pt.new_read_builder()
@@ -113,7 +134,16 @@ def run(ctx: Context) -> list[Figure]:
     got = measure(wh, repeats)
     med = got["median_s"]
     ratio = med["pypaimon"] / med["arrow"]
+    build_partial_update(wh, rows)
+    partial = measure(wh, repeats, PARTIAL)
+    pmed = partial["median_s"]
+    pratio = pmed["pypaimon"] / pmed["arrow"]
     return [
+        Figure(TITLE, "partial-update initial scan, in-process (x pypaimon)", pratio, "x",
+               ">= 8x", pratio >= 8, partial),
+        Figure(TITLE, "partial-update splits left to pypaimon's reader",
+               float(partial["fallback_splits"]), "splits", "0",
+               partial["fallback_splits"] == 0),
         Figure(TITLE, "initial scan over 3 schema versions, in-process (x pypaimon)", ratio,
                "x", ">= 8x", ratio >= 8, got),
         Figure(TITLE, "initial scan over 3 schema versions vs a pyarrow decode (read / decode)",
