@@ -108,24 +108,44 @@ def merge_fields(rows: pa.Table, keys: Sequence[str], functions: Mapping[str, st
     indices = pc.sort_indices(rows, sort_keys=order, null_placement="at_start")
     ordered = rows.take(indices)
     changes = key_changes([ordered.column(k) for k in keys])
-    group = np.concatenate(([0], np.cumsum(changes))).astype(np.int64)
+    starts = np.flatnonzero(np.concatenate(([True], changes)))
     last = np.flatnonzero(np.concatenate((changes, [True])))
     merged = ordered.take(pa.array(last))
-    grouped = pa.table({"_g": group, **{c: ordered.column(c) for c in functions}})
-    aggregations = []
+    hashed = {c: f for c, f in functions.items() if _FUNCTIONS[f][0] not in ("first", "last")}
     for column, function in functions.items():
+        if column in hashed:
+            continue
+        # first/last (non-null) value: a position per key, by a segmented
+        # min/max of row positions (nulls excluded when they are skipped).
         how, skip_nulls = _FUNCTIONS[function]
-        options = (pc.ScalarAggregateOptions(skip_nulls=skip_nulls, min_count=1)
-                   if how == "sum" else pc.ScalarAggregateOptions(skip_nulls=skip_nulls))
-        aggregations.append((column, how, options))
-    result = grouped.group_by("_g", use_threads=False).aggregate(aggregations)
-    for column, function in functions.items():
-        how = _FUNCTIONS[function][0]
-        values = result.column(f"{column}_{how}")
-        target = merged.schema.field(column).type
-        if values.type != target:
-            values = values.cast(target)
-        merged = merged.set_column(merged.schema.get_field_index(column), column, values)
+        values = ordered.column(column)
+        n = values.length() if hasattr(values, "length") else len(values)
+        positions = np.arange(n, dtype=np.int64)
+        if skip_nulls and values.null_count:
+            valid = np.asarray(values.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+            positions = np.where(valid, positions, -1 if how == "last" else n)
+        chosen = (np.maximum.reduceat(positions, starts) if how == "last"
+                  else np.minimum.reduceat(positions, starts))
+        missing = (chosen < 0) | (chosen >= n)
+        picked = values.take(pa.array(np.where(missing, 0, chosen),
+                                      mask=missing if missing.any() else None))
+        merged = merged.set_column(merged.schema.get_field_index(column), column, picked)
+    if hashed:
+        group = np.repeat(np.arange(len(starts), dtype=np.int64),
+                          np.diff(np.append(starts, ordered.num_rows)))
+        grouped = pa.table({"_g": group, **{c: ordered.column(c) for c in hashed}})
+        aggregations = []
+        for column, function in hashed.items():
+            how, skip_nulls = _FUNCTIONS[function]
+            aggregations.append((column, how, pc.ScalarAggregateOptions(
+                skip_nulls=skip_nulls, min_count=1)))
+        result = grouped.group_by("_g", use_threads=False).aggregate(aggregations)
+        for column, function in hashed.items():
+            values = result.column(f"{column}_{_FUNCTIONS[function][0]}")
+            target = merged.schema.field(column).type
+            if values.type != target:
+                values = values.cast(target)
+            merged = merged.set_column(merged.schema.get_field_index(column), column, values)
     kind_index = merged.schema.get_field_index(VALUE_KIND)
     return merged.set_column(kind_index, VALUE_KIND,
                              pa.array(np.zeros(merged.num_rows, dtype=np.int8)))

@@ -15,7 +15,9 @@ every key's fields merge from several records.
 Figures (each side measured alternately, median of the repeats), in-process,
 plan excluded on both sides: pypaimon ``to_arrow`` of its batch scan's splits
 against ``ShardPlanner.read_arrow`` of the 8 shards' splits, and the read
-against the limit, a pyarrow decode of the same data files. Whether any split
+against the limit, a pyarrow decode of the same data files; and pypaimon's
+native reader (``read.native.enabled``, package ``pypaimon-rust``, not a
+dependency: ``pip install pypaimon-rust`` first, else its figure is blank). Whether any split
 fell back to pypaimon's reader is printed beside them (it must be 0).
 """
 
@@ -87,6 +89,17 @@ def build_partial_update(wh: str, rows: int) -> None:
         commit_rows(pt, data)
 
 
+def _native_builder(pt: Any) -> tuple[Any, Any] | None:
+    """pypaimon's native reader (``read.native.enabled``, from the
+    ``pypaimon-rust`` package) on the same table, if installed."""
+    try:
+        import pypaimon_rust  # noqa: F401
+    except ImportError:
+        return None
+    builder = pt.copy({"read.native.enabled": "true"}).new_read_builder()
+    return builder, builder.new_scan().plan().splits()
+
+
 def _timed(fn: Any) -> tuple[float, Any]:
     started = time.perf_counter()
     result = fn()
@@ -110,16 +123,21 @@ def measure(wh: str, repeats: int, name: str = TABLE) -> dict[str, Any]:
     files = [f.physical_path() for s in splits for f in s.files]
     times: dict[str, list[float]] = {"pypaimon": [], "arrow": [], "decode": []}
     rows: dict[str, int] = {}
+    native = _native_builder(pt)
     for _ in range(repeats):
         t, out = _timed(lambda: builder.new_read().to_arrow(splits))
         times["pypaimon"].append(t)
         rows["pypaimon"] = out.num_rows
+        if native is not None:
+            t, out = _timed(lambda: native[0].new_read().to_arrow(native[1]))
+            times.setdefault("native", []).append(t)
+            rows["native"] = out.num_rows
         t, n = _timed(lambda: sum(planner.read_arrow(step.splits[k]).num_rows for k in shards))
         times["arrow"].append(t)
         rows["arrow"] = n
         t, _ = _timed(lambda: [pq.read_table(f) for f in files])
         times["decode"].append(t)
-    assert rows["pypaimon"] == rows["arrow"], rows
+    assert rows["pypaimon"] == rows["arrow"] == rows.get("native", rows["arrow"]), rows
     assert planner._read_path is not None
     return {"median_s": {k: statistics.median(v) for k, v in times.items()}, "runs_s": times,
             "rows": rows, "files": len(files),
@@ -138,7 +156,16 @@ def run(ctx: Context) -> list[Figure]:
     partial = measure(wh, repeats, PARTIAL)
     pmed = partial["median_s"]
     pratio = pmed["pypaimon"] / pmed["arrow"]
+    figures = []
+    for label, measured in (("3 schema versions", got), ("partial-update", partial)):
+        native_s = measured["median_s"].get("native")
+        figures.append(Figure(
+            TITLE, f"{label}: pypaimon's native reader / Arrow path (time)",
+            None if native_s is None else native_s / measured["median_s"]["arrow"], "x",
+            ">= 1.0 (pypaimon-rust installed)",
+            None if native_s is None else native_s >= measured["median_s"]["arrow"]))
     return [
+        *figures,
         Figure(TITLE, "partial-update initial scan, in-process (x pypaimon)", pratio, "x",
                ">= 8x", pratio >= 8, partial),
         Figure(TITLE, "partial-update splits left to pypaimon's reader",
