@@ -17,10 +17,6 @@ from tests.support.tables import make_pk_table, open_table, rows_table, write_ro
 from tests.test_arrowread import assert_same
 
 FALLBACK_TABLES = {
-    "partial-update with sequence.field": (
-        {"merge-engine": "partial-update", "sequence.field": "v"},
-        "merge-engine partial-update with sequence.field",
-    ),
     "aggregation with product": (
         {"merge-engine": "aggregation", "fields.v.aggregate-function": "product"},
         "merge-engine aggregation with aggregate function product",
@@ -38,6 +34,11 @@ FIELD_MERGE_TABLES = {
     "aggregation min, first_non_null_value": {
         "merge-engine": "aggregation", "fields.v.aggregate-function": "min",
         "fields.payload.aggregate-function": "first_non_null_value"},
+    "partial-update with sequence.field": {
+        "merge-engine": "partial-update", "sequence.field": "v"},
+    "aggregation with sequence.field": {
+        "merge-engine": "aggregation", "sequence.field": "v",
+        "fields.payload.aggregate-function": "last_value"},
     "aggregation last_value by default": {
         "merge-engine": "aggregation", "fields.default-aggregate-function": "last_value"},
 }

@@ -15,8 +15,8 @@ otherwise:
 
 * a function other than ``sum``, ``max``, ``min``, ``last_value``,
   ``last_non_null_value``, ``first_value``, ``first_non_null_value``;
-* sequence groups, per-field aggregation under partial-update, a
-  ``sequence.field``, removing records on delete;
+* sequence groups, per-field aggregation under partial-update, removing
+  records on delete;
 * a floating-point ``sum`` (Java adds in record order, pyarrow pairwise).
 
 A section that holds a retraction (``-U``/``-D``) is left to pypaimon's
@@ -83,8 +83,6 @@ def field_merge_reason(table: Any, value_columns: Sequence[str]) -> str | None:
             return f"merge-engine {engine} with {key}"
     if engine == "partial-update" and any(k.endswith(".aggregate-function") for k in options):
         return "merge-engine partial-update with aggregate functions"
-    if list(table.options.sequence_field()):
-        return f"merge-engine {engine} with sequence.field"
     types = {f.name: str(f.type).upper() for f in table.fields}
     for column, function in field_functions(table, value_columns).items():
         if function not in _FUNCTIONS:
@@ -94,17 +92,22 @@ def field_merge_reason(table: Any, value_columns: Sequence[str]) -> str | None:
     return None
 
 
-def merge_fields(rows: pa.Table, keys: Sequence[str], functions: Mapping[str, str]) -> pa.Table:
+def merge_fields(rows: pa.Table, keys: Sequence[str], functions: Mapping[str, str], *,
+                 sequence_fields: Sequence[str] = (), ascending: bool = True) -> pa.Table:
     """One merged record per key of ``rows`` (a section: every record of its
     keys, with ``_SEQUENCE_NUMBER`` and ``_VALUE_KIND``), in key order, as
     ``+I``. ``functions``: the merge function of each value column; other
-    columns (keys, partition) are taken from the key's latest record."""
+    columns (keys, partition) are taken from the key's latest record. The
+    records of a key are in ``sequence_fields`` order (``ascending`` or not),
+    then ``_SEQUENCE_NUMBER``, as the deduplicate merge orders them."""
     if rows.num_rows == 0:
         return rows
     kinds = np.asarray(rows.column(VALUE_KIND).to_numpy(zero_copy_only=False))
     if not ((kinds == 0) | (kinds == 2)).all():
         raise Unsupported("a retraction in a partial-update or aggregation merge")
-    order = [(k, "ascending") for k in keys] + [(SEQUENCE_NUMBER, "ascending")]
+    direction = "ascending" if ascending else "descending"
+    order = ([(k, "ascending") for k in keys] + [(f, direction) for f in sequence_fields]
+             + [(SEQUENCE_NUMBER, "ascending")])
     indices = pc.sort_indices(rows, sort_keys=order, null_placement="at_start")
     ordered = rows.take(indices)
     changes = key_changes([ordered.column(k) for k in keys])

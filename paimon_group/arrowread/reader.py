@@ -288,7 +288,9 @@ class ArrowSplitReader:
         """One section: a single sorted run holds each key once (decode only)."""
         if self._field_merge is not None:
             if not single_run:
-                return Piece(merge_fields(rows, self._keys, self._field_merge), None, True)
+                return Piece(merge_fields(rows, self._keys, self._field_merge,
+                                          sequence_fields=self._sequence,
+                                          ascending=self._ascending), None, True)
             kept = adds_only(rows)
             if kept.num_rows != rows.num_rows:
                 raise Unsupported("a retraction in a partial-update or aggregation merge")
