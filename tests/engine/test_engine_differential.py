@@ -52,7 +52,7 @@ def _options(rnd: random.Random) -> dict[str, str]:
         options["fields.v.aggregate-function"] = rnd.choice(["sum", "max", "last_non_null_value"])
         options["fields.s.aggregate-function"] = rnd.choice(
             ["last_value", "last_non_null_value", "first_value"])
-    if merge == "deduplicate" and rnd.random() < 0.3:
+    if merge in ("deduplicate", "partial-update") and rnd.random() < 0.3:
         options["sequence.field"] = "v"
     if merge == "first-row":
         options["ignore-delete"] = "true"
