@@ -17,9 +17,9 @@ from tests.support.tables import make_pk_table, open_table, rows_table, write_ro
 from tests.test_arrowread import assert_same
 
 FALLBACK_TABLES = {
-    "aggregation with product": (
-        {"merge-engine": "aggregation", "fields.v.aggregate-function": "product"},
-        "merge-engine aggregation with aggregate function product",
+    "aggregation with listagg": (
+        {"merge-engine": "aggregation", "fields.payload.aggregate-function": "listagg"},
+        "merge-engine aggregation with aggregate function listagg",
     ),
 }
 
@@ -39,6 +39,8 @@ FIELD_MERGE_TABLES = {
     "aggregation with sequence.field": {
         "merge-engine": "aggregation", "sequence.field": "v",
         "fields.payload.aggregate-function": "last_value"},
+    "aggregation product": {
+        "merge-engine": "aggregation", "fields.v.aggregate-function": "product"},
     "aggregation last_value by default": {
         "merge-engine": "aggregation", "fields.default-aggregate-function": "last_value"},
 }

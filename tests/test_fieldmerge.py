@@ -57,6 +57,21 @@ def test_sum_max_min_skip_nulls_and_an_all_null_key_stays_null() -> None:
     assert _merged({"v": "min", "s": "min"}) == [(1, 1, "a"), (2, 5, None), (3, None, None)]
 
 
+def test_product_and_booleans_skip_nulls() -> None:
+    assert _merged({"v": "product", "s": "last_value"}) == [
+        (1, 4, "b"), (2, 5, None), (3, None, None)]
+    flags = pa.table({
+        "k": pa.array([1, 1, 1, 2, 2, 3], pa.int64()),
+        "b": pa.array([True, None, False, None, True, None], pa.bool_()),
+        SEQUENCE_NUMBER: pa.array(range(6), pa.int64()),
+        VALUE_KIND: pa.array([0] * 6, pa.int8()),
+    })
+    assert merge_fields(flags, ["k"], {"b": "bool_and"}).column("b").to_pylist() == [
+        False, True, None]
+    assert merge_fields(flags, ["k"], {"b": "bool_or"}).column("b").to_pylist() == [
+        True, True, None]
+
+
 def test_a_retraction_is_left_to_pypaimon() -> None:
     with pytest.raises(Unsupported, match="retraction"):
         merge_fields(_rows([*RECORDS, (2, 1, None, 6, 3)]), ["k"], {"v": "sum"})

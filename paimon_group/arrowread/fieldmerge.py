@@ -13,11 +13,14 @@ pyarrow compute), for the cases whose semantics pyarrow reproduces exactly;
 :func:`field_merge_reason` says why a table is left to pypaimon's reader
 otherwise:
 
-* a function other than ``sum``, ``max``, ``min``, ``last_value``,
-  ``last_non_null_value``, ``first_value``, ``first_non_null_value``;
+* a function other than ``sum``, ``product``, ``max``, ``min``,
+  ``bool_and``, ``bool_or``, ``last_value``, ``last_non_null_value``,
+  ``first_value``, ``first_non_null_value`` (each skips nulls but the two
+  that keep them, as the engine's);
 * sequence groups, per-field aggregation under partial-update, removing
   records on delete;
-* a floating-point ``sum`` (Java adds in record order, pyarrow pairwise).
+* a floating-point ``sum`` or ``product`` (Java folds in record order,
+  pyarrow pairwise: other roundings).
 
 A section that holds a retraction (``-U``/``-D``) is left to pypaimon's
 reader too (:class:`~paimon_group.arrowread.files.Unsupported` from
@@ -53,6 +56,9 @@ _FUNCTIONS: dict[str, tuple[str, bool]] = {
     "last_non_null_value": ("last", True),
     "first_value": ("first", False),
     "first_non_null_value": ("first", True),
+    "product": ("product", True),
+    "bool_and": ("all", True),
+    "bool_or": ("any", True),
 }
 
 
@@ -87,8 +93,9 @@ def field_merge_reason(table: Any, value_columns: Sequence[str]) -> str | None:
     for column, function in field_functions(table, value_columns).items():
         if function not in _FUNCTIONS:
             return f"merge-engine {engine} with aggregate function {function}"
-        if function == "sum" and types.get(column, "").startswith(("FLOAT", "DOUBLE")):
-            return f"merge-engine {engine} with a floating-point sum"
+        if function in ("sum", "product") and types.get(column, "").startswith(
+                ("FLOAT", "DOUBLE")):
+            return f"merge-engine {engine} with a floating-point {function}"
     return None
 
 

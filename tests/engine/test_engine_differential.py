@@ -49,7 +49,8 @@ def _options(rnd: random.Random) -> dict[str, str]:
             and rnd.random() < 0.3):
         options["deletion-vectors.enabled"] = "true"
     if merge == "aggregation":
-        options["fields.v.aggregate-function"] = rnd.choice(["sum", "max", "last_non_null_value"])
+        options["fields.v.aggregate-function"] = rnd.choice(
+            ["sum", "max", "min", "product", "last_non_null_value", "first_non_null_value"])
         options["fields.s.aggregate-function"] = rnd.choice(
             ["last_value", "last_non_null_value", "first_value"])
     if merge in ("deduplicate", "partial-update") and rnd.random() < 0.3:
