@@ -54,7 +54,7 @@ async def test_a_change_signalled_while_its_waiter_is_cancelled_is_not_lost() ->
     members, owners = FlagWatch(), FlagWatch()
     group = FiresAndSets(members)
     member = SimpleNamespace(_watches=[group, members, owners], _wake=asyncio.Event(),
-                             WATCH_NAMES=Control.WATCH_NAMES)
+                             WATCH_NAMES=Control.WATCH_NAMES, _pending_acquisitions=lambda: [1])
     fired = await Control._wait_for_change(member, timeout=5.0)  # type: ignore[arg-type]
     await asyncio.sleep(0.01)  # what the cancelled waiter still does, done
     # Reported now, or still pending for the next wait: never consumed unseen.
@@ -75,7 +75,26 @@ async def test_a_local_wake_up_during_a_watch_wake_up_is_kept() -> None:
             return True
 
     member = SimpleNamespace(_watches=[SetsWake(), FlagWatch(), FlagWatch()], _wake=wake,
-                             WATCH_NAMES=Control.WATCH_NAMES)
+                             WATCH_NAMES=Control.WATCH_NAMES, _pending_acquisitions=lambda: [1])
     fired = await Control._wait_for_change(member, timeout=5.0)  # type: ignore[arg-type]
     await asyncio.sleep(0.01)
     assert "local" in fired or wake.is_set(), fired
+
+
+@pytest.mark.asyncio
+async def test_owner_changes_wake_a_member_only_while_it_waits_to_acquire() -> None:
+    """With nothing to acquire, a change of owner keys (every member's, at
+    every move of a rebalance) does not wake the loop; it is taken by the
+    first wait once the member waits to acquire a shard."""
+    group, members, owners = FlagWatch(), FlagWatch(), FlagWatch()
+    pending: list[int] = []
+    member = SimpleNamespace(_watches=[group, members, owners], _wake=asyncio.Event(),
+                             WATCH_NAMES=Control.WATCH_NAMES,
+                             _pending_acquisitions=lambda: list(pending))
+    owners.changed.set()
+    fired = await Control._wait_for_change(member, timeout=0.2)  # type: ignore[arg-type]
+    assert fired == {"timeout"}
+    assert owners.changed.is_set()  # kept for later
+    pending.append(3)
+    fired = await Control._wait_for_change(member, timeout=5.0)  # type: ignore[arg-type]
+    assert fired == {"owners"}

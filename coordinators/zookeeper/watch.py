@@ -64,6 +64,12 @@ class _ZkWatch(Watch):
         self._changed = asyncio.Event()
         self._rearm = asyncio.Event()
         self._rearm.set()
+        # Set when a caller takes a change (wait() returned True): while a
+        # change is still untaken, nothing new can be told, so re-arming (a
+        # listing of every child) waits for this. A caller that does not
+        # wait on the watch for a while (a member with nothing to acquire
+        # and its owners watch) then costs no listing per change.
+        self._taken = asyncio.Event()
         # Keys whose value znode carries our data watch.
         self._armed: set[str] = set()
         self._task: asyncio.Task[None] | None = None
@@ -107,6 +113,9 @@ class _ZkWatch(Watch):
         backoff = 0.05
         while not self._closed:
             await self._rearm.wait()
+            while self._dirty and not self._closed:
+                self._taken.clear()
+                await self._taken.wait()
             self._rearm.clear()
             try:
                 await self._arm()
@@ -170,6 +179,7 @@ class _ZkWatch(Watch):
                 self._dirty = False
                 # The caller reads after this: nothing up to here is news.
                 self._seen = max(self._seen, self._coordinator._last_zxid())
+                self._taken.set()
                 return True
             self._changed.clear()
             remaining = None if deadline is None else deadline - loop.time()
@@ -184,6 +194,7 @@ class _ZkWatch(Watch):
         self._closed = True
         self._coordinator._forget(self)
         self._changed.set()
+        self._taken.set()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

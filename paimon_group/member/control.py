@@ -80,7 +80,15 @@ class Control(Ownership):
         (issue 29: a generation seen 2.7 s late). The local flag is cleared
         only when its waiter saw it, so a wake-up set meanwhile stays set.
         """
-        waiters = [asyncio.ensure_future(w.wait(timeout)) for w in self._watches]
+        # Owner keys matter to a member only while it waits to acquire a
+        # shard (its previous owner's release wakes it). Not waiting on that
+        # watch otherwise spares the wake-up of every member at every owner
+        # change of a rebalance, and on ZooKeeper the listing of every owner
+        # key that re-arming the watch costs. A change met meanwhile is taken
+        # by the next wait on it: one round that finds nothing to do.
+        watched = [(name, w) for name, w in zip(self.WATCH_NAMES, self._watches, strict=False)
+                   if name != "owners" or self._pending_acquisitions()]
+        waiters = [asyncio.ensure_future(w.wait(timeout)) for _, w in watched]
         local = asyncio.ensure_future(self._wake.wait())
         everything = [*waiters, local]
         try:
@@ -89,7 +97,7 @@ class Control(Ownership):
             for w in everything:
                 w.cancel()
             await asyncio.gather(*everything, return_exceptions=True)
-        fired = {name for name, w in zip(self.WATCH_NAMES, waiters, strict=False)
+        fired = {name for (name, _), w in zip(watched, waiters, strict=True)
                  if not w.cancelled() and w.exception() is None and w.result()}
         if not local.cancelled() and local.exception() is None:
             self._wake.clear()
