@@ -49,10 +49,10 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 
 from coordinators.base import Check, Coordinator, Delete, Entry, Put
 from paimon_group.errors import CoordinatorUnavailable, MemberIdInUse, ShardCountMismatch
+from paimon_group.group_views import GroupState, OwnerView, Removal, owner_view
 from paimon_group.identity import check_table_identity
 from paimon_group.names import GroupKeys, validate_member_id
 from paimon_group.records import (
@@ -64,44 +64,6 @@ from paimon_group.records import (
     RemovedMember,
     position_order,
 )
-
-
-@dataclass(frozen=True)
-class OwnerView:
-    shard: int
-    member_id: str
-    epoch: int
-    generation: int
-    session: str = ""  # the coordinator session that created the key ("" before it was stored)
-
-
-def _owner_view(shard: int, entry: Entry) -> OwnerView:
-    owner = Owner.decode(entry.key, entry.value)
-    return OwnerView(shard, owner.member_id, entry.create_version, owner.generation,
-                     owner.session)
-
-
-@dataclass(frozen=True)
-class GroupState:
-    """One consistent-enough read of a group, for decisions and for describe."""
-
-    meta: GroupMeta | None
-    members: dict[str, MemberInfo] = field(default_factory=dict)
-    leader: str | None = None
-    leader_epoch: int | None = None
-    assignment: Assignment | None = None
-    assignment_version: int | None = None
-    owners: dict[int, OwnerView] = field(default_factory=dict)
-    positions: dict[int, Position] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Removal:
-    """What :meth:`GroupClient.remove_member` did."""
-
-    known: bool  # the member has keys, or the assignment names it (else nothing is done)
-    done: bool  # the commit was accepted (False: its keys changed meanwhile; try again)
-    removed_keys: tuple[str, ...] = ()
 
 
 def _reset_position(next_snapshot: int, actor: str, now: float) -> bytes:
@@ -392,7 +354,7 @@ class GroupClient:
             shard = _shard_of(entry.key)
             if shard is None:
                 continue
-            out[shard] = _owner_view(shard, entry)
+            out[shard] = owner_view(shard, entry)
         return out
 
     async def owners_of(self, shards: Iterable[int]) -> dict[int, OwnerView]:
@@ -402,7 +364,7 @@ class GroupClient:
         :meth:`owners`' O(shards)."""
         keys = {self.keys.owner(s): s for s in shards}
         entries = await self.coordinator.get_many(list(keys))
-        return {keys[k]: _owner_view(keys[k], e) for k, e in entries.items() if e is not None}
+        return {keys[k]: owner_view(keys[k], e) for k, e in entries.items() if e is not None}
 
     # -- progress ------------------------------------------------------
 

@@ -33,7 +33,8 @@ import logging
 from collections.abc import Mapping, Set
 
 from coordinators.errors import CoordinatorError
-from paimon_group.group import GroupClient, OwnerView
+from paimon_group.group import GroupClient
+from paimon_group.group_views import OwnerView
 
 log = logging.getLogger("paimon_group.member")
 

@@ -92,6 +92,8 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Final, TypeVar
 
+import tenacity
+
 from coordinators import retry
 from coordinators.errors import (
     ConfigError,
@@ -235,6 +237,31 @@ class SqliteCoordinator(Coordinator):
         executor, db = self._live()
         return await self._run_on(executor, db, fn)
 
+    async def _register(self, executor: concurrent.futures.ThreadPoolExecutor, db: _Database,
+                        session: SqliteSession, opening: tenacity.AsyncRetrying) -> None:
+        """Insert the session's row (retried like the open: many members
+        joining at once may keep the write lock longer than the busy timeout;
+        the insert then did not happen). The base class set the deadline to
+        now + timeout before the row exists; the row's expiry is computed
+        later, so the deadline is safe. On failure the database is closed."""
+        register = functools.partial(
+            self._run_on, executor, db,
+            functools.partial(
+                _write, body=functools.partial(_insert_session, session.id, self._timeout_s)
+            ),
+        )
+        try:
+            await asyncio.wait_for(opening(register), timeout=self._options.connect_timeout_s)
+        except TimeoutError as err:
+            await self._release(executor, db)
+            raise CoordinatorUnavailable(
+                f"timed out after {self._options.connect_timeout_s}s registering a session "
+                f"in SQLite coordinator {self._where()}"
+            ) from err
+        except BaseException:
+            await self._release(executor, db)
+            raise
+
     @_SQLITE.handles(lambda self, *args: self._where())
     async def _run_on(
         self,
@@ -277,28 +304,7 @@ class SqliteCoordinator(Coordinator):
             executor.shutdown(wait=False)
             raise
         session = SqliteSession(uuid.uuid4().hex, self._timeout_s, asyncio.get_running_loop())
-        # The base class set the deadline to now + timeout before the row
-        # exists; the row's expiry is computed later, so the deadline is safe.
-        register = functools.partial(
-            self._run_on, executor, db,
-            functools.partial(
-                _write, body=functools.partial(_insert_session, session.id, self._timeout_s)
-            ),
-        )
-        try:
-            # Many members joining at once may keep the write lock longer
-            # than the busy timeout: the insert did not happen, so it is
-            # retried too, within the connect timeout.
-            await asyncio.wait_for(opening(register), timeout=self._options.connect_timeout_s)
-        except TimeoutError as err:
-            await self._release(executor, db)
-            raise CoordinatorUnavailable(
-                f"timed out after {self._options.connect_timeout_s}s registering a session "
-                f"in SQLite coordinator {self._where()}"
-            ) from err
-        except BaseException:
-            await self._release(executor, db)
-            raise
+        await self._register(executor, db, session, opening)
         self._executor, self._db, self._session = executor, db, session
         # Heartbeats run on a thread of their own, never on the event loop:
         # a loop held by user code (a synchronous body of ``async for``)

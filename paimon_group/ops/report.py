@@ -39,7 +39,8 @@ from typing import Any
 
 from coordinators.base import Coordinator
 from coordinators.errors import ConfigError
-from paimon_group.group import GroupClient, GroupState
+from paimon_group.group import GroupClient
+from paimon_group.group_views import GroupState
 from paimon_group.mirror import ConsumerMirror
 from paimon_group.names import consumer_id
 from paimon_group.ops.lag import DEFAULT_MAX_SNAPSHOTS, ShardProgress, SnapshotFacts

@@ -40,7 +40,8 @@ from typing import Any
 
 from coordinators.errors import ConfigError
 from paimon_group.errors import GroupBusy
-from paimon_group.group import GroupClient, GroupState
+from paimon_group.group import GroupClient
+from paimon_group.group_views import GroupState
 from paimon_group.mirror import ConsumerMirror
 from paimon_group.names import consumer_id
 from paimon_group.ops.report import GroupNotFound
