@@ -146,6 +146,30 @@ def assert_same(arrow: pa.Table, reference: pa.Table, what: str) -> None:
         b = reference.column(name).to_pylist()
         assert a == b, f"{what}: column {name} differs\narrow    {a}\npypaimon {b}"
 
+def compare_every_path(planner: Any, latest: int, what: str) -> tuple[list[Any], int]:
+    """Plan every full scan (snapshots 1..``latest``) and every step after
+    snapshot 1 on shards 0 and 1, read each shard's splits with both of our
+    read calls and compare with pypaimon's reader; the steps and the rows
+    compared."""
+    shards = [0, 1]
+    steps = [planner.plan_full(shards, s) for s in range(1, latest + 1)]
+    position = 1
+    while (step := planner.plan_next(shards, position)) is not None:
+        steps.append(step)
+        position = step.next_snapshot
+    compared = 0
+    for step in steps:
+        for shard, splits in step.splits.items():
+            reference = planner.pypaimon_read_arrow(splits)
+            assert_same(planner.read_arrow(splits), reference, f"{what} shard {shard}")
+            streamed = pa.Table.from_batches(
+                list(planner.iter_batches(splits)), schema=planner.schema
+            )
+            assert_same(streamed, reference, f"{what} shard {shard} iter_batches")
+            compared += reference.num_rows
+    return steps, compared
+
+
 
 def compare_all_paths(
     warehouse: str, *, num_shards: int = 2, projection: list[str] | None = None

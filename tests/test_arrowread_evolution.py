@@ -21,7 +21,7 @@ import pytest
 from paimon_group.planner import ShardPlanner
 from paimon_group.table import ShardedTable
 from tests.support.tables import catalog, make_append_table, make_pk_table, open_table, write_table
-from tests.test_arrowread import assert_same
+from tests.test_arrowread import compare_every_path
 
 
 def _rows(table: Any, ids: range, v: int) -> pa.Table:
@@ -78,22 +78,7 @@ def test_files_of_older_schemas_read_as_pypaimon_reads_them(kind: str, tmp_path:
     latest = table.latest_snapshot_id()
     assert latest == 5
     planner = ShardPlanner(table, 2, include_row_kind=True, batch_rows=7)
-    shards = [0, 1]
-    steps = [planner.plan_full(shards, s) for s in range(1, latest + 1)]
-    position = 1
-    while (step := planner.plan_next(shards, position)) is not None:
-        steps.append(step)
-        position = step.next_snapshot
-    compared = 0
-    for step in steps:
-        for shard, splits in step.splits.items():
-            reference = planner.pypaimon_read_arrow(splits)
-            assert_same(planner.read_arrow(splits), reference, f"{kind} shard {shard}")
-            streamed = pa.Table.from_batches(
-                list(planner.iter_batches(splits)), schema=planner.schema
-            )
-            assert_same(streamed, reference, f"{kind} shard {shard} iter_batches")
-            compared += reference.num_rows
+    steps, compared = compare_every_path(planner, latest, kind)
     assert compared > 100
     assert planner._read_path is not None
     assert planner._read_path.fallback_splits == 0

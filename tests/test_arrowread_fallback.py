@@ -14,7 +14,7 @@ import pytest
 from paimon_group.planner import ShardPlanner
 from paimon_group.table import ShardedTable
 from tests.support.tables import make_pk_table, open_table, rows_table, write_rows, write_table
-from tests.test_arrowread import assert_same
+from tests.test_arrowread import compare_every_path
 
 FALLBACK_TABLES = {
     "aggregation with listagg": (
@@ -72,22 +72,7 @@ def _read_every_path(
     latest = table.latest_snapshot_id()
     assert latest == 3
     planner = ShardPlanner(table, 2, include_row_kind=True, batch_rows=5)
-    shards = [0, 1]
-    steps = [planner.plan_full(shards, s) for s in range(1, latest + 1)]
-    position = 1
-    while (step := planner.plan_next(shards, position)) is not None:
-        steps.append(step)
-        position = step.next_snapshot
-    compared = 0
-    for step in steps:
-        for shard, splits in step.splits.items():
-            reference = planner.pypaimon_read_arrow(splits)
-            assert_same(planner.read_arrow(splits), reference, f"{kind} shard {shard}")
-            streamed = pa.Table.from_batches(
-                list(planner.iter_batches(splits)), schema=planner.schema
-            )
-            assert_same(streamed, reference, f"{kind} shard {shard} iter_batches")
-            compared += reference.num_rows
+    _, compared = compare_every_path(planner, latest, kind)
     assert compared > 0
     assert planner._read_path is not None
     return planner
