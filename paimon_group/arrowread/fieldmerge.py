@@ -129,7 +129,7 @@ def merge_fields(rows: pa.Table, keys: Sequence[str], functions: Mapping[str, st
         # min/max of row positions (nulls excluded when they are skipped).
         how, skip_nulls = _FUNCTIONS[function]
         values = ordered.column(column)
-        n = values.length() if hasattr(values, "length") else len(values)
+        n = len(values)
         positions = np.arange(n, dtype=np.int64)
         if skip_nulls and values.null_count:
             valid = np.asarray(values.is_valid().to_numpy(zero_copy_only=False), dtype=bool)

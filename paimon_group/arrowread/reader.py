@@ -239,12 +239,13 @@ class ArrowSplitReader:
     def read_unit(self, unit: Unit, *, parallel: bool) -> list[Piece]:
         """Decode (and merge) one unit; its files in parallel when ``parallel``."""
         drops: dict[str, list[int]] = {}
+        deleted: dict[str, list[int]] = {}
         if self._lookup and unit.single_run is False:
             file_io = self.table.file_io
             deleted = {f.file_name: read_deletion_vector(file_io, d)
                        for f, d in unit.files if d is not None}
             drops = lookup_level_drops(self.table, [f for f, _ in unit.files], deleted)
-        tables = self._decode(unit.files, unit.columns, parallel, drops)
+        tables = self._decode(unit.files, unit.columns, parallel, drops, deleted)
         if unit.single_run is None:
             return [Piece(t, None, unit.kinds_from_file) for t in tables if t.num_rows]
         rows = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
@@ -313,16 +314,20 @@ class ArrowSplitReader:
     def _decode(
         self, files: Sequence[tuple[Any, Any]], columns: list[str], parallel: bool,
         drops: dict[str, list[int]] | None = None,
+        read_already: dict[str, list[int]] | None = None,
     ) -> list[pa.Table]:
         """The files decoded, without the rows their deletion vectors delete
-        and the ``drops`` (positions by file name the lookup merge leaves out)."""
+        and the ``drops`` (positions by file name the lookup merge leaves out);
+        ``read_already``: deletion vectors read before, by file name."""
         file_io = self.table.file_io
 
         def one(item: tuple[Any, Any]) -> pa.Table:
             file, deletion = item
             table = decode_file(file_io, file, columns, self._types, trim=self._chars,
                                 names=self._names(file))
-            deleted = read_deletion_vector(file_io, deletion) if deletion is not None else []
+            known = (read_already or {}).get(file.file_name)
+            deleted = known if known is not None else (
+                read_deletion_vector(file_io, deletion) if deletion is not None else [])
             extra = (drops or {}).get(file.file_name)
             if extra:
                 deleted = sorted(set(deleted) | set(extra))
