@@ -9,6 +9,7 @@ import pytest
 pytest_plugins = [
     "tests.support.etcd_server",
     "tests.support.zk_server",
+    "tests.support.s3_server",
 ]
 
 

@@ -27,6 +27,7 @@ from tests.support.tables import (
     make_kind_table,
     make_pk_table,
     open_table,
+    register_catalog_options,
     write_rows,
 )
 
@@ -42,9 +43,16 @@ class GroupHarness:
     def __init__(self, base: Path, coordinator: str, *, group: str = "g", buckets: int = 8,
                  table: str = "db.t", session_timeout_s: float = 2.0,
                  poll_interval_ms: int = 100, start: str = "latest-full",
-                 create: bool = True, kind: str = "fixed", target_row_num: int = 40) -> None:
+                 create: bool = True, kind: str = "fixed", target_row_num: int = 40,
+                 warehouse: str | None = None,
+                 catalog_options: dict[str, str] | None = None) -> None:
         self.base = base
-        self.warehouse = str(base / "wh")
+        # A local directory by default; an object-store URI with its catalog
+        # options (given to members through the environment, never argv).
+        self.warehouse = warehouse or str(base / "wh")
+        self.catalog_options = dict(catalog_options or {})
+        if self.catalog_options:
+            register_catalog_options(self.warehouse, self.catalog_options)
         self.out = base / "out"
         self.out.mkdir(parents=True, exist_ok=True)
         self.coordinator = coordinator
@@ -64,6 +72,9 @@ class GroupHarness:
         self._writer: threading.Thread | None = None
         self._writer_error: BaseException | None = None
         self.env: dict[str, str] = {**os.environ, "PG_TEST_OUT": str(self.out)}
+        if self.catalog_options:
+            self.env["PAIMON_GROUP_CATALOG_OPTION"] = " ".join(
+                f"{k}={v}" for k, v in self.catalog_options.items())
         if create and kind == "fixed":
             make_pk_table(self.warehouse, table, buckets=buckets)
         elif create:
@@ -226,7 +237,7 @@ class GroupHarness:
         from paimon_group.table import ShardedTable
 
         async def go() -> dict[str, Any]:
-            table = ShardedTable.open(self.warehouse, self.table)
+            table = ShardedTable.open(self.warehouse, self.table, self.catalog_options)
             async with open_coordinator(self.coordinator) as coord:
                 return await describe_group(coord, self.group, table)
 

@@ -76,9 +76,25 @@ def table_schema(*, row_kind_field: bool = False, partitioned: bool = False) -> 
     return pa.schema(fields)
 
 
+_CATALOG_OPTIONS: dict[str, dict[str, str]] = {}
+
+
+def register_catalog_options(warehouse: str, options: Mapping[str, str]) -> None:
+    """Catalog options for every later :func:`catalog` of ``warehouse`` (an object-store
+    warehouse's endpoint and keys: see ``tests/support/s3_server.py``)."""
+    _CATALOG_OPTIONS[warehouse.rstrip("/")] = dict(options)
+
+
+def catalog_options_of(warehouse: str | os.PathLike[str]) -> dict[str, str]:
+    """The options registered for ``warehouse`` (none for a local directory)."""
+    return dict(_CATALOG_OPTIONS.get(os.fspath(warehouse).rstrip("/"), {}))
+
+
 def catalog(warehouse: str | os.PathLike[str]) -> Any:
-    """A pypaimon filesystem catalog on a local warehouse directory."""
-    return CatalogFactory.create({"warehouse": os.fspath(warehouse)})
+    """A pypaimon catalog on a warehouse: a local directory, or an object-store URI
+    whose options were registered with :func:`register_catalog_options`."""
+    return CatalogFactory.create({**catalog_options_of(warehouse),
+                                  "warehouse": os.fspath(warehouse)})
 
 
 def open_table(warehouse: str | os.PathLike[str], name: str) -> Any:
