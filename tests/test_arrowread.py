@@ -34,7 +34,7 @@ from paimon_group.arrowread import merge
 from paimon_group.arrowread.files import SEQUENCE_NUMBER, VALUE_KIND, apply_deletion_vector
 from paimon_group.planner import ShardPlanner
 from paimon_group.table import ShardedTable
-from tests.support.tables import catalog, compact
+from tests.support.tables import catalog, catalog_options_of, compact
 
 EXAMPLES = int(os.environ.get("PAIMON_GROUP_DIFF_EXAMPLES", "12"))
 
@@ -175,7 +175,7 @@ def compare_all_paths(
     warehouse: str, *, num_shards: int = 2, projection: list[str] | None = None
 ) -> int:
     """Every path, both readers; returns the number of rows compared."""
-    table = ShardedTable.open(warehouse, "db.t")
+    table = ShardedTable.open(warehouse, "db.t", catalog_options_of(warehouse))
     latest = table.latest_snapshot_id()
     if latest is None:
         return 0

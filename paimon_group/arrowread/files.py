@@ -34,6 +34,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from paimon_group.arrowread.fetch import open_source
+
 __all__ = [
     "SEQUENCE_NUMBER",
     "SUPPORTED_FORMATS",
@@ -87,13 +89,15 @@ def iter_file(
     batch_rows: int | None,
     trim: Collection[str] = (),
     names: Mapping[str, str | None] | None = None,
+    fetched: pa.Buffer | None = None,
 ) -> Iterator[pa.Table]:
     """:func:`decode_file` in chunks of about ``batch_rows`` rows (None: the
     whole file, decoded with pyarrow's threads). Chunked decoding is single
     threaded: buffers are allocated and freed by the reading thread, whose
     allocator then returns them (Arrow's mimalloc keeps per-thread heaps).
     Everything that can make the file :class:`Unsupported` is checked before
-    the first chunk."""
+    the first chunk. ``fetched``: the file's bytes, fetched ahead from an object
+    store (:mod:`paimon_group.arrowread.fetch`)."""
     path = file.physical_path()
     fmt = file_format(path)
     fs = getattr(file_io, "filesystem", None)
@@ -105,12 +109,12 @@ def iter_file(
     schema = pa.schema([pa.field(c, _SYSTEM_TYPES.get(c) or types[c]) for c in columns])
     in_file = {c: (names or {}).get(c, c) for c in columns}
     stored = [n for n in in_file.values() if n is not None]
-    with fs.open_input_file(to_fs_path(path)) as source:
+    with open_source(file_io, file, fetched) as (source, pre_buffer):
         if fmt == "avro":
             yield _decode_avro(source, schema, in_file)
             return
         chunks = _parquet_chunks if fmt == "parquet" else _orc_chunks
-        for chunk in chunks(source, file, stored, batch_rows):
+        for chunk in chunks(source, file, stored, batch_rows, pre_buffer):
             arrays = []
             for field in schema:
                 name = in_file[field.name]
@@ -135,11 +139,13 @@ def _check(present: Sequence[str], rows: int, file: Any, columns: Sequence[str])
 
 
 def _parquet_chunks(
-    source: Any, file: Any, columns: list[str], batch_rows: int | None
+    source: Any, file: Any, columns: list[str], batch_rows: int | None, pre_buffer: bool
 ) -> Iterator[pa.Table]:
     import pyarrow.parquet as pq
 
-    parquet = pq.ParquetFile(source)
+    # pre_buffer (object stores): the projected columns' chunks are fetched in
+    # coalesced ranged reads, not one request per column chunk.
+    parquet = pq.ParquetFile(source, pre_buffer=pre_buffer)
     wanted = _check(parquet.schema_arrow.names, parquet.metadata.num_rows, file, columns)
     if batch_rows is None:
         yield parquet.read(columns=wanted)
@@ -149,7 +155,7 @@ def _parquet_chunks(
 
 
 def _orc_chunks(
-    source: Any, file: Any, columns: list[str], batch_rows: int | None
+    source: Any, file: Any, columns: list[str], batch_rows: int | None, pre_buffer: bool
 ) -> Iterator[pa.Table]:
     import pyarrow.orc as orc
 

@@ -35,6 +35,7 @@ from paimon_group.arrowread.classify import (
     trimmed_keys,
 )
 from paimon_group.arrowread.evolution import names_in_file
+from paimon_group.arrowread.fetch import Prefetcher
 from paimon_group.arrowread.fieldmerge import FIELD_MERGE_ENGINES, field_functions, merge_fields
 from paimon_group.arrowread.files import (
     SEQUENCE_NUMBER,
@@ -261,12 +262,20 @@ class ArrowSplitReader:
             yield from self.read_unit(unit, parallel=True)
             return
         file_io = self.table.file_io
+        ahead = Prefetcher(file_io, [file for file, _ in unit.files])
+        try:
+            yield from self._stream_files(unit, batch_rows, ahead)
+        finally:
+            ahead.close()
+
+    def _stream_files(self, unit: Unit, batch_rows: int, ahead: Prefetcher) -> Iterator[Piece]:
+        file_io = self.table.file_io
         for file, deletion in unit.files:
             deleted = read_deletion_vector(file_io, deletion) if deletion is not None else None
             offset = 0
             for chunk in iter_file(file_io, file, unit.columns, self._types,
                                    batch_rows=batch_rows, trim=self._chars,
-                                   names=self._names(file)):
+                                   names=self._names(file), fetched=ahead.take()):
                 rows = chunk.num_rows
                 if deleted:
                     chunk = apply_deletion_vector(chunk, deleted, offset)
