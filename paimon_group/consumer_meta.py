@@ -72,6 +72,7 @@ from urllib.parse import urlparse
 from coordinators.errors import PaimonGroupError
 from paimon_group.names import origin_path
 from paimon_group.records import GroupStart
+from paimon_group.store_io import read_text, write_text
 
 if TYPE_CHECKING:
     from paimon_group.mirror import ConsumerMirror
@@ -107,9 +108,10 @@ class ConsumerFilesOrigin:
         :class:`UnreadableOrigin` instead)."""
         path = origin_path(table_path, group)
         try:
-            if not file_io.exists(path):
+            text = read_text(file_io, path)
+            if text is None:
                 return None
-            data = json.loads(file_io.read_file_utf8(path))
+            data = json.loads(text)
             start = data.get("start")
             return cls(group=str(data["group"]), incarnation=str(data["incarnation"]),
                        num_shards=int(data["num_shards"]), sharding=str(data["sharding"]),
@@ -142,7 +144,7 @@ def write_whole(file_io: Any, path: str, text: str) -> None:
     PUT is all or nothing already."""
     parsed = urlparse(path)
     if parsed.scheme not in ("", "file"):
-        file_io.overwrite_file_utf8(path, text)
+        write_text(file_io, path, text)
         return
     target = parsed.path if parsed.scheme == "file" else path
     directory, name = os.path.split(target)

@@ -25,9 +25,11 @@ Example::
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
 from paimon_group.errors import TableReplaced
+from paimon_group.store_io import read_text
 
 if TYPE_CHECKING:
     from paimon_group.records import GroupMeta
@@ -41,9 +43,18 @@ def table_identity(pypaimon_table: Any) -> str:
 
     Read from the file system afresh (pypaimon's schema manager caches the
     schemas it has read, so the table object's own would keep answering for
-    a dropped table)."""
+    a dropped table). The first schema's file is read directly (one read, two
+    requests on an object store, where pypaimon's schema manager makes four)."""
     from pypaimon.schema.schema_manager import SchemaManager
 
+    text = read_text(pypaimon_table.file_io, f"{str(pypaimon_table.table_path).rstrip('/')}"
+                                             "/schema/schema-0")
+    if text is not None:
+        try:
+            data = json.loads(text)
+            return f"schema-{int(data['id'])}@{int(data['timeMillis'])}"
+        except (ValueError, KeyError, TypeError):
+            pass  # not the layout we know: ask pypaimon's schema manager
     manager = SchemaManager(pypaimon_table.file_io, str(pypaimon_table.table_path))
     schema = manager.get_schema(0)
     if schema is None:

@@ -40,6 +40,7 @@ from pypaimon.consumer.consumer import Consumer
 from pypaimon.consumer.consumer_manager import ConsumerManager
 
 from paimon_group.names import consumer_id, consumer_id_pattern, origin_path
+from paimon_group.store_io import read_text, write_text
 
 FULL_SCAN_FIELD = "paimonGroupFullScan"
 """The consumer-file field that marks a pending full scan of ``nextSnapshot``."""
@@ -71,15 +72,18 @@ class ConsumerMirror:
         return None if consumer is None else int(consumer.next_snapshot)
 
     def read_position(self, shard: int) -> MirroredPosition | None:
-        """The shard's consumer file with its pending-full-scan marker, or None."""
-        consumer = self._manager.consumer(consumer_id(self._group, shard))
-        if consumer is None:
+        """The shard's consumer file with its pending-full-scan marker, or None
+        (one read of the file)."""
+        text = read_text(self._file_io, self._path(shard))
+        if text is None:
             return None
-        next_snapshot = int(consumer.next_snapshot)
         try:
-            data = json.loads(self._file_io.read_file_utf8(self._path(shard)))
-        except (OSError, ValueError):
-            data = {}
+            data = json.loads(text)
+            next_snapshot = int(data["nextSnapshot"])
+        except (ValueError, KeyError, TypeError):
+            # Half-written or foreign: read it as pypaimon does (it retries).
+            consumer = self._manager.consumer(consumer_id(self._group, shard))
+            return None if consumer is None else MirroredPosition(int(consumer.next_snapshot))
         pending = isinstance(data, dict) and data.get(FULL_SCAN_FIELD) == next_snapshot
         return MirroredPosition(next_snapshot, full_scan_pending=pending)
 
@@ -109,13 +113,12 @@ class ConsumerMirror:
             now = time.monotonic()
             if not self._due(shard, value, force, now):
                 return False
+            # Paimon's own consumer-file layout ({"nextSnapshot": N}), plus the marker.
+            content = Consumer(next_snapshot=next_snapshot).to_json()
             if full_scan_pending:
-                self._file_io.overwrite_file_utf8(self._path(shard), json.dumps(
-                    {"nextSnapshot": next_snapshot, FULL_SCAN_FIELD: next_snapshot}))
-            else:
-                self._manager.reset_consumer(
-                    consumer_id(self._group, shard), Consumer(next_snapshot=next_snapshot)
-                )
+                content = json.dumps({"nextSnapshot": next_snapshot,
+                                      FULL_SCAN_FIELD: next_snapshot})
+            write_text(self._file_io, self._path(shard), content)
             self._written[shard] = value
             self._written_at[shard] = now
             self.writes += 1

@@ -111,7 +111,7 @@ class PlannedTable(Protocol):
     @property
     def default_rule(self) -> ShardRule: ...
 
-    def latest_snapshot_id(self) -> int | None: ...
+    def latest_snapshot_id(self, *, fresh: bool = False) -> int | None: ...
 
     def snapshot(self, snapshot_id: int) -> Any | None: ...
 
@@ -336,7 +336,7 @@ class ShardPlanner:
         shard_set = self._shard_set(shards)
         snapshot = self._snapshot(snapshot_id)
         if snapshot is None:
-            latest = self.table.latest_snapshot_id()
+            latest = self.table.latest_snapshot_id(fresh=True)
             if latest is not None and snapshot_id <= latest:
                 raise self.table.expired_error(snapshot_id)
             self.table.raise_if_dropped()
@@ -405,6 +405,20 @@ class ShardPlanner:
         latest = self.table.latest_snapshot_id()
         if latest is None or next_snapshot > latest:
             return None
+        try:
+            return self._plan_next_to(shard_set, next_snapshot, latest)
+        except SnapshotExpired:
+            # The latest id may be one confirmed only by the absence of its
+            # successor (ShardedTable.latest_snapshot_id): a table rolled back
+            # or re-created under us has no snapshot `next_snapshot` yet, which
+            # is not an expiry. Read it afresh, as before that shortcut.
+            fresh = self.table.latest_snapshot_id(fresh=True)
+            if fresh is None or next_snapshot > fresh:
+                return None
+            raise
+
+    def _plan_next_to(self, shard_set: frozenset[int], next_snapshot: int, latest: int
+                      ) -> StepPlan:
         unread = latest - next_snapshot + 1
         if unread > self.catch_up_threshold:
             return self._plan_catch_up(shard_set, next_snapshot, latest)

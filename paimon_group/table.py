@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +33,7 @@ from coordinators.errors import ConfigError
 from paimon_group.errors import SnapshotExpired, TableNotFound
 from paimon_group.sharding import ShardRule, TableKind, choose_rule, default_shards, table_kind
 from paimon_group.start import ResolvedStart, StartKind, StartPosition
+from paimon_group.store_io import file_exists, read_text
 
 if TYPE_CHECKING:
     from paimon_group.planner import ShardPlanner
@@ -40,6 +42,10 @@ __all__ = ["ShardedTable"]
 
 _TABLE_NAME_RE = re.compile(r"[^.\s]+\.[^.\s]+")
 _SNAPSHOT_FILE_RE = re.compile(r"snapshot-(\d+)")
+
+LATEST_RECHECK_S = 30.0
+"""How long a latest snapshot id found by a full read (the LATEST hint,
+checked) is confirmed by asking for the next snapshot alone."""
 
 
 def _normalise_warehouse(warehouse: str) -> str:
@@ -80,6 +86,8 @@ class ShardedTable:
         producer = pypaimon_table.options.changelog_producer()
         self.changelog_producer: str = str(getattr(producer, "value", producer) or "none")
         self._snapshot_manager: Any = pypaimon_table.snapshot_manager()
+        # (latest snapshot id, monotonic time of the full read that found it)
+        self._latest_known: tuple[int | None, float] = (None, 0.0)
 
     @classmethod
     def open(
@@ -164,31 +172,42 @@ class ShardedTable:
 
     def _read_hint(self, name: str) -> int | None:
         manager = self._snapshot_manager
-        path = f"{manager.snapshot_dir}/{name}"
         try:
-            if not manager.file_io.exists(path):
-                return None
-            text = manager.file_io.read_file_utf8(path).strip()
+            text = read_text(manager.file_io, f"{manager.snapshot_dir}/{name}")
         except OSError:
             return None
+        text = (text or "").strip()
         return int(text) if text.isdigit() else None
 
     def _snapshot_exists(self, snapshot_id: int) -> bool:
         manager = self._snapshot_manager
-        return bool(manager.file_io.exists(manager.get_snapshot_path(snapshot_id)))
+        return file_exists(manager.file_io, manager.get_snapshot_path(snapshot_id))
 
-    def latest_snapshot_id(self) -> int | None:
+    def latest_snapshot_id(self, *, fresh: bool = False) -> int | None:
         """Id of the newest committed snapshot, or None for an empty table.
 
         Reads the LATEST hint and checks it (the hint may lag a commit), falling
         back to listing the snapshot directory, like Paimon's ``findLatest``;
-        no snapshot file is parsed.
+        no snapshot file is parsed. Between such reads (at most
+        :data:`LATEST_RECHECK_S` apart, or with ``fresh``), the latest id found
+        is confirmed by asking for the one snapshot after it: one request on an
+        object store instead of four for a table with no new snapshot (what
+        an idle poll costs). Snapshot ids only grow; a table rolled back or
+        re-created under us is found by the full read (and by the planner,
+        which asks ``fresh`` when a snapshot at or below this id is missing).
         """
+        known, checked = self._latest_known
+        if not fresh and known is not None and time.monotonic() - checked < LATEST_RECHECK_S \
+                and not self._snapshot_exists(known + 1):
+            return known
         hint = self._read_hint("LATEST")
         if hint is not None and self._snapshot_exists(hint) and not self._snapshot_exists(hint + 1):
-            return hint
-        ids = self._list_snapshot_ids()
-        return ids[-1] if ids else None
+            latest: int | None = hint
+        else:
+            ids = self._list_snapshot_ids()
+            latest = ids[-1] if ids else None
+        self._latest_known = (latest, time.monotonic())
+        return latest
 
     def earliest_snapshot_id(self) -> int | None:
         """Id of the oldest retained snapshot, or None for an empty table."""

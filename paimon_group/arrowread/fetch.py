@@ -31,7 +31,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.fs as pafs
+
+from paimon_group.store_io import is_remote_fs as is_remote
 
 __all__ = ["WHOLE_FILE_BYTES", "Prefetcher", "fetch_whole", "is_remote", "open_source"]
 
@@ -60,12 +61,6 @@ def io_pool() -> ThreadPoolExecutor:
         if _IO_POOL is None:
             _IO_POOL = ThreadPoolExecutor(IO_THREADS, thread_name_prefix="paimon-group-fetch")
         return _IO_POOL
-
-
-def is_remote(fs: Any) -> bool:
-    """Whether ``fs`` is an object store (anything but pyarrow's local file system)."""
-    base = fs.base_fs if isinstance(fs, pafs.SubTreeFileSystem) else fs
-    return not isinstance(base, pafs.LocalFileSystem)
 
 
 def _whole(file: Any) -> bool:

@@ -116,9 +116,14 @@ class Reader(Commits):
         """Raise TableNotFound if the table is gone, TableReplaced if it was
         dropped and re-created since the group was created."""
         cfg = self.config
-        reopened = ShardedTable.open(cfg.warehouse, cfg.table, cfg.catalog_options)
+        current = table_identity(self.table.table) if self.table is not None else ""
+        if not current:
+            # No first schema to read: the table is gone (TableNotFound) or
+            # of a layout read only through the catalog.
+            current = table_identity(
+                ShardedTable.open(cfg.warehouse, cfg.table, cfg.catalog_options).table)
         if self._meta is not None:
-            check_table_identity(self._meta, self.group_name, table_identity(reopened.table))
+            check_table_identity(self._meta, self.group_name, current)
 
     async def _read_round(self, process: Process) -> bool:
         active = [o for o in self._owned.values() if o.active]

@@ -1,0 +1,91 @@
+"""Reads and writes of small files (hints, consumer files, the group's origin)
+at the fewest requests an object store allows.
+
+pypaimon's ``FileIO`` asks before it acts: ``exists(path)`` then
+``read_file_utf8(path)`` is a HEAD, then a HEAD and a GET, and an absent key
+costs a HEAD *and* a LIST (pyarrow checks whether it is a directory);
+``overwrite_file_utf8`` first checks the parent "directory" (a HEAD and a
+LIST, on a store that has no directories). On an object store these helpers
+go to pyarrow's file system directly:
+
+* :func:`read_text`: open and read, an absent file is the open's
+  ``FileNotFoundError``: one HEAD when absent, a HEAD and a GET when present;
+* :func:`file_exists`: open without reading: one HEAD either way;
+* :func:`write_text`: one upload, no directory check (pyarrow below 20, which
+  pypaimon requires, uploads even a small file as a three-request multipart
+  upload; that is pyarrow's floor here).
+
+On a local file system they do what pypaimon's calls do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pyarrow.fs as pafs
+
+__all__ = ["file_exists", "is_object_store", "is_remote_fs", "read_text", "write_text"]
+
+
+def is_remote_fs(fs: Any) -> bool:
+    """Whether ``fs`` (a pyarrow file system) is an object store: anything but
+    pyarrow's local file system."""
+    base = fs.base_fs if isinstance(fs, pafs.SubTreeFileSystem) else fs
+    return not isinstance(base, pafs.LocalFileSystem)
+
+
+def _remote(file_io: Any) -> tuple[Any, Callable[[str], str]] | None:
+    fs = getattr(file_io, "filesystem", None)
+    to_fs_path = getattr(file_io, "to_filesystem_path", None)
+    if fs is None or to_fs_path is None or not is_remote_fs(fs):
+        return None
+    return fs, to_fs_path
+
+
+def is_object_store(file_io: Any) -> bool:
+    """Whether pypaimon's ``file_io`` reaches an object store."""
+    return _remote(file_io) is not None
+
+
+def read_text(file_io: Any, path: str) -> str | None:
+    """The text of ``path``, or None if it does not exist."""
+    remote = _remote(file_io)
+    if remote is None:
+        if not file_io.exists(path):
+            return None
+        try:
+            return str(file_io.read_file_utf8(path))
+        except FileNotFoundError:  # deleted between the two calls
+            return None
+    fs, to_fs_path = remote
+    try:
+        with fs.open_input_stream(to_fs_path(path)) as source:
+            data: bytes = source.read()
+    except FileNotFoundError:
+        return None
+    return data.decode("utf-8")
+
+
+def file_exists(file_io: Any, path: str) -> bool:
+    """Whether the file ``path`` exists (a file, not a directory)."""
+    remote = _remote(file_io)
+    if remote is None:
+        return bool(file_io.exists(path))
+    fs, to_fs_path = remote
+    try:
+        fs.open_input_stream(to_fs_path(path)).close()
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def write_text(file_io: Any, path: str, text: str) -> None:
+    """Write ``path`` whole (an object store's upload is all or nothing)."""
+    remote = _remote(file_io)
+    if remote is None:
+        file_io.overwrite_file_utf8(path, text)
+        return
+    fs, to_fs_path = remote
+    with fs.open_output_stream(to_fs_path(path)) as sink:
+        sink.write(text.encode("utf-8"))
