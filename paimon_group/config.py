@@ -102,7 +102,10 @@ class MemberConfig:
     # The member stops processing and committing this long before its local
     # session deadline (invariant 3). Default: a quarter of the timeout.
     safety_margin_s: float | None = None
-    mirror_interval_s: float = 1.0
+    # How often (at most) a shard's consumer file is rewritten with its newest
+    # committed position (None: 1 s on a local warehouse, OBJECT_STORE_MIRROR_
+    # INTERVAL_S on an object store, where each write is a 3-request upload).
+    mirror_interval_s: float | None = None
     connect: ConnectOptions | None = None
     history_path: str | None = None
 

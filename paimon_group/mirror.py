@@ -40,7 +40,24 @@ from pypaimon.consumer.consumer import Consumer
 from pypaimon.consumer.consumer_manager import ConsumerManager
 
 from paimon_group.names import consumer_id, consumer_id_pattern, origin_path
-from paimon_group.store_io import read_text, write_text
+from paimon_group.store_io import is_object_store, read_text, write_text
+
+LOCAL_MIRROR_INTERVAL_S = 1.0
+"""Default least time between two writes of one shard's consumer file, local."""
+
+OBJECT_STORE_MIRROR_INTERVAL_S = 10.0
+"""The same on an object store, where a write is an upload of three requests
+(pyarrow < 20): a consumer file that lags by seconds only keeps a few more
+snapshots from expiring (Paimon retains one hour by default), as Kafka commits
+offsets every 5 s by default; a release and a stop still write at once."""
+
+
+def mirror_interval(configured: float | None, file_io: Any) -> float:
+    """``configured``, or the default for where the table lives."""
+    if configured is not None:
+        return configured
+    return OBJECT_STORE_MIRROR_INTERVAL_S if is_object_store(file_io) else LOCAL_MIRROR_INTERVAL_S
+
 
 FULL_SCAN_FIELD = "paimonGroupFullScan"
 """The consumer-file field that marks a pending full scan of ``nextSnapshot``."""

@@ -34,7 +34,7 @@ import pyarrow as pa
 
 from paimon_group.store_io import is_remote_fs as is_remote
 
-__all__ = ["WHOLE_FILE_BYTES", "Prefetcher", "fetch_whole", "is_remote", "open_source"]
+__all__ = ["WHOLE_FILE_BYTES", "Prefetcher", "fetch_all", "fetch_whole", "is_remote", "open_source"]
 
 WHOLE_FILE_BYTES = 16 << 20
 """A remote data file up to this size is fetched in one GET and decoded from
@@ -93,6 +93,15 @@ def open_source(file_io: Any, file: Any, fetched: pa.Buffer | None = None
     fs = file_io.filesystem
     with fs.open_input_file(file_io.to_filesystem_path(file.physical_path())) as source:
         yield source, is_remote(fs)
+
+
+def fetch_all(file_io: Any, files: Sequence[Any]) -> dict[int, pa.Buffer]:
+    """The bytes of every file of ``files`` fetched whole (by ``id(file)``),
+    fetched at once on the I/O pool; empty on a local file system."""
+    if len(files) < 2 or not is_remote(getattr(file_io, "filesystem", None)):
+        return {}
+    got = io_pool().map(lambda f: (id(f), fetch_whole(file_io, f)), files)
+    return {key: data for key, data in got if data is not None}
 
 
 class Prefetcher:

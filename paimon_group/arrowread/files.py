@@ -66,6 +66,7 @@ def file_format(path: str) -> str:
 def decode_file(
     file_io: Any, file: Any, columns: Sequence[str], types: dict[str, pa.DataType],
     *, trim: Collection[str] = (), names: Mapping[str, str | None] | None = None,
+    fetched: pa.Buffer | None = None,
 ) -> pa.Table:
     """The ``columns`` of one data file, in that order, cast to ``types``
     (system columns have their own types); ``trim``: the CHAR columns;
@@ -73,7 +74,7 @@ def decode_file(
     written (see the module docstring). Raises :class:`Unsupported` for a
     format or a layout we do not decode (pypaimon then reads the split)."""
     chunks = list(iter_file(file_io, file, columns, types, batch_rows=None, trim=trim,
-                            names=names))
+                            names=names, fetched=fetched))
     schema = pa.schema([pa.field(c, _SYSTEM_TYPES.get(c) or types[c]) for c in columns])
     if len(chunks) == 1:
         return chunks[0]

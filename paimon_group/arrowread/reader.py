@@ -35,7 +35,7 @@ from paimon_group.arrowread.classify import (
     trimmed_keys,
 )
 from paimon_group.arrowread.evolution import names_in_file
-from paimon_group.arrowread.fetch import Prefetcher
+from paimon_group.arrowread.fetch import Prefetcher, fetch_all
 from paimon_group.arrowread.fieldmerge import FIELD_MERGE_ENGINES, field_functions, merge_fields
 from paimon_group.arrowread.files import (
     SEQUENCE_NUMBER,
@@ -329,11 +329,14 @@ class ArrowSplitReader:
         and the ``drops`` (positions by file name the lookup merge leaves out);
         ``read_already``: deletion vectors read before, by file name."""
         file_io = self.table.file_io
+        # On an object store every file of the unit is fetched at once on the
+        # I/O pool (requests wait on the network, not the CPU), then decoded.
+        fetched = fetch_all(file_io, [file for file, _ in files])
 
         def one(item: tuple[Any, Any]) -> pa.Table:
             file, deletion = item
             table = decode_file(file_io, file, columns, self._types, trim=self._chars,
-                                names=self._names(file))
+                                names=self._names(file), fetched=fetched.get(id(file)))
             known = (read_already or {}).get(file.file_name)
             deleted = known if known is not None else (
                 read_deletion_vector(file_io, deletion) if deletion is not None else [])

@@ -33,7 +33,7 @@ from paimon_group.identity import check_table_identity, table_identity
 from paimon_group.member.control import Control
 from paimon_group.member.core import VERSION
 from paimon_group.member.state import MemberState
-from paimon_group.mirror import ConsumerMirror
+from paimon_group.mirror import ConsumerMirror, mirror_interval
 from paimon_group.records import GroupMeta, MemberInfo
 from paimon_group.sharding import Sharding, ShardRule, idle_shards_note, plan_new_group
 
@@ -99,7 +99,7 @@ class Membership(Control):
                 self.table.table.file_io,
                 self.table.table_path,
                 self.group_name,
-                self.config.mirror_interval_s,
+                mirror_interval(self.config.mirror_interval_s, self.table.table.file_io),
             )
         self._watches = [
             coord.watch(group.keys.dir),
