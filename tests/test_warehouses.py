@@ -84,3 +84,12 @@ def test_group_meta_remembers_its_warehouse_and_reads_old_records() -> None:
     assert GroupMeta.decode("k", meta.encode()).warehouse == "s3://b/wh"
     old = b'{"num_shards": 2, "table": "db.t", "created_at": 1.0}'
     assert GroupMeta.decode("k", old).warehouse == ""
+
+
+def test_admin_local_needs_a_warehouse_and_a_remote_one_needs_a_coordinator() -> None:
+    from paimon_group.cli.context import admin_coordinator
+
+    with pytest.raises(ConfigError, match="give --warehouse too"):
+        admin_coordinator({"coordinator": "local"})
+    with pytest.raises(ConfigError, match="--coordinator local"):
+        admin_coordinator({"warehouse": "s3://b/wh"})
