@@ -87,6 +87,8 @@ class Membership(Control):
             )
             await self._register(group, info)
         except BaseException:
+            # Our own close of a session that never joined: not "session lost".
+            coord.session.remove_listener(self._on_session_state)
             with contextlib.suppress(Exception):
                 await coord.close()
             raise
