@@ -20,6 +20,12 @@ from coordinators.credentials import masked_repr
 from coordinators.errors import ConfigError
 from paimon_group.names import validate_group, validate_member_id
 from paimon_group.projection import parse_columns
+from paimon_group.warehouses import (
+    LOCAL_COORDINATOR,
+    is_remote,
+    local_state_file,
+    normalised_warehouse,
+)
 
 DEFAULT_PARALLEL_SHARDS = max(1, min(4, os.cpu_count() or 1))
 """Default ``max_parallel_shards``: one shard per CPU, at most 4. pypaimon's
@@ -44,23 +50,53 @@ def refuse_credentials_in_warehouse(warehouse: str) -> None:
             "--config file or PAIMON_GROUP_CATALOG_OPTION, or as --catalog-option KEY=VALUE)")
 
 
-def default_coordinator_url(warehouse: str) -> str:
-    """The embedded coordinator's file for a warehouse.
+def local_coordinator_url(warehouse: str) -> str:
+    """The embedded coordinator of ``--coordinator local``: one host's file.
 
     For a local warehouse: ``<warehouse>/.paimon-group/coordinator.sqlite``
     (beside the databases, hidden, and not ending in ``.db`` so that Paimon
-    never mistakes it for a database). For a remote warehouse (``s3://`` ...)
-    the embedded coordinator can only serve one host: the file is then
-    ``$XDG_STATE_HOME/paimon-group/coordinator.sqlite`` (default
-    ``~/.local/state``); use etcd or ZooKeeper across hosts.
+    never mistakes it for a database); it is also the implicit default. For a
+    remote warehouse (``s3://`` ...): a file of this host keyed by the
+    warehouse URI (:func:`paimon_group.warehouses.local_state_file`), so two
+    warehouses never share group keys; members on other hosts do not see it.
     """
-    if "://" not in warehouse or warehouse.startswith("file://"):
-        local = warehouse.removeprefix("file://")
-        path = Path(local).expanduser().resolve() / ".paimon-group" / "coordinator.sqlite"
+    if is_remote(warehouse):
+        path = local_state_file(warehouse)
     else:
-        state = Path(os.environ.get("XDG_STATE_HOME", Path.home() / ".local" / "state"))
-        path = state.expanduser().resolve() / "paimon-group" / "coordinator.sqlite"
+        path = Path(normalised_warehouse(warehouse)) / ".paimon-group" / "coordinator.sqlite"
     return f"sqlite://{path}"
+
+
+CLI_OPTION = "--coordinator {}"
+"""How the command line spells a coordinator choice (``option`` below)."""
+
+
+def default_coordinator_url(warehouse: str, *, option: str = CLI_OPTION) -> str:
+    """The coordinator used when none is given: the embedded file under a
+    local warehouse. A remote warehouse has no implicit one (a file on each
+    host would split the group): a ConfigError names the choices, in one line.
+    ``option`` is how the caller spells a coordinator choice (a format with
+    one ``{}``)."""
+    if not is_remote(warehouse):
+        return local_coordinator_url(warehouse)
+    raise ConfigError(
+        f"the warehouse {normalised_warehouse(warehouse)} is remote and no coordinator was "
+        f"given: give {option.format('etcd://HOST:PORT')} or {option.format('zk://HOST:PORT')} "
+        f"to share the group across hosts, or {option.format(LOCAL_COORDINATOR)} to keep it on "
+        "this host only (members on other hosts would then form their own group)")
+
+
+def resolve_coordinator(warehouse: str, coordinator: str | None, *,
+                        option: str = CLI_OPTION) -> str:
+    """The coordinator URL of ``coordinator`` as given (None or empty: the
+    default; ``local``: :func:`local_coordinator_url`; else the URL itself).
+    A warehouse URI with credentials is refused first (never echoed)."""
+    refuse_credentials_in_warehouse(warehouse)
+    if not coordinator:
+        return default_coordinator_url(warehouse, option=option)
+    if coordinator.strip().lower() == LOCAL_COORDINATOR:
+        return local_coordinator_url(warehouse)
+    return coordinator
 
 
 MEMBER_HOST_CHARS = 16
@@ -82,6 +118,8 @@ class MemberConfig:
     group: str
     warehouse: str
     table: str
+    # A coordinator URL, or "local" (this host's embedded file); None: the
+    # embedded file of a local warehouse (a remote one has no default).
     coordinator: str | None = None
     member_id: str | None = None
     shards: int | None = None
@@ -119,8 +157,8 @@ class MemberConfig:
         self.columns = parse_columns(self.columns)
         if "." not in self.table:
             raise ConfigError(f"--table must be DATABASE.TABLE, got {self.table!r}")
-        if self.coordinator is None:
-            self.coordinator = default_coordinator_url(self.warehouse)
+        self.coordinator = resolve_coordinator(self.warehouse, self.coordinator,
+                                               option='coordinator="{}"')
         if self.safety_margin_s is None:
             self.safety_margin_s = self.session_timeout_s / 4
         if self.safety_margin_s >= self.session_timeout_s:

@@ -41,6 +41,7 @@ __all__ = [
     "TableNotFound",
     "TableReplaced",
     "UnsupportedTable",
+    "WarehouseMismatch",
 ]
 
 
@@ -58,6 +59,15 @@ class TableReplaced(PaimonGroupError):
     """
 
     retriable = False
+
+
+class WarehouseMismatch(ConfigError):
+    """A group of a shared coordinator was created on another warehouse.
+
+    A group name is one group per coordinator: the same name used for a table
+    of another warehouse would read that table from the first one's
+    positions. Refused at join, and by ``delete``/``reset``/``describe``.
+    """
 
 
 class UnsupportedTable(ConfigError):

@@ -53,7 +53,7 @@ from collections.abc import Iterable, Mapping
 from coordinators.base import Check, Coordinator, Delete, Entry, Put
 from paimon_group.errors import CoordinatorUnavailable, MemberIdInUse, ShardCountMismatch
 from paimon_group.group_views import GroupState, OwnerView, Removal, owner_view
-from paimon_group.identity import check_table_identity
+from paimon_group.identity import check_group_warehouse, check_table_identity
 from paimon_group.names import GroupKeys, validate_member_id
 from paimon_group.records import (
     Assignment,
@@ -106,7 +106,8 @@ class GroupClient:
 
     async def ensure_meta(
         self, num_shards: int | None, table: str, *, sharding: str = "bucket",
-        incarnation: str = "", table_id: str = "", explicit: bool = True,
+        incarnation: str = "", table_id: str = "", warehouse: str = "",
+        explicit: bool = True,
     ) -> GroupMeta:
         """The group's metadata, creating it with ``num_shards`` if the group is new.
 
@@ -117,8 +118,10 @@ class GroupClient:
         yields to the stored one: another member may create the group, with
         another count, between our read and our create.
         ``sharding`` (a :class:`~paimon_group.sharding.ShardRule` value),
-        ``incarnation`` and ``table_id`` are stored only when the group is
-        created: an existing group keeps its own. A ``table_id`` that differs
+        ``incarnation``, ``table_id`` and ``warehouse`` (normalised) are stored
+        only when the group is created: an existing group keeps its own. A
+        group created on another warehouse is a
+        :class:`~paimon_group.errors.WarehouseMismatch`. A ``table_id`` that differs
         from the stored one (the table was dropped and re-created) is a
         :class:`~paimon_group.errors.TableReplaced`; a record without one (a
         group created before identities were stored) is not checked.
@@ -130,12 +133,14 @@ class GroupClient:
                     f"group {self.group!r} does not exist yet: give its shard count"
                 )
             new = GroupMeta(num_shards=num_shards, table=table, created_at=time.time(),
-                            sharding=sharding, incarnation=incarnation, table_id=table_id)
+                            sharding=sharding, incarnation=incarnation, table_id=table_id,
+                            warehouse=warehouse)
             created = await self.coordinator.create(self.keys.meta, new.encode())
             if created is not None:
                 return new
             meta = await self.read_meta()
             assert meta is not None  # created concurrently by another member
+        check_group_warehouse(meta, self.group, warehouse)
         if explicit and num_shards is not None and meta.num_shards != num_shards:
             raise ShardCountMismatch(
                 f"group {self.group!r} has {meta.num_shards} shards stored; --shards "

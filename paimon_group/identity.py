@@ -28,13 +28,13 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from paimon_group.errors import TableReplaced
+from paimon_group.errors import TableReplaced, WarehouseMismatch
 from paimon_group.store_io import read_text
 
 if TYPE_CHECKING:
     from paimon_group.records import GroupMeta
 
-__all__ = ["check_table_identity", "table_identity"]
+__all__ = ["check_group_warehouse", "check_table_identity", "table_identity"]
 
 
 def table_identity(pypaimon_table: Any) -> str:
@@ -76,4 +76,22 @@ def check_table_identity(meta: GroupMeta, group: str, current: str) -> None:
         f"(table identity {meta.table_id}, now {current}): the group's positions belong to "
         f"the old table, so nothing is read; delete the group (paimon-group delete --group "
         f"{group} ...) and start it again, or use another group name"
+    )
+
+
+JOIN_HINT = "use another group name for this warehouse's table, or another coordinator"
+"""What a member whose warehouse is not its group's can do."""
+
+
+def check_group_warehouse(meta: GroupMeta, group: str, warehouse: str,
+                          hint: str = JOIN_HINT) -> None:
+    """Raise :class:`WarehouseMismatch` when the group was created on another
+    warehouse than ``warehouse`` (both normalised; a record without one, from
+    before warehouses were stored, is not checked)."""
+    if not meta.warehouse or not warehouse or meta.warehouse == warehouse:
+        return
+    raise WarehouseMismatch(
+        f"group {group!r} belongs to table {meta.table} of warehouse {meta.warehouse}, "
+        f"not to warehouse {warehouse}: this coordinator is shared by both warehouses and a "
+        f"group name is one group in it; {hint}"
     )

@@ -7,10 +7,14 @@ table (opened once), the handler (imported), and finally that the
 coordinator answers (:func:`probe_coordinator`), saying "connecting to URL
 (timeout N s)" first for network coordinators, which may keep a user waiting.
 
-Creating coordinator state is explicit: ``run`` creates the *default*
-embedded file (``WAREHOUSE/.paimon-group/coordinator.sqlite``) and its
-directory; an explicitly given ``sqlite://`` file may be created by ``run``
-only inside an existing directory; the admin commands (``describe``,
+Creating coordinator state is explicit: ``run`` creates the warehouse's
+embedded file and its directory (a local warehouse's default,
+``WAREHOUSE/.paimon-group/coordinator.sqlite``, or the file of
+``--coordinator local``, which for a remote warehouse is
+``$XDG_STATE_HOME/paimon-group/warehouses/<scheme>-<bucket>-<hash>/coordinator.sqlite``;
+a remote warehouse without ``--coordinator`` is refused before this); an
+explicitly given ``sqlite://`` file may be created by ``run`` only inside an
+existing directory; the admin commands (``describe``,
 ``list``, ``reset``, ``delete``, ``members``) create nothing, so a typo in a
 path is reported instead of looking like an empty coordinator.
 
@@ -40,7 +44,8 @@ def check_coordinator_target(url: str, *, default_url: str | None, create: bool)
     """Refuse a ``sqlite://`` URL whose file (admin) or directory (run) is missing.
 
     ``create``: the command may create the coordinator file (``run``). The
-    default embedded file may also have its directory created.
+    warehouse's embedded file (``default_url``) may also have its directory
+    created.
     """
     if scheme_of(url) != "sqlite":
         return
@@ -54,7 +59,7 @@ def check_coordinator_target(url: str, *, default_url: str | None, create: bool)
         if url != default_url and not os.path.isdir(parent):
             raise ConfigError(
                 f"directory {parent} of the SQLite coordinator {path} does not exist: "
-                "create it first (only the default embedded file is created for you)"
+                "create it first (only the warehouse's embedded file is created for you)"
             )
         return
     if not os.path.exists(path):

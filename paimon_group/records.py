@@ -67,7 +67,12 @@ class GroupMeta(_Record):
     (:mod:`paimon_group.consumer_meta`). ``table_id`` is the identity of the
     table the group was created on (:func:`paimon_group.identity.table_identity`):
     a table dropped and re-created under the same name has another one.
-    Both are empty in records of groups created before they existed.
+    ``warehouse`` is the normalised URI of the warehouse the group was created
+    on (:func:`paimon_group.warehouses.normalised_warehouse`, never with
+    credentials): a coordinator shared by several warehouses keeps each group
+    to its own (:func:`paimon_group.identity.check_group_warehouse`).
+    All three are empty in records of groups created before they existed
+    (unknown: not checked).
     """
 
     num_shards: int
@@ -77,6 +82,7 @@ class GroupMeta(_Record):
     sharding: str = "bucket"
     incarnation: str = ""
     table_id: str = ""
+    warehouse: str = ""
 
     @classmethod
     def _from_dict(cls, data: dict[str, Any]) -> GroupMeta:
@@ -88,6 +94,7 @@ class GroupMeta(_Record):
             sharding=str(data.get("sharding") or "bucket"),
             incarnation=str(data.get("incarnation") or ""),
             table_id=str(data.get("table_id") or ""),
+            warehouse=str(data.get("warehouse") or ""),
         )
         from paimon_group.sharding import ShardRule
 

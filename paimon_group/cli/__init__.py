@@ -40,7 +40,12 @@ from paimon_group.cli.options import (
     group_option,
     table_options,
 )
-from paimon_group.config import DEFAULT_PARALLEL_SHARDS, MemberConfig, default_coordinator_url
+from paimon_group.config import (
+    DEFAULT_PARALLEL_SHARDS,
+    MemberConfig,
+    local_coordinator_url,
+    resolve_coordinator,
+)
 
 __all__ = ["build_connect_options", "main", "run", "setup_logging"]
 
@@ -138,7 +143,8 @@ def run(**kw: Any) -> None:
         group=kw["group"],
         warehouse=kw["warehouse"],
         table=kw["table"],
-        coordinator=kw["coordinator"],
+        # "local" or none at all resolved here, so that a refusal names the flag.
+        coordinator=resolve_coordinator(kw["warehouse"], kw["coordinator"]),
         member_id=member_id,
         shards=kw["shards"],
         start=kw["start"],
@@ -163,7 +169,7 @@ def run(**kw: Any) -> None:
     # line, before the table is opened or anything is joined.
     open_coordinator(cfg.coordinator_url, cfg.connect_options())
     check_coordinator_target(cfg.coordinator_url, create=True,
-                             default_url=default_coordinator_url(cfg.warehouse))
+                             default_url=local_coordinator_url(cfg.warehouse))
     from paimon_group import preflight
     from paimon_group.handlers import load_callable
 

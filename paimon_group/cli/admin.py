@@ -54,6 +54,7 @@ def list_command(**kw: Any) -> None:
     there); without it the lag columns are empty.
     """
     from paimon_group.ops.admin import list_groups
+    from paimon_group.warehouses import normalised_warehouse
 
     url, options = admin_coordinator(kw)
 
@@ -62,7 +63,8 @@ def list_command(**kw: Any) -> None:
 
     async def go() -> list[dict[str, Any]]:
         async with open_coordinator(url, options) as coord:
-            return [g.to_dict() for g in await list_groups(coord, opener)]
+            here = normalised_warehouse(kw["warehouse"]) if kw.get("warehouse") else ""
+            return [g.to_dict() for g in await list_groups(coord, opener, warehouse=here)]
 
     groups = asyncio.run(go())
     if kw["as_json"]:
@@ -120,7 +122,7 @@ def reset(**kw: Any) -> None:
 
     async def go() -> dict[str, Any]:
         async with open_coordinator(url, options) as coord:
-            kw["table"] = await group_table(coord, kw["group"], kw["table"])
+            kw["table"] = await group_table(coord, kw["group"], kw["table"], kw["warehouse"])
             table = await asyncio.to_thread(open_table, kw)
             client = GroupClient(coord, kw["group"])
             plan = await plan_reset(client, table, target, parse_shards(kw["shards"]))
@@ -165,7 +167,7 @@ def delete(**kw: Any) -> None:
 
     async def go() -> DeletedGroup:
         async with open_coordinator(url, options) as coord:
-            kw["table"] = await group_table(coord, kw["group"], kw["table"])
+            kw["table"] = await group_table(coord, kw["group"], kw["table"], kw["warehouse"])
             table = await asyncio.to_thread(open_table, kw)
             return await delete_group(GroupClient(coord, kw["group"]), table,
                                       orphaned_files=kw["orphaned_files"])

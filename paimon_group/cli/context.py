@@ -15,7 +15,7 @@ import click
 from coordinators.base import ConnectOptions, Coordinator
 from coordinators.errors import ConfigError
 from paimon_group.cli.options import build_connect_options, catalog_options
-from paimon_group.config import default_coordinator_url
+from paimon_group.config import resolve_coordinator
 
 if TYPE_CHECKING:
     from paimon_group.table import ShardedTable
@@ -27,32 +27,50 @@ if TYPE_CHECKING:
 def admin_coordinator(kw: dict[str, Any]) -> tuple[str, ConnectOptions]:
     """The coordinator URL and options of an operations command.
 
-    Without ``--coordinator`` the embedded file under ``--warehouse``; that
-    file must exist already.
+    Without ``--coordinator`` the embedded file under a local ``--warehouse``
+    (a remote one has none: ``--coordinator local`` is this host's file for
+    it); an embedded file must exist already.
     """
     if not kw.get("coordinator") and not kw.get("warehouse"):
         raise ConfigError(
-            "give --coordinator URL, or --warehouse for the embedded coordinator under it"
+            "give --coordinator URL, or --warehouse for its embedded coordinator"
         )
     from paimon_group.config import refuse_credentials_in_warehouse
     from paimon_group.preflight import check_coordinator_target
 
     if kw.get("warehouse"):
         refuse_credentials_in_warehouse(kw["warehouse"])
-    url = kw.get("coordinator") or default_coordinator_url(kw["warehouse"])
+    if (kw.get("coordinator") or "").strip().lower() == "local" and not kw.get("warehouse"):
+        raise ConfigError("--coordinator local is the embedded file of a warehouse: "
+                          "give --warehouse too")
+    url = resolve_coordinator(kw.get("warehouse") or "", kw.get("coordinator"))
     options = build_connect_options(kw)
     check_coordinator_target(url, default_url=None, create=False)
     return url, options
 
 
-async def group_table(coordinator: Coordinator, group: str, given: str | None) -> str:
-    """``--table``, or else the table an existing group was created on."""
-    if given:
-        return given
+async def group_table(coordinator: Coordinator, group: str, given: str | None,
+                      warehouse: str | None = None) -> str:
+    """``--table``, or else the table an existing group was created on.
+
+    A group created on another warehouse than ``warehouse`` (``--warehouse``)
+    is refused (:class:`~paimon_group.errors.WarehouseMismatch`): on a
+    coordinator shared by several warehouses, a command on one never acts on
+    another's group.
+    """
     from paimon_group.group import GroupClient
     from paimon_group.ops.report import GroupNotFound
 
     meta = await GroupClient(coordinator, group).read_meta()
+    if meta is not None and warehouse:
+        from paimon_group.identity import check_group_warehouse
+        from paimon_group.warehouses import normalised_warehouse
+
+        check_group_warehouse(meta, group, normalised_warehouse(warehouse),
+                              hint=f"give --warehouse {meta.warehouse} to act on it "
+                                   "(nothing was read or changed)")
+    if given:
+        return given
     if meta is None:
         raise GroupNotFound(f"group {group!r} does not exist in this coordinator "
                             "(so --table cannot be read from it)")

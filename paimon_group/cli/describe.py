@@ -88,18 +88,26 @@ def describe(**kw: Any) -> None:
 
 async def _describe_all(url: str, options: ConnectOptions,
                         kw: dict[str, Any]) -> list[GroupReport]:
-    """describe of every group; each table opened once (groups may share one)."""
+    """describe of every group; each table opened once (groups may share one).
+    A group created on another warehouse (a shared coordinator) is described
+    without its table: a table of the same name here is not its table."""
+    from paimon_group.group import GroupClient
     from paimon_group.ops.report import read_report
+    from paimon_group.warehouses import normalised_warehouse
 
+    here = normalised_warehouse(kw["warehouse"])
     tables: dict[str, ShardedTable] = {}
     reports: list[GroupReport] = []
     async with open_coordinator(url, options) as coord:
         for entry in await coord.list(GroupKeys.all_groups()):
             name = GroupKeys.last_segment(entry.key)
-            identifier = await group_table(coord, name, None)
-            if identifier not in tables:
-                tables[identifier] = await asyncio.to_thread(open_table, kw, identifier)
-            report = await read_report(coord, name, tables[identifier])
+            meta = await GroupClient(coord, name).read_meta()
+            table: ShardedTable | None = None
+            if meta is not None and meta.warehouse in ("", here):
+                if meta.table not in tables:
+                    tables[meta.table] = await asyncio.to_thread(open_table, kw, meta.table)
+                table = tables[meta.table]
+            report = await read_report(coord, name, table)
             reports.append(report.with_coordinator(redact_url(url)))
     return reports
 
@@ -108,7 +116,7 @@ async def _describe(url: str, options: ConnectOptions, kw: dict[str, Any]) -> Gr
     from paimon_group.ops.report import read_report
 
     async with open_coordinator(url, options) as coord:
-        kw["table"] = await group_table(coord, kw["group"], kw["table"])
+        kw["table"] = await group_table(coord, kw["group"], kw["table"], kw["warehouse"])
         table = await asyncio.to_thread(open_table, kw)
         report = await read_report(coord, kw["group"], table)
     return report.with_coordinator(redact_url(url))
@@ -147,7 +155,7 @@ async def _watch(url: str, options: ConnectOptions, kw: dict[str, Any],
 
     facts: SnapshotFacts | None = None
     async with open_coordinator(url, options) as coord:
-        kw["table"] = await group_table(coord, kw["group"], kw["table"])
+        kw["table"] = await group_table(coord, kw["group"], kw["table"], kw["warehouse"])
         table = await asyncio.to_thread(open_table, kw)
 
         async def refresh() -> dict[str, Any]:

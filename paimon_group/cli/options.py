@@ -127,9 +127,11 @@ def coordinator_options(fn: F) -> F:
     """``--coordinator`` and its credentials and TLS files."""
     opts = [
         click.option("--coordinator", envvar=env("coordinator"),
-                     help="Coordinator URL: sqlite:///PATH, etcd://HOST:PORT[/PREFIX], "
-                          "zk://HOST:PORT[/CHROOT]. Default: the embedded file under the "
-                          "warehouse, WAREHOUSE/.paimon-group/coordinator.sqlite."),
+                     help="Coordinator URL: etcd://HOST:PORT[/PREFIX], zk://HOST:PORT[/CHROOT] "
+                          "(shared by hosts), sqlite:///PATH, or local: this host's embedded "
+                          "file of the warehouse. Default for a local warehouse: "
+                          "WAREHOUSE/.paimon-group/coordinator.sqlite; a remote warehouse "
+                          "(s3://...) has no default (see docs/operations.md)."),
         click.option("--coordinator-username", envvar=env("coordinator-username"),
                      help="User for etcd auth or ZooKeeper digest/SASL."),
         click.option("--coordinator-password-file", envvar=env("coordinator-password-file"),
@@ -187,8 +189,9 @@ def build_connect_options(kw: dict[str, Any], session_timeout_s: float = 10.0) -
 # -- the warehouse and the table --------------------------------------------------
 
 _WAREHOUSE_HELP = "The Paimon warehouse (path or URI)."
-_OPTIONAL_WAREHOUSE_HELP = ("The Paimon warehouse: locates the embedded coordinator and the "
-                            "tables (for lag).")
+_OPTIONAL_WAREHOUSE_HELP = ("The Paimon warehouse: locates the embedded coordinator (of a "
+                            "local warehouse, or with --coordinator local) and the tables "
+                            "(for lag).")
 
 
 def catalog_option(fn: F) -> F:

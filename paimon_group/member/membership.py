@@ -36,6 +36,7 @@ from paimon_group.member.state import MemberState
 from paimon_group.mirror import ConsumerMirror, mirror_interval
 from paimon_group.records import GroupMeta, MemberInfo
 from paimon_group.sharding import Sharding, ShardRule, idle_shards_note, plan_new_group
+from paimon_group.warehouses import normalised_warehouse
 
 log = logging.getLogger("paimon_group.member")
 
@@ -86,6 +87,8 @@ class Membership(Control):
             )
             await self._register(group, info)
         except BaseException:
+            # Our own close of a session that never joined: not "session lost".
+            coord.session.remove_listener(self._on_session_state)
             with contextlib.suppress(Exception):
                 await coord.close()
             raise
@@ -121,15 +124,17 @@ class Membership(Control):
         # The identity of what is at the table's path now (read afresh, not
         # from the table loaded at start): a re-created table is refused here.
         table_id: str = await self._in_io(functools.partial(table_identity, table.table))
+        warehouse = normalised_warehouse(self.config.warehouse)
         if not first:
-            meta = await group.ensure_meta(None, table.identifier, table_id=table_id)
+            meta = await group.ensure_meta(None, table.identifier, table_id=table_id,
+                                           warehouse=warehouse)
             return self._with_table_id(meta, table_id)
         existing = await group.read_meta()
         if existing is not None:
             # An existing group keeps its shard count and rule; an explicit
             # --shards that contradicts the count is refused by ensure_meta.
             meta = await group.ensure_meta(self.config.shards, table.identifier,
-                                           table_id=table_id)
+                                           table_id=table_id, warehouse=warehouse)
             if self.config.shards is None:
                 log.info("group %s keeps its stored shard count %d (sharding %s)",
                          self.group_name, meta.num_shards, meta.sharding)
@@ -140,6 +145,7 @@ class Membership(Control):
         # member created the group meanwhile, its stored count wins.
         meta = await group.ensure_meta(shards, table.identifier, sharding=rule.value,
                                        incarnation=origin.incarnation, table_id=table_id,
+                                       warehouse=warehouse,
                                        explicit=self.config.shards is not None)
         if meta.num_shards != shards:
             log.info("group %s keeps its stored shard count %d (sharding %s): another member "

@@ -81,11 +81,15 @@ class GroupSummary:
 async def list_groups(
     coordinator: Coordinator,
     open_table: Callable[[str], ShardedTable | None] | None = None,
+    *,
+    warehouse: str = "",
 ) -> list[GroupSummary]:
     """Every group of the coordinator with its member count, state and total lag.
 
     ``open_table(identifier)`` gives the table a group reads (or None when it
-    cannot be opened: the lag is then null). Tables are opened once each.
+    cannot be opened: the lag is then null). Tables are opened once each. A
+    group created on another warehouse than ``warehouse`` (normalised; a
+    shared coordinator) gets no table: a same-named table here is not its own.
     """
     tables: dict[str, ShardedTable | None] = {}
     out: list[GroupSummary] = []
@@ -99,7 +103,8 @@ async def list_groups(
             continue
         state = await GroupClient(coordinator, name).state()
         table: ShardedTable | None = None
-        if open_table is not None:
+        elsewhere = bool(warehouse and meta.warehouse and meta.warehouse != warehouse)
+        if open_table is not None and not elsewhere:
             if meta.table not in tables:
                 tables[meta.table] = await _open_quietly(open_table, name, meta.table)
             table = tables[meta.table]

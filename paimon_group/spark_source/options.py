@@ -17,7 +17,7 @@ from pathlib import Path
 from coordinators.base import ConnectOptions, Secret
 from coordinators.errors import ConfigError
 from coordinators.registry import scheme_of
-from paimon_group.config import MemberConfig, default_coordinator_url
+from paimon_group.config import MemberConfig, resolve_coordinator
 from paimon_group.names import validate_group
 
 __all__ = ["CATALOG_PREFIX", "METADATA_COLUMNS", "SourceOptions"]
@@ -122,7 +122,8 @@ class SourceOptions:
         group = validate_group(opts["group"])
         if "." not in opts["table"]:
             raise ConfigError(f"option table={opts['table']!r} must be DATABASE.TABLE")
-        coordinator = opts.get("coordinator") or default_coordinator_url(opts["warehouse"])
+        coordinator = resolve_coordinator(opts["warehouse"], opts.get("coordinator"),
+                                          option='.option("coordinator", "{}")')
         scheme_of(coordinator)  # one line for a malformed URL or an unknown scheme
         session_timeout = _number(opts, "session_timeout_s", 10.0)
         assert session_timeout is not None

@@ -233,12 +233,15 @@ class GroupHarness:
 
     def describe(self) -> dict[str, Any]:
         from coordinators.registry import open_coordinator
+        from paimon_group.config import resolve_coordinator
         from paimon_group.ops.report import describe_group
         from paimon_group.table import ShardedTable
 
+        url = resolve_coordinator(self.warehouse, self.coordinator)
+
         async def go() -> dict[str, Any]:
             table = ShardedTable.open(self.warehouse, self.table, self.catalog_options)
-            async with open_coordinator(self.coordinator) as coord:
+            async with open_coordinator(url) as coord:
                 return await describe_group(coord, self.group, table)
 
         return asyncio.run(go())
