@@ -34,14 +34,15 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from typing import Any, Final
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from coordinators.credentials import scrub, secret_values
 from coordinators.errors import ConfigError
 from paimon_group.errors import ObjectStoreUnavailable
 
 __all__ = ["ATTEMPTS", "DEFAULT_TIMEOUT_S", "TIMEOUT_OPTION", "bound_requests",
-           "request_timeout_s", "store_failure"]
+           "endpoint_of", "refuse_credentials_in_endpoint", "request_timeout_s",
+           "store_failure"]
 
 TIMEOUT_OPTION: Final = "paimon-group.s3.timeout-s"
 DEFAULT_TIMEOUT_S: Final = 10.0
@@ -89,6 +90,7 @@ def bound_requests(file_io: Any, warehouse: str, options: Mapping[str, str]) -> 
     Nothing is done for a warehouse that is not ``s3://`` (``s3a``, ``s3n``).
     """
     timeout = request_timeout_s(options)
+    refuse_credentials_in_endpoint(options)
     if urlsplit(warehouse).scheme.lower() not in _S3_SCHEMES:
         return
     inner = _pyarrow_file_io(file_io)
@@ -111,15 +113,29 @@ def bound_requests(file_io: Any, warehouse: str, options: Mapping[str, str]) -> 
         del inner._create_s3_retry_config
 
 
+def refuse_credentials_in_endpoint(options: Mapping[str, str]) -> None:
+    """Refuse ``s3.endpoint=http://KEY:SECRET@host`` in one line that never echoes it
+    (an endpoint is not a secret-looking option: reprs and errors would show it)."""
+    for key in _ENDPOINT_KEYS:
+        scheme, sep, rest = str(options.get(key) or "").partition("://")
+        if "@" in (rest if sep else scheme).split("/", 1)[0]:
+            shown = f"{scheme}://***@..." if sep else "***@..."
+            raise ConfigError(
+                f"catalog option {key}={shown} carries credentials: give them as "
+                "s3.access-key and s3.secret-key (and s3.session-token) in a --config file "
+                "or PAIMON_GROUP_CATALOG_OPTION")
+
+
 def endpoint_of(options: Mapping[str, str]) -> str:
     """The configured S3 endpoint, without any user information, or a description
     of AWS's own endpoint when none is given."""
     for key in _ENDPOINT_KEYS:
         endpoint = options.get(key)
         if endpoint:
-            parts = urlsplit(endpoint if "://" in endpoint else f"//{endpoint}")
-            host = parts.netloc.rpartition("@")[2]
-            return urlunsplit(parts._replace(netloc=host)) if "://" in endpoint else host
+            scheme, sep, rest = endpoint.partition("://")
+            host, slash, path = (rest if sep else scheme).partition("/")
+            shown = host.rpartition("@")[2] + slash + path  # never user information
+            return f"{scheme}://{shown}" if sep else shown
     region = options.get("s3.region") or options.get("fs.s3a.region")
     return f"the AWS S3 endpoint of region {region}" if region else "the AWS S3 endpoint"
 
@@ -154,4 +170,5 @@ def store_failure(err: BaseException, table: str, warehouse: str,
             f"(check s3.endpoint; catalog option {TIMEOUT_OPTION} sets the timeout)")
     return ObjectStoreUnavailable(
         f"object store {endpoint} failed a request (warehouse {warehouse}, table {table}): "
-        f"{reason} (check s3.endpoint and the keys)")
+        f"{reason} (check s3.endpoint, the keys s3.access-key and s3.secret-key, "
+        "and the bucket)")

@@ -26,7 +26,14 @@ import pytest
 
 from paimon_group import GroupMember, MemberConfig
 from paimon_group.object_store import DEFAULT_TIMEOUT_S, TIMEOUT_OPTION
-from tests.support.s3_server import ACCESS_KEY, REGION, SECRET_KEY, S3Server, free_port
+from tests.support.s3_server import (
+    ACCESS_KEY,
+    REGION,
+    SECRET_KEY,
+    S3Server,
+    S3Warehouse,
+    free_port,
+)
 from tests.support.tables import make_pk_table, register_catalog_options, write_rows
 
 REPO = Path(__file__).resolve().parents[1]
@@ -252,3 +259,90 @@ async def _empty_coordinator(url: str) -> None:
 
     async with open_coordinator(url, ConnectOptions()):
         pass
+
+
+# -- every access is bounded, not only the first ------------------------------------
+
+
+class SwitchableProxy:
+    """A TCP proxy to the real server that can go silent: from then on it accepts
+    connections and reads requests, old and new, and answers none of them."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self.silent = threading.Event()
+        self.closed = threading.Event()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.sockets: list[socket.socket] = [self.listener]
+        self.endpoint = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self.closed.is_set():
+            try:
+                client = self.listener.accept()[0]
+                upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
+            except OSError:
+                return
+            self.sockets += [client, upstream]
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                if not self.silent.is_set():
+                    sink.sendall(data)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self.closed.set()
+        for sock in self.sockets:
+            sock.close()
+
+
+def test_every_file_access_is_bounded_not_only_the_first(s3_warehouse: S3Warehouse) -> None:
+    """A store that stops answering after the table is open: a later access (what a
+    member does each poll) gives up within the timeout, not after pypaimon's minutes."""
+    from paimon_group.table import ShardedTable
+
+    make_pk_table(s3_warehouse.uri, "db.t", buckets=2)
+    write_rows(s3_warehouse.uri, "db.t", range(10))
+    proxy = SwitchableProxy(s3_warehouse.server.port)
+    try:
+        options = {**s3_warehouse.options, "s3.endpoint": proxy.endpoint, TIMEOUT_OPTION: "3"}
+        table = ShardedTable.open(s3_warehouse.uri, "db.t", options)
+        assert table.latest_snapshot_id() == 1
+        proxy.silent.set()
+        outcome: list[object] = []
+
+        def access() -> None:
+            try:
+                outcome.append(table.table.file_io.read_file_utf8(
+                    f"{table.table_path}/snapshot/snapshot-1"))
+            except BaseException as err:  # the outcome is checked below
+                outcome.append(err)
+
+        started = time.monotonic()
+        worker = threading.Thread(target=access, daemon=True)
+        worker.start()
+        worker.join(3.0 + SLACK_S)
+        elapsed = time.monotonic() - started
+        assert outcome, f"a file access still waited after {elapsed:.0f} s"
+    finally:
+        proxy.close()
+    assert isinstance(outcome[0], OSError) and "Timeout" in str(outcome[0]), outcome
+    assert SECRET_KEY not in str(outcome[0])
+
+
+def test_an_endpoint_with_credentials_is_refused_without_echoing_them(tmp_path: Path) -> None:
+    options = {**endpoint_options(f"http://{ACCESS_KEY}:{SECRET_KEY}@127.0.0.1:9")}
+    proc, _ = cli(run_args(tmp_path, "s3://pg-nowhere/wh"), options, DEFAULT_TIMEOUT_S)
+    assert proc.returncode == 2, proc.stderr
+    out = proc.stdout + proc.stderr
+    assert SECRET_KEY not in out and ACCESS_KEY not in out, out
+    assert out.strip().splitlines() == [
+        "error: catalog option s3.endpoint=http://***@... carries credentials: give them as "
+        "s3.access-key and s3.secret-key (and s3.session-token) in a --config file or "
+        "PAIMON_GROUP_CATALOG_OPTION"]
