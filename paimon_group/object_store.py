@@ -87,7 +87,7 @@ def _pyarrow_file_io(file_io: Any) -> Any | None:
 def bound_requests(file_io: Any, warehouse: str, options: Mapping[str, str]) -> None:
     """Rebuild the S3 file system of ``file_io`` with bounded attempts and timeouts.
 
-    Nothing is done for a warehouse that is not ``s3://`` (``s3a``, ``s3n``).
+    Nothing is done for a warehouse that is not ``s3://``, ``s3a://`` or ``s3n://``.
     """
     timeout = request_timeout_s(options)
     refuse_credentials_in_endpoint(options)
