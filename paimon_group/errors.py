@@ -31,6 +31,7 @@ __all__ = [
     "MemberIdInUse",
     "MemberRemoved",
     "NotOwner",
+    "ObjectStoreUnavailable",
     "PaimonGroupError",
     "PlanInvariantViolated",
     "SessionLost",
@@ -47,6 +48,11 @@ __all__ = [
 
 class TableNotFound(ConfigError):
     """The Paimon table (or its warehouse) does not exist."""
+
+
+class ObjectStoreUnavailable(PaimonGroupError):
+    """The object store of the warehouse did not answer within its timeout, or
+    refused a request (a wrong endpoint, wrong keys); see :mod:`paimon_group.object_store`."""
 
 
 class TableReplaced(PaimonGroupError):

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from coordinators.credentials import scrub, secret_values
 from coordinators.errors import ConfigError
+from paimon_group import object_store
 from paimon_group.errors import SnapshotExpired, TableNotFound
 from paimon_group.sharding import ShardRule, TableKind, choose_rule, default_shards, table_kind
 from paimon_group.start import ResolvedStart, StartKind, StartPosition
@@ -119,6 +120,8 @@ class ShardedTable:
         options["warehouse"] = location
         try:
             catalog = CatalogFactory.create(options)
+            # Before the first request: pypaimon's S3 timeouts hang a wrong endpoint.
+            object_store.bound_requests(catalog.file_io, location, options)
             loaded = catalog.get_table(table)
         except (TableNotExistException, DatabaseNotExistException) as err:
             raise TableNotFound(
@@ -135,6 +138,11 @@ class ShardedTable:
             if reason != str(err):  # the original would carry the secret in a traceback
                 raise error from None
             raise error from err
+        except (OSError, RuntimeError) as err:
+            failure = object_store.store_failure(err, table, location, options)
+            if failure is None:
+                raise
+            raise failure from None  # pyarrow's traceback adds nothing to the line
         return cls(loaded, warehouse=location, identifier=table)
 
     @property

@@ -198,7 +198,9 @@ def catalog_option(fn: F) -> F:
     """``--catalog-option KEY=VALUE`` (repeatable)."""
     return click.option("--catalog-option", "catalog_option", multiple=True,
                         envvar=env("catalog-option"), metavar="KEY=VALUE",
-                        help="Extra pypaimon catalog option (repeatable).")(fn)
+                        help="Extra catalog option (repeatable): pypaimon's (s3.endpoint ...), "
+                             "or paimon-group.s3.timeout-s (object store request timeout, "
+                             "default 10 s).")(fn)
 
 
 def _table_options(fn: F, *, table_required: bool) -> F:

@@ -131,6 +131,8 @@ class S3Server:
     port: int
     log: Path
     proc: subprocess.Popen[bytes] | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    """Extra environment of the server process (e.g. moto's ``INITIAL_NO_AUTH_ACTION_COUNT``)."""
 
     @property
     def endpoint(self) -> str:
@@ -140,7 +142,7 @@ class S3Server:
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "tests.support.s3_server", "--port", str(self.port)],
-                cwd=REPO, stdout=subprocess.PIPE, stderr=log)
+                cwd=REPO, stdout=subprocess.PIPE, stderr=log, env={**os.environ, **self.env})
         assert self.proc.stdout is not None
         deadline = time.monotonic() + START_TIMEOUT_S
         line = self.proc.stdout.readline()
