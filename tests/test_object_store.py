@@ -126,3 +126,52 @@ def test_arrow_read_fetches_each_data_file_in_one_get(s3_warehouse: S3Warehouse)
     assert rows == 2000
     assert data == {"HEAD": files, "GET": files, "total": 2 * files} or data == {
         "HEAD": files, "GET_RANGE": files, "total": 2 * files}, data
+
+
+def test_an_idle_member_asks_the_store_once_per_poll(s3_warehouse: S3Warehouse,
+                                                     tmp_path: Path) -> None:
+    """Caught up, a member's poll is one request (a HEAD for the snapshot after
+    the latest it knows); it was six (the LATEST hint read after an exists(),
+    and two snapshot checks, one of them a HEAD and a LIST). The table check
+    (every 5 s) reads the first schema file only."""
+    import asyncio
+
+    from paimon_group import GroupMember, MemberConfig
+    from tests.support.tables import make_pk_table, write_rows
+
+    make_pk_table(s3_warehouse.uri, "db.t", buckets=2)
+    write_rows(s3_warehouse.uri, "db.t", range(100))
+    server = s3_warehouse.server
+    polls_s, poll_ms = 4.0, 100
+
+    async def go() -> dict[str, int]:
+        cfg = MemberConfig(group="g", warehouse=s3_warehouse.uri, table="db.t",
+                           coordinator=f"sqlite://{tmp_path}/c.sqlite",
+                           catalog_options=s3_warehouse.options, poll_interval_ms=poll_ms,
+                           mirror_interval_s=3600.0)
+        got = 0
+        caught_up = asyncio.Event()
+        async with GroupMember(cfg) as member:
+            async def consume() -> None:
+                nonlocal got
+                async for batch in member.batches():
+                    got += batch.to_arrow().num_rows
+                    await member.commit(batch)
+                    if got >= 100:
+                        caught_up.set()
+
+            task = asyncio.create_task(consume())
+            await asyncio.wait_for(caught_up.wait(), 60)
+            await asyncio.sleep(1.0)
+            server.reset_counts()
+            await asyncio.sleep(polls_s)
+            counts = server.counts()
+            task.cancel()
+        return counts
+
+    counts = asyncio.run(go())
+    polls = polls_s * 1000 / poll_ms
+    # One HEAD a poll (fewer when a poll round takes longer than its interval),
+    # and one table check or two (a HEAD and a GET each).
+    assert counts["total"] <= polls + 6, counts
+    assert counts.get("LIST", 0) == 0, counts
