@@ -65,6 +65,7 @@ import json
 import logging
 import os
 import tempfile
+import time
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
@@ -108,7 +109,7 @@ class ConsumerFilesOrigin:
         :class:`UnreadableOrigin` instead)."""
         path = origin_path(table_path, group)
         try:
-            text = read_text(file_io, path)
+            text = _read_whole_json(file_io, path)
             if text is None:
                 return None
             data = json.loads(text)
@@ -132,6 +133,28 @@ class ConsumerFilesOrigin:
 
     def matches(self, num_shards: int, sharding: str) -> bool:
         return self.num_shards == num_shards and self.sharding == sharding
+
+
+ORIGIN_READ_ATTEMPTS = 3
+
+
+def _read_whole_json(file_io: Any, path: str) -> str | None:
+    """The text of ``path``, read again (up to :data:`ORIGIN_READ_ATTEMPTS`
+    times, 0.1 s apart) while it is not JSON. On an object store a read is a
+    HEAD for the size then a ranged GET: an object replaced between the two
+    by another member creating the group at once is read cut short (seen with
+    four members on S3), though every upload is whole."""
+    text = read_text(file_io, path)
+    for _ in range(ORIGIN_READ_ATTEMPTS - 1):
+        if text is None:
+            return None
+        try:
+            json.loads(text)
+            return text
+        except ValueError:
+            time.sleep(0.1)
+            text = read_text(file_io, path)
+    return text
 
 
 def write_whole(file_io: Any, path: str, text: str) -> None:

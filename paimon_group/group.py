@@ -523,7 +523,7 @@ class GroupClient:
         """
         coord, keys = self.coordinator, self.keys
         entries = [e for e in (await coord.get(keys.meta), await coord.get(keys.assignment),
-                               await coord.get(keys.start))
+                               await coord.get(keys.start), await coord.get(keys.head))
                    if e is not None]
         for directory in (keys.positions_dir, keys.leaving_dir, keys.removed_dir):
             entries += await coord.list(directory)

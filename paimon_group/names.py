@@ -148,6 +148,16 @@ class GroupKeys:
         return f"{self.removed_dir}{validate_member_id(member_id)}"
 
     @property
+    def head_dir(self) -> str:
+        return f"{self.root}/table/"
+
+    @property
+    def head(self) -> str:
+        """The table's latest snapshot id as the leader last polled it
+        (:mod:`paimon_group.member.head`): a hint, never a position."""
+        return f"{self.head_dir}head"
+
+    @property
     def start(self) -> str:
         """The group's start: where every shard without a position begins."""
         return f"{self.root}/start"

@@ -24,6 +24,7 @@ from paimon_group.batch import ShardBatch
 from paimon_group.config import MemberConfig
 from paimon_group.group import GroupClient
 from paimon_group.history import HistoryRecorder, NullRecorder
+from paimon_group.member.head import HeadView
 from paimon_group.member.reachability import Reachability
 from paimon_group.member.state import MemberState, OwnedShard, SessionGate, may_move
 from paimon_group.mirror import ConsumerMirror
@@ -112,6 +113,10 @@ class MemberCore:
         self._leader_epoch: int | None = None
         self._assignment: Assignment | None = None
         self._session_changed = asyncio.Event()
+        # The table head the leader publishes (member/head.py), and the event
+        # that wakes the read loop when it shows a new snapshot.
+        self._head = HeadView()
+        self._head_woken = asyncio.Event()
         self._gate = SessionGate(config)  # also the wake-up and joined events
         self._watches: list[Watch] = []  # group, members, owners (see Control.WATCH_NAMES)
         self._tasks: list[asyncio.Task[Any]] = []

@@ -32,6 +32,7 @@ from paimon_group.group import GroupClient
 from paimon_group.identity import check_table_identity, table_identity
 from paimon_group.member.control import Control
 from paimon_group.member.core import VERSION
+from paimon_group.member.head import HeadLoop
 from paimon_group.member.state import MemberState
 from paimon_group.mirror import ConsumerMirror, mirror_interval
 from paimon_group.records import GroupMeta, MemberInfo
@@ -230,9 +231,14 @@ class Membership(Control):
         """Runs the control loop; on a lost session rejoins with a new one."""
         while not self._stopping:
             control = asyncio.create_task(self._control_loop(), name="pg-control")
-            self._tasks = [control]
+            head = asyncio.create_task(self._head_loop(), name="pg-head")
+            self._tasks = [control, head]
             try:
-                await control
+                try:
+                    await control
+                finally:
+                    head.cancel()
+                    await asyncio.gather(head, return_exceptions=True)
             except SessionLost:
                 if self._stopping:
                     return
@@ -252,6 +258,25 @@ class Membership(Control):
             except BaseException as err:
                 self._fail(err)
                 return
+
+    async def _head_loop(self) -> None:
+        """This session's part in one poll per group (member/head.py). A
+        failure here only makes the head go stale: members then poll."""
+        coord, group, table = self._coord, self._group, self.table
+        if coord is None or group is None or table is None:
+            return
+        self._head.forget()
+        loop = HeadLoop(coord, group.keys, self._head,
+                        poll_s=self.config.poll_interval_ms / 1000.0,
+                        latest=lambda: asyncio.to_thread(table.latest_snapshot_id),
+                        leader_epoch=lambda: self._leader_epoch, woken=self._head_woken.set)
+        try:
+            await loop.run()
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:
+            log.warning("table head loop stopped (%s): members poll the table themselves", err,
+                        extra={"group": self.group_name, "member": self.member_id})
 
     async def _rejoin(self) -> None:
         lost = self.owned_shards

@@ -106,11 +106,20 @@ class Reader(Commits):
                 table_checked = time.monotonic()
                 await self._in_io(self._check_table)
             if not progressed:
-                try:
-                    await asyncio.wait_for(self._wake.wait(), timeout=poll)
-                except TimeoutError:
-                    pass
-                self._wake.clear()
+                await self._idle_wait(poll)
+
+    async def _idle_wait(self, poll: float) -> None:
+        """Until a wake-up, a new snapshot in the published head, or ``poll``."""
+        waiters = [asyncio.ensure_future(self._wake.wait()),
+                   asyncio.ensure_future(self._head_woken.wait())]
+        try:
+            await asyncio.wait(waiters, timeout=poll, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waiters:
+                w.cancel()
+            await asyncio.gather(*waiters, return_exceptions=True)
+        self._wake.clear()
+        self._head_woken.clear()
 
     def _check_table(self) -> None:
         """Raise TableNotFound if the table is gone, TableReplaced if it was
@@ -161,6 +170,10 @@ class Reader(Commits):
         for (position, full_scan), owned in sorted(by_position.items(),
                                                    key=lambda kv: (kv[0][0], kv[0][1] or 0)):
             shards = [o.shard for o in owned]
+            if full_scan is None and self._head.nothing_new_at(position):
+                # The leader polled the table moments ago: nothing at
+                # `position` yet (member/head.py); no request to the store.
+                continue
             await self._wait_live()
             if full_scan is not None:
                 step: StepPlan | None = await self._in_io(

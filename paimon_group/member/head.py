@@ -1,0 +1,215 @@
+"""One poll of the table per group: the leader polls, the members watch.
+
+Without this every member asks the store for a new snapshot at every poll
+interval, N members N times the requests for the same answer (on an object
+store each is billed). Instead:
+
+* the **leader** polls the table (one request per poll interval: the snapshot
+  after the latest it knows) and publishes the latest snapshot id in the
+  coordinator key ``groups/<group>/table/head``, when it changes and at least
+  every :data:`HEAD_BEAT_S` (the *beat*, so that members can tell a live
+  publisher from a gone one), guarded by its leader epoch (a deposed leader
+  cannot publish);
+* every **member** watches that key: a new latest wakes its read loop at once,
+  and while the record is fresh its read loop skips the store for shards
+  already past the published latest (:meth:`HeadView.nothing_new_at`);
+* a member whose record is not fresh (no beat seen for :data:`HEAD_STALE_S`:
+  no leader, a leader that cannot reach the store, an older version leading)
+  polls the table by itself, as before. So no snapshot is missed: the
+  record only ever lets a member skip looking for a snapshot the leader
+  found absent moments ago.
+
+The head is a hint, never a position: plans are still made from the table
+itself (invariant 4), positions still only move by fenced commits.
+
+Example::
+
+    view = HeadView(stale_after_s=15.0, clock=lambda: 100.0)
+    assert not view.nothing_new_at(5)                  # nothing seen: poll
+    view.observe(HeadRecord(latest=4, beat=1))
+    assert view.nothing_new_at(5) and not view.nothing_new_at(4)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from coordinators.base import Check, Coordinator, Put
+from coordinators.errors import CoordinatorError
+from paimon_group.names import GroupKeys
+
+__all__ = ["HEAD_BEAT_S", "HEAD_STALE_S", "HeadLoop", "HeadPublisher", "HeadRecord", "HeadView"]
+
+log = logging.getLogger("paimon_group.member")
+
+HEAD_BEAT_S = 5.0
+"""The leader republishes the head at least this often, changed or not."""
+
+HEAD_STALE_S = 3 * HEAD_BEAT_S
+"""A head record not seen to beat for this long is not trusted: members poll."""
+
+
+@dataclass(frozen=True)
+class HeadRecord:
+    """The published head: the table's latest snapshot id (None: empty table)
+    and a beat counter that every publication increases."""
+
+    latest: int | None
+    beat: int
+
+    def encode(self) -> bytes:
+        return json.dumps({"latest": self.latest, "beat": self.beat}).encode()
+
+    @classmethod
+    def decode(cls, data: bytes | None) -> HeadRecord | None:
+        """The record, or None for no key or one we cannot read."""
+        if data is None:
+            return None
+        try:
+            doc = json.loads(data)
+            latest = doc["latest"]
+            return cls(None if latest is None else int(latest), int(doc["beat"]))
+        except (ValueError, KeyError, TypeError):
+            return None
+
+
+class HeadView:
+    """What a member knows of the published head (I/O free, injectable clock)."""
+
+    def __init__(self, *, stale_after_s: float | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._stale_after_s = HEAD_STALE_S if stale_after_s is None else stale_after_s
+        self._clock = clock
+        self.record: HeadRecord | None = None
+        self._beat_seen_at = -1e18
+
+    def observe(self, record: HeadRecord | None, *, beat: bool = True) -> bool:
+        """Take a record read from the coordinator; True when its latest is
+        newer than the one known (a reader should look now). ``beat=False``:
+        the record found at the start of a session, which may be a gone
+        leader's last one: it is kept, but not fresh until it changes."""
+        if record is None:
+            return False
+        known = self.record
+        if known is not None and record.beat == known.beat and record.latest == known.latest:
+            return False  # the same publication read again: not a beat
+        self.record = record
+        if beat:
+            self._beat_seen_at = self._clock()
+        old = -1 if known is None or known.latest is None else known.latest
+        return record.latest is not None and record.latest > old
+
+    def forget(self) -> None:
+        """A new session (rejoin): nothing is trusted until seen again."""
+        self.record = None
+        self._beat_seen_at = -1e18
+
+    @property
+    def fresh(self) -> bool:
+        return self.record is not None and \
+            self._clock() - self._beat_seen_at < self._stale_after_s
+
+    def nothing_new_at(self, position: int) -> bool:
+        """Whether a shard whose next snapshot is ``position`` may skip asking
+        the store: the head is fresh and says that snapshot does not exist."""
+        if not self.fresh:
+            return False
+        assert self.record is not None
+        return self.record.latest is None or position > self.record.latest
+
+
+class HeadPublisher:
+    """When the leader publishes (I/O free): on a change, or on the beat."""
+
+    def __init__(self, *, beat_s: float | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._beat_s = HEAD_BEAT_S if beat_s is None else beat_s
+        self._clock = clock
+        self.published: HeadRecord | None = None
+        self._published_at = -1e18
+
+    def due(self, latest: int | None) -> HeadRecord | None:
+        """The record to publish now for ``latest``, or None."""
+        last = self.published
+        if last is not None and last.latest == latest and \
+                self._clock() - self._published_at < self._beat_s:
+            return None
+        return HeadRecord(latest, (last.beat + 1) if last is not None else 1)
+
+    def done(self, record: HeadRecord) -> None:
+        self.published = record
+        self._published_at = self._clock()
+
+    def reset(self) -> None:
+        """Leadership lost or regained: the next poll publishes."""
+        self.published = None
+        self._published_at = -1e18
+
+
+class HeadLoop:
+    """Runs for one session of a member: publishes when it leads, follows
+    otherwise (see the module docstring).
+
+    ``latest``: the table's latest snapshot id (a store request, off the
+    event loop); ``leader_epoch``: ours, or None when we do not lead;
+    ``woken``: called when the head shows a new snapshot.
+    """
+
+    def __init__(self, coord: Coordinator, keys: GroupKeys, view: HeadView, *,
+                 poll_s: float, latest: Callable[[], Awaitable[int | None]],
+                 leader_epoch: Callable[[], int | None], woken: Callable[[], None]) -> None:
+        self._coord, self._keys, self.view = coord, keys, view
+        self._poll_s = poll_s
+        self._latest, self._leader_epoch, self._woken = latest, leader_epoch, woken
+        self._publisher = HeadPublisher()
+
+    async def run(self) -> None:
+        watch = self._coord.watch(self._keys.head_dir)
+        try:
+            await self._read(beat=False)
+            while True:
+                epoch = self._leader_epoch()
+                if epoch is None:
+                    self._publisher.reset()
+                    if await watch.wait(self._poll_s):
+                        await self._read()
+                    continue
+                try:
+                    await self._publish(epoch)
+                except CoordinatorError as err:
+                    log.debug("table head not published: %s", err)
+                await asyncio.sleep(self._poll_s)
+        finally:
+            with contextlib.suppress(Exception):
+                await watch.close()
+
+    async def _read(self, *, beat: bool = True) -> None:
+        try:
+            entry = await self._coord.get(self._keys.head)
+        except CoordinatorError as err:
+            log.debug("table head not read: %s", err)
+            return
+        if self.view.observe(HeadRecord.decode(None if entry is None else entry.value),
+                             beat=beat):
+            self._woken()
+
+    async def _publish(self, epoch: int) -> None:
+        try:
+            latest = await self._latest()
+        except Exception as err:  # the readers poll by themselves and report it
+            log.debug("table head not polled: %s", err)
+            return
+        record = self._publisher.due(latest)
+        if record is None:
+            return
+        if await self._coord.commit([Check.created_at(self._keys.leader, epoch)],
+                                    [Put(self._keys.head, record.encode())]):
+            self._publisher.done(record)
+            if self.view.observe(record):
+                self._woken()

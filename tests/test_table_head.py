@@ -1,0 +1,158 @@
+"""One poll of the table per group (paimon_group/member/head.py): the leader
+polls and publishes the latest snapshot id, members watch it and skip the
+store while it is fresh, and poll by themselves when it is not."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from paimon_group.member import head
+from paimon_group.member.head import HeadPublisher, HeadRecord, HeadView
+from tests.support.s3_server import S3Warehouse
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_member_skips_the_store_only_while_the_head_is_fresh() -> None:
+    clock = Clock()
+    view = HeadView(stale_after_s=15.0, clock=clock)
+    assert not view.nothing_new_at(1)  # nothing seen: poll the store
+    assert view.observe(HeadRecord(latest=4, beat=1))  # a new latest: look now
+    assert view.nothing_new_at(5) and not view.nothing_new_at(4)
+    assert not view.observe(HeadRecord(latest=4, beat=1))  # read again: not a beat
+    clock.now += 14.9
+    assert view.nothing_new_at(5)
+    clock.now += 0.2  # no beat for 15 s: the publisher may be gone
+    assert not view.nothing_new_at(5)
+    assert not view.observe(HeadRecord(latest=4, beat=2))  # a beat, nothing new
+    assert view.nothing_new_at(5)
+    assert view.observe(HeadRecord(latest=None, beat=1)) is False  # table emptied (re-created)
+    assert view.nothing_new_at(1)
+
+
+def test_the_record_found_at_a_sessions_start_is_not_trusted_until_it_beats() -> None:
+    clock = Clock()
+    view = HeadView(stale_after_s=15.0, clock=clock)
+    view.observe(HeadRecord(latest=100, beat=77), beat=False)  # a gone leader's last word
+    assert not view.nothing_new_at(101)
+    view.observe(HeadRecord(latest=150, beat=1))  # the new leader's first publication
+    assert view.nothing_new_at(151) and not view.nothing_new_at(150)
+    view.forget()
+    assert not view.nothing_new_at(151)
+
+
+def test_the_leader_publishes_on_a_change_and_on_the_beat() -> None:
+    clock = Clock()
+    publisher = HeadPublisher(beat_s=5.0, clock=clock)
+    first = publisher.due(3)
+    assert first == HeadRecord(3, 1)
+    publisher.done(first)
+    assert publisher.due(3) is None
+    changed = publisher.due(4)
+    assert changed == HeadRecord(4, 2)
+    publisher.done(changed)
+    clock.now += 5.0
+    assert publisher.due(4) == HeadRecord(4, 3)
+    publisher.reset()
+    assert publisher.due(4) == HeadRecord(4, 1)
+    assert HeadRecord.decode(HeadRecord(None, 9).encode()) == HeadRecord(None, 9)
+    assert HeadRecord.decode(b"{not json") is None
+
+
+async def _group(s3: S3Warehouse, tmp_path: Path, members: int, ids: list[int],
+                 measure_s: float, after: Any = None) -> tuple[dict[str, int], set[int]]:
+    from paimon_group import GroupMember, MemberConfig
+
+    got: set[int] = set()
+    changed = asyncio.Event()
+    started = []
+    for i in range(members):
+        cfg = MemberConfig(group="g", warehouse=s3.uri, table="db.t", member_id=f"m{i}",
+                           coordinator=f"sqlite://{tmp_path}/c.sqlite",
+                           catalog_options=s3.options, poll_interval_ms=100,
+                           session_timeout_s=5.0, mirror_interval_s=3600.0)
+        started.append(await GroupMember(cfg).__aenter__())
+
+    async def consume(member: Any) -> None:
+        async for batch in member.batches():
+            got.update(batch.to_arrow().column("id").to_pylist())
+            await member.commit(batch)
+            changed.set()
+
+    tasks = [asyncio.create_task(consume(m)) for m in started]
+
+    async def until(n: int) -> None:
+        while len(got) < n:
+            changed.clear()
+            await asyncio.wait_for(changed.wait(), 60)
+
+    try:
+        await until(len(ids))
+        await asyncio.sleep(5.0)  # joins settled, the head published
+        s3.server.reset_counts()
+        await asyncio.sleep(measure_s)
+        counts = s3.server.counts()
+        if after is not None:
+            await after(until)
+    finally:
+        for t in tasks:
+            t.cancel()
+        for m in started:
+            await m.__aexit__(None, None, None)
+    return counts, got
+
+
+def test_a_group_of_four_polls_the_store_once_per_interval(s3_warehouse: S3Warehouse,
+                                                          tmp_path: Path) -> None:
+    """Idle, four members make about one request per poll interval between them
+    (the leader's), not four; a new snapshot still reaches every shard."""
+    from tests.support.tables import make_pk_table, write_rows
+
+    make_pk_table(s3_warehouse.uri, "db.t", buckets=4)
+    write_rows(s3_warehouse.uri, "db.t", range(200))
+
+    async def write_more(until: Any) -> None:
+        await asyncio.to_thread(write_rows, s3_warehouse.uri, "db.t", range(200, 300))
+        await until(300)
+
+    counts, got = asyncio.run(_group(s3_warehouse, tmp_path, 4, list(range(200)), 4.0,
+                                     write_more))
+    assert got == set(range(300))
+    polls = 4.0 / 0.1
+    # The leader's poll (one HEAD each) and each member's table check (2
+    # requests every 5 s); four members polling on their own made 4 a poll.
+    assert counts["total"] <= polls + 4 * 2 + 8, counts
+
+
+def test_members_poll_by_themselves_when_the_head_goes_stale(
+        s3_warehouse: S3Warehouse, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A leader that stops publishing (here: its polls fail) leaves the head
+    stale; the members then poll the table themselves and miss nothing."""
+    from tests.support.tables import make_pk_table, write_rows
+
+    monkeypatch.setattr(head, "HEAD_STALE_S", 1.0)
+    make_pk_table(s3_warehouse.uri, "db.t", buckets=2)
+    write_rows(s3_warehouse.uri, "db.t", range(50))
+
+    async def broken_publish(self: Any, epoch: int) -> None:
+        return None
+
+    async def stop_publishing(until: Any) -> None:
+        monkeypatch.setattr(head.HeadLoop, "_publish", broken_publish)
+        await asyncio.sleep(1.5)
+        await asyncio.to_thread(write_rows, s3_warehouse.uri, "db.t", range(50, 80))
+        await until(80)
+
+    _, got = asyncio.run(_group(s3_warehouse, tmp_path, 2, list(range(50)), 0.5,
+                                stop_publishing))
+    assert got == set(range(80))
