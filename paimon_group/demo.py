@@ -54,17 +54,43 @@ def record(batch: Any) -> None:
 # -- the writer --------------------------------------------------------------
 
 
+CATALOG_OPTIONS_ENV = "PAIMON_GROUP_CATALOG_OPTION"
+"""Where the demo's processes (writer, workers) find the catalog options of an
+object-store warehouse: the environment, as ``run`` reads them (never argv)."""
+
+
+def env_catalog_options() -> dict[str, str]:
+    """The ``KEY=VALUE`` pairs of :data:`CATALOG_OPTIONS_ENV` (space separated)."""
+    pairs = os.environ.get(CATALOG_OPTIONS_ENV, "").split()
+    return dict(pair.split("=", 1) for pair in pairs if "=" in pair)
+
+
 def _catalog(warehouse: str) -> Any:
     from pypaimon import CatalogFactory
 
-    return CatalogFactory.create({"warehouse": warehouse})
+    return CatalogFactory.create({**env_catalog_options(), "warehouse": warehouse})
 
 
 def create_table(warehouse: str) -> None:
+    """The demo's table; an existing one (an earlier demo in this warehouse) is
+    refused, never dropped: it may hold rows somebody wants."""
     import pyarrow as pa
     from pypaimon import Schema
+    from pypaimon.catalog.catalog_exception import (
+        DatabaseNotExistException,
+        TableNotExistException,
+    )
+
+    from coordinators.errors import ConfigError
 
     cat = _catalog(warehouse)
+    try:
+        cat.get_table(DEMO_TABLE)
+    except (TableNotExistException, DatabaseNotExistException, FileNotFoundError):
+        pass
+    else:
+        raise ConfigError(f"table {DEMO_TABLE} already exists in warehouse {warehouse} (an "
+                          "earlier demo?): drop it, or give the demo another --warehouse")
     cat.create_database("demo", True)
     schema = pa.schema([
         pa.field("id", pa.int64(), nullable=False),
@@ -157,9 +183,14 @@ def demo_view(report: dict[str, Any], statuses: dict[str, str], events: list[str
 
 
 class Demo:
-    def __init__(self, workers: int, seconds: float, directory: str | None) -> None:
+    def __init__(self, workers: int, seconds: float, directory: str | None,
+                 warehouse: str | None = None,
+                 catalog_options: dict[str, str] | None = None) -> None:
         self.base = Path(directory or tempfile.mkdtemp(prefix="paimon-group-demo-")).resolve()
-        self.warehouse = str(self.base / "warehouse")
+        # The table may live elsewhere (an object store); the coordinator,
+        # the deliveries and the logs stay in the demo's directory.
+        self.warehouse = warehouse or str(self.base / "warehouse")
+        self.catalog_options = dict(catalog_options or {})
         self.out = self.base / "deliveries"
         self.workers = workers
         self.seconds = seconds
@@ -168,6 +199,9 @@ class Demo:
         self.events: list[str] = []
         self.statuses: dict[str, str] = {}
         self.env = {**os.environ, "PAIMON_GROUP_DEMO_DIR": str(self.out)}
+        if self.catalog_options:
+            self.env[CATALOG_OPTIONS_ENV] = " ".join(
+                f"{k}={v}" for k, v in self.catalog_options.items())
         self.report: dict[str, Any] = {}  # the last describe of the group
 
     def note(self, text: str) -> None:
@@ -192,7 +226,7 @@ class Demo:
         from paimon_group.table import ShardedTable
 
         async def go() -> dict[str, Any]:
-            table = ShardedTable.open(self.warehouse, DEMO_TABLE)
+            table = ShardedTable.open(self.warehouse, DEMO_TABLE, self.catalog_options)
             async with open_coordinator(self.coordinator) as coord:
                 return await describe_group(coord, "demo", table)
 
@@ -205,7 +239,8 @@ class Demo:
         console = Console()
         console.print(f"[bold]paimon-group demo[/bold] in {self.base}")
         self.out.mkdir(parents=True, exist_ok=True)
-        create_table(self.warehouse)
+        with _environment(self.env):
+            create_table(self.warehouse)
         writes = self.base / "writes.jsonl"
         writer = subprocess.Popen(
             [sys.executable, "-m", "paimon_group.demo", "write", self.warehouse,
@@ -293,8 +328,28 @@ class Demo:
         return ok
 
 
-def run_demo(workers: int = 3, seconds: float = 40.0, directory: str | None = None) -> bool:
-    return Demo(workers, seconds, directory).run()
+@contextlib.contextmanager
+def _environment(env: dict[str, str]) -> Any:
+    """``os.environ`` as ``env`` for a moment (the table is created in this process)."""
+    saved = dict(os.environ)
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def run_demo(workers: int = 3, seconds: float = 40.0, directory: str | None = None,
+             warehouse: str | None = None,
+             catalog_options: dict[str, str] | None = None) -> bool:
+    """The demo; ``warehouse`` (default: a directory of the demo's own) may be an
+    object store reached with ``catalog_options``."""
+    if warehouse is not None:
+        from paimon_group.config import refuse_credentials_in_warehouse
+
+        refuse_credentials_in_warehouse(warehouse)
+    return Demo(workers, seconds, directory, warehouse, catalog_options).run()
 
 
 if __name__ == "__main__":

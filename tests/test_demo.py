@@ -79,3 +79,21 @@ def test_final_frame_shows_stopped_workers() -> None:
     for i in range(3):
         assert re.search(rf"worker-{i} +stopped \(exit 0\) +-", text), text
     assert "state empty" in text and "0:- " in text
+
+
+@pytest.mark.slow
+def test_demo_on_an_s3_warehouse(tmp_path: Path, s3_warehouse: Any) -> None:
+    """``demo --warehouse s3://...``: the table on the S3 server, the keys from the
+    environment (not argv); a second demo in that warehouse is refused in one line."""
+    env = {**os.environ, **s3_warehouse.env(), "COLUMNS": "80", "LINES": "24"}
+    command = [sys.executable, "-m", "paimon_group", "demo", "--seconds", "6", "--workers", "2",
+               "--warehouse", s3_warehouse.uri]
+    result = subprocess.run([*command, "--dir", str(tmp_path / "demo")], cwd=REPO,
+                            capture_output=True, text=True, timeout=400, env=env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "every written row was delivered" in result.stdout
+    again = subprocess.run([*command, "--dir", str(tmp_path / "again")], cwd=REPO,
+                           capture_output=True, text=True, timeout=120, env=env)
+    assert again.returncode == 2, again.stdout + again.stderr
+    lines = again.stderr.strip().splitlines()
+    assert len(lines) == 1 and "demo.events already exists" in lines[0], again.stderr

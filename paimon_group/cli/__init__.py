@@ -33,6 +33,7 @@ from paimon_group.cli.errors import OneLineErrors, friendly_errors
 from paimon_group.cli.options import (
     LOG_LEVELS,
     build_connect_options,
+    catalog_option,
     catalog_options,
     config_option,
     coordinator_options,
@@ -207,12 +208,19 @@ def _kubernetes_pod_name() -> str | None:
                    "meanwhile).")
 @click.option("--dir", "directory", type=click.Path(file_okay=False),
               help="Where to put the demo warehouse (default: a new temporary directory).")
+@click.option("--warehouse", default=None,
+              help="A warehouse for the demo's table demo.events instead (s3://...: the "
+                   "endpoint and keys as --catalog-option, or in PAIMON_GROUP_CATALOG_OPTION); "
+                   "the coordinator and the logs stay in --dir.")
+@catalog_option
 @friendly_errors
-def demo(workers: int, seconds: float, directory: str | None) -> None:
+def demo(workers: int, seconds: float, directory: str | None, warehouse: str | None,
+         catalog_option: tuple[str, ...]) -> None:
     """A local warehouse, a writer, WORKERS members; one is killed and restarted."""
     from paimon_group.demo import run_demo
 
-    ok = run_demo(workers=workers, seconds=seconds, directory=directory)
+    ok = run_demo(workers=workers, seconds=seconds, directory=directory, warehouse=warehouse,
+                  catalog_options=catalog_options(catalog_option))
     sys.exit(0 if ok else 1)
 
 
