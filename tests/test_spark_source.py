@@ -211,3 +211,26 @@ def test_available_now_reads_what_is_there_then_ends(spark: Any, tmp_path: Path)
     assert len(recorder.batches) == 2  # one snapshot per batch: the cap applies
     kinds = read_sink(spark, str(recorder.sink), ["_row_kind", "_pg_snapshot"])
     assert sorted(set(kinds)) == [("+I", 1), ("+I", 2)]
+
+
+def test_available_now_on_an_s3_warehouse(spark: Any, tmp_path: Path,
+                                          s3_warehouse: Any) -> None:
+    """The source on an object-store warehouse: catalog options as ``catalog.*``
+    options, the coordinator chosen explicitly (a remote warehouse has no default)."""
+    write_table = s3_warehouse.uri
+    make_pk_table(write_table, "db.t", buckets=2)
+    write_rows(write_table, "db.t", range(30))
+    write_rows(write_table, "db.t", range(30, 50))
+    recorder = Recorder(tmp_path / "sink")
+    reader = (spark.readStream.format("paimon-group").option("group", "s3")
+              .option("warehouse", s3_warehouse.uri).option("table", "db.t")
+              .option("coordinator", f"sqlite://{tmp_path}/c.sqlite")
+              .option("start", "earliest").option("metadata_columns", "true"))
+    for key, value in s3_warehouse.options.items():
+        reader = reader.option(f"catalog.{key}", value)
+    query = (reader.load().writeStream.foreachBatch(recorder)
+             .option("checkpointLocation", str(tmp_path / "ckpt"))
+             .trigger(availableNow=True).start())
+    assert query.awaitTermination(180)
+    assert query.exception() is None
+    assert sorted(recorder.sink_ids(spark)) == list(range(50))
