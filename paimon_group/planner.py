@@ -390,7 +390,8 @@ class ShardPlanner:
         self.stats.add(manifest_lists_read=1)
         return increment_manifests(self._manifest_lists, snapshot, changelog=self._changelog)
 
-    def plan_next(self, shards: Iterable[int], next_snapshot: int) -> StepPlan | None:
+    def plan_next(self, shards: Iterable[int], next_snapshot: int, *,
+                  known_latest: int | None = None) -> StepPlan | None:
         """The next step for shards whose position is ``next_snapshot``.
 
         None when that snapshot does not exist yet. A delta or changelog step
@@ -398,11 +399,17 @@ class ShardPlanner:
         snapshots are unread (``latest - next_snapshot + 1``), one catch-up
         step to the latest. Raises :class:`SnapshotExpired` when
         ``next_snapshot`` is older than the earliest retained snapshot.
+        ``known_latest``: a latest snapshot id found moments ago by someone
+        else (the group's published head) that reaches ``next_snapshot``;
+        the table is then not asked for it (a wrong one is caught as below).
         """
         if next_snapshot < 1:
             raise PaimonGroupError(f"snapshot ids start at 1, not {next_snapshot}")
         shard_set = self._shard_set(shards)
-        latest = self.table.latest_snapshot_id()
+        if known_latest is not None and known_latest >= next_snapshot:
+            latest: int | None = known_latest
+        else:
+            latest = self.table.latest_snapshot_id()
         if latest is None or next_snapshot > latest:
             return None
         try:

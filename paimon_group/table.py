@@ -44,6 +44,10 @@ __all__ = ["ShardedTable"]
 _TABLE_NAME_RE = re.compile(r"[^.\s]+\.[^.\s]+")
 _SNAPSHOT_FILE_RE = re.compile(r"snapshot-(\d+)")
 
+LATEST_PROBES = 8
+"""Snapshots probed one by one past the known latest before the LATEST hint
+is read instead (many new snapshots at once: a catch-up)."""
+
 LATEST_RECHECK_S = 30.0
 """How long a latest snapshot id found by a full read (the LATEST hint,
 checked) is confirmed by asking for the next snapshot alone."""
@@ -205,9 +209,15 @@ class ShardedTable:
         which asks ``fresh`` when a snapshot at or below this id is missing).
         """
         known, checked = self._latest_known
-        if not fresh and known is not None and time.monotonic() - checked < LATEST_RECHECK_S \
-                and not self._snapshot_exists(known + 1):
-            return known
+        if not fresh and known is not None and time.monotonic() - checked < LATEST_RECHECK_S:
+            # Probe forward from the known latest, as Paimon's findLatest
+            # does after its hint: one request per new snapshot and one more.
+            probe = known + 1
+            while probe - known <= LATEST_PROBES and self._snapshot_exists(probe):
+                probe += 1
+            if probe - known <= LATEST_PROBES:
+                self._latest_known = (probe - 1, checked)
+                return probe - 1
         hint = self._read_hint("LATEST")
         if hint is not None and self._snapshot_exists(hint) and not self._snapshot_exists(hint + 1):
             latest: int | None = hint

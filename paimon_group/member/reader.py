@@ -220,6 +220,8 @@ class Reader(Commits):
         """Start planning ``plan_next(shards, position)`` in the planning thread."""
         planner = self._planner
         assert planner is not None
+        if self._head.nothing_new_at(position):
+            return  # the published head wakes the read loop when it is there
         self._prefetched[(tuple(shards), position)] = asyncio.get_running_loop().run_in_executor(
             self._io, functools.partial(planner.plan_next, shards, position))
 
@@ -245,8 +247,10 @@ class Reader(Commits):
                 step = None
             if step is not None:
                 return step
-        planned: StepPlan | None = await self._in_io(
-            functools.partial(planner.plan_next, shards, position))
+        head = self._head.record if self._head.fresh else None
+        planned: StepPlan | None = await self._in_io(functools.partial(
+            planner.plan_next, shards, position,
+            known_latest=None if head is None else head.latest))
         return planned
 
     async def _resolve_start(self, owned: list[OwnedShard]) -> None:
