@@ -175,3 +175,26 @@ def test_an_idle_member_asks_the_store_once_per_poll(s3_warehouse: S3Warehouse,
     # and one table check or two (a HEAD and a GET each).
     assert counts["total"] <= polls + 6, counts
     assert counts.get("LIST", 0) == 0, counts
+
+
+def test_the_latest_snapshot_is_found_by_probing_forward(s3_warehouse: S3Warehouse) -> None:
+    """After a full read of the LATEST hint, new snapshots are found one request
+    each (and one more for the absent next), as Paimon's findLatest probes."""
+    from paimon_group.table import ShardedTable
+    from tests.support.tables import make_pk_table, write_rows
+
+    make_pk_table(s3_warehouse.uri, "db.t", buckets=2)
+    for i in range(3):
+        write_rows(s3_warehouse.uri, "db.t", range(i * 10, i * 10 + 10))
+    table = ShardedTable.open(s3_warehouse.uri, "db.t", s3_warehouse.options)
+    assert table.latest_snapshot_id() == 3  # the full read
+    server = s3_warehouse.server
+    server.reset_counts()
+    assert table.latest_snapshot_id() == 3
+    assert server.counts() == {"HEAD": 1, "total": 1}
+    write_rows(s3_warehouse.uri, "db.t", range(100, 110))
+    write_rows(s3_warehouse.uri, "db.t", range(110, 120))
+    server.reset_counts()
+    assert table.latest_snapshot_id() == 5
+    assert server.counts() == {"HEAD": 3, "total": 3}
+    assert table.latest_snapshot_id(fresh=True) == 5
