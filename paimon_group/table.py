@@ -240,8 +240,15 @@ class ShardedTable:
         return ids[0] if ids else None
 
     def snapshot(self, snapshot_id: int) -> Any | None:
-        """The pypaimon ``Snapshot`` with this id, or None if absent (expired or future)."""
-        return self._snapshot_manager.get_snapshot_by_id(snapshot_id)
+        """The pypaimon ``Snapshot`` with this id, or None if absent (expired or
+        future). Read with one open (pypaimon's manager asks ``exists()`` first:
+        three requests on an object store, two here), parsed as pypaimon does."""
+        from pypaimon.common.json_util import JSON
+        from pypaimon.snapshot.snapshot import Snapshot
+
+        manager = self._snapshot_manager
+        text = read_text(manager.file_io, manager.get_snapshot_path(snapshot_id))
+        return None if text is None else JSON.from_json(text, Snapshot)
 
     def snapshot_commit_time_ms(self, snapshot_id: int) -> int | None:
         """Commit time (epoch ms) of a snapshot, or None if it does not exist."""
