@@ -156,3 +156,63 @@ def test_members_poll_by_themselves_when_the_head_goes_stale(
     _, got = asyncio.run(_group(s3_warehouse, tmp_path, 2, list(range(50)), 0.5,
                                 stop_publishing))
     assert got == set(range(80))
+
+
+def test_a_head_read_that_fails_is_read_again_without_a_new_watch_event() -> None:
+    """Simulation seed 359: a follower's read of the head failed (the coordinator
+    did not answer) after its watch had fired; nothing fired again, and the
+    member kept a latest that was one snapshot old: three rows never read.
+    Now the read is tried again at the next tick."""
+    from coordinators.errors import CoordinatorUnavailable
+    from paimon_group.member.head import HeadLoop
+    from paimon_group.names import GroupKeys
+
+    class Entry:
+        def __init__(self, record: HeadRecord) -> None:
+            self.value = record.encode()
+
+    class Watch:
+        def __init__(self) -> None:
+            self.fired = [True]  # one change, then silence
+
+        async def wait(self, timeout: float | None = None) -> bool:
+            await asyncio.sleep(0)
+            return self.fired.pop() if self.fired else False
+
+        async def close(self) -> None:
+            pass
+
+    class Coordinator:
+        def __init__(self) -> None:
+            self.gets = 0
+
+        def watch(self, prefix: str, *, values: bool = True) -> Watch:
+            return Watch()
+
+        async def get(self, key: str) -> Entry:
+            self.gets += 1
+            if self.gets == 1:  # at the session's start
+                return Entry(HeadRecord(9, 7))
+            if self.gets == 2:  # the read after the watch fired: snapshot 10 is out
+                raise CoordinatorUnavailable("no answer")
+            return Entry(HeadRecord(10, 8))
+
+    view = HeadView(stale_after_s=15.0)
+    woken: list[bool] = []
+
+    async def latest() -> int | None:
+        return None
+
+    async def go() -> None:
+        loop = HeadLoop(Coordinator(), GroupKeys("g"), view, poll_s=0.01,  # type: ignore[arg-type]
+                        latest=latest, leader_epoch=lambda: None,
+                        woken=lambda: woken.append(True))
+        task = asyncio.create_task(loop.run())
+        await asyncio.sleep(0.1)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(go())
+    assert view.record == HeadRecord(10, 8) and view.fresh
+    assert woken  # the read loop was told
+    assert view.nothing_new_at(11) and not view.nothing_new_at(10)

@@ -55,6 +55,12 @@ HEAD_STALE_S = 3 * HEAD_BEAT_S
 """A head record not seen to beat for this long is not trusted: members poll."""
 
 
+def _monotonic() -> float:
+    # Looked up at each call, not bound once: the seeded simulation runs
+    # members on a virtual clock it installs as ``time.monotonic``.
+    return time.monotonic()
+
+
 @dataclass(frozen=True)
 class HeadRecord:
     """The published head: the table's latest snapshot id (None: empty table)
@@ -83,9 +89,9 @@ class HeadView:
     """What a member knows of the published head (I/O free, injectable clock)."""
 
     def __init__(self, *, stale_after_s: float | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] | None = None) -> None:
         self._stale_after_s = HEAD_STALE_S if stale_after_s is None else stale_after_s
-        self._clock = clock
+        self._clock = clock or _monotonic
         self.record: HeadRecord | None = None
         self._beat_seen_at = -1e18
 
@@ -128,9 +134,9 @@ class HeadPublisher:
     """When the leader publishes (I/O free): on a change, or on the beat."""
 
     def __init__(self, *, beat_s: float | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] | None = None) -> None:
         self._beat_s = HEAD_BEAT_S if beat_s is None else beat_s
-        self._clock = clock
+        self._clock = clock or _monotonic
         self.published: HeadRecord | None = None
         self._published_at = -1e18
 
@@ -172,13 +178,17 @@ class HeadLoop:
     async def run(self) -> None:
         watch = self._coord.watch(self._keys.head_dir)
         try:
-            await self._read(beat=False)
+            unread = not await self._read(beat=False)
             while True:
                 epoch = self._leader_epoch()
                 if epoch is None:
                     self._publisher.reset()
-                    if await watch.wait(self._poll_s):
-                        await self._read()
+                    # A read that failed is tried again at the next tick: the
+                    # change its watch reported would otherwise be missed
+                    # until the next beat (simulation seed 359, before the
+                    # beat ran on the virtual clock: never).
+                    if await watch.wait(self._poll_s) or unread:
+                        unread = not await self._read()
                     continue
                 try:
                     await self._publish(epoch)
@@ -189,15 +199,17 @@ class HeadLoop:
             with contextlib.suppress(Exception):
                 await watch.close()
 
-    async def _read(self, *, beat: bool = True) -> None:
+    async def _read(self, *, beat: bool = True) -> bool:
+        """Read the head into the view; False when the coordinator did not answer."""
         try:
             entry = await self._coord.get(self._keys.head)
         except CoordinatorError as err:
             log.debug("table head not read: %s", err)
-            return
+            return False
         if self.view.observe(HeadRecord.decode(None if entry is None else entry.value),
                              beat=beat):
             self._woken()
+        return True
 
     async def _publish(self, epoch: int) -> None:
         try:
