@@ -216,3 +216,39 @@ def test_a_head_read_that_fails_is_read_again_without_a_new_watch_event() -> Non
     assert view.record == HeadRecord(10, 8) and view.fresh
     assert woken  # the read loop was told
     assert view.nothing_new_at(11) and not view.nothing_new_at(10)
+
+
+def test_a_stopped_head_loop_ends_without_being_cancelled() -> None:
+    """Simulation seed 418: the cancel of the head loop's task was swallowed by
+    ``asyncio.wait_for`` (Python 3.11) as the watch fired, and a member's stop
+    waited for the loop until the run ended. ``stop()`` ends it at its next tick."""
+    from paimon_group.member.head import HeadLoop
+    from paimon_group.names import GroupKeys
+
+    class Watch:
+        async def wait(self, timeout: float | None = None) -> bool:
+            await asyncio.sleep(timeout or 0)
+            return False
+
+        async def close(self) -> None:
+            pass
+
+    class Coordinator:
+        def watch(self, prefix: str, *, values: bool = True) -> Watch:
+            return Watch()
+
+        async def get(self, key: str) -> None:
+            return None
+
+    async def latest() -> int | None:
+        return None
+
+    async def go() -> None:
+        loop = HeadLoop(Coordinator(), GroupKeys("g"), HeadView(), poll_s=0.01,  # type: ignore[arg-type]
+                        latest=latest, leader_epoch=lambda: None, woken=lambda: None)
+        task = asyncio.create_task(loop.run())
+        await asyncio.sleep(0.05)
+        loop.stop()
+        await asyncio.wait_for(task, 1.0)
+
+    asyncio.run(go())

@@ -174,12 +174,20 @@ class HeadLoop:
         self._poll_s = poll_s
         self._latest, self._leader_epoch, self._woken = latest, leader_epoch, woken
         self._publisher = HeadPublisher()
+        self._stopped = False
+
+    def stop(self) -> None:
+        """End :meth:`run` at its next tick. Besides cancelling its task: on
+        Python 3.11 ``asyncio.wait_for`` can swallow a cancel that arrives as
+        the awaited event fires (simulation seed 418: the loop ran on, and a
+        member's stop waited for it until the run ended)."""
+        self._stopped = True
 
     async def run(self) -> None:
         watch = self._coord.watch(self._keys.head_dir)
         try:
             unread = not await self._read(beat=False)
-            while True:
+            while not self._stopped:
                 epoch = self._leader_epoch()
                 if epoch is None:
                     self._publisher.reset()

@@ -231,12 +231,15 @@ class Membership(Control):
         """Runs the control loop; on a lost session rejoins with a new one."""
         while not self._stopping:
             control = asyncio.create_task(self._control_loop(), name="pg-control")
-            head = asyncio.create_task(self._head_loop(), name="pg-head")
+            head_loop = self._new_head_loop()
+            head = asyncio.create_task(self._run_head(head_loop), name="pg-head")
             self._tasks = [control, head]
             try:
                 try:
                     await control
                 finally:
+                    if head_loop is not None:
+                        head_loop.stop()
                     head.cancel()
                     await asyncio.gather(head, return_exceptions=True)
             except SessionLost:
@@ -259,17 +262,22 @@ class Membership(Control):
                 self._fail(err)
                 return
 
-    async def _head_loop(self) -> None:
-        """This session's part in one poll per group (member/head.py). A
-        failure here only makes the head go stale: members then poll."""
+    def _new_head_loop(self) -> HeadLoop | None:
+        """This session's part in one poll per group (member/head.py)."""
         coord, group, table = self._coord, self._group, self.table
         if coord is None or group is None or table is None:
-            return
+            return None
         self._head.forget()
-        loop = HeadLoop(coord, group.keys, self._head,
+        return HeadLoop(coord, group.keys, self._head,
                         poll_s=self.config.poll_interval_ms / 1000.0,
                         latest=lambda: asyncio.to_thread(table.latest_snapshot_id),
                         leader_epoch=lambda: self._leader_epoch, woken=self._head_woken.set)
+
+    async def _run_head(self, loop: HeadLoop | None) -> None:
+        """Run the head loop; a failure only makes the head go stale: members
+        then poll the table themselves."""
+        if loop is None:
+            return
         try:
             await loop.run()
         except asyncio.CancelledError:
