@@ -31,7 +31,8 @@ from typing import TYPE_CHECKING, Any
 from coordinators.credentials import scrub, secret_values
 from coordinators.errors import ConfigError
 from paimon_group import object_store
-from paimon_group.errors import SnapshotExpired, TableNotFound
+from paimon_group.errors import SnapshotExpired, TableNotFound, TableReplaced
+from paimon_group.identity import table_identity
 from paimon_group.sharding import ShardRule, TableKind, choose_rule, default_shards, table_kind
 from paimon_group.start import ResolvedStart, StartKind, StartPosition
 from paimon_group.store_io import file_exists, read_text
@@ -91,6 +92,9 @@ class ShardedTable:
         producer = pypaimon_table.options.changelog_producer()
         self.changelog_producer: str = str(getattr(producer, "value", producer) or "none")
         self._snapshot_manager: Any = pypaimon_table.snapshot_manager()
+        # The identity the group was created on (set by the member when it
+        # joins; "" unknown): see raise_if_dropped.
+        self.expected_identity = ""
         # (latest snapshot id, monotonic time of the full read that found it)
         self._latest_known: tuple[int | None, float] = (None, 0.0)
 
@@ -257,8 +261,10 @@ class ShardedTable:
 
     def raise_if_dropped(self) -> None:
         """Raise :class:`TableNotFound` if the table's schema directory is gone
-        (the table was dropped under us). For a planner that finds a snapshot
-        it pinned missing and none after it: a dropped table, not one whose
+        (the table was dropped under us), :class:`TableReplaced` if it is
+        another table now (re-created; when the group's identity is known).
+        For a planner that finds a snapshot it pinned missing and none after
+        it: a dropped or re-created table, not one whose
         snapshot is still to come (simulation seed 15757: a Spark-source
         member reported "does not exist yet" for a dropped table)."""
         file_io = self._snapshot_manager.file_io
@@ -266,6 +272,16 @@ class ShardedTable:
             raise TableNotFound(
                 f"table {self.identifier} not found in warehouse {self.warehouse}: it was "
                 "dropped while the group read it"
+            )
+        # A table of that name that is another table: dropped and re-created
+        # (simulation seed 13004: a driven member's planner said "does not
+        # exist yet" for a pinned snapshot of the old table, and its host died).
+        current = table_identity(self.table) if self.expected_identity else ""
+        if current and current != self.expected_identity:
+            raise TableReplaced(
+                f"table {self.identifier} was dropped and re-created while the group read it "
+                f"(table identity {self.expected_identity}, now {current}): the group's "
+                "positions belong to the old table, so nothing more is read"
             )
 
     def expired_error(self, snapshot_id: int) -> SnapshotExpired:

@@ -411,3 +411,27 @@ def test_a_full_scan_planned_after_the_table_was_dropped_says_the_table_is_gone(
     catalog(table).drop_table("db.t", False)
     with pytest.raises(TableNotFound, match="dropped while the group read it"):
         planner.plan_full([0, 1], 1)
+
+
+def test_a_full_scan_planned_after_the_table_was_recreated_says_so(table: str) -> None:
+    """Simulation seed 13004: as seed 15757, but the table was dropped and
+    created again: its schema directory exists, so the planner said "does not
+    exist yet (latest: None)" for the pinned snapshot of the old table, and the
+    host died of it. With the group's table identity known, it is
+    TableReplaced, as the table check says."""
+    import time
+
+    from paimon_group.errors import TableReplaced
+    from paimon_group.identity import table_identity
+    from paimon_group.table import ShardedTable
+    from tests.support.tables import catalog, make_pk_table
+
+    sharded = ShardedTable.open(table, "db.t")
+    sharded.expected_identity = table_identity(sharded.table)
+    planner = sharded.planner(2)
+    assert planner.plan_full([0, 1], 1).next_snapshot == 2
+    catalog(table).drop_table("db.t", False)
+    time.sleep(0.01)  # another creation time, hence another identity
+    make_pk_table(table, "db.t", buckets=4)
+    with pytest.raises(TableReplaced, match="dropped and re-created while the group read it"):
+        planner.plan_full([0, 1], 1)

@@ -178,6 +178,8 @@ class Membership(Control):
             known = self._meta.table_id if self._meta is not None else ""
             meta = dataclasses.replace(meta, table_id=known or table_id)
         check_table_identity(meta, self.group_name, table_id)
+        if self.table is not None:
+            self.table.expected_identity = meta.table_id
         return meta
 
     async def _vet_consumer_files(self, num_shards: int, sharding: str) -> ConsumerFilesOrigin:
