@@ -238,6 +238,12 @@ class MemberCore:
     def session_state(self) -> str:
         return self._coord.session.state.value if self._coord else "none"
 
+    def published_latest(self) -> int | None:
+        """The table's latest snapshot id as the group's published head says it,
+        while the head is fresh (:mod:`paimon_group.member.head`); else None."""
+        record = self._head.record if self._head.fresh else None
+        return None if record is None else record.latest
+
     def loop_lag(self) -> float:
         return time.monotonic() - self._last_loop_tick
 

@@ -99,9 +99,14 @@ class SnapshotFacts:
         self._manifest_lists: Any = None
         self._manifests: Any = None
 
-    def refresh(self) -> None:
-        """Re-read the latest and earliest snapshot ids."""
-        self.latest = self.table.latest_snapshot_id()
+    def refresh(self, *, known_latest: int | None = None, earliest: bool = True) -> None:
+        """Re-read the latest and earliest snapshot ids (``known_latest``: the
+        latest as someone found it moments ago, then not read; ``earliest``
+        False: the earliest is left as it was)."""
+        self.latest = known_latest if known_latest is not None else \
+            self.table.latest_snapshot_id()
+        if not earliest:
+            return
         self.earliest = self.table.earliest_snapshot_id()
         if self.earliest is not None:
             # Expired snapshots never come back: forget them.
@@ -147,10 +152,16 @@ class SnapshotFacts:
         return rows
 
     def progress(
-        self, positions: Mapping[int, int | None], *, now: float | None = None
+        self, positions: Mapping[int, int | None], *, now: float | None = None,
+        known_latest: int | None = None, lazy: bool = False,
     ) -> dict[int, ShardProgress]:
-        """Per shard its progress, for positions ``{shard: next_snapshot or None}``."""
-        self.refresh()
+        """Per shard its progress, for positions ``{shard: next_snapshot or None}``.
+        ``lazy``: the earliest snapshot is read only when a shard lags (a
+        member's progress line and metrics: on an object store each id is
+        requests, and a caught-up member needs neither)."""
+        self.refresh(known_latest=known_latest, earliest=not lazy)
+        if lazy and any(n is not None and n <= (self.latest or 0) for n in positions.values()):
+            self.refresh(known_latest=self.latest)
         out, starts = self._lags(positions, now)
         if starts and self.latest is not None and self.count_rows:
             self._count_unread(out, starts, self.latest)
@@ -280,7 +291,11 @@ class OwnedLag:
                                identifier=table.identifier)
             facts = self._facts = SnapshotFacts(own, num_shards, count_rows=False, rule=rule)
         positions = dict(member.shard_positions())
-        progress = facts.progress(positions)
+        # The group's published head (member/head.py) says the latest while
+        # it is fresh: no request for it.
+        published = getattr(member, "published_latest", None)
+        known = published() if callable(published) else None
+        progress = facts.progress(positions, known_latest=known, lazy=True)
         self._latest = facts.latest
         self._lag = {s: ShardLag(positions.get(s), p.lag_snapshots, p.lag_seconds)
                      for s, p in progress.items()}
