@@ -53,6 +53,9 @@ LATEST_RECHECK_S = 30.0
 """How long a latest snapshot id found by a full read (the LATEST hint,
 checked) is confirmed by asking for the next snapshot alone."""
 
+REMEMBERED_SNAPSHOTS = 4
+"""How many snapshot texts handed over by the group's head a table keeps."""
+
 
 def _normalise_warehouse(warehouse: str) -> str:
     """Absolute path for a local warehouse (so every process names the same
@@ -97,6 +100,10 @@ class ShardedTable:
         self.expected_identity = ""
         # (latest snapshot id, monotonic time of the full read that found it)
         self._latest_known: tuple[int | None, float] = (None, 0.0)
+        # Snapshot files' texts handed over by the group's head (member/head.py),
+        # newest REMEMBERED_SNAPSHOTS; replaced whole, never changed in place
+        # (read by planning threads).
+        self._remembered: dict[int, str] = {}
 
     @classmethod
     def open(
@@ -246,13 +253,41 @@ class ShardedTable:
     def snapshot(self, snapshot_id: int) -> Any | None:
         """The pypaimon ``Snapshot`` with this id, or None if absent (expired or
         future). Read with one open (pypaimon's manager asks ``exists()`` first:
-        three requests on an object store, two here), parsed as pypaimon does."""
+        three requests on an object store, two here), parsed as pypaimon does;
+        or taken from a text the group's head handed over
+        (:meth:`remember_snapshot`): no request."""
         from pypaimon.common.json_util import JSON
         from pypaimon.snapshot.snapshot import Snapshot
 
-        manager = self._snapshot_manager
-        text = read_text(manager.file_io, manager.get_snapshot_path(snapshot_id))
+        text = self._remembered.get(snapshot_id)
+        if text is None:
+            text = self.snapshot_text(snapshot_id)
         return None if text is None else JSON.from_json(text, Snapshot)
+
+    def snapshot_text(self, snapshot_id: int) -> str | None:
+        """The text of a snapshot's file, read from the store (None: absent)."""
+        manager = self._snapshot_manager
+        return read_text(manager.file_io, manager.get_snapshot_path(snapshot_id))
+
+    def remember_snapshot(self, snapshot_id: int | None, text: str | None) -> None:
+        """Keep the text of snapshot ``snapshot_id``'s file as read by another
+        member moments ago (the group's head), so that planning it costs no
+        request. A snapshot file is written once under its id and never
+        changed; a table re-created under the same name, whose ids start again,
+        is caught by the identity checks (and a text of another table's
+        snapshot names manifests this table does not have: the plan fails
+        loudly, never reads wrong rows). Only the newest few are kept."""
+        if snapshot_id is None or text is None or self._remembered.get(snapshot_id) == text:
+            return
+        kept = dict(self._remembered)
+        kept[snapshot_id] = text
+        for old in sorted(kept)[:-REMEMBERED_SNAPSHOTS]:
+            del kept[old]
+        self._remembered = kept
+
+    def forget_snapshots(self) -> None:
+        """Drop the snapshot texts kept (the table was found gone or replaced)."""
+        self._remembered = {}
 
     def snapshot_commit_time_ms(self, snapshot_id: int) -> int | None:
         """Commit time (epoch ms) of a snapshot, or None if it does not exist."""

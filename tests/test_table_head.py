@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from paimon_group.member import head
-from paimon_group.member.head import HeadPublisher, HeadRecord, HeadView
+from paimon_group.member.head import HeadPublisher, HeadRecord, HeadView, TablePoll
 from tests.support.s3_server import S3Warehouse
 
 
@@ -69,6 +69,67 @@ def test_the_leader_publishes_on_a_change_and_on_the_beat() -> None:
     assert HeadRecord.decode(b"{not json") is None
 
 
+def test_the_head_carries_the_snapshot_text_and_the_table_identity() -> None:
+    """The leader's poll reads a new latest snapshot's file once and checks the
+    table every ``check_every_s``; what it found goes into the record, which
+    old records (latest and beat only) still decode to."""
+    from paimon_group.member.head import HEAD_SNAPSHOT_MAX, TablePoller
+
+    clock = Clock()
+    reads: list[int] = []
+    checks: list[str] = []
+    state = {"latest": 3, "id": "schema-0@1"}
+
+    def text(sid: int) -> str:
+        reads.append(sid)
+        return "x" * (HEAD_SNAPSHOT_MAX + 1) if sid == 5 else f'{{"id": {sid}}}'
+
+    def identity() -> str:
+        checks.append(state["id"])
+        return state["id"]
+
+    poller = TablePoller(latest=lambda: state["latest"], snapshot_text=text, identity=identity,
+                         check_every_s=5.0, clock=clock)
+    assert poller.poll() == TablePoll(3, '{"id": 3}', "schema-0@1")
+    assert poller.poll() == TablePoll(3, '{"id": 3}', "schema-0@1")
+    assert reads == [3] and len(checks) == 1  # read once; checked once in 5 s
+    state["latest"] = 4
+    state["id"] = ""  # dropped: seen at the next check only
+    assert poller.poll() == TablePoll(4, '{"id": 4}', "schema-0@1")
+    clock.now += 5.0
+    assert poller.poll() == TablePoll(4, '{"id": 4}', "")
+    state["latest"] = 5  # a snapshot file too large to carry
+    assert poller.poll() == TablePoll(5, None, "")
+    assert poller.poll().snapshot is None and reads == [3, 4, 5]  # not read again
+
+    publisher = HeadPublisher(beat_s=5.0, clock=clock)
+    record = publisher.due(TablePoll(4, '{"id": 4}', "schema-0@1"))
+    assert record is not None
+    publisher.done(record)
+    assert HeadRecord.decode(record.encode()) == record
+    assert publisher.due(TablePoll(4, '{"id": 4}', "schema-0@1")) is None
+    # A changed identity is published at once, not at the next beat.
+    assert publisher.due(TablePoll(4, '{"id": 4}', "")) == HeadRecord(4, 2, '{"id": 4}', "")
+    assert HeadRecord.decode(b'{"latest": 7, "beat": 2}') == HeadRecord(7, 2)
+
+
+def test_a_member_skips_its_table_check_only_for_a_fresh_head_naming_its_table() -> None:
+    clock = Clock()
+    view = HeadView(stale_after_s=15.0, clock=clock)
+    assert not view.vouches_for("schema-0@1")  # nothing seen
+    view.observe(HeadRecord(4, 1, None, "schema-0@1"))
+    assert view.vouches_for("schema-0@1")
+    assert view.vouches_for("")  # a group of an older version: any table in place
+    assert not view.vouches_for("schema-0@2")  # another table: check (and stop)
+    view.observe(HeadRecord(4, 2, None, ""))  # the leader found it gone
+    assert not view.vouches_for("schema-0@1") and not view.vouches_for("")
+    view.observe(HeadRecord(4, 3, None, None))  # the leader could not check
+    assert not view.vouches_for("schema-0@1")
+    view.observe(HeadRecord(4, 4, None, "schema-0@1"))
+    clock.now += 15.0  # no beat: stale
+    assert not view.vouches_for("schema-0@1")
+
+
 async def _group(s3: S3Warehouse, tmp_path: Path, members: int, ids: list[int],
                  measure_s: float, after: Any = None) -> tuple[dict[str, int], set[int]]:
     from paimon_group import GroupMember, MemberConfig
@@ -102,6 +163,7 @@ async def _group(s3: S3Warehouse, tmp_path: Path, members: int, ids: list[int],
         s3.server.reset_counts()
         await asyncio.sleep(measure_s)
         counts = s3.server.counts()
+        counts["schema"] = s3.server.counts(contains="/schema/")["total"]
         if after is not None:
             await after(until)
     finally:
@@ -115,23 +177,47 @@ async def _group(s3: S3Warehouse, tmp_path: Path, members: int, ids: list[int],
 def test_a_group_of_four_polls_the_store_once_per_interval(s3_warehouse: S3Warehouse,
                                                           tmp_path: Path) -> None:
     """Idle, four members make about one request per poll interval between them
-    (the leader's), not four; a new snapshot still reaches every shard."""
+    (the leader's), not four, and check the table once per group (the
+    leader's check, published with the head), not once per member; a new
+    snapshot's file is read once for the group, not by every member that
+    plans it; and it still reaches every shard."""
     from tests.support.tables import make_pk_table, write_rows
 
-    make_pk_table(s3_warehouse.uri, "db.t", buckets=4)
-    write_rows(s3_warehouse.uri, "db.t", range(200))
+    def snapshot_reads(table: str) -> int:
+        return sum(n for k, n in s3_warehouse.server.paths().items()
+                   if k.startswith(("GET ", "GET_RANGE ")) and f"/{table}/snapshot/snapshot-2" in k)
+
+    # What the writer itself reads of the snapshot it commits, on a twin table.
+    for name in ("db.t", "db.twin"):
+        make_pk_table(s3_warehouse.uri, name, buckets=4)
+        write_rows(s3_warehouse.uri, name, range(200))
+    s3_warehouse.server.reset_counts()
+    write_rows(s3_warehouse.uri, "db.twin", range(200, 300))
+    writer_reads = snapshot_reads("twin")
+    after: dict[str, int] = {}
 
     async def write_more(until: Any) -> None:
+        s3 = s3_warehouse.server
+        s3.reset_counts()
         await asyncio.to_thread(write_rows, s3_warehouse.uri, "db.t", range(200, 300))
         await until(300)
+        await asyncio.sleep(0.5)
+        after["reads"] = snapshot_reads("t") - writer_reads
 
-    counts, got = asyncio.run(_group(s3_warehouse, tmp_path, 4, list(range(200)), 4.0,
+    measure_s = 10.0
+    counts, got = asyncio.run(_group(s3_warehouse, tmp_path, 4, list(range(200)), measure_s,
                                      write_more))
     assert got == set(range(300))
-    polls = 4.0 / 0.1
-    # The leader's poll (one HEAD each) and each member's table check (2
-    # requests every 5 s); four members polling on their own made 4 a poll.
-    assert counts["total"] <= polls + 4 * 2 + 8, counts
+    polls = measure_s / 0.1
+    # The leader's poll (one HEAD each) and one table check per group every
+    # 5 s (2 requests each); four members polling on their own made 4 a poll.
+    assert counts["total"] - counts["schema"] <= polls + 8, counts
+    # The table check: 2 requests every 5 s for the group; four members
+    # checking each on their own made 16 in 10 s.
+    assert counts["schema"] <= 2 * (measure_s / 5 + 1), counts
+    # Four members each planning the new snapshot read its file once each
+    # before: once for the group now (the leader's head poll).
+    assert after["reads"] == 1, (after, writer_reads)
 
 
 def test_members_poll_by_themselves_when_the_head_goes_stale(
@@ -200,12 +286,12 @@ def test_a_head_read_that_fails_is_read_again_without_a_new_watch_event() -> Non
     view = HeadView(stale_after_s=15.0)
     woken: list[bool] = []
 
-    async def latest() -> int | None:
-        return None
+    async def latest() -> TablePoll:
+        return TablePoll(None)
 
     async def go() -> None:
         loop = HeadLoop(Coordinator(), GroupKeys("g"), view, poll_s=0.01,  # type: ignore[arg-type]
-                        latest=latest, leader_epoch=lambda: None,
+                        poll=latest, leader_epoch=lambda: None,
                         woken=lambda: woken.append(True))
         task = asyncio.create_task(loop.run())
         await asyncio.sleep(0.1)
@@ -240,12 +326,12 @@ def test_a_stopped_head_loop_ends_without_being_cancelled() -> None:
         async def get(self, key: str) -> None:
             return None
 
-    async def latest() -> int | None:
-        return None
+    async def latest() -> TablePoll:
+        return TablePoll(None)
 
     async def go() -> None:
         loop = HeadLoop(Coordinator(), GroupKeys("g"), HeadView(), poll_s=0.01,  # type: ignore[arg-type]
-                        latest=latest, leader_epoch=lambda: None, woken=lambda: None)
+                        poll=latest, leader_epoch=lambda: None, woken=lambda: None)
         task = asyncio.create_task(loop.run())
         await asyncio.sleep(0.05)
         loop.stop()

@@ -67,7 +67,6 @@ from __future__ import annotations
 from paimon_group.config import MemberConfig
 from paimon_group.member.commits import COMMIT_LINGER_S, CommitLane
 from paimon_group.member.core import (
-    TABLE_CHECK_S,
     VERSION,
     Handler,
     MemberStats,
@@ -75,6 +74,7 @@ from paimon_group.member.core import (
 )
 from paimon_group.member.driving import ShardPosition
 from paimon_group.member.facade import GroupMember
+from paimon_group.member.head import TABLE_CHECK_S
 from paimon_group.member.state import MemberState, OwnedShard, ShardState, Stop
 
 # The names these had inside the former single module.

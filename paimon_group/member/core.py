@@ -37,7 +37,6 @@ from paimon_group.table import ShardedTable
 log = logging.getLogger("paimon_group.member")
 
 VERSION = "0.1.0"
-TABLE_CHECK_S = 5.0  # how often a member checks that its table still exists and is the same
 
 
 class RebalanceListener(Protocol):

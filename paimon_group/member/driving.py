@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from coordinators.errors import PaimonGroupError
 from paimon_group.errors import TableNotFound, TableReplaced
-from paimon_group.member.core import TABLE_CHECK_S
+from paimon_group.member.head import TABLE_CHECK_S
 from paimon_group.member.reader import Reader
 from paimon_group.member.state import OwnedShard, Stop
 

@@ -19,8 +19,26 @@ store each is billed). Instead:
   record only ever lets a member skip looking for a snapshot the leader
   found absent moments ago.
 
-The head is a hint, never a position: plans are still made from the table
-itself (invariant 4), positions still only move by fenced commits.
+The record also carries what every member would otherwise fetch for itself:
+
+* the **text of the latest snapshot's file** (when it is at most
+  :data:`HEAD_SNAPSHOT_MAX` bytes): the members that plan that snapshot take
+  it from their table's memory (:meth:`ShardedTable.remember_snapshot`)
+  instead of reading it, two requests each on an object store. A snapshot
+  file is written once under its id and never changed; a table re-created
+  under the same name (ids used again) is caught by the identity check;
+* the **table's identity** as the leader's last check found it (every
+  :data:`TABLE_CHECK_S`): while the record is fresh and names the group's
+  table, members skip their own check (two requests each every 5 s). A
+  leader that finds the table gone or replaced publishes that at once (the
+  members then check, and stop, by themselves); one that cannot check
+  publishes no identity (they check by themselves).
+
+So an idle group makes the same requests whatever its number of members, and
+a new snapshot costs each member only the manifests its shards need.
+
+The head is a hint, never a position: plans are still made from the table's
+own files (invariant 4), positions still only move by fenced commits.
 
 Example::
 
@@ -44,7 +62,10 @@ from coordinators.base import Check, Coordinator, Put
 from coordinators.errors import CoordinatorError
 from paimon_group.names import GroupKeys
 
-__all__ = ["HEAD_BEAT_S", "HEAD_STALE_S", "HeadLoop", "HeadPublisher", "HeadRecord", "HeadView"]
+__all__ = [
+    "HEAD_BEAT_S", "HEAD_SNAPSHOT_MAX", "HEAD_STALE_S", "TABLE_CHECK_S", "HeadLoop",
+    "HeadPublisher", "HeadRecord", "HeadView", "TablePoll", "TablePoller",
+]
 
 log = logging.getLogger("paimon_group.member")
 
@@ -54,6 +75,14 @@ HEAD_BEAT_S = 5.0
 HEAD_STALE_S = 3 * HEAD_BEAT_S
 """A head record not seen to beat for this long is not trusted: members poll."""
 
+HEAD_SNAPSHOT_MAX = 8 * 1024
+"""The largest snapshot file carried in the head (a snapshot file is about
+1 KiB; the record goes to every member on every beat)."""
+
+TABLE_CHECK_S = 5.0
+"""How often the table is checked to exist and be the group's: by the leader
+for the group while the head is fresh, else by each member."""
+
 
 def _monotonic() -> float:
     # Looked up at each call, not bound once: the seeded simulation runs
@@ -62,15 +91,31 @@ def _monotonic() -> float:
 
 
 @dataclass(frozen=True)
+class TablePoll:
+    """What the leader found polling the table: the latest snapshot id (None:
+    empty table), the text of that snapshot's file (None: not read, or too
+    large) and the table's identity at the last check (None: not checked or
+    the check failed; ``""``: the table is gone)."""
+
+    latest: int | None
+    snapshot: str | None = None
+    table_id: str | None = None
+
+
+@dataclass(frozen=True)
 class HeadRecord:
-    """The published head: the table's latest snapshot id (None: empty table)
-    and a beat counter that every publication increases."""
+    """The published head: a :class:`TablePoll` and a beat counter that every
+    publication increases. Records of an older version have only ``latest``
+    and ``beat``: the rest decodes as unknown."""
 
     latest: int | None
     beat: int
+    snapshot: str | None = None
+    table_id: str | None = None
 
     def encode(self) -> bytes:
-        return json.dumps({"latest": self.latest, "beat": self.beat}).encode()
+        return json.dumps({"latest": self.latest, "beat": self.beat,
+                           "snapshot": self.snapshot, "table_id": self.table_id}).encode()
 
     @classmethod
     def decode(cls, data: bytes | None) -> HeadRecord | None:
@@ -80,8 +125,11 @@ class HeadRecord:
         try:
             doc = json.loads(data)
             latest = doc["latest"]
-            return cls(None if latest is None else int(latest), int(doc["beat"]))
-        except (ValueError, KeyError, TypeError):
+            snapshot, table_id = doc.get("snapshot"), doc.get("table_id")
+            return cls(None if latest is None else int(latest), int(doc["beat"]),
+                       snapshot if isinstance(snapshot, str) else None,
+                       table_id if isinstance(table_id, str) else None)
+        except (ValueError, KeyError, TypeError, AttributeError):
             return None
 
 
@@ -129,6 +177,59 @@ class HeadView:
         assert self.record is not None
         return self.record.latest is None or position > self.record.latest
 
+    def vouches_for(self, table_id: str) -> bool:
+        """Whether the head is fresh and its leader's last check found the
+        group's table (``table_id``; ``""``: a group of an older version,
+        which knows no identity: any table that exists) in place: then a
+        member need not check it itself."""
+        if not self.fresh:
+            return False
+        assert self.record is not None
+        found = self.record.table_id
+        return bool(found) and (not table_id or found == table_id)
+
+
+class TablePoller:
+    """The leader's poll of the table (blocking: run it off the event loop).
+
+    ``latest`` finds the latest snapshot id, ``snapshot_text`` reads a
+    snapshot's file (None: absent), ``identity`` the table's identity
+    (:func:`paimon_group.identity.table_identity`). A snapshot's text is read
+    once per new latest; the identity every ``check_every_s``.
+    """
+
+    def __init__(self, *, latest: Callable[[], int | None],
+                 snapshot_text: Callable[[int], str | None], identity: Callable[[], str],
+                 check_every_s: float | None = None,
+                 clock: Callable[[], float] | None = None) -> None:
+        self._latest, self._snapshot_text, self._identity = latest, snapshot_text, identity
+        self._check_every_s = check_every_s
+        self._clock = clock or _monotonic
+        self._text_of: tuple[int | None, str | None] = (None, None)
+        self._table_id: str | None = None
+        self._checked_at = -1e18
+
+    def poll(self) -> TablePoll:
+        latest = self._latest()  # errors: the head loop skips this tick
+        if latest is not None and self._text_of[0] != latest:
+            try:
+                text = self._snapshot_text(latest)
+            except Exception as err:  # the members read it themselves
+                log.debug("snapshot %s not read for the table head: %s", latest, err)
+                text = None
+            self._text_of = (latest, text if text is not None
+                             and len(text.encode()) <= HEAD_SNAPSHOT_MAX else None)
+        every = TABLE_CHECK_S if self._check_every_s is None else self._check_every_s
+        if self._clock() - self._checked_at >= every:
+            try:
+                self._table_id = self._identity()
+            except Exception as err:  # the members check by themselves
+                log.debug("table not checked for the table head: %s", err)
+                self._table_id = None
+            self._checked_at = self._clock()
+        text = self._text_of[1] if self._text_of[0] == latest else None
+        return TablePoll(latest, text, self._table_id)
+
 
 class HeadPublisher:
     """When the leader publishes (I/O free): on a change, or on the beat."""
@@ -140,13 +241,18 @@ class HeadPublisher:
         self.published: HeadRecord | None = None
         self._published_at = -1e18
 
-    def due(self, latest: int | None) -> HeadRecord | None:
-        """The record to publish now for ``latest``, or None."""
+    def due(self, poll: TablePoll | int | None) -> HeadRecord | None:
+        """The record to publish now for what was polled (or a bare latest
+        id), or None: on a new latest or identity, or on the beat."""
+        if not isinstance(poll, TablePoll):
+            poll = TablePoll(poll)
         last = self.published
-        if last is not None and last.latest == latest and \
+        if last is not None and last.latest == poll.latest and \
+                last.table_id == poll.table_id and \
                 self._clock() - self._published_at < self._beat_s:
             return None
-        return HeadRecord(latest, (last.beat + 1) if last is not None else 1)
+        return HeadRecord(poll.latest, (last.beat + 1) if last is not None else 1,
+                          poll.snapshot, poll.table_id)
 
     def done(self, record: HeadRecord) -> None:
         self.published = record
@@ -162,17 +268,20 @@ class HeadLoop:
     """Runs for one session of a member: publishes when it leads, follows
     otherwise (see the module docstring).
 
-    ``latest``: the table's latest snapshot id (a store request, off the
-    event loop); ``leader_epoch``: ours, or None when we do not lead;
-    ``woken``: called when the head shows a new snapshot.
+    ``poll``: polls the table (:class:`TablePoller`, off the event loop);
+    ``leader_epoch``: ours, or None when we do not lead; ``woken``: called
+    when the head shows a new snapshot; ``learned``: called with every record
+    published or read (the member keeps its snapshot text).
     """
 
     def __init__(self, coord: Coordinator, keys: GroupKeys, view: HeadView, *,
-                 poll_s: float, latest: Callable[[], Awaitable[int | None]],
-                 leader_epoch: Callable[[], int | None], woken: Callable[[], None]) -> None:
+                 poll_s: float, poll: Callable[[], Awaitable[TablePoll]],
+                 leader_epoch: Callable[[], int | None], woken: Callable[[], None],
+                 learned: Callable[[HeadRecord], None] | None = None) -> None:
         self._coord, self._keys, self.view = coord, keys, view
         self._poll_s = poll_s
-        self._latest, self._leader_epoch, self._woken = latest, leader_epoch, woken
+        self._poll, self._leader_epoch, self._woken = poll, leader_epoch, woken
+        self._learned = learned
         self._publisher = HeadPublisher()
         self._stopped = False
 
@@ -214,22 +323,25 @@ class HeadLoop:
         except CoordinatorError as err:
             log.debug("table head not read: %s", err)
             return False
-        if self.view.observe(HeadRecord.decode(None if entry is None else entry.value),
-                             beat=beat):
-            self._woken()
+        self._observe(HeadRecord.decode(None if entry is None else entry.value), beat=beat)
         return True
+
+    def _observe(self, record: HeadRecord | None, *, beat: bool = True) -> None:
+        if record is not None and self._learned is not None:
+            self._learned(record)  # before the wake-up: the reader plans from it
+        if self.view.observe(record, beat=beat):
+            self._woken()
 
     async def _publish(self, epoch: int) -> None:
         try:
-            latest = await self._latest()
+            polled = await self._poll()
         except Exception as err:  # the readers poll by themselves and report it
             log.debug("table head not polled: %s", err)
             return
-        record = self._publisher.due(latest)
+        record = self._publisher.due(polled)
         if record is None:
             return
         if await self._coord.commit([Check.created_at(self._keys.leader, epoch)],
                                     [Put(self._keys.head, record.encode())]):
             self._publisher.done(record)
-            if self.view.observe(record):
-                self._woken()
+            self._observe(record)

@@ -32,7 +32,7 @@ from paimon_group.group import GroupClient
 from paimon_group.identity import check_table_identity, table_identity
 from paimon_group.member.control import Control
 from paimon_group.member.core import VERSION
-from paimon_group.member.head import HeadLoop
+from paimon_group.member.head import HeadLoop, HeadRecord, TablePoller
 from paimon_group.member.state import MemberState
 from paimon_group.mirror import ConsumerMirror, mirror_interval
 from paimon_group.records import GroupMeta, MemberInfo
@@ -270,10 +270,24 @@ class Membership(Control):
         if coord is None or group is None or table is None:
             return None
         self._head.forget()
+        poller = TablePoller(latest=table.latest_snapshot_id, snapshot_text=table.snapshot_text,
+                             identity=functools.partial(table_identity, table.table))
+
+        def learned(record: HeadRecord) -> None:
+            # Only a text the leader read from the group's own table (as its
+            # last check found it) is planned from.
+            meta = self._meta
+            if record.table_id and (meta is None or not meta.table_id
+                                    or record.table_id == meta.table_id):
+                table.remember_snapshot(record.latest, record.snapshot)
+            elif record.table_id is not None:
+                table.forget_snapshots()  # gone or replaced: none of them is ours
+
         return HeadLoop(coord, group.keys, self._head,
                         poll_s=self.config.poll_interval_ms / 1000.0,
-                        latest=lambda: asyncio.to_thread(table.latest_snapshot_id),
-                        leader_epoch=lambda: self._leader_epoch, woken=self._head_woken.set)
+                        poll=lambda: asyncio.to_thread(poller.poll),
+                        leader_epoch=lambda: self._leader_epoch, woken=self._head_woken.set,
+                        learned=learned)
 
     async def _run_head(self, loop: HeadLoop | None) -> None:
         """Run the head loop; a failure only makes the head go stale: members

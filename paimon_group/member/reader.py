@@ -28,7 +28,8 @@ from paimon_group.errors import HandlerFailed, NotOwner, StaleEpoch
 from paimon_group.group_start import group_start
 from paimon_group.identity import check_table_identity, table_identity
 from paimon_group.member.commits import CommitLane, Commits
-from paimon_group.member.core import TABLE_CHECK_S, RebalanceListener
+from paimon_group.member.core import RebalanceListener
+from paimon_group.member.head import TABLE_CHECK_S
 from paimon_group.member.state import OwnedShard, Stop
 from paimon_group.planner import StepPlan
 from paimon_group.records import GroupStart
@@ -123,7 +124,15 @@ class Reader(Commits):
 
     def _check_table(self) -> None:
         """Raise TableNotFound if the table is gone, TableReplaced if it was
-        dropped and re-created since the group was created."""
+        dropped and re-created since the group was created. Skipped while the
+        group's fresh head says its leader found the table in place moments
+        ago (member/head.py: one check per group, not one per member)."""
+        if self._head.vouches_for(self._meta.table_id if self._meta is not None else ""):
+            return
+        self._check_table_itself()
+
+    def _check_table_itself(self) -> None:
+        """:meth:`_check_table`, whatever the head says."""
         cfg = self.config
         current = table_identity(self.table.table) if self.table is not None else ""
         if not current:
@@ -143,6 +152,12 @@ class Reader(Commits):
         prefetched, self._prefetched = self._prefetched, {}
         try:
             return await self._read_groups(active, prefetched, process)
+        except FileNotFoundError:
+            # A file the plan names is gone: most likely the table was dropped
+            # (or re-created) since the last check, which says so in one line
+            # (TableNotFound, TableReplaced); else the error stands.
+            await self._in_io(self._check_table_itself)
+            raise
         finally:
             for future in prefetched.values():
                 # Unused: retrieve its outcome so an error is not reported as lost.

@@ -18,8 +18,9 @@ Figures, side by side in one run:
   table (all caught up), the requests the server receives per second while
   idle, and in the ``AFTER_S`` seconds after one new snapshot (minus the idle
   rate), with the median commit-to-delivery latency, at the default 1000 ms
-  poll. Members poll the table each on its own: the per-group figures grow
-  with the members (one poll per group is not built yet: docs/benchmarks.md).
+  poll. The leader polls for the group (``member/head.py``): idle, the
+  group's requests do not grow with its members; per new snapshot, each
+  member that owns shards reads the snapshot's manifests itself.
 
 moto answers from memory, on loopback: what these figures count is requests,
 which a real store bills and whose latency it adds; times are only relative.
