@@ -69,6 +69,7 @@ from pypaimon.read.scanner.file_scanner import FileScanner
 from coordinators.errors import PaimonGroupError
 from paimon_group.arrowread import ReadPath
 from paimon_group.errors import SnapshotExpired
+from paimon_group.handed_over import HandedOverFileIO
 from paimon_group.read_view import ReadView
 from paimon_group.sharding import Sharding, ShardRule
 from paimon_group.steps import (
@@ -118,6 +119,8 @@ class PlannedTable(Protocol):
     def expired_error(self, snapshot_id: int) -> SnapshotExpired: ...
 
     def raise_if_dropped(self) -> None: ...
+
+    def manifest_dir(self) -> str: ...
 
 
 class _IncrementDeletesFile(Exception):
@@ -199,6 +202,13 @@ class ShardPlanner:
         self._schema_id = view.schema_id
         self._manifest_lists: Any = ManifestListManager(pt)
         self._manifests: Any = ManifestFileManager(pt)
+        handed_over = getattr(self.table, "handed_over", None)
+        if handed_over is not None:
+            # Files the group's head handed over are read from memory
+            # (paimon_group.handed_over); the rest from the store.
+            io = HandedOverFileIO(pt.file_io, handed_over, self.table.manifest_dir())
+            self._manifest_lists.file_io = io
+            self._manifests.file_io = io
         # One attribute, replaced whole: a batch keeps the view it was planned
         # with (paimon_group.read_view), whatever the planner switches to.
         self._view = view

@@ -32,10 +32,11 @@ from coordinators.credentials import scrub, secret_values
 from coordinators.errors import ConfigError
 from paimon_group import object_store
 from paimon_group.errors import SnapshotExpired, TableNotFound, TableReplaced
+from paimon_group.handed_over import HANDED_OVER_MAX, HandedOverFileIO, HandedOverFiles
 from paimon_group.identity import table_identity
 from paimon_group.sharding import ShardRule, TableKind, choose_rule, default_shards, table_kind
 from paimon_group.start import ResolvedStart, StartKind, StartPosition
-from paimon_group.store_io import file_exists, read_text
+from paimon_group.store_io import file_exists, is_object_store, read_text
 
 if TYPE_CHECKING:
     from paimon_group.planner import ShardPlanner
@@ -104,6 +105,8 @@ class ShardedTable:
         # newest REMEMBERED_SNAPSHOTS; replaced whole, never changed in place
         # (read by planning threads).
         self._remembered: dict[int, str] = {}
+        # Manifest lists and manifests handed over the same way (object stores).
+        self.handed_over = HandedOverFiles()
 
     @classmethod
     def open(
@@ -286,8 +289,57 @@ class ShardedTable:
         self._remembered = kept
 
     def forget_snapshots(self) -> None:
-        """Drop the snapshot texts kept (the table was found gone or replaced)."""
+        """Drop the snapshot texts and files kept (the table was found gone or
+        replaced)."""
         self._remembered = {}
+        self.handed_over.clear()
+
+    def manifest_dir(self) -> str:
+        return f"{self.table_path.rstrip('/')}/manifest"
+
+    def follow_up_files(self, snapshot_text: str) -> dict[str, bytes]:
+        """The manifest list and manifests a follow-up step of this snapshot
+        reads (its changelog ones with a changelog producer), read from an
+        object store to be handed over with the group's head
+        (:mod:`paimon_group.handed_over`): up to ``HANDED_OVER_MAX`` bytes in
+        all, the list first. Empty on a local file system (reads cost nothing
+        there) and for a snapshot that follow-up steps skip."""
+        from pypaimon.common.json_util import JSON
+        from pypaimon.manifest.manifest_list_manager import ManifestListManager
+        from pypaimon.snapshot.snapshot import Snapshot
+
+        from paimon_group.steps import follow_up_scans
+
+        file_io = self.table.file_io
+        changelog = self.changelog_producer != "none"
+        snapshot = JSON.from_json(snapshot_text, Snapshot)
+        if not is_object_store(file_io) or not follow_up_scans(snapshot, changelog=changelog):
+            return {}
+        name = snapshot.changelog_manifest_list if changelog else snapshot.delta_manifest_list
+        directory = self.manifest_dir()
+        files: dict[str, bytes] = {}
+        budget = HANDED_OVER_MAX
+
+        def take(file_name: str) -> bool:
+            nonlocal budget
+            with file_io.new_input_stream(f"{directory}/{file_name}") as source:
+                data: bytes = source.read()
+            if len(data) > budget:
+                return False
+            files[file_name] = data
+            budget -= len(data)
+            return True
+
+        if not name or not take(name):
+            return {}
+        lists = ManifestListManager(self.table)
+        held = HandedOverFiles()
+        held.add(files)
+        lists.file_io = HandedOverFileIO(file_io, held, directory)
+        for meta in lists.read(name):
+            if not take(meta.file_name):
+                break
+        return files
 
     def snapshot_commit_time_ms(self, snapshot_id: int) -> int | None:
         """Commit time (epoch ms) of a snapshot, or None if it does not exist."""

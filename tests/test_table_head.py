@@ -111,6 +111,44 @@ def test_the_head_carries_the_snapshot_text_and_the_table_identity() -> None:
     # A changed identity is published at once, not at the next beat.
     assert publisher.due(TablePoll(4, '{"id": 4}', "")) == HeadRecord(4, 2, '{"id": 4}', "")
     assert HeadRecord.decode(b'{"latest": 7, "beat": 2}') == HeadRecord(7, 2)
+    # Manifests go with the publication of a new latest, not with the beats.
+    clock.now += 10.0
+    files = {"manifest-list-1": b"\x00list", "manifest-1": b"\x01m"}
+    fresh = publisher.due(TablePoll(5, None, "", files))
+    assert fresh is not None and fresh.files == files
+    assert HeadRecord.decode(fresh.encode()) == fresh
+    publisher.done(fresh)
+    clock.now += 5.0
+    beat = publisher.due(TablePoll(5, None, "", files))
+    assert beat is not None and beat.files is None
+
+
+def test_handed_over_files_are_read_from_memory_and_the_rest_from_the_store() -> None:
+    from paimon_group.handed_over import HandedOverFileIO, HandedOverFiles
+
+    class Store:
+        def __init__(self) -> None:
+            self.opened: list[str] = []
+
+        def new_input_stream(self, path: str) -> Any:
+            import pyarrow as pa
+
+            self.opened.append(path)
+            return pa.BufferReader(b"from the store")
+
+    files = HandedOverFiles(kept=2)
+    files.add({"manifest-list-1": b"list", "manifest-1": b"one"})
+    store = Store()
+    io = HandedOverFileIO(store, files, "s3://b/t/manifest/")
+    with io.new_input_stream("s3://b/t/manifest/manifest-1") as source:
+        assert source.read() == b"one"
+    with io.new_input_stream("s3://b/t/manifest/manifest-2") as source:
+        assert source.read() == b"from the store"
+    with io.new_input_stream("s3://b/other/manifest-1") as source:  # another directory
+        assert source.read() == b"from the store"
+    assert store.opened == ["s3://b/t/manifest/manifest-2", "s3://b/other/manifest-1"]
+    files.add({"manifest-2": b"two"})  # the oldest goes
+    assert files.get("manifest-list-1") is None and len(files) == 2
 
 
 def test_a_member_skips_its_table_check_only_for_a_fresh_head_naming_its_table() -> None:
@@ -183,9 +221,9 @@ def test_a_group_of_four_polls_the_store_once_per_interval(s3_warehouse: S3Wareh
     plans it; and it still reaches every shard."""
     from tests.support.tables import make_pk_table, write_rows
 
-    def snapshot_reads(table: str) -> int:
+    def reads(table: str, needle: str) -> int:
         return sum(n for k, n in s3_warehouse.server.paths().items()
-                   if k.startswith(("GET ", "GET_RANGE ")) and f"/{table}/snapshot/snapshot-2" in k)
+                   if k.startswith(("GET ", "GET_RANGE ")) and f"/{table}/{needle}" in k)
 
     # What the writer itself reads of the snapshot it commits, on a twin table.
     for name in ("db.t", "db.twin"):
@@ -193,7 +231,7 @@ def test_a_group_of_four_polls_the_store_once_per_interval(s3_warehouse: S3Wareh
         write_rows(s3_warehouse.uri, name, range(200))
     s3_warehouse.server.reset_counts()
     write_rows(s3_warehouse.uri, "db.twin", range(200, 300))
-    writer_reads = snapshot_reads("twin")
+    writer_reads = {what: reads("twin", what) for what in ("snapshot/snapshot-2", "manifest/")}
     after: dict[str, int] = {}
 
     async def write_more(until: Any) -> None:
@@ -202,7 +240,7 @@ def test_a_group_of_four_polls_the_store_once_per_interval(s3_warehouse: S3Wareh
         await asyncio.to_thread(write_rows, s3_warehouse.uri, "db.t", range(200, 300))
         await until(300)
         await asyncio.sleep(0.5)
-        after["reads"] = snapshot_reads("t") - writer_reads
+        after.update({what: reads("t", what) - writer_reads[what] for what in writer_reads})
 
     measure_s = 10.0
     counts, got = asyncio.run(_group(s3_warehouse, tmp_path, 4, list(range(200)), measure_s,
@@ -215,9 +253,10 @@ def test_a_group_of_four_polls_the_store_once_per_interval(s3_warehouse: S3Wareh
     # The table check: 2 requests every 5 s for the group; four members
     # checking each on their own made 16 in 10 s.
     assert counts["schema"] <= 2 * (measure_s / 5 + 1), counts
-    # Four members each planning the new snapshot read its file once each
-    # before: once for the group now (the leader's head poll).
-    assert after["reads"] == 1, (after, writer_reads)
+    # Four members each planning the new snapshot read its file, its delta
+    # manifest list and its manifest once each before (4 + 8): once for the
+    # group now (the leader's head poll, which hands them over).
+    assert after == {"snapshot/snapshot-2": 1, "manifest/": 2}, (after, writer_reads)
 
 
 def test_members_poll_by_themselves_when_the_head_goes_stale(

@@ -27,6 +27,10 @@ The record also carries what every member would otherwise fetch for itself:
   instead of reading it, two requests each on an object store. A snapshot
   file is written once under its id and never changed; a table re-created
   under the same name (ids used again) is caught by the identity check;
+* on an object store, the **manifest list and manifests** a follow-up step of
+  that snapshot reads (:mod:`paimon_group.handed_over`, up to 64 KiB), in the
+  publication of a new latest only (not in the beats): members plan from
+  them instead of reading them, four requests each;
 * the **table's identity** as the leader's last check found it (every
   :data:`TABLE_CHECK_S`): while the record is fresh and names the group's
   table, members skip their own check (two requests each every 5 s). A
@@ -51,11 +55,13 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import contextlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 from coordinators.base import Check, Coordinator, Put
@@ -100,6 +106,7 @@ class TablePoll:
     latest: int | None
     snapshot: str | None = None
     table_id: str | None = None
+    files: Mapping[str, bytes] | None = None
 
 
 @dataclass(frozen=True)
@@ -112,10 +119,13 @@ class HeadRecord:
     beat: int
     snapshot: str | None = None
     table_id: str | None = None
+    files: Mapping[str, bytes] | None = None
 
     def encode(self) -> bytes:
-        return json.dumps({"latest": self.latest, "beat": self.beat,
-                           "snapshot": self.snapshot, "table_id": self.table_id}).encode()
+        files = None if self.files is None else \
+            {name: base64.b64encode(data).decode() for name, data in self.files.items()}
+        return json.dumps({"latest": self.latest, "beat": self.beat, "snapshot": self.snapshot,
+                           "table_id": self.table_id, "files": files}).encode()
 
     @classmethod
     def decode(cls, data: bytes | None) -> HeadRecord | None:
@@ -126,10 +136,13 @@ class HeadRecord:
             doc = json.loads(data)
             latest = doc["latest"]
             snapshot, table_id = doc.get("snapshot"), doc.get("table_id")
+            files = doc.get("files")
             return cls(None if latest is None else int(latest), int(doc["beat"]),
                        snapshot if isinstance(snapshot, str) else None,
-                       table_id if isinstance(table_id, str) else None)
-        except (ValueError, KeyError, TypeError, AttributeError):
+                       table_id if isinstance(table_id, str) else None,
+                       {str(k): base64.b64decode(v) for k, v in files.items()}
+                       if isinstance(files, dict) else None)
+        except (ValueError, KeyError, TypeError, AttributeError, binascii.Error):
             return None
 
 
@@ -200,9 +213,12 @@ class TablePoller:
 
     def __init__(self, *, latest: Callable[[], int | None],
                  snapshot_text: Callable[[int], str | None], identity: Callable[[], str],
+                 files: Callable[[str], Mapping[str, bytes]] | None = None,
                  check_every_s: float | None = None,
                  clock: Callable[[], float] | None = None) -> None:
         self._latest, self._snapshot_text, self._identity = latest, snapshot_text, identity
+        self._files = files
+        self._files_of: tuple[int | None, Mapping[str, bytes] | None] = (None, None)
         self._check_every_s = check_every_s
         self._clock = clock or _monotonic
         self._text_of: tuple[int | None, str | None] = (None, None)
@@ -219,6 +235,7 @@ class TablePoller:
                 text = None
             self._text_of = (latest, text if text is not None
                              and len(text.encode()) <= HEAD_SNAPSHOT_MAX else None)
+            self._files_of = (latest, self._follow_up_files(text))
         every = TABLE_CHECK_S if self._check_every_s is None else self._check_every_s
         if self._clock() - self._checked_at >= every:
             try:
@@ -228,7 +245,17 @@ class TablePoller:
                 self._table_id = None
             self._checked_at = self._clock()
         text = self._text_of[1] if self._text_of[0] == latest else None
-        return TablePoll(latest, text, self._table_id)
+        files = self._files_of[1] if self._files_of[0] == latest else None
+        return TablePoll(latest, text, self._table_id, files)
+
+    def _follow_up_files(self, text: str | None) -> Mapping[str, bytes] | None:
+        if text is None or self._files is None:
+            return None
+        try:
+            return self._files(text) or None
+        except Exception as err:  # the members read them themselves
+            log.debug("manifests not read for the table head: %s", err)
+            return None
 
 
 class HeadPublisher:
@@ -251,8 +278,11 @@ class HeadPublisher:
                 last.table_id == poll.table_id and \
                 self._clock() - self._published_at < self._beat_s:
             return None
+        # The files go with the publication of a new latest only: the beats
+        # that follow, sent to every member every few seconds, stay small.
+        new_latest = last is None or last.latest != poll.latest
         return HeadRecord(poll.latest, (last.beat + 1) if last is not None else 1,
-                          poll.snapshot, poll.table_id)
+                          poll.snapshot, poll.table_id, poll.files if new_latest else None)
 
     def done(self, record: HeadRecord) -> None:
         self.published = record

@@ -271,7 +271,8 @@ class Membership(Control):
             return None
         self._head.forget()
         poller = TablePoller(latest=table.latest_snapshot_id, snapshot_text=table.snapshot_text,
-                             identity=functools.partial(table_identity, table.table))
+                             identity=functools.partial(table_identity, table.table),
+                             files=table.follow_up_files)
 
         def learned(record: HeadRecord) -> None:
             # Only a text the leader read from the group's own table (as its
@@ -280,6 +281,8 @@ class Membership(Control):
             if record.table_id and (meta is None or not meta.table_id
                                     or record.table_id == meta.table_id):
                 table.remember_snapshot(record.latest, record.snapshot)
+                if record.files:
+                    table.handed_over.add(record.files)
             elif record.table_id is not None:
                 table.forget_snapshots()  # gone or replaced: none of them is ours
 

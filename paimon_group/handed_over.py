@@ -1,0 +1,89 @@
+"""Metadata files handed over by the group's head: read from the store once by
+the leader, planned from by every member.
+
+When a new snapshot is committed, every member that owns shards plans it:
+each reads the snapshot's delta (or changelog) manifest list and the
+manifests in it, the same few small files, four requests a member on an
+object store (pyarrow asks for a file's size before it reads it). The
+leader's head poll (:mod:`paimon_group.member.head`) reads them once, up to
+:data:`HANDED_OVER_MAX` bytes in all, and publishes them with the new latest;
+each member keeps them here, and its planner's manifest readers take them
+from memory (:class:`HandedOverFileIO`).
+
+Manifest lists and manifests are written once under a unique name and never
+changed, so the bytes handed over are exactly what the store would return;
+a file not handed over (too large, an older snapshot, a member that missed
+the publication) is read from the store as before.
+
+Example::
+
+    files = HandedOverFiles()
+    files.add({"manifest-list-1": b"..."})
+    assert files.get("manifest-list-1") == b"..."
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import pyarrow as pa
+
+__all__ = ["HANDED_OVER_KEPT", "HANDED_OVER_MAX", "HandedOverFileIO", "HandedOverFiles"]
+
+HANDED_OVER_MAX = 64 * 1024
+"""The most bytes of metadata files the head hands over for one snapshot."""
+
+HANDED_OVER_KEPT = 32
+"""How many handed-over files a member keeps (the newest)."""
+
+
+class HandedOverFiles:
+    """Files by name (a table's manifest directory), the newest kept; shared
+    by the event loop (which adds) and planning threads (which read)."""
+
+    def __init__(self, kept: int = HANDED_OVER_KEPT) -> None:
+        self._kept = kept
+        self._lock = threading.Lock()
+        self._files: dict[str, bytes] = {}
+
+    def add(self, files: Mapping[str, bytes]) -> None:
+        with self._lock:
+            for name, data in files.items():
+                self._files.pop(name, None)
+                self._files[name] = data
+            while len(self._files) > self._kept:
+                del self._files[next(iter(self._files))]
+
+    def get(self, name: str) -> bytes | None:
+        with self._lock:
+            return self._files.get(name)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._files.clear()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._files)
+
+
+class HandedOverFileIO:
+    """A pypaimon ``FileIO`` for manifest readers: files of ``directory`` that
+    were handed over are read from memory, everything else by ``delegate``."""
+
+    def __init__(self, delegate: Any, files: HandedOverFiles, directory: str) -> None:
+        self._delegate = delegate
+        self._files = files
+        self._prefix = directory.rstrip("/") + "/"
+
+    def new_input_stream(self, path: str) -> Any:
+        if path.startswith(self._prefix):
+            data = self._files.get(path[len(self._prefix):])
+            if data is not None:
+                return pa.BufferReader(data)
+        return self._delegate.new_input_stream(path)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._delegate, name)
