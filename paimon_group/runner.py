@@ -23,8 +23,10 @@ import signal
 from collections.abc import Iterable
 from typing import Any
 
+from coordinators.errors import PaimonGroupError
 from paimon_group.config import MemberConfig
 from paimon_group.member import GroupMember, Handler, RebalanceListener
+from paimon_group.object_store import store_failure
 
 log = logging.getLogger("paimon_group.runner")
 
@@ -37,6 +39,25 @@ async def run_member_async(
     """Run one member until a signal (``stop_signals``, by default SIGTERM and
     SIGINT); ``progress_interval_s``: log a progress line that often
     (:mod:`paimon_group.progress`; None or 0: never)."""
+    try:
+        await _run_member(config, handler, metrics_port=metrics_port,
+                          progress_interval_s=progress_interval_s, listener=listener,
+                          stop_signals=stop_signals)
+    except Exception as err:
+        # A store that stops answering in the middle of a run: one line naming
+        # it (as at the start), not pyarrow's error with a traceback.
+        failure = None if isinstance(err, PaimonGroupError) else store_failure(
+            err, config.table, config.warehouse, config.catalog_options or {})
+        if failure is not None:
+            raise failure from err
+        raise
+
+
+async def _run_member(
+    config: MemberConfig, handler: Handler, *, metrics_port: int | None,
+    progress_interval_s: float | None, listener: RebalanceListener | None,
+    stop_signals: Iterable[int],
+) -> None:
     member = GroupMember(config, listener=listener)
     progress: asyncio.Task[None] | None = None
     server: Any = None

@@ -346,3 +346,40 @@ def test_an_endpoint_with_credentials_is_refused_without_echoing_them(tmp_path: 
         "error: catalog option s3.endpoint=http://***@... carries credentials: give them as "
         "s3.access-key and s3.secret-key (and s3.session-token) in a --config file or "
         "PAIMON_GROUP_CATALOG_OPTION"]
+
+
+def test_a_store_that_stops_answering_mid_run_ends_the_member_in_one_line(
+        s3_warehouse: S3Warehouse, tmp_path: Path) -> None:
+    """A running member whose store goes silent ends with one line naming the
+    store (the error of the first request that timed out), not pyarrow's error
+    under a traceback; no key in its output."""
+    make_pk_table(s3_warehouse.uri, "db.t", buckets=2)
+    write_rows(s3_warehouse.uri, "db.t", range(10))
+    proxy = SwitchableProxy(s3_warehouse.server.port)
+    out = tmp_path / "out"
+    out.mkdir()
+    options = {**s3_warehouse.options, "s3.endpoint": proxy.endpoint, TIMEOUT_OPTION: "2"}
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "PG_BENCH_OUT": str(out),
+           "PAIMON_GROUP_CATALOG_OPTION": " ".join(f"{k}={v}" for k, v in options.items())}
+    args = ["run", "--group", "g", "--warehouse", s3_warehouse.uri, "--table", "db.t",
+            "--handler", "tests.benchmarks.bench_s3:count_rows", "--poll-interval-ms", "100",
+            "--coordinator", f"sqlite://{tmp_path}/c.sqlite"]
+    proc = subprocess.Popen([sys.executable, "-m", "paimon_group", *args], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not any(out.glob("rows-*")):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.1)
+        proxy.silent.set()
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proxy.close()
+    output = stdout + stderr
+    assert proc.returncode == 1, output
+    assert SECRET_KEY not in output and ACCESS_KEY not in output, output
+    assert "Traceback" not in output, output
+    errors = [line for line in stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and proxy.endpoint in errors[0], output
