@@ -35,26 +35,33 @@ __all__ = ["HANDED_OVER_KEPT", "HANDED_OVER_MAX", "HandedOverFileIO", "HandedOve
 HANDED_OVER_MAX = 64 * 1024
 """The most bytes of metadata files the head hands over for one snapshot."""
 
-HANDED_OVER_KEPT = 32
-"""How many handed-over files a member keeps (the newest)."""
+HANDED_OVER_KEPT = 16 * 1024 * 1024
+"""How many bytes of handed-over files a member keeps (the newest)."""
 
 
 class HandedOverFiles:
-    """Files by name (a table's manifest directory), the newest kept; shared
-    by the event loop (which adds) and planning threads (which read)."""
+    """Files by name (a table's manifest directory), the newest kept up to
+    ``kept`` bytes; shared by the event loop (which adds) and planning threads
+    (which read)."""
 
     def __init__(self, kept: int = HANDED_OVER_KEPT) -> None:
         self._kept = kept
         self._lock = threading.Lock()
         self._files: dict[str, bytes] = {}
+        self._bytes = 0
 
     def add(self, files: Mapping[str, bytes]) -> None:
         with self._lock:
             for name, data in files.items():
-                self._files.pop(name, None)
+                if len(data) > self._kept:
+                    continue
+                old = self._files.pop(name, None)
+                self._bytes -= 0 if old is None else len(old)
                 self._files[name] = data
-            while len(self._files) > self._kept:
-                del self._files[next(iter(self._files))]
+                self._bytes += len(data)
+            while self._bytes > self._kept:
+                oldest = next(iter(self._files))
+                self._bytes -= len(self._files.pop(oldest))
 
     def get(self, name: str) -> bytes | None:
         with self._lock:
@@ -63,6 +70,7 @@ class HandedOverFiles:
     def clear(self) -> None:
         with self._lock:
             self._files.clear()
+            self._bytes = 0
 
     def __len__(self) -> int:
         with self._lock:
@@ -71,18 +79,28 @@ class HandedOverFiles:
 
 class HandedOverFileIO:
     """A pypaimon ``FileIO`` for manifest readers: files of ``directory`` that
-    were handed over are read from memory, everything else by ``delegate``."""
+    were handed over are read from memory, everything else by ``delegate``;
+    with ``keep``, what is read of ``directory`` is kept too (a new group's
+    first look at its table, read again by its first plan)."""
 
-    def __init__(self, delegate: Any, files: HandedOverFiles, directory: str) -> None:
+    def __init__(self, delegate: Any, files: HandedOverFiles, directory: str, *,
+                 keep: bool = False) -> None:
         self._delegate = delegate
         self._files = files
         self._prefix = directory.rstrip("/") + "/"
+        self._keep = keep
 
     def new_input_stream(self, path: str) -> Any:
-        if path.startswith(self._prefix):
-            data = self._files.get(path[len(self._prefix):])
-            if data is not None:
-                return pa.BufferReader(data)
+        if not path.startswith(self._prefix):
+            return self._delegate.new_input_stream(path)
+        name = path[len(self._prefix):]
+        data = self._files.get(name)
+        if data is None and self._keep:
+            with self._delegate.new_input_stream(path) as source:
+                data = source.read()
+            self._files.add({name: data})
+        if data is not None:
+            return pa.BufferReader(data)
         return self._delegate.new_input_stream(path)
 
     def __getattr__(self, name: str) -> Any:

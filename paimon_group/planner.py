@@ -365,7 +365,7 @@ class ShardPlanner:
 
         scanner = _ShardFileScanner(
             self._pt, manifest_scanner, self._bucket_filter(shard_set),
-            self._entry_filter(shard_set),
+            self._entry_filter(shard_set), file_io=self._manifests.file_io,
         )
         splits = scanner.scan().splits()
         return self._step(
@@ -571,10 +571,13 @@ class _ShardFileScanner(FileScanner):  # type: ignore[misc]
         manifest_scanner: Callable[[], Any],
         bucket_ok: Callable[[int], bool],
         entry_ok: Callable[[Any], bool] | None = None,
+        file_io: Any = None,
     ) -> None:
         self._shard_bucket_ok = bucket_ok
         self._shard_entry_ok = entry_ok
         super().__init__(table, manifest_scanner)
+        if file_io is not None:  # the planner's (handed-over files from memory)
+            self.manifest_file_manager.file_io = file_io
 
     def _filter_manifest_entry(self, entry: Any) -> bool:
         if self._shard_entry_ok is not None and not self._shard_entry_ok(entry):

@@ -30,10 +30,14 @@ import asyncio
 import logging
 import os
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from coordinators.base import ConnectOptions
 from coordinators.errors import ConfigError, CoordinatorUnavailable
 from coordinators.registry import open_coordinator, redact_url, scheme_of
+
+if TYPE_CHECKING:
+    from paimon_group.table import ShardedTable
 
 log = logging.getLogger("paimon_group.cli")
 
@@ -70,9 +74,10 @@ def check_coordinator_target(url: str, *, default_url: str | None, create: bool)
 
 
 def check_table(warehouse: str, identifier: str, catalog_options: dict[str, str],
-                columns: Sequence[str] | None, *, shards: int | None = None) -> None:
+                columns: Sequence[str] | None, *, shards: int | None = None) -> ShardedTable:
     """Open the table once (a missing table, a bad warehouse), check ``--columns``,
-    and ``--shards`` against what the table can fill.
+    and ``--shards`` against what the table can fill; the table opened, for the
+    member to start with (not opened twice).
 
     The shard count is checked as for a new group: a group with more shards
     than a non-partitioned fixed-bucket table has buckets can never have been
@@ -87,6 +92,7 @@ def check_table(warehouse: str, identifier: str, catalog_options: dict[str, str]
     check_columns(table.table.field_names, columns)
     if shards is not None:
         plan_new_group(table, shards)
+    return table
 
 
 def check_history_path(path: str | None) -> None:

@@ -27,6 +27,7 @@ from coordinators.errors import PaimonGroupError
 from paimon_group.config import MemberConfig
 from paimon_group.member import GroupMember, Handler, RebalanceListener
 from paimon_group.object_store import store_failure
+from paimon_group.table import ShardedTable
 
 log = logging.getLogger("paimon_group.runner")
 
@@ -34,15 +35,16 @@ log = logging.getLogger("paimon_group.runner")
 async def run_member_async(
     config: MemberConfig, handler: Handler, *, metrics_port: int | None = None,
     progress_interval_s: float | None = None, listener: RebalanceListener | None = None,
-    stop_signals: Iterable[int] = (),
+    stop_signals: Iterable[int] = (), table: ShardedTable | None = None,
 ) -> None:
     """Run one member until a signal (``stop_signals``, by default SIGTERM and
     SIGINT); ``progress_interval_s``: log a progress line that often
-    (:mod:`paimon_group.progress`; None or 0: never)."""
+    (:mod:`paimon_group.progress`; None or 0: never); ``table``: the config's
+    table, already opened (:class:`GroupMember`)."""
     try:
         await _run_member(config, handler, metrics_port=metrics_port,
                           progress_interval_s=progress_interval_s, listener=listener,
-                          stop_signals=stop_signals)
+                          stop_signals=stop_signals, table=table)
     except Exception as err:
         # A store that stops answering in the middle of a run: one line naming
         # it (as at the start), not pyarrow's error with a traceback.
@@ -56,9 +58,9 @@ async def run_member_async(
 async def _run_member(
     config: MemberConfig, handler: Handler, *, metrics_port: int | None,
     progress_interval_s: float | None, listener: RebalanceListener | None,
-    stop_signals: Iterable[int],
+    stop_signals: Iterable[int], table: ShardedTable | None,
 ) -> None:
-    member = GroupMember(config, listener=listener)
+    member = GroupMember(config, listener=listener, table=table)
     progress: asyncio.Task[None] | None = None
     server: Any = None
     if metrics_port is not None:
@@ -105,10 +107,10 @@ async def _run_member(
 
 def run_until_signalled(
     config: MemberConfig, handler: Handler, *, metrics_port: int | None = None,
-    progress_interval_s: float | None = None,
+    progress_interval_s: float | None = None, table: ShardedTable | None = None,
 ) -> None:
     asyncio.run(run_member_async(config, handler, metrics_port=metrics_port,
-                                 progress_interval_s=progress_interval_s))
+                                 progress_interval_s=progress_interval_s, table=table))
 
 
 def run_member(config: MemberConfig, handler: Handler,

@@ -44,6 +44,8 @@ from typing import Any
 
 from coordinators.errors import ConfigError
 from paimon_group.errors import PlanInvariantViolated, UnsupportedTable
+from paimon_group.handed_over import HandedOverFileIO
+from paimon_group.store_io import is_object_store
 
 __all__ = [
     "DEFAULT_SHARDS",
@@ -230,8 +232,14 @@ def idle_shards_note(table: Any, sharding: Sharding) -> str | None:
     snapshot = None if latest is None else table.snapshot(latest)
     if snapshot is None:
         return None
-    manifests = ManifestListManager(table.table).read_all(snapshot)
-    entries = ManifestFileManager(table.table).read_entries_parallel(manifests, max_workers=2)
+    lists, files = ManifestListManager(table.table), ManifestFileManager(table.table)
+    handed_over = getattr(table, "handed_over", None)
+    if handed_over is not None and is_object_store(table.table.file_io):
+        # Kept for the group's first plan, which reads the same manifests.
+        lists.file_io = files.file_io = HandedOverFileIO(
+            table.table.file_io, handed_over, table.manifest_dir(), keep=True)
+    manifests = lists.read_all(snapshot)
+    entries = files.read_entries_parallel(manifests, max_workers=2)
     live = [e for e in entries if int(e.bucket) >= 0]
     if not live:
         return None

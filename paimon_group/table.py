@@ -322,8 +322,11 @@ class ShardedTable:
 
         def take(file_name: str) -> bool:
             nonlocal budget
-            with file_io.new_input_stream(f"{directory}/{file_name}") as source:
-                data: bytes = source.read()
+            data = self.handed_over.get(file_name)  # read already (a new group's note)
+            if data is None:
+                with file_io.new_input_stream(f"{directory}/{file_name}") as source:
+                    data = source.read()
+                self.handed_over.add({file_name: data})  # this member plans from it too
             if len(data) > budget:
                 return False
             files[file_name] = data

@@ -157,3 +157,33 @@ async def test_shard_without_position_resumes_from_its_consumer_file(tmp_path: P
             got.extend(batch.to_arrow().column("id").to_pylist())
         await batches.aclose()
     assert sorted(got) == list(range(10, 20))
+
+
+@pytest.mark.asyncio
+async def test_a_member_given_its_opened_table_does_not_open_it_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``paimon-group run`` opens the table to check it before joining and gives
+    it to the member (on an object store an open is a schema listing and
+    reads): the member's start does not open it a second time."""
+    from paimon_group import preflight
+    from paimon_group.table import ShardedTable
+
+    wh = tmp_path / "wh"
+    make_pk_table(str(wh), "db.t", buckets=2)
+    write_rows(str(wh), "db.t", range(10))
+    cfg = _config(wh, f"memory://opened-{uuid.uuid4().hex}", "a")
+    table = preflight.check_table(cfg.warehouse, cfg.table, cfg.catalog_options, None)
+    opened: list[str] = []
+    real_open = ShardedTable.open.__func__  # type: ignore[attr-defined]
+
+    def counting_open(cls: type[ShardedTable], *args: object, **kwargs: object) -> ShardedTable:
+        opened.append(str(args[1]))
+        return real_open(cls, *args, **kwargs)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(ShardedTable, "open", classmethod(counting_open))
+    async with GroupMember(cfg, table=table) as member:
+        assert member.table is table
+    assert opened == []
+    async with GroupMember(cfg) as member:  # without one: opened at the start
+        assert member.table is not table
+    assert opened == ["db.t"]

@@ -198,3 +198,24 @@ def test_the_latest_snapshot_is_found_by_probing_forward(s3_warehouse: S3Warehou
     assert table.latest_snapshot_id() == 5
     assert server.counts() == {"HEAD": 3, "total": 3}
     assert table.latest_snapshot_id(fresh=True) == 5
+
+
+def test_a_new_group_reads_its_tables_metadata_once(tmp_path: Path,
+                                                    s3_warehouse: S3Warehouse) -> None:
+    """A one-member ``run`` of a new group on S3: every manifest list and manifest
+    is read once (the note on shards without rows and the first plan read them
+    twice; the leader's head poll and the member's plan, once more)."""
+    h = _harness(tmp_path, s3_warehouse, f"sqlite://{tmp_path}/coordinator.sqlite")
+    try:
+        h.write(range(0, 50))
+        h.write(range(50, 100))
+        s3_warehouse.server.reset_counts()
+        h.start("a")
+        h.wait_caught_up({"a"})
+        paths = s3_warehouse.server.paths()
+        assert h.terminate_all() == {"a": 0}, _explain(h)
+    finally:
+        h.cleanup()
+    gets = {k.split(" ", 1)[1]: n for k, n in paths.items() if k.startswith("GET")}
+    manifests = {p: n for p, n in gets.items() if "/manifest/" in p}
+    assert manifests and all(n == 1 for n in manifests.values()), manifests

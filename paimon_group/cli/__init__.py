@@ -174,8 +174,8 @@ def run(**kw: Any) -> None:
     from paimon_group import preflight
     from paimon_group.handlers import load_callable
 
-    preflight.check_table(cfg.warehouse, cfg.table, cfg.catalog_options, cfg.columns,
-                          shards=cfg.shards)
+    table = preflight.check_table(cfg.warehouse, cfg.table, cfg.catalog_options, cfg.columns,
+                                  shards=cfg.shards)
     preflight.check_history_path(cfg.history_path)
     preflight.check_metrics_port(kw["metrics_port"])
     from paimon_group.runner import run_until_signalled
@@ -190,7 +190,7 @@ def run(**kw: Any) -> None:
         )
     preflight.probe_coordinator(cfg.coordinator_url, cfg.connect_options())
     run_until_signalled(cfg, handler, metrics_port=kw["metrics_port"],
-                        progress_interval_s=kw["progress_interval_s"])
+                        progress_interval_s=kw["progress_interval_s"], table=table)
 
 
 def _kubernetes_pod_name() -> str | None:

@@ -39,8 +39,14 @@ class GroupMember(Membership, Driving):
         *,
         listener: RebalanceListener | None = None,
         auto_commit: bool = True,
+        table: ShardedTable | None = None,
     ) -> None:
+        """``table``: the config's table, already opened (a check made before
+        the start, as ``paimon-group run`` makes): the first start uses it
+        instead of opening the table again (on an object store, requests);
+        None: the start opens it."""
         super().__init__(config, listener=listener, auto_commit=auto_commit)
+        self._opened_table = table
         self._queue: asyncio.Queue[tuple[ShardBatch, asyncio.Future[bool]]] = asyncio.Queue(1)
         self._acked: dict[int, asyncio.Future[bool]] = {}
         self._stop_task: asyncio.Future[None] | None = None
@@ -78,10 +84,13 @@ class GroupMember(Membership, Driving):
         cfg = self.config
         loop = asyncio.get_running_loop()
         try:
-            self.table = await loop.run_in_executor(
-                self._io, lambda: ShardedTable.open(cfg.warehouse, cfg.table, cfg.catalog_options)
-            )
-            check_columns(self.table.table.field_names, cfg.columns)
+            table, self._opened_table = self._opened_table, None
+            if table is None:
+                table = await loop.run_in_executor(
+                    self._io,
+                    lambda: ShardedTable.open(cfg.warehouse, cfg.table, cfg.catalog_options))
+            self.table = table
+            check_columns(table.table.field_names, cfg.columns)
             self._start_position = parse_start(cfg.start)
             await self._join(first=True)
         except BaseException:

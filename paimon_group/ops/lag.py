@@ -37,6 +37,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from paimon_group.handed_over import HandedOverFileIO
 from paimon_group.sharding import Sharding, ShardRule
 from paimon_group.steps import follow_up_scans, increment_manifests
 from paimon_group.table import ShardedTable
@@ -141,6 +142,10 @@ class SnapshotFacts:
 
                 self._manifest_lists = ManifestListManager(self.table.table)
                 self._manifests = ManifestFileManager(self.table.table)
+                handed_over = getattr(self.table, "handed_over", None)
+                if handed_over is not None:  # what the group's head handed over
+                    self._manifest_lists.file_io = self._manifests.file_io = HandedOverFileIO(
+                        self.table.table.file_io, handed_over, self.table.manifest_dir())
             manifests = increment_manifests(self._manifest_lists, snapshot,
                                             changelog=self._changelog)
             if manifests:
