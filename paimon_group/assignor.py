@@ -74,7 +74,25 @@ from collections.abc import Collection, Iterable, Mapping
 
 from coordinators.errors import ConfigError
 
-__all__ = ["assign", "minimum_moves", "moves", "repaired_previous"]
+__all__ = ["ASSIGNORS", "assign", "minimum_moves", "moves", "parse_assignor", "repaired_previous"]
+
+#: The assignors a group can be created with: ``count`` (this module) balances
+#: shard counts, ``load`` (:mod:`paimon_group.load_assignor`) the rows each
+#: member reads. A group records its assignor (``GroupMeta.assignor``).
+ASSIGNORS = ("count", "load")
+
+
+def parse_assignor(value: str | None) -> str:
+    """The assignor named ``value`` (None or "" means ``count``, as records
+    stored before assignors could be chosen decode).
+
+        >>> parse_assignor("LOAD"), parse_assignor(None)
+        ('load', 'count')
+    """
+    name = (value or "count").strip().lower()
+    if name not in ASSIGNORS:
+        raise ConfigError(f"unknown assignor {value!r}: use one of {', '.join(ASSIGNORS)}")
+    return name
 
 
 def assign(

@@ -16,10 +16,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coordinators.errors import ConfigError
+from coordinators.errors import ConfigError, CorruptValue
 from paimon_group import load_assignor
 from paimon_group.assignor import assign, moves
+from paimon_group.config import MemberConfig
 from paimon_group.load_assignor import assign_by_load, member_loads, move_cap
+from paimon_group.records import Assignment as AssignmentRecord
+from paimon_group.records import GroupMeta
 from tests.test_assignor import check_valid, repaired
 
 Assignment = Mapping[str, Sequence[int]]
@@ -155,6 +158,31 @@ def test_bad_loads_are_one_clear_error(bad: object) -> None:
 def test_bad_shard_count_is_the_count_assignors_error() -> None:
     with pytest.raises(ConfigError, match="invalid shard count"):
         assign_by_load(-1, ["a"], {})
+
+
+def test_group_record_keeps_its_assignor_and_old_records_are_count() -> None:
+    old = b'{"created_at":1.0,"format":1,"num_shards":4,"table":"db.t"}'
+    assert GroupMeta.decode("k", old).assignor == "count"
+    new = GroupMeta(num_shards=4, table="db.t", created_at=1.0, assignor="load")
+    assert GroupMeta.decode("k", new.encode()).assignor == "load"
+    with pytest.raises(CorruptValue, match="unknown assignor 'nope'"):
+        GroupMeta.decode("k", old.replace(b'"table"', b'"assignor":"nope","table"'))
+
+
+def test_assignment_record_carries_loads_and_old_records_have_none() -> None:
+    old = b'{"generation":3,"leader":"a","leader_epoch":7,"shards":{"a":[0,1]}}'
+    assert AssignmentRecord.decode("k", old).loads == []
+    new = AssignmentRecord(generation=3, leader="a", leader_epoch=7, shards={"a": [0, 1]},
+                           loads=[90, 10])
+    assert AssignmentRecord.decode("k", new.encode()).loads == [90, 10]
+
+
+def test_member_config_parses_the_assignor_in_one_line() -> None:
+    base = {"group": "g", "warehouse": "/tmp/wh", "table": "db.t"}
+    assert MemberConfig(**base, assignor="LOAD").assignor == "load"
+    assert MemberConfig(**base).assignor is None
+    with pytest.raises(ConfigError, match="unknown assignor 'rr': use one of count, load"):
+        MemberConfig(**base, assignor="rr")
 
 
 # --------------------------------------------------------------------------
