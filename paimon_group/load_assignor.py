@@ -20,7 +20,10 @@ shards out of range and duplicates dropped). Then:
    member with the least load (ties: fewer shards, then member id). These
    placements are always made: a shard is never left without an owner.
 2. *Balancing.* Then, at most ``max_move_share`` of the shards
-   (``floor(share * S)``, at least 1 when the share is above 0) are moved, one
+   (``floor(share * S)``, at least 1 when the share is above 0; and at least
+   the ``S // M`` shards each member that holds nothing would get from the
+   count assignor, so a member that joins gets its share of the load at once,
+   in as few moves as the count assignor makes; :func:`move_cap`) are moved, one
    at a time, from the most loaded member to the least loaded one: each time
    the shard that lowers the larger of the two members' loads the most
    (ties by shard id), and only when it lowers it by more than
@@ -147,7 +150,9 @@ def assign_by_load(
         load[target] += weight[shard]
 
     gain_needed = threshold * sum(weight.values()) / len(owned)
-    for _ in range(move_cap(num_shards, max_move_share)):
+    newcomers = sum(1 for shards in kept.values() if not shards)
+    for _ in range(move_cap(num_shards, max_move_share, newcomers=newcomers,
+                            members=len(kept))):
         move = _best_move(owned, load, weight, gain_needed)
         if move is None:
             break
@@ -159,16 +164,22 @@ def assign_by_load(
     return {m: sorted(owned[m]) for m in sorted(owned)}
 
 
-def move_cap(num_shards: int, max_move_share: float) -> int:
-    """How many balancing moves one call may make: ``floor(share * S)``,
-    at least 1 when the share is above 0.
+def move_cap(num_shards: int, max_move_share: float, *, newcomers: int = 0,
+             members: int = 1) -> int:
+    """How many balancing moves one call may make: ``floor(share * S)``, at
+    least 1 when the share is above 0, and at least ``S // M`` for each of the
+    ``newcomers`` (members holding nothing) among ``M`` ``members``; 0 with a
+    share of 0.
 
         >>> move_cap(16, 0.25), move_cap(3, 0.25), move_cap(16, 0.0)
         (4, 1, 0)
+        >>> move_cap(16, 0.25, newcomers=1, members=2)  # 1 member joined 1: 8 shards
+        8
     """
     if max_move_share <= 0 or num_shards <= 0:
         return 0
-    return max(1, math.floor(max_move_share * num_shards))
+    share = max(1, math.floor(max_move_share * num_shards))
+    return max(share, newcomers * (num_shards // max(1, members)))
 
 
 def member_loads(

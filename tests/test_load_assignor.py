@@ -43,13 +43,15 @@ def check_all(
     check_valid(num_shards, members, result)
     repair = repaired(num_shards, members, previous)
     moved = moves(repair, result)
-    assert len(moved) <= move_cap(num_shards, share) + orphaned(num_shards, members, previous)
+    cap = move_cap(num_shards, share, newcomers=sum(1 for s in repair.values() if not s),
+                   members=len(repair))
+    assert len(moved) <= cap + orphaned(num_shards, members, previous)
     if any(loads.get(s, 0) for s in range(num_shards)):
         # Balancing moves go between live members only; every other move
         # is the placement of a shard nobody kept.
         held = {s for shards in repair.values() for s in shards}
         balancing = [s for s in moved if s in held]
-        assert len(balancing) <= move_cap(num_shards, share)
+        assert len(balancing) <= cap
     return result
 
 
@@ -100,6 +102,19 @@ def test_from_a_count_assignment_moves_at_most_the_cap_per_round() -> None:
     assert 0 < len(moves(before, first)) <= 4
     final = settle(16, ["a", "b", "c", "d"], loads, before)
     assert max_over_mean(final, loads) <= 1.2
+
+
+def test_a_joining_member_gets_its_share_in_one_rebalance() -> None:
+    loads = {s: 10 + s for s in range(16)}
+    alone = check_all(16, ["a"], loads, None)
+    joined = check_all(16, ["a", "b"], loads, alone)
+    assert len(moves(alone, joined)) == 6  # fewer than the 8 the count assignor moves
+    assert max_over_mean(joined, loads) <= 1.05
+    # No newcomer: the share caps the moves (4 of 16), here from a count
+    # assignment that gave "a" the light half.
+    skewed = {s: (1 if s < 8 else 30) for s in range(16)}
+    by_count = assign(16, ["a", "b"])
+    assert len(moves(by_count, check_all(16, ["a", "b"], skewed, by_count))) == 4
 
 
 def test_small_differences_move_nothing() -> None:
