@@ -46,11 +46,17 @@ class LeaderLoads:
     def __init__(self, *, refresh_s: float = REFRESH_S) -> None:
         self.refresh_s = refresh_s
         self.measured: MeasuredLoad | None = None
+        # Shards whose full scan was ahead when the loads were measured
+        # (read with them, not every round: a leader's round stays cheap).
+        self.pending: set[int] = set()
         self._tried_at = -1e18
         self._published_at = -1e18
 
-    async def refresh(self, measure: Callable[[], Awaitable[MeasuredLoad | None]]) -> None:
-        """Measure again if the last try is older than ``refresh_s``."""
+    async def refresh(
+        self, measure: Callable[[], Awaitable[tuple[MeasuredLoad, set[int]] | None]]
+    ) -> None:
+        """Measure again (the loads, and the shards whose full scan is ahead)
+        if the last try is older than ``refresh_s``."""
         now = time.monotonic()
         if now - self._tried_at < self.refresh_s:
             return
@@ -61,16 +67,16 @@ class LeaderLoads:
             log.warning("shard loads not measured (%s): the last measurement is kept", err)
             return
         if fresh is not None:
-            self.measured = fresh
+            self.measured, self.pending = fresh
 
     def assign(
         self, num_shards: int, members: Sequence[str], basis: Mapping[str, list[int]],
-        previous: Assignment | None, pending: set[int],
+        previous: Assignment | None,
     ) -> tuple[dict[str, list[int]], dict[int, int]]:
         """The assignment by load (and the loads it used; ``{}``: by count)."""
         if self.measured is None or len(self.measured.live) != num_shards:
             return assign(num_shards, members, basis), {}
-        loads = shard_loads(self.measured, pending)
+        loads = shard_loads(self.measured, self.pending)
         held = {s for m in members for s in basis.get(m, ())}
         only_balance = (previous is not None and set(previous.shards) == set(members)
                         and held >= set(range(num_shards)))

@@ -267,22 +267,23 @@ class Control(Ownership):
         used (``{}`` for the count assignor); see :mod:`paimon_group.member.balance`."""
         if self._meta is None or self._meta.assignor != "load" or not members:
             return assign(self.num_shards, members, basis), {}
-        await self._loads.refresh(self._measure_loads)
-        pending: set[int] = set()
-        if self._loads.measured is not None:
-            positions = await group.positions()
-            start = await read_group_start(group)
-            pending = full_scan_pending(self.num_shards, positions, start, self.config.start)
-        return self._loads.assign(self.num_shards, members, basis, previous, pending)
+        await self._loads.refresh(functools.partial(self._measure_loads, group))
+        return self._loads.assign(self.num_shards, members, basis, previous)
 
-    async def _measure_loads(self) -> MeasuredLoad | None:
+    async def _measure_loads(self, group: GroupClient) -> tuple[MeasuredLoad, set[int]] | None:
+        """The shards' rows (from the manifests) and which of them still have
+        their full scan ahead (from the positions and the group's start)."""
         table = self.table
         if table is None:
             return None
         sharding = Sharding(self.sharding, self.num_shards)
-        result: MeasuredLoad | None = await self._in_io(functools.partial(
+        measured: MeasuredLoad | None = await self._in_io(functools.partial(
             measure, table, sharding))
-        return result
+        if measured is None:
+            return None
+        positions = await group.positions()
+        start = await read_group_start(group)
+        return measured, full_scan_pending(self.num_shards, positions, start, self.config.start)
 
     def _reserved_members(
         self, live: set[str], previous: Assignment | None, leaving: set[str]
