@@ -25,6 +25,7 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
@@ -65,12 +66,15 @@ def shard_loads(measured: MeasuredLoad, full_scan_pending: Collection[int]) -> d
 
 
 def measure(table: Any, sharding: Sharding, *, recent: int = RECENT_SNAPSHOTS,
-            changelog: bool | None = None) -> MeasuredLoad | None:
+            changelog: bool | None = None, known: MeasuredLoad | None = None,
+            ) -> MeasuredLoad | None:
     """Rows per shard of ``table`` (a :class:`~paimon_group.table.ShardedTable`)
     at its latest snapshot; None when the table has no snapshot yet.
 
     ``changelog`` (default: whether the table has a changelog producer) picks
-    the manifests a follow-up step reads, as the planner does."""
+    the manifests a follow-up step reads, as the planner does. ``known`` is
+    the last measurement: while the table has no newer snapshot it is
+    returned again, re-stamped, without reading a manifest."""
     from pypaimon.manifest.manifest_file_manager import ManifestFileManager
     from pypaimon.manifest.manifest_list_manager import ManifestListManager
 
@@ -78,6 +82,9 @@ def measure(table: Any, sharding: Sharding, *, recent: int = RECENT_SNAPSHOTS,
     snapshot = None if latest is None else table.snapshot(latest)
     if latest is None or snapshot is None:
         return None
+    if known is not None and known.snapshot_id == latest and (
+            len(known.live) == sharding.num_shards):
+        return dataclasses.replace(known, measured_at=time.monotonic())
     if changelog is None:
         changelog = table.changelog_producer != "none"
     lists = ManifestListManager(table.table)

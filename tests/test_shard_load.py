@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from paimon_group.shard_load import measure, shard_loads
+from paimon_group.shard_load import MeasuredLoad, measure, shard_loads
 from paimon_group.sharding import Sharding, ShardRule
 from paimon_group.table import ShardedTable
 from tests.support.tables import (
@@ -96,3 +96,20 @@ def test_a_skewed_partition_shows_in_the_loads(warehouse: str) -> None:
         sharding.shard_of((partition_of(k),), bucket_of(t, k), "") for k in hot + cold)
     assert list(measured.live) == [expected.get(s, 0) for s in range(16)]
     assert max(measured.live) >= 300  # the hot partition's buckets
+
+
+def test_without_a_new_snapshot_the_last_measurement_is_kept(warehouse: str) -> None:
+    make_pk_table(warehouse, buckets=2)
+    write_rows(warehouse, "db.t", range(10))
+    table = ShardedTable.open(warehouse, "db.t")
+    sharding = Sharding(ShardRule.BUCKET, 2)
+    first = measure(table, sharding)
+    assert first is not None and sum(first.live) == 10
+    # Numbers no manifest holds: returned as they are, so no manifest was read.
+    known = MeasuredLoad(first.snapshot_id, (7, 7), (1, 1), first.measured_at)
+    again = measure(table, sharding, known=known)
+    assert again is not None and (again.live, again.recent) == ((7, 7), (1, 1))
+    assert again.measured_at > known.measured_at
+    write_rows(warehouse, "db.t", range(10, 15))
+    fresh = measure(table, sharding, known=known)
+    assert fresh is not None and sum(fresh.live) == 15

@@ -278,7 +278,7 @@ class Control(Ownership):
             return None
         sharding = Sharding(self.sharding, self.num_shards)
         measured: MeasuredLoad | None = await self._in_io(functools.partial(
-            measure, table, sharding))
+            measure, table, sharding, known=self._loads.measured))
         if measured is None:
             return None
         positions = await group.positions()
