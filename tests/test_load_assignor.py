@@ -15,6 +15,13 @@ from collections.abc import Mapping, Sequence
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
 
 from coordinators.errors import ConfigError, CorruptValue
 from paimon_group import load_assignor
@@ -309,3 +316,58 @@ def churn(seed: int, steps: int) -> None:
 @pytest.mark.parametrize("seed", range(10))
 def test_random_churn(seed: int) -> None:
     churn(seed, steps=120)
+
+
+class LoadChurnMachine(RuleBasedStateMachine):
+    """Hypothesis drives joins, leaves and load shifts; every step is checked
+    against the last (valid, moves within the cap plus the orphaned shards)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.num_shards = 1
+        self.loads: Loads = {}
+        self.members: list[str] = []
+        self.current: dict[str, list[int]] | None = None
+        self.next_id = 0
+
+    @initialize(num_shards=st.integers(1, 256), seed=st.integers(0, 2**32))
+    def start(self, num_shards: int, seed: int) -> None:
+        self.num_shards = num_shards
+        rnd = random.Random(seed)
+        self.loads = {s: int(1000 / (1 + rnd.randrange(num_shards))) for s in range(num_shards)}
+
+    def step(self) -> None:
+        self.current = check_all(self.num_shards, self.members, self.loads, self.current)
+
+    @precondition(lambda self: len(self.members) < 32)
+    @rule(count=st.integers(1, 4))
+    def join(self, count: int) -> None:
+        for _ in range(count):
+            self.members.append(f"j{self.next_id}")
+            self.next_id += 1
+        self.step()
+
+    @precondition(lambda self: len(self.members) > 0)
+    @rule(data=st.data())
+    def leave(self, data: st.DataObject) -> None:
+        gone = data.draw(st.lists(st.sampled_from(self.members), min_size=1, unique=True))
+        self.members = [m for m in self.members if m not in gone]
+        self.step()
+
+    @rule(data=st.data())
+    def shift(self, data: st.DataObject) -> None:
+        """The rows move: one shard gets hot, another goes quiet."""
+        hot = data.draw(st.integers(0, self.num_shards - 1))
+        cold = data.draw(st.integers(0, self.num_shards - 1))
+        self.loads[hot] = self.loads.get(hot, 0) * 5 + 500
+        self.loads[cold] = 0
+        self.step()
+
+    @invariant()
+    def members_match(self) -> None:
+        if self.current is not None:
+            assert list(self.current) == sorted(self.members)
+
+
+TestLoadChurnMachine = LoadChurnMachine.TestCase
+TestLoadChurnMachine.settings = settings(max_examples=30, stateful_step_count=30, deadline=None)
