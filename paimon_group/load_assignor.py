@@ -20,16 +20,19 @@ shards out of range and duplicates dropped). Then:
    member with the least load (ties: fewer shards, then member id). These
    placements are always made: a shard is never left without an owner.
 2. *Balancing.* Then, at most ``max_move_share`` of the shards
-   (``floor(share * S)``, at least 1 when the share is above 0; and at least
-   the ``S // M`` shards each member that holds nothing would get from the
-   count assignor, so a member that joins gets its share of the load at once,
-   in as few moves as the count assignor makes; :func:`move_cap`) are moved, one
+   (``floor(share * S)``, at least 1 when the share is above 0), plus the
+   ``S // M`` shards each member that holds nothing would get from the count
+   assignor (so a member that joins gets its share of the load at once and
+   the others still rebalance among themselves; :func:`move_cap`) are moved, one
    at a time, from the most loaded member to the least loaded one: each time
    the shard that lowers the larger of the two members' loads the most
    (ties by shard id), and only when it lowers it by more than
    ``threshold`` times the mean member load. A move that gains less is not
    worth its handover (the old owner stops and commits, the new one starts
    from the committed position), so small differences never cause moves.
+   When no single move gains that much, the exchange of a shard of the most
+   loaded member for a lighter one of the least loaded member may (it counts
+   as two moves).
 
 Each balancing move lowers the sum of the squared member loads, so the loop
 ends; the cap bounds the moves of one call (a rebalance), and the next call
@@ -86,6 +89,7 @@ Unknown loads fall back to the count assignor::
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Collection, Iterable, Mapping
 
@@ -151,35 +155,38 @@ def assign_by_load(
 
     gain_needed = threshold * sum(weight.values()) / len(owned)
     newcomers = sum(1 for shards in kept.values() if not shards)
-    for _ in range(move_cap(num_shards, max_move_share, newcomers=newcomers,
-                            members=len(kept))):
-        move = _best_move(owned, load, weight, gain_needed)
-        if move is None:
+    budget = move_cap(num_shards, max_move_share, newcomers=newcomers, members=len(kept))
+    while budget > 0:
+        step = _best_move(owned, load, weight, gain_needed)
+        if step is None and budget >= 2:
+            step = _best_swap(owned, load, weight, gain_needed)
+        if step is None:
             break
-        shard, source, target = move
-        owned[source].discard(shard)
-        owned[target].add(shard)
-        load[source] -= weight[shard]
-        load[target] += weight[shard]
+        for shard, source, target in step:
+            owned[source].discard(shard)
+            owned[target].add(shard)
+            load[source] -= weight[shard]
+            load[target] += weight[shard]
+        budget -= len(step)
     return {m: sorted(owned[m]) for m in sorted(owned)}
 
 
 def move_cap(num_shards: int, max_move_share: float, *, newcomers: int = 0,
              members: int = 1) -> int:
     """How many balancing moves one call may make: ``floor(share * S)``, at
-    least 1 when the share is above 0, and at least ``S // M`` for each of the
+    least 1 when the share is above 0, plus ``S // M`` for each of the
     ``newcomers`` (members holding nothing) among ``M`` ``members``; 0 with a
     share of 0.
 
         >>> move_cap(16, 0.25), move_cap(3, 0.25), move_cap(16, 0.0)
         (4, 1, 0)
-        >>> move_cap(16, 0.25, newcomers=1, members=2)  # 1 member joined 1: 8 shards
-        8
+        >>> move_cap(16, 0.25, newcomers=1, members=2)  # 1 member joined 1: 4 + 8
+        12
     """
     if max_move_share <= 0 or num_shards <= 0:
         return 0
     share = max(1, math.floor(max_move_share * num_shards))
-    return max(share, newcomers * (num_shards // max(1, members)))
+    return share + newcomers * (num_shards // max(1, members))
 
 
 def member_loads(
@@ -194,7 +201,7 @@ def _best_move(
     load: Mapping[str, float],
     weight: Mapping[int, float],
     gain_needed: float,
-) -> tuple[int, str, str] | None:
+) -> list[tuple[int, str, str]] | None:
     """The next balancing move ``(shard, from, to)``, or None.
 
     The receiver is the least loaded member (ties: fewer shards, then id):
@@ -214,8 +221,40 @@ def _best_move(
             if load[source] - after > gain_needed and (best is None or after < best[0]):
                 best = (after, shard)
         if best is not None:
-            return best[1], source, target
+            return [(best[1], source, target)]
     return None
+
+
+def _best_swap(
+    owned: Mapping[str, set[int]],
+    load: Mapping[str, float],
+    weight: Mapping[int, float],
+    gain_needed: float,
+) -> list[tuple[int, str, str]] | None:
+    """When no single move gains: the exchange of a shard of the most loaded
+    member (ties by id) for a lighter one of the least loaded member that
+    lowers the larger of their loads most (by more than ``gain_needed``;
+    two moves). The ideal partner of a shard weighs half the difference of
+    the two loads less, found by bisection; ties by shard id."""
+    target = min(owned, key=lambda m: (load[m], len(owned[m]), m))
+    source = min(owned, key=lambda m: (-load[m], m))
+    gap = load[source] - load[target]
+    if source == target or gap <= gain_needed:
+        return None
+    partners = sorted(owned[target], key=lambda s: (weight[s], s))
+    weights = [weight[s] for s in partners]
+    best: tuple[float, int, int] | None = None
+    for shard in sorted(owned[source]):
+        at = bisect.bisect_left(weights, weight[shard] - gap / 2)
+        for i in {at - 1, at} & set(range(len(partners))):
+            diff = weight[shard] - weights[i]
+            after = max(load[source] - diff, load[target] + diff)
+            if diff > 0 and load[source] - after > gain_needed and (
+                    best is None or (after, shard, partners[i]) < best):
+                best = (after, shard, partners[i])
+    if best is None:
+        return None
+    return [(best[1], source, target), (best[2], target, source)]
 
 
 def _check_options(loads: Mapping[int, float], threshold: float, max_move_share: float) -> None:

@@ -124,6 +124,15 @@ def test_a_joining_member_gets_its_share_in_one_rebalance() -> None:
     assert len(moves(by_count, check_all(16, ["a", "b"], skewed, by_count))) == 4
 
 
+def test_an_exchange_when_no_single_move_gains() -> None:
+    loads = {0: 10, 1: 10, 2: 6, 3: 6}
+    before = {"a": [0, 1], "b": [2, 3]}  # 20 and 12: moving a 10 leaves 22 on "b"
+    after = check_all(4, ["a", "b"], loads, before, share=0.5)
+    assert after == {"a": [1, 2], "b": [0, 3]}  # 16 and 16, two moves
+    # A cap of one move cannot make an exchange.
+    assert check_all(4, ["a", "b"], loads, before, share=0.25) == before
+
+
 def test_small_differences_move_nothing() -> None:
     loads = {0: 100, 1: 100, 2: 100, 3: 104}
     before = {"a": [0, 1], "b": [2, 3]}
