@@ -48,7 +48,8 @@ reaches 50 (total 100, mean 50)::
 
 Then ``c`` joins (mean 33.3, threshold 0.05: a move must lower the larger of
 the two members' loads by more than 1.67 rows). Nothing is orphaned; with
-``max_move_share=0.5`` the cap is 3 moves. ``a`` and ``b`` tie as most
+``max_move_share=0.5`` the cap is 3 moves, plus 6 // 3 = 2 for ``c``, which
+holds nothing. ``a`` and ``b`` tie as most
 loaded; ``a``'s only shard would just move its 50 to ``c`` (no gain), so the
 giver is ``b``, the next most loaded: it gives 10s to ``c`` until ``c`` has
 20 and ``b`` 30 (a third move would leave ``c`` at 30 over ``b``'s 20: no
