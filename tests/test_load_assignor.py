@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import doctest
 import random
+import time
 from collections.abc import Mapping, Sequence
 
 import pytest
@@ -380,3 +381,19 @@ class LoadChurnMachine(RuleBasedStateMachine):
 
 TestLoadChurnMachine = LoadChurnMachine.TestCase
 TestLoadChurnMachine.settings = settings(max_examples=30, stateful_step_count=30, deadline=None)
+
+
+def test_large_group_is_valid_and_fast_enough() -> None:
+    """200 members x 2048 shards, Zipf-like loads. Timing is printed, never asserted."""
+    rnd = random.Random(7)
+    loads = {s: int(10**6 / (1 + rnd.randrange(2048))) for s in range(2048)}
+    members = [f"member-{i:03d}" for i in range(200)]
+    started = time.perf_counter()
+    first = check_all(2048, members, loads, None)
+    elapsed_fresh = time.perf_counter() - started
+    churned = members[20:] + [f"joined-{i:02d}" for i in range(25)]
+    started = time.perf_counter()
+    check_all(2048, churned, loads, first)
+    elapsed_churn = time.perf_counter() - started
+    print(f"200x2048 by load: fresh {elapsed_fresh * 1e3:.1f} ms, "
+          f"churn {elapsed_churn * 1e3:.1f} ms")
