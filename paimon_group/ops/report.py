@@ -7,7 +7,7 @@ draws as rich tables:
 * the group: ``group``, ``exists``, ``table``, ``num_shards``, ``sharding``
   (the group's rule: ``{"rule": ..., "formula": ...}``, see
   :mod:`paimon_group.sharding`), ``table_kind`` (fixed, dynamic, unaware or
-  postpone), ``state``
+  postpone), ``assignor`` (``count`` or ``load``), ``state``
   (``empty``: no live member; ``stable``: the published assignment names
   exactly the live members and every shard is owned by the member it is
   assigned to; ``rebalancing``: anything else), ``generation``, ``leader``,
@@ -15,6 +15,8 @@ draws as rich tables:
 * ``members``: per live member its id, host, pid, version, start time,
   owned and assigned shards and session (``live``); a member the assignment
   still names but whose session is gone is listed with session ``gone``;
+  ``load_share``: for a group with the load assignor, the member's share of
+  the shard loads published with the assignment (0..1; None otherwise);
 * ``shards``: per shard its ``owner``, ``epoch``, ``assigned_to``,
   ``next_snapshot`` (the next snapshot it will read), ``lag_snapshots``,
   ``lag_seconds``, ``unread_rows``, ``last_commit`` and the value of its
