@@ -74,7 +74,25 @@ from collections.abc import Collection, Iterable, Mapping
 
 from coordinators.errors import ConfigError
 
-__all__ = ["assign", "minimum_moves", "moves"]
+__all__ = ["ASSIGNORS", "assign", "minimum_moves", "moves", "parse_assignor", "repaired_previous"]
+
+#: The assignors a group can be created with: ``count`` (this module) balances
+#: shard counts, ``load`` (:mod:`paimon_group.load_assignor`) the rows each
+#: member reads. A group records its assignor (``GroupMeta.assignor``).
+ASSIGNORS = ("count", "load")
+
+
+def parse_assignor(value: str | None) -> str:
+    """The assignor named ``value`` (None or "" means ``count``, as records
+    stored before assignors could be chosen decode).
+
+        >>> parse_assignor("LOAD"), parse_assignor(None)
+        ('load', 'count')
+    """
+    name = (value or "count").strip().lower()
+    if name not in ASSIGNORS:
+        raise ConfigError(f"unknown assignor {value!r}: use one of {', '.join(ASSIGNORS)}")
+    return name
 
 
 def assign(
@@ -185,6 +203,23 @@ def moves(
             continue
         moved[shard] = (first_holder.get(shard), new)
     return moved
+
+
+def repaired_previous(
+    num_shards: int,
+    members: Iterable[str],
+    previous: Mapping[str, Collection[int]] | None = None,
+) -> dict[str, list[int]]:
+    """The live members (in id order) and the shards each may keep from
+    ``previous``, repaired as the module docstring says (departed members
+    dropped, shards out of range dropped, a duplicated shard kept by the
+    first member by id). Raises :class:`ConfigError` on a bad shard count.
+
+        >>> repaired_previous(3, ["b", "a"], {"a": [0, 7], "b": [0, 2], "gone": [1]})
+        {'a': [0], 'b': [2]}
+    """
+    plan = _Plan(num_shards, members, previous)
+    return {m: list(plan.candidates[m]) for m in plan.members}
 
 
 class _Plan:

@@ -18,6 +18,7 @@ from pathlib import Path
 from coordinators.base import ConnectOptions
 from coordinators.credentials import masked_repr
 from coordinators.errors import ConfigError
+from paimon_group.assignor import parse_assignor
 from paimon_group.names import validate_group, validate_member_id
 from paimon_group.projection import parse_columns
 from paimon_group.warehouses import (
@@ -123,6 +124,9 @@ class MemberConfig:
     coordinator: str | None = None
     member_id: str | None = None
     shards: int | None = None
+    # How a new group's leader assigns shards ("count" or "load"); None: the
+    # stored one of an existing group, "count" for a new one.
+    assignor: str | None = None
     start: str = "latest-full"
     poll_interval_ms: int = 1000
     session_timeout_s: float = 10.0
@@ -154,6 +158,8 @@ class MemberConfig:
             self.member_id = generated_member_id()
         validate_member_id(self.member_id)
         self._check_numbers()
+        if self.assignor is not None:
+            self.assignor = parse_assignor(self.assignor)
         self.columns = parse_columns(self.columns)
         if "." not in self.table:
             raise ConfigError(f"--table must be DATABASE.TABLE, got {self.table!r}")

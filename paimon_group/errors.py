@@ -103,6 +103,10 @@ class ShardCountMismatch(ConfigError):
     """``--shards`` contradicts the shard count stored with an existing group."""
 
 
+class AssignorMismatch(ConfigError):
+    """``--assignor`` contradicts the assignor stored with an existing group."""
+
+
 class HandlerImportError(ConfigError):
     """``MODULE:CALLABLE`` cannot be imported or is not callable."""
 

@@ -53,7 +53,11 @@ from collections.abc import Iterable, Mapping
 from coordinators.base import Check, Coordinator, Delete, Entry, Put
 from paimon_group.errors import CoordinatorUnavailable, MemberIdInUse, ShardCountMismatch
 from paimon_group.group_views import GroupState, OwnerView, Removal, owner_view
-from paimon_group.identity import check_group_warehouse, check_table_identity
+from paimon_group.identity import (
+    check_group_assignor,
+    check_group_warehouse,
+    check_table_identity,
+)
 from paimon_group.names import GroupKeys, validate_member_id
 from paimon_group.records import (
     Assignment,
@@ -107,7 +111,7 @@ class GroupClient:
     async def ensure_meta(
         self, num_shards: int | None, table: str, *, sharding: str = "bucket",
         incarnation: str = "", table_id: str = "", warehouse: str = "",
-        explicit: bool = True,
+        explicit: bool = True, assignor: str | None = None,
     ) -> GroupMeta:
         """The group's metadata, creating it with ``num_shards`` if the group is new.
 
@@ -125,6 +129,8 @@ class GroupClient:
         from the stored one (the table was dropped and re-created) is a
         :class:`~paimon_group.errors.TableReplaced`; a record without one (a
         group created before identities were stored) is not checked.
+        ``assignor`` (None: the stored one; ``count`` for a new group) that
+        differs from the stored one is an :class:`~paimon_group.errors.AssignorMismatch`.
         """
         meta = await self.read_meta()
         if meta is None:
@@ -134,7 +140,7 @@ class GroupClient:
                 )
             new = GroupMeta(num_shards=num_shards, table=table, created_at=time.time(),
                             sharding=sharding, incarnation=incarnation, table_id=table_id,
-                            warehouse=warehouse)
+                            warehouse=warehouse, assignor=assignor or "count")
             created = await self.coordinator.create(self.keys.meta, new.encode())
             if created is not None:
                 return new
@@ -147,6 +153,7 @@ class GroupClient:
                 f"{num_shards} contradicts it (leave out --shards to use the stored count, "
                 "use another group name, or delete the group first)"
             )
+        check_group_assignor(meta, self.group, assignor)
         if meta.table != table:
             raise ShardCountMismatch(
                 f"group {self.group!r} reads table {meta.table!r}, not {table!r}"
@@ -283,8 +290,10 @@ class GroupClient:
         previous_version: int | None,
         home: Mapping[str, list[int]] | None = None,
         away_since: Mapping[str, float] | None = None,
+        loads: Mapping[int, int] | None = None,
     ) -> Assignment | None:
-        """Publish the next generation; None if we are no longer leader or lost a race."""
+        """Publish the next generation (``loads``: by shard); None if we are no
+        longer leader or lost a race."""
         generation = (previous.generation if previous else 0) + 1
         assignment = Assignment(
             generation=generation,
@@ -294,6 +303,7 @@ class GroupClient:
             published_at=time.time(),
             home={m: sorted(s) for m, s in sorted((home or {}).items())},
             away_since=dict(sorted((away_since or {}).items())),
+            loads=[int(loads.get(s, 0)) for s in range(max(loads) + 1)] if loads else [],
         )
         guard = (
             Check.is_absent(self.keys.assignment)

@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from paimon_group.errors import TableReplaced, WarehouseMismatch
+from paimon_group.errors import AssignorMismatch, TableReplaced, WarehouseMismatch
 from paimon_group.store_io import read_text
 
 if TYPE_CHECKING:
@@ -94,4 +94,16 @@ def check_group_warehouse(meta: GroupMeta, group: str, warehouse: str,
         f"group {group!r} belongs to table {meta.table} of warehouse {meta.warehouse}, "
         f"not to warehouse {warehouse}: this coordinator is shared by both warehouses and a "
         f"group name is one group in it; {hint}"
+    )
+
+
+def check_group_assignor(meta: GroupMeta, group: str, assignor: str | None) -> None:
+    """Raise :class:`AssignorMismatch` when ``assignor`` (``--assignor``; None:
+    not given) is not the one the group was created with."""
+    if assignor is None or meta.assignor == assignor:
+        return
+    raise AssignorMismatch(
+        f"group {group!r} was created with --assignor {meta.assignor}; --assignor "
+        f"{assignor} contradicts it (leave out --assignor to use the stored one, use "
+        "another group name, or delete the group first)"
     )

@@ -73,6 +73,10 @@ class GroupMeta(_Record):
     to its own (:func:`paimon_group.identity.check_group_warehouse`).
     All three are empty in records of groups created before they existed
     (unknown: not checked).
+
+    ``assignor`` is how the leader assigns shards (``count`` or ``load``, see
+    :data:`paimon_group.assignor.ASSIGNORS`), chosen at creation; a record
+    stored without one decodes as ``"count"``.
     """
 
     num_shards: int
@@ -83,6 +87,7 @@ class GroupMeta(_Record):
     incarnation: str = ""
     table_id: str = ""
     warehouse: str = ""
+    assignor: str = "count"
 
     @classmethod
     def _from_dict(cls, data: dict[str, Any]) -> GroupMeta:
@@ -95,9 +100,13 @@ class GroupMeta(_Record):
             incarnation=str(data.get("incarnation") or ""),
             table_id=str(data.get("table_id") or ""),
             warehouse=str(data.get("warehouse") or ""),
+            assignor=str(data.get("assignor") or "count"),
         )
+        from paimon_group.assignor import ASSIGNORS
         from paimon_group.sharding import ShardRule
 
+        if meta.assignor not in ASSIGNORS:  # written by a newer version, or damaged
+            raise ValueError(f"unknown assignor {meta.assignor!r}")
         ShardRule.parse(meta.sharding)  # an unknown rule is a corrupt value
         if meta.num_shards < 1:
             raise ValueError("num_shards < 1")
@@ -130,6 +139,10 @@ class Assignment(_Record):
     # same id gets exactly its own shards back and no other member's move.
     home: dict[str, list[int]] = field(default_factory=dict)
     away_since: dict[str, float] = field(default_factory=dict)
+    # The load of each shard (index = shard) the leader of a group with the
+    # load assignor computed this assignment with; empty for the count
+    # assignor and in records stored before loads were published.
+    loads: list[int] = field(default_factory=list)
 
     def shards_of(self, member_id: str) -> list[int]:
         return list(self.shards.get(member_id, []))
@@ -152,6 +165,7 @@ class Assignment(_Record):
             home={str(m): sorted(int(x) for x in v)
                   for m, v in dict(data.get("home", {})).items()},
             away_since={str(m): float(t) for m, t in dict(data.get("away_since", {})).items()},
+            loads=[int(x) for x in data.get("loads") or []],
         )
 
 

@@ -78,6 +78,7 @@ def cases(wh: Path, scratch: Path) -> dict[str, tuple[list[str], str]]:
         "shards-over-buckets": (run_args(wh, "--shards", "8"), "--shards 8"),
         "shards-zero": (run_args(wh, "--shards", "0"), "--shards"),
         "bad-start": (run_args(wh, "--start", "yesterday"), "'yesterday'"),
+        "bad-assignor": (run_args(wh, "--assignor", "random"), "'random'"),
         "unknown-column": (run_args(wh, "--columns", "nope"), "nope"),
         "poll-interval-zero": (run_args(wh, "--poll-interval-ms", "0"), "--poll-interval-ms"),
         "session-timeout-negative": (run_args(wh, "--session-timeout-s", "-1"),

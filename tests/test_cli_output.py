@@ -65,3 +65,24 @@ def test_describe_shows_the_slowest_shard_not_a_sum_over_shards() -> None:
         console.print(describe_renderable(data))
     text = captured.get()
     assert "max lag 1 snapshots" in text and "total lag" not in text, text
+
+
+def test_describe_shows_each_members_share_of_the_load_for_a_load_group() -> None:
+    data = report()
+    member = data["members"][0]  # type: ignore[index]
+    other = {**member, "member_id": "m2", "leader": False, "owned_shards": [1]}
+    console = output_console()
+    with console.capture() as captured:
+        console.print(describe_renderable({**data, "sharding": {"rule": "bucket",
+                                                                "formula": "bucket % S"},
+                                           "assignor": "count"}))
+    header = next(line for line in captured.get().splitlines() if "session" in line)
+    assert "load" not in header  # a count group has no load column
+    data.update(assignor="load", sharding={"rule": "bucket", "formula": "bucket % S"},
+                members=[{**member, "load_share": 0.625}, {**other, "load_share": 0.375}])
+    with console.capture() as captured:
+        console.print(describe_renderable(data))
+    text = captured.get()
+    assert "assignor load" in text, text
+    assert "load" in next(line for line in text.splitlines() if "session" in line)
+    assert "62%" in text and "38%" in text, text

@@ -76,3 +76,12 @@ def test_options_are_checked_before_anything_runs(tmp_path: Path) -> None:
         SourceOptions.parse({"group": "g", "warehouse": "w", "table": "db.t", "grup": "x"})
     with pytest.raises(ConfigError, match="start"):
         SourceOptions.parse({"group": "g", "warehouse": "w", "table": "db.t", "start": "soon"})
+
+
+def test_the_assignor_option_reaches_the_member_and_a_bad_one_is_one_line(
+        tmp_path: Path) -> None:
+    base = {"group": "g", "warehouse": str(tmp_path), "table": "db.t"}
+    assert SourceOptions.parse({**base, "assignor": "load"}).member_config().assignor == "load"
+    assert SourceOptions.parse(base).member_config().assignor is None
+    with pytest.raises(ConfigError, match="unknown assignor 'fair': use one of count, load"):
+        SourceOptions.parse({**base, "assignor": "fair"})

@@ -27,6 +27,7 @@ import click
 
 from coordinators.errors import ConfigError
 from coordinators.registry import open_coordinator
+from paimon_group.assignor import ASSIGNORS
 from paimon_group.cli.admin import delete, list_command, members, reset
 from paimon_group.cli.describe import describe
 from paimon_group.cli.errors import OneLineErrors, friendly_errors
@@ -80,6 +81,11 @@ def main() -> None:
 @click.option("--shards", type=int, envvar=env("shards"),
               help="Shard count of a new group (default: the table's bucket count; 4 for "
                    "tables without a fixed bucket count). See README, table kinds.")
+@click.option("--assignor", type=click.Choice(ASSIGNORS, case_sensitive=False),
+              envvar=env("assignor"),
+              help="How a new group's leader assigns shards: count (equal shard counts) or "
+                   "load (equal rows per member, from the manifests). Default: the group's "
+                   "stored one; count for a new group.")
 @click.option("--start", default="latest-full", show_default=True, envvar=env("start"),
               help="Where a shard without a position starts: latest-full, latest, earliest, "
                    "snapshot:N, timestamp:ISO-8601.")
@@ -148,6 +154,7 @@ def run(**kw: Any) -> None:
         coordinator=resolve_coordinator(kw["warehouse"], kw["coordinator"]),
         member_id=member_id,
         shards=kw["shards"],
+        assignor=kw["assignor"],
         start=kw["start"],
         poll_interval_ms=kw["poll_interval_ms"],
         session_timeout_s=kw["session_timeout_s"],

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 
@@ -22,9 +23,13 @@ from paimon_group.assignor import assign
 from paimon_group.config import MemberConfig
 from paimon_group.errors import MemberRemoved
 from paimon_group.group import GroupClient
+from paimon_group.group_start import read_group_start
+from paimon_group.member.balance import LeaderLoads, full_scan_pending
 from paimon_group.member.core import RebalanceListener
 from paimon_group.member.ownership import Ownership
 from paimon_group.records import Assignment
+from paimon_group.shard_load import MeasuredLoad, measure
+from paimon_group.sharding import Sharding
 from paimon_group.static_membership import VanishedMembers, same_assignment, sticky_basis
 
 log = logging.getLogger("paimon_group.member")
@@ -40,6 +45,7 @@ class Control(Ownership):
         super().__init__(config, listener=listener, auto_commit=auto_commit)
         self._vanished = VanishedMembers()
         self._full_round_at = -1e18
+        self._loads = LeaderLoads()
 
     async def _control_loop(self) -> None:
         fired: set[str] = {"start"}
@@ -226,7 +232,7 @@ class Control(Ownership):
             if previous is None or not previous.shards.get(gone):
                 await group.forget_leaving(gone)
         basis, home, away = sticky_basis(previous, members, self.num_shards)
-        wanted = assign(self.num_shards, members, basis)
+        wanted, loads = await self._assignment_for(group, members, basis, previous)
         if previous is not None and same_assignment(previous.shards, wanted):
             return
         for m, shards in wanted.items():
@@ -241,7 +247,10 @@ class Control(Ownership):
             previous_version=version,
             home=home,
             away_since=away,
+            loads=loads,
         )
+        if published is not None and loads:
+            self._loads.published()
         if published is None:
             # Deposed, or another publish raced us: re-read on the next round.
             self._wake.set()
@@ -249,6 +258,32 @@ class Control(Ownership):
             log.info("published generation %d for %d members", published.generation,
                      len(members), extra={"group": self.group_name, "member": self.member_id,
                                           "generation": published.generation})
+
+    async def _assignment_for(
+        self, group: GroupClient, members: list[str], basis: dict[str, list[int]],
+        previous: Assignment | None,
+    ) -> tuple[dict[str, list[int]], dict[int, int]]:
+        """The next assignment by the group's assignor, and the shard loads it
+        used (``{}`` for the count assignor); see :mod:`paimon_group.member.balance`."""
+        if self._meta is None or self._meta.assignor != "load" or not members:
+            return assign(self.num_shards, members, basis), {}
+        await self._loads.refresh(functools.partial(self._measure_loads, group))
+        return self._loads.assign(self.num_shards, members, basis, previous)
+
+    async def _measure_loads(self, group: GroupClient) -> tuple[MeasuredLoad, set[int]] | None:
+        """The shards' rows (from the manifests) and which of them still have
+        their full scan ahead (from the positions and the group's start)."""
+        table = self.table
+        if table is None:
+            return None
+        sharding = Sharding(self.sharding, self.num_shards)
+        measured: MeasuredLoad | None = await self._in_io(functools.partial(
+            measure, table, sharding, known=self._loads.measured))
+        if measured is None:
+            return None
+        positions = await group.positions()
+        start = await read_group_start(group)
+        return measured, full_scan_pending(self.num_shards, positions, start, self.config.start)
 
     def _reserved_members(
         self, live: set[str], previous: Assignment | None, leaving: set[str]

@@ -135,7 +135,8 @@ class Membership(Control):
             # An existing group keeps its shard count and rule; an explicit
             # --shards that contradicts the count is refused by ensure_meta.
             meta = await group.ensure_meta(self.config.shards, table.identifier,
-                                           table_id=table_id, warehouse=warehouse)
+                                           table_id=table_id, warehouse=warehouse,
+                                           assignor=self.config.assignor)
             if self.config.shards is None:
                 log.info("group %s keeps its stored shard count %d (sharding %s)",
                          self.group_name, meta.num_shards, meta.sharding)
@@ -147,7 +148,8 @@ class Membership(Control):
         meta = await group.ensure_meta(shards, table.identifier, sharding=rule.value,
                                        incarnation=origin.incarnation, table_id=table_id,
                                        warehouse=warehouse,
-                                       explicit=self.config.shards is not None)
+                                       explicit=self.config.shards is not None,
+                                       assignor=self.config.assignor)
         if meta.num_shards != shards:
             log.info("group %s keeps its stored shard count %d (sharding %s): another member "
                      "created it meanwhile", self.group_name, meta.num_shards, meta.sharding)

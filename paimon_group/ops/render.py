@@ -116,6 +116,7 @@ def _describe_header(report: dict[str, Any], now: float) -> list[Text]:
             (f" ({sharding.get('formula')})", "dim"),
             ("  shards ", "bold"), _num(report.get("num_shards")),
             ("  table kind ", "bold"), _num(report.get("table_kind")),
+            ("  assignor ", "bold"), _num(report.get("assignor")),
         ))
     if report.get("expired_shards"):
         parts.append(Text(
@@ -126,15 +127,20 @@ def _describe_header(report: dict[str, Any], now: float) -> list[Text]:
 
 def _members_table(report: dict[str, Any], now: float) -> Table:
     members = Table(title="members", title_justify="left")
-    for col in ("member", "host", "pid", "version", "started", "shards", "session"):
+    # The load column only for a group whose leader published shard loads.
+    loads = any(m.get("load_share") is not None for m in report.get("members", []))
+    for col in ("member", "host", "pid", "version", "started", "shards",
+                *(("load",) if loads else ()), "session"):
         members.add_column(col, no_wrap=col != "member")
     for m in report.get("members", []):
         name = m["member_id"] + (" (leader)" if m.get("leader") else "")
         session = m.get("session_state", "live")
+        share = m.get("load_share")
         members.add_row(
             name, _num(m.get("host")), _num(m.get("pid")), _num(m.get("version")),
             _ago(m.get("started_at"), now),
             ",".join(str(s) for s in m.get("owned_shards", [])) or "-",
+            *((f"{share:.0%}" if share is not None else "-",) if loads else ()),
             Text(session, style="green" if session == "live" else "red"),
         )
     return members

@@ -7,7 +7,7 @@ draws as rich tables:
 * the group: ``group``, ``exists``, ``table``, ``num_shards``, ``sharding``
   (the group's rule: ``{"rule": ..., "formula": ...}``, see
   :mod:`paimon_group.sharding`), ``table_kind`` (fixed, dynamic, unaware or
-  postpone), ``state``
+  postpone), ``assignor`` (``count`` or ``load``), ``state``
   (``empty``: no live member; ``stable``: the published assignment names
   exactly the live members and every shard is owned by the member it is
   assigned to; ``rebalancing``: anything else), ``generation``, ``leader``,
@@ -15,6 +15,8 @@ draws as rich tables:
 * ``members``: per live member its id, host, pid, version, start time,
   owned and assigned shards and session (``live``); a member the assignment
   still names but whose session is gone is listed with session ``gone``;
+  ``load_share``: for a group with the load assignor, the member's share of
+  the shard loads published with the assignment (0..1; None otherwise);
 * ``shards``: per shard its ``owner``, ``epoch``, ``assigned_to``,
   ``next_snapshot`` (the next snapshot it will read), ``lag_snapshots``,
   ``lag_seconds``, ``unread_rows``, ``last_commit`` and the value of its
@@ -44,7 +46,7 @@ from paimon_group.group_views import GroupState
 from paimon_group.mirror import ConsumerMirror
 from paimon_group.names import consumer_id
 from paimon_group.ops.lag import DEFAULT_MAX_SNAPSHOTS, ShardProgress, SnapshotFacts
-from paimon_group.records import Position
+from paimon_group.records import Assignment, Position
 from paimon_group.sharding import ShardRule
 from paimon_group.table import ShardedTable
 
@@ -101,6 +103,9 @@ class MemberReport:
     session: str | None
     session_state: str  # "live", or "gone": named by the assignment, no session
     leader: bool
+    # The member's share (0..1) of the shard loads the leader published with
+    # the assignment (load assignor only; None: not measured).
+    load_share: float | None = None
 
 
 @dataclass(frozen=True)
@@ -135,6 +140,7 @@ class GroupReport:
     shards: list[ShardReport] = field(default_factory=list)
     described_at: float = 0.0
     coordinator: str | None = None
+    assignor: str | None = None  # "count" or "load", from the group record
 
     @property
     def total_lag_snapshots(self) -> int:
@@ -269,9 +275,10 @@ async def report_from_state(
         earliest_snapshot=found.earliest,
         latest_commit_time=(found.latest_time_ms / 1000.0
                             if found.latest_time_ms is not None else None),
-        members=_member_reports(state, live, assigned),
+        members=_with_load_shares(_member_reports(state, live, assigned), state.assignment),
         shards=shards,
         described_at=time.time(),
+        assignor=meta.assignor if meta else None,
     )
 
 
@@ -369,3 +376,14 @@ def _member_reports(state: GroupState, live: set[str], assigned: set[str]) -> li
         for m in sorted(assigned - live if live else set())
     ]
     return members
+
+
+def _with_load_shares(members: list[MemberReport],
+                      assignment: Assignment | None) -> list[MemberReport]:
+    """Each member's share of the published shard loads (load assignor)."""
+    loads = assignment.loads if assignment is not None else []
+    total = sum(loads)
+    if assignment is None or total <= 0:
+        return members
+    return [dataclasses.replace(m, load_share=sum(
+        loads[s] for s in m.assigned_shards if 0 <= s < len(loads)) / total) for m in members]

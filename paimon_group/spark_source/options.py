@@ -32,8 +32,8 @@ of the ownership that planned it."""
 
 _KNOWN = {
     "group", "warehouse", "table", "coordinator", "member_id", "session_timeout_s", "start",
-    "shards", "revoke_timeout_s", "rebalance_delay_s", "include_row_kind", "metadata_columns",
-    "max_snapshots_per_batch", "max_rows_per_batch", "ready_timeout_s",
+    "shards", "assignor", "revoke_timeout_s", "rebalance_delay_s", "include_row_kind",
+    "metadata_columns", "max_snapshots_per_batch", "max_rows_per_batch", "ready_timeout_s",
     "coordinator_username", "coordinator_password", "path",
     # TLS and authentication, named as the CLI's --coordinator-* options.
     "coordinator_password_file", "coordinator_ca", "coordinator_cert", "coordinator_key",
@@ -88,6 +88,7 @@ class SourceOptions:
     session_timeout_s: float = 10.0
     start: str = "latest-full"
     shards: int | None = None
+    assignor: str | None = None
     revoke_timeout_s: float = 10.0
     rebalance_delay_s: float = 0.0
     include_row_kind: bool = False
@@ -140,6 +141,7 @@ class SourceOptions:
             session_timeout_s=session_timeout,
             start=opts.get("start") or "latest-full",
             shards=int(shards) if shards is not None else None,
+            assignor=opts.get("assignor") or None,
             revoke_timeout_s=float(_number(opts, "revoke_timeout_s", 10.0) or 10.0),
             rebalance_delay_s=float(
                 _number(opts, "rebalance_delay_s", 0.0, allow_zero=True) or 0.0),
@@ -174,6 +176,7 @@ class SourceOptions:
             coordinator=self.coordinator,
             member_id=self.member_id,
             shards=self.shards,
+            assignor=self.assignor,
             start=self.start,
             session_timeout_s=self.session_timeout_s,
             catalog_options=dict(self.catalog_options),
