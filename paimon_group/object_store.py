@@ -1,6 +1,6 @@
 """Object-store warehouses: bounded requests, and one line when the store fails.
 
-pypaimon builds the pyarrow ``S3FileSystem`` of an ``s3://`` warehouse with
+pypaimon builds the pyarrow ``S3FileSystem`` of an ``s3://`` (or ``oss://``) warehouse with
 10 attempts and 60 s connect and request timeouts, and no catalog option
 changes them. A wrong ``s3.endpoint`` or an unreachable store then hangs a
 member for a minute or more on its first request (the retries back off up to
@@ -50,8 +50,11 @@ ATTEMPTS: Final = 3
 
 # "... during HeadObject operation: curlCode: 7, Couldn't connect to server"
 _CURL_CODE = re.compile(r"^.*curlCode: \d+, ")
-_S3_SCHEMES = frozenset({"s3", "s3a", "s3n"})
-_ENDPOINT_KEYS = ("s3.endpoint", "s3a.endpoint", "fs.s3.endpoint", "fs.s3a.endpoint")
+# Stores reached through pyarrow's S3 client: S3, and OSS (pypaimon's
+# fs.oss.impl=legacy, the default without pyjindosdk).
+_S3_SCHEMES = frozenset({"s3", "s3a", "s3n", "oss"})
+_ENDPOINT_KEYS = ("s3.endpoint", "s3a.endpoint", "fs.s3.endpoint", "fs.s3a.endpoint",
+                  "fs.oss.endpoint")
 
 
 def request_timeout_s(options: Mapping[str, str]) -> float:
@@ -75,11 +78,10 @@ def _pyarrow_file_io(file_io: Any) -> Any | None:
     import pyarrow.fs as pafs
 
     inner = getattr(file_io, "_delegate", file_io)
-    if getattr(inner, "_is_oss", False):
-        return None
     if not isinstance(getattr(inner, "filesystem", None), pafs.S3FileSystem):
-        return None
-    if not callable(getattr(inner, "_initialize_s3_fs", None)):
+        return None  # OSS through pyjindosdk (not pyarrow) included: its own bounds
+    builder = "_initialize_oss_fs" if getattr(inner, "_is_oss", False) else "_initialize_s3_fs"
+    if not callable(getattr(inner, builder, None)):
         return None
     return inner
 
@@ -87,7 +89,8 @@ def _pyarrow_file_io(file_io: Any) -> Any | None:
 def bound_requests(file_io: Any, warehouse: str, options: Mapping[str, str]) -> None:
     """Rebuild the S3 file system of ``file_io`` with bounded attempts and timeouts.
 
-    Nothing is done for a warehouse that is not ``s3://``, ``s3a://`` or ``s3n://``.
+    Nothing is done for a warehouse that is not ``s3://``, ``s3a://``, ``s3n://``
+    or ``oss://`` (OSS through pyarrow's S3 client).
     """
     timeout = request_timeout_s(options)
     refuse_credentials_in_endpoint(options)
@@ -108,7 +111,10 @@ def bound_requests(file_io: Any, warehouse: str, options: Mapping[str, str]) -> 
     # instance for one rebuild only (the FileIO stays picklable).
     inner._create_s3_retry_config = bounded
     try:
-        inner.filesystem = inner._initialize_s3_fs()
+        if getattr(inner, "_is_oss", False):  # pyarrow's S3 client on OSS's endpoint
+            inner.filesystem = inner._initialize_oss_fs(warehouse)
+        else:
+            inner.filesystem = inner._initialize_s3_fs()
     finally:
         del inner._create_s3_retry_config
 

@@ -383,3 +383,26 @@ def test_a_store_that_stops_answering_mid_run_ends_the_member_in_one_line(
     assert "Traceback" not in output, output
     errors = [line for line in stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and proxy.endpoint in errors[0], output
+
+
+def test_an_oss_warehouse_is_bounded_as_an_s3_one() -> None:
+    """OSS through pyarrow's S3 client (pypaimon's default without pyjindosdk):
+    its file system is built again with the same bounds as an S3 warehouse's
+    (pypaimon's own: 10 attempts of 60 s), on the same endpoint and addressing.
+    No OSS server runs here (its virtual-host addressing needs DNS): what is
+    checked is the file system the requests would go through."""
+    from pypaimon.common.options import Options
+    from pypaimon.filesystem.pyarrow_file_io import PyArrowFileIO
+
+    from paimon_group.object_store import ATTEMPTS, bound_requests
+
+    options = {"fs.oss.endpoint": "oss-cn-hangzhou.aliyuncs.com", "fs.oss.accessKeyId": "AK",
+               "fs.oss.accessKeySecret": "SK", "fs.oss.region": "cn-hangzhou",
+               TIMEOUT_OPTION: "6"}
+    file_io = PyArrowFileIO("oss://pg-bucket/wh", Options(options))
+    assert file_io.filesystem.__reduce__()[1][0]["request_timeout"] == 60  # pypaimon's
+    bound_requests(file_io, "oss://pg-bucket/wh", options)
+    built = file_io.filesystem.__reduce__()[1][0]
+    assert built["request_timeout"] == built["connect_timeout"] == 6 / ATTEMPTS
+    assert built["endpoint_override"] == "oss-cn-hangzhou.aliyuncs.com"
+    assert built["force_virtual_addressing"] is True
