@@ -78,8 +78,7 @@ def test_consumer_files_protect_until_they_expire() -> None:
     assert protection_s(files, 30, forever) == 0.0
     day = Retention(consumer_expiration_s=300.0)
     assert protection_s(files, 50, day) == 200.0
-    # Its own file, rewritten while the shard reads, does not age.
-    assert protection_s(files, 50, day, refreshed="pg-g-shard-0") == math.inf
+    assert protection_s(files, 80, day) == 299.0  # the youngest protecting file
     protected = estimate(RET, position=50, latest=100, oldest_age_s=900.0, write_rate=0.1,
                          read_rate=0.0, protection_s=math.inf)
     assert protected == DataLossEstimate(None, "protected")

@@ -44,7 +44,6 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from paimon_group.handed_over import HandedOverFileIO
-from paimon_group.names import consumer_id
 from paimon_group.ops.retention import (
     LOST,
     NONE_UNREAD,
@@ -184,13 +183,13 @@ class SnapshotFacts:
     def progress(
         self, positions: Mapping[int, int | None], *, now: float | None = None,
         known_latest: int | None = None, lazy: bool = False,
-        read_rates: Mapping[int, float] | None = None, group: str | None = None,
+        read_rates: Mapping[int, float] | None = None,
     ) -> dict[int, ShardProgress]:
         """Per shard its progress, for positions ``{shard: next_snapshot or None}``.
         ``lazy``: the earliest snapshot is read only when a shard lags (a
         member's progress line and metrics: on an object store each id is
         requests, and a caught-up member needs neither). ``read_rates``
-        (snapshots/s per shard) and ``group`` refine the time to data loss."""
+        (snapshots/s per shard) refine the time to data loss."""
         self.refresh(known_latest=known_latest, earliest=not lazy)
         if lazy and any(n is not None and n <= (self.latest or 0) for n in positions.values()):
             self.refresh(known_latest=self.latest)
@@ -199,7 +198,7 @@ class SnapshotFacts:
             self._count_unread(out, starts, self.latest)
         if starts and self.latest is not None:
             try:
-                self._estimate_loss(out, positions, read_rates or {}, group, now)
+                self._estimate_loss(out, positions, read_rates or {}, now)
             except Exception as err:  # an estimate only: never break describe or metrics
                 log.debug("time to data loss not estimated: %s", err)
         return out
@@ -230,7 +229,7 @@ class SnapshotFacts:
 
     def _estimate_loss(
         self, out: dict[int, ShardProgress], positions: Mapping[int, int | None],
-        read_rates: Mapping[int, float], group: str | None, now: float | None,
+        read_rates: Mapping[int, float], now: float | None,
     ) -> None:
         """Fill in the time to data loss of every lagging shard in ``out``."""
         assert self.latest is not None
@@ -246,12 +245,10 @@ class SnapshotFacts:
                 continue
             if n is None or p.lag_seconds is None or not p.lag_snapshots:
                 continue
-            rate = max(0.0, read_rates.get(shard, 0.0))
-            own = consumer_id(group, shard) if group and rate > 0 else None
             loss = estimate(retention, position=n, latest=self.latest,
                             oldest_age_s=p.lag_seconds, write_rate=write_rate,
-                            read_rate=rate,
-                            protection_s=protection_s(consumers, n, retention, refreshed=own))
+                            read_rate=max(0.0, read_rates.get(shard, 0.0)),
+                            protection_s=protection_s(consumers, n, retention))
             out[shard] = ShardProgress(p.lag_snapshots, p.lag_seconds, p.unread_rows,
                                        p.unread_rows_complete, p.expired, loss)
 
@@ -389,8 +386,7 @@ class OwnedLag:
         # it is fresh: no request for it.
         published = getattr(member, "published_latest", None)
         known = published() if callable(published) else None
-        progress = facts.progress(positions, known_latest=known, lazy=True, read_rates=rates,
-                                  group=getattr(member, "group_name", None))
+        progress = facts.progress(positions, known_latest=known, lazy=True, read_rates=rates)
         self._latest = facts.latest
         self._lag = {s: ShardLag(positions.get(s), p.lag_snapshots, p.lag_seconds,
                                  p.data_loss, rates.get(s, 0.0))

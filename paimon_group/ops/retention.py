@@ -28,12 +28,12 @@ reading at ``r`` snapshots/s (both measured, :class:`RateMeter`)::
     loss     = max(expiry, protection)      # consumer files hold it until then
 
 ``protection`` is infinite while a consumer file at or below ``n`` exists and
-cannot expire (no ``consumer.expiration-time``, or the shard reads and so
-rewrites its own file), the remaining life of the longest-lived such file
-otherwise, and 0 without one (a consumer file ahead of the real position
-protects nothing). No commits (``w = 0``): nothing expires. The result is
-an estimate (rates change); a value of 0 means the next commit may expire
-the snapshot.
+cannot expire (no ``consumer.expiration-time``), the remaining life of the
+youngest such file otherwise (a shard's own file is rewritten by each commit
+that moves it, so this is the loss if the shard commits nothing more), and 0
+without one (a consumer file ahead of the real position protects nothing).
+No commits (``w = 0``): nothing expires. The result is an estimate (rates
+change); a value of 0 means the next commit may expire the snapshot.
 
 Example::
 
@@ -150,17 +150,19 @@ def consumer_files(file_io: Any, table_path: str, *, now: float | None = None
     return out
 
 
-def protection_s(consumers: Iterable[ConsumerFile], position: int, retention: Retention, *,
-                 refreshed: str | None = None) -> float:
+def protection_s(consumers: Iterable[ConsumerFile], position: int,
+                 retention: Retention) -> float:
     """How long the consumer files keep snapshot ``position`` from expiring:
-    ``inf`` while one that protects it cannot expire, 0 without one.
-    ``refreshed``: the id of a consumer file rewritten as the shard reads
-    (its own, while it reads): it does not age."""
+    ``inf`` while one that protects it cannot expire, 0 without one, else
+    the remaining life of the youngest protecting file (a shard's own file is
+    rewritten at each commit that moves it: a shard that commits keeps its
+    protection; one whose handler stalls longer than
+    ``consumer.expiration-time`` loses it)."""
     protecting = [c for c in consumers if c.next_snapshot <= position]
     if not protecting:
         return 0.0
     ttl = retention.consumer_expiration_s
-    if ttl is None or any(c.consumer_id == refreshed for c in protecting):
+    if ttl is None:
         return math.inf
     return max(0.0, max(ttl - c.age_s for c in protecting))
 
