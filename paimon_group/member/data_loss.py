@@ -73,10 +73,10 @@ def data_loss_error(config: MemberConfig, lost: LostRange) -> SnapshotExpired:
     """The one line a member stops with (``--on-data-loss fail``)."""
     return SnapshotExpired(
         f"{lost.shards_text()}: {lost.what(config.table)}: their rows are lost to group "
-        f"{config.group}, so reading stops and nothing is committed past them; to resume "
-        "from the earliest retained snapshot, stop the group's members and run: "
-        f"{reset_command(config, lost.shards)} (or run members with --on-data-loss skip; "
-        "keep consumer files from expiring: see docs/operations.md, time to data loss)")
+        f"{config.group}, so reading stops and nothing is committed past them (members run "
+        "with --on-data-loss skip skip such gaps; docs/operations.md, time to data loss, "
+        "says how to keep snapshots from expiring); to resume from the earliest retained "
+        f"snapshot, stop the group's members and run: {reset_command(config, lost.shards)}")
 
 
 def skip_warning(config: MemberConfig, lost: LostRange) -> str:

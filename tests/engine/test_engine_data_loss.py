@@ -164,7 +164,7 @@ def test_the_alarm_falls_and_fires_before_expiry_then_the_member_stops(
         assert writer.error is None, writer.error
         assert_alarm_fell_and_fired_before_expiry(seen)
         log = h.log("m0")
-        assert code != 0, log[-3000:]
+        assert code == 1, log[-3000:]
         errors = [line for line in log.splitlines() if line.startswith("error:")]
         assert len(errors) == 1, log[-3000:]
         line = errors[0]
