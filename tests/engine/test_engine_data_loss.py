@@ -17,6 +17,9 @@ from __future__ import annotations
 
 import math
 import re
+import shlex
+import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -186,6 +189,16 @@ def test_the_alarm_falls_and_fires_before_expiry_then_the_member_stops(
         console = Console(width=200, record=True)
         render_describe(report, console)
         assert "time to data loss 0s (shard 0); shard 1 0s" in console.export_text()
+        # The command in the line is exact: run as written, it resumes the
+        # shards from the earliest retained snapshot.
+        command = shlex.split(line.split("stop the group's members and run: ", 1)[1])
+        assert command[:2] == ["paimon-group", "reset"]
+        done = subprocess.run([sys.executable, "-m", "paimon_group", *command[1:]],
+                              capture_output=True, text=True, timeout=120, env=h.env)
+        assert done.returncode == 0, done.stderr
+        now_earliest = earliest_snapshot(table_dir)
+        assert now_earliest is not None and now_earliest >= earliest
+        assert {s["next_snapshot"] for s in h.describe()["shards"]} == {now_earliest}
         # Before the stop, the progress line said it too.
         assert re.search(r"data loss in \d+ s \(shard \d\)", log), log[-3000:]
     finally:
