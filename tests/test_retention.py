@@ -129,3 +129,34 @@ def test_consumer_files_of_a_real_table(tmp_path: Path) -> None:
         consumer_id("g", 0): 7, consumer_id("g", 1): 3}
     assert found[consumer_id("g", 0)].age_s < 60
     assert 490 < found[consumer_id("g", 1)].age_s < 560
+
+
+def test_snapshot_facts_estimate_each_lagging_shard(tmp_path: Path) -> None:
+    """On a real table: the options, the commit times, the consumer files."""
+    from paimon_group.ops.lag import SnapshotFacts
+    from paimon_group.table import ShardedTable
+
+    make_pk_table(str(tmp_path), "db.t", buckets=2, options={
+        "snapshot.num-retained.min": "2", "snapshot.time-retained": "10 min",
+        "consumer.expiration-time": "1 h"})
+    for k in range(6):
+        write_rows(str(tmp_path), "db.t", range(10 * k, 10 * k + 10))
+    table = ShardedTable.open(str(tmp_path), "db.t")
+    facts = SnapshotFacts(table, 2)
+    now = time.time()
+    written_at = facts.table.snapshot_commit_time_ms(2)
+    assert written_at is not None
+    progress = facts.progress({0: 2, 1: 7}, now=now)
+    assert progress[1].data_loss.why == "caught up"
+    # No consumer file: snapshot 2 (4 newer, > min 2) expires 10 min after its commit.
+    at_risk = progress[0].data_loss
+    assert at_risk.why == "at risk" and at_risk.seconds is not None
+    assert at_risk.seconds == pytest.approx(600 - (now - written_at / 1000), abs=2)
+    # The shard's consumer file at 2 protects it for the hour it lives.
+    ConsumerMirror(table.table.file_io, table.table_path, "g").write(0, 2, force=True)
+    protected = facts.progress({0: 2, 1: 7}, now=now)[0].data_loss
+    assert protected.seconds == pytest.approx(3600, abs=5)
+    # A file ahead of the position protects nothing.
+    ConsumerMirror(table.table.file_io, table.table_path, "g").write(0, 4, force=True)
+    assert facts.progress({0: 2, 1: 7}, now=now)[0].data_loss.seconds == \
+        pytest.approx(at_risk.seconds, abs=1)
