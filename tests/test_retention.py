@@ -131,10 +131,14 @@ def test_consumer_files_of_a_real_table(tmp_path: Path) -> None:
     assert 490 < found[consumer_id("g", 1)].age_s < 560
 
 
-def test_snapshot_facts_estimate_each_lagging_shard(tmp_path: Path) -> None:
+def test_snapshot_facts_estimate_each_lagging_shard(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """On a real table: the options, the commit times, the consumer files."""
+    from paimon_group.ops import lag
     from paimon_group.ops.lag import SnapshotFacts
     from paimon_group.table import ShardedTable
+
+    monkeypatch.setattr(lag, "CONSUMER_FILES_REFRESH_S", 0.0)  # read them every time
 
     make_pk_table(str(tmp_path), "db.t", buckets=2, options={
         "snapshot.num-retained.min": "2", "snapshot.time-retained": "10 min",

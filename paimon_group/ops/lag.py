@@ -65,6 +65,10 @@ log = logging.getLogger("paimon_group.describe")
 DEFAULT_MAX_SNAPSHOTS = 200
 """How many unread snapshots' manifests :class:`SnapshotFacts` reads at most."""
 
+CONSUMER_FILES_REFRESH_S = 15.0
+"""How long the consumer files read for the time to data loss are reused (a
+shard's file rewritten since is seen late: the estimate errs short)."""
+
 WRITE_RATE_SNAPSHOTS = 20
 """The write rate is measured over the last this many snapshots (and the time
 since the latest: a table no longer written has its rate fall)."""
@@ -123,6 +127,8 @@ class SnapshotFacts:
         self._manifest_lists: Any = None
         self._manifests: Any = None
         self._retention: Retention | None = None
+        # (monotonic time read, wall time read, the files)
+        self._consumers: tuple[float, float, list[ConsumerFile]] | None = None
 
     def refresh(self, *, known_latest: int | None = None, earliest: bool = True) -> None:
         """Re-read the latest and earliest snapshot ids (``known_latest``: the
@@ -212,6 +218,11 @@ class SnapshotFacts:
         first = max(self.earliest or 1, latest - WRITE_RATE_SNAPSHOTS)
         if first >= latest:
             return 0.0
+        # A commit time read before (the lag's oldest unread snapshots are)
+        # within the window measures as well, without a request.
+        known = [sid for sid in self._times if first <= sid < latest]
+        if known:
+            first = min(known)
         first_ms = self.commit_time_ms(first)
         if first_ms is None:  # expired since the earliest was read
             self.refresh(known_latest=latest)
@@ -221,6 +232,22 @@ class SnapshotFacts:
                 return 0.0
         seconds = (time.time() if now is None else now) - first_ms / 1000.0
         return (latest - first) / max(seconds, 1e-3)
+
+    def _consumer_files(self, now: float | None) -> list[ConsumerFile]:
+        """The table's consumer files, read again at most every
+        :data:`CONSUMER_FILES_REFRESH_S` (a listing and a read per file:
+        requests on an object store). Their ages are of ``now`` all the same."""
+        at = time.monotonic()
+        cached = self._consumers
+        if cached is None or at - cached[0] >= CONSUMER_FILES_REFRESH_S:
+            read_at = time.time()
+            files = consumer_files(self.table.table.file_io, self.table.table_path,
+                                   now=read_at)
+            cached = self._consumers = (at, read_at, files)
+        _, read_at, files = cached
+        since = (time.time() if now is None else now) - read_at
+        return [ConsumerFile(c.consumer_id, c.next_snapshot, max(0.0, c.age_s + since))
+                for c in files]
 
     def retention(self) -> Retention:
         if self._retention is None:
@@ -234,8 +261,7 @@ class SnapshotFacts:
         """Fill in the time to data loss of every lagging shard in ``out``."""
         assert self.latest is not None
         retention = self.retention()
-        consumers: list[ConsumerFile] = consumer_files(
-            self.table.table.file_io, self.table.table_path, now=now)
+        consumers = self._consumer_files(now)
         write_rate = self.write_rate(now)
         for shard, p in out.items():
             n = positions.get(shard)
