@@ -152,6 +152,8 @@ def test_snapshot_facts_estimate_each_lagging_shard(tmp_path: Path,
     assert written_at is not None
     progress = facts.progress({0: 2, 1: 7}, now=now)
     assert progress[1].data_loss.why == "caught up"
+    # A shard reading its one new snapshot is not at risk (nor costs a read).
+    assert facts.progress({0: 6, 1: 6}, now=now)[0].data_loss.why == "caught up"
     # No consumer file: snapshot 2 (4 newer, > min 2) expires 10 min after its commit.
     at_risk = progress[0].data_loss
     assert at_risk.why == "at risk" and at_risk.seconds is not None

@@ -65,6 +65,10 @@ log = logging.getLogger("paimon_group.describe")
 DEFAULT_MAX_SNAPSHOTS = 200
 """How many unread snapshots' manifests :class:`SnapshotFacts` reads at most."""
 
+IN_FLIGHT_S = 10.0
+"""A shard one snapshot behind for less than this is reading it: no time to
+data loss is estimated for it (nor consumer files read)."""
+
 CONSUMER_FILES_REFRESH_S = 15.0
 """How long the consumer files read for the time to data loss are reused (a
 shard's file rewritten since is seen late: the estimate errs short)."""
@@ -258,19 +262,26 @@ class SnapshotFacts:
         self, out: dict[int, ShardProgress], positions: Mapping[int, int | None],
         read_rates: Mapping[int, float], now: float | None,
     ) -> None:
-        """Fill in the time to data loss of every lagging shard in ``out``."""
+        """Fill in the time to data loss of every lagging shard in ``out``
+        (a shard reading its one new snapshot is left as caught up)."""
         assert self.latest is not None
-        retention = self.retention()
-        consumers = self._consumer_files(now)
-        write_rate = self.write_rate(now)
+        lagging: dict[int, int] = {}
         for shard, p in out.items():
             n = positions.get(shard)
             if p.expired:
                 out[shard] = ShardProgress(p.lag_snapshots, p.lag_seconds, p.unread_rows,
                                            p.unread_rows_complete, True, LOST)
-                continue
-            if n is None or p.lag_seconds is None or not p.lag_snapshots:
-                continue
+            elif n is not None and p.lag_seconds is not None and p.lag_snapshots and (
+                    p.lag_snapshots > 1 or p.lag_seconds >= IN_FLIGHT_S):
+                lagging[shard] = n
+        if not lagging:
+            return  # no consumer file read: the steady state of a member costs nothing
+        retention = self.retention()
+        consumers = self._consumer_files(now)
+        write_rate = self.write_rate(now)
+        for shard, n in lagging.items():
+            p = out[shard]
+            assert p.lag_seconds is not None
             loss = estimate(retention, position=n, latest=self.latest,
                             oldest_age_s=p.lag_seconds, write_rate=write_rate,
                             read_rate=max(0.0, read_rates.get(shard, 0.0)),
