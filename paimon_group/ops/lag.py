@@ -245,8 +245,12 @@ class SnapshotFacts:
         cached = self._consumers
         if cached is None or at - cached[0] >= CONSUMER_FILES_REFRESH_S:
             read_at = time.time()
-            files = consumer_files(self.table.table.file_io, self.table.table_path,
-                                   now=read_at)
+            try:
+                files = consumer_files(self.table.table.file_io, self.table.table_path,
+                                       now=read_at)
+            except Exception as err:  # unreadable: estimate as if none protected
+                log.debug("consumer files not read: %s", err)
+                files = []
             cached = self._consumers = (at, read_at, files)
         _, read_at, files = cached
         since = (time.time() if now is None else now) - read_at
