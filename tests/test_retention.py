@@ -112,6 +112,14 @@ def test_rate_meter() -> None:
     assert meter.rate() == pytest.approx(2.0)
     meter.add(5, now=31.0)  # reset backwards: start over
     assert meter.rate() == 0.0
+    # Reading as fast as the table is written, then stalled: the rate falls
+    # at once (its largest move per second since), not over the window.
+    stalled = RateMeter(window_s=60.0)
+    for t in range(0, 20):
+        stalled.add(2 * t, now=float(t))
+    for t in range(20, 30):
+        stalled.add(38, now=float(t))
+    assert stalled.rate() == pytest.approx(2 / 10)
 
 
 def test_consumer_files_of_a_real_table(tmp_path: Path) -> None:

@@ -51,6 +51,7 @@ import time
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 from pypaimon.common.time_utils import parse_duration
@@ -227,17 +228,23 @@ def earliest_loss(estimates: Iterable[DataLossEstimate]) -> DataLossEstimate:
 
 
 class RateMeter:
-    """Snapshots per second of a growing id (a position, the latest snapshot)
-    over the last ``window_s`` seconds of samples."""
+    """Snapshots per second of a growing id (a position) over the last
+    ``window_s`` seconds of samples, and no more than its largest move per
+    time since it last moved: a shard that stalls after reading as fast as
+    the table is written does not pass for a fast reader for a whole window
+    (the estimate errs short while it stalls)."""
 
     def __init__(self, window_s: float = 60.0) -> None:
         self.window_s = window_s
         self._samples: deque[tuple[float, int]] = deque()
+        self._moved_at: float | None = None
 
     def add(self, value: int, now: float | None = None) -> None:
         now = time.monotonic() if now is None else now
         if self._samples and value < self._samples[-1][1]:
             self._samples.clear()  # moved back (a reset): start over
+        if self._samples and value != self._samples[-1][1]:
+            self._moved_at = now
         self._samples.append((now, value))
         while len(self._samples) > 2 and now - self._samples[1][0] >= self.window_s:
             self._samples.popleft()
@@ -246,4 +253,10 @@ class RateMeter:
         if len(self._samples) < 2:
             return 0.0
         (t0, v0), (t1, v1) = self._samples[0], self._samples[-1]
-        return (v1 - v0) / (t1 - t0) if t1 > t0 else 0.0
+        if t1 <= t0:
+            return 0.0
+        window = (v1 - v0) / (t1 - t0)
+        if self._moved_at is None or t1 <= self._moved_at:
+            return window
+        largest = max((b[1] - a[1] for a, b in pairwise(self._samples)), default=0)
+        return min(window, largest / (t1 - self._moved_at))
