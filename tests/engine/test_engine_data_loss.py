@@ -10,7 +10,8 @@ The member's ``/metrics`` is scraped meanwhile: the time to data loss falls
 and crosses the alarm threshold before the table's earliest snapshot passes
 the shard's position; once the handler returns, the member stops with one
 line naming the lost snapshots and the reset command (``fail``), or skips
-them with a WARNING and goes on (``skip``).
+them with a WARNING and goes on (``skip``). The Spark source's
+``failOnDataLoss`` meets snapshots the engine expired by count.
 """
 
 from __future__ import annotations
@@ -228,3 +229,28 @@ def test_with_on_data_loss_skip_the_member_skips_the_lost_snapshots_and_goes_on(
         assert set(range(writer.next - 4, writer.next)) <= delivered
     finally:
         h.cleanup()
+
+
+def test_the_spark_source_fails_or_skips_on_snapshots_the_engine_expired(
+        engine: Engine, tmp_path: Path) -> None:
+    """``failOnDataLoss`` on snapshots expired by count (``num-retained.max``)."""
+    from paimon_group.errors import SnapshotExpired
+    from paimon_group.spark_source.offsets import NO_CATCH_UP, Cursor, plan_ranges
+    from paimon_group.table import ShardedTable
+
+    warehouse = str(tmp_path / "wh")
+    engine.create_table(warehouse, table_schema(), primary_keys=["id"], options={
+        "bucket": "2", "snapshot.num-retained.min": "1", "snapshot.num-retained.max": "3"})
+    for k in range(8):
+        engine.write(warehouse, rows(range(4 * k, 4 * k + 4)))
+    table = ShardedTable.open(warehouse, "db.t")
+    latest, earliest = table.latest_snapshot_id(), table.earliest_snapshot_id()
+    assert latest is not None and earliest is not None and earliest > 2
+    planner = table.planner(2, catch_up_threshold=NO_CATCH_UP)
+    cursors = {0: Cursor(next=2), 1: Cursor(next=2)}
+    with pytest.raises(SnapshotExpired, match=rf"shards 0, 1: snapshots 2\.\.{earliest - 1} "
+                       rf"of table db\.t expired before they were read"):
+        plan_ranges(planner, cursors, latest=latest)
+    reached, pieces = plan_ranges(planner, cursors, latest=latest, fail_on_data_loss=False)
+    assert reached == {0: latest + 1, 1: latest + 1}
+    assert min(p.snapshot for shard in pieces.values() for p in shard) >= earliest
