@@ -150,6 +150,10 @@ class MemberConfig:
     mirror_interval_s: float | None = None
     connect: ConnectOptions | None = None
     history_path: str | None = None
+    # A shard whose next snapshot expired unread: "fail" (stop with the lost
+    # range and the reset command) or "skip" (move on to the earliest
+    # retained snapshot, loudly). See paimon_group/member/data_loss.py.
+    on_data_loss: str = "fail"
 
     def __post_init__(self) -> None:
         validate_group(self.group)
@@ -189,6 +193,8 @@ class MemberConfig:
             raise ConfigError("--shutdown-timeout-s must be positive")
         if self.rebalance_delay_s < 0:
             raise ConfigError("--rebalance-delay must not be negative")
+        if self.on_data_loss not in ("fail", "skip"):
+            raise ConfigError(f"--on-data-loss must be fail or skip, got {self.on_data_loss!r}")
 
     def __repr__(self) -> str:
         # The generated repr, with the values of secret-looking catalog

@@ -105,6 +105,7 @@ def cases(wh: Path, scratch: Path) -> dict[str, tuple[list[str], str]]:
                                  "no_such_module_x"),
         "bad-member-id": (run_args(wh, "--member-id", "bad/id"), "bad/id"),
         "bad-log-format": (run_args(wh, "--log-format", "xml"), "'xml'"),
+        "bad-on-data-loss": (run_args(wh, "--on-data-loss", "ignore"), "--on-data-loss"),
         # A warehouse URI with credentials: refused without echoing the secret.
         "warehouse-with-credentials": (
             ["run", "--group", "g", "--warehouse", "s3://AKIAEXAMPLE:s3cr3t-Val@bucket/wh",

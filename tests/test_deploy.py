@@ -763,4 +763,5 @@ def test_alert_rules_and_dashboard_query_only_exported_metrics(tmp_path: Path) -
 def test_the_alert_rules_cover_lag_flapping_and_unowned_shards() -> None:
     names = {r["alert"] for r in alert_rules()}
     assert {"PaimonGroupBehind", "PaimonGroupLagGrowing", "PaimonGroupMemberFlapping",
-            "PaimonGroupShardUnowned"} <= names
+            "PaimonGroupShardUnowned", "PaimonGroupDataLossSoon",
+            "PaimonGroupSnapshotsSkipped"} <= names

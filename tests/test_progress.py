@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from paimon_group.progress import progress_line
+from paimon_group.ops.lag import ShardLag
+from paimon_group.ops.retention import DataLossEstimate
+from paimon_group.progress import loss_text, progress_line
 from tests.support.group_procs import GroupHarness
 
 pytestmark = [pytest.mark.slow]
@@ -24,6 +26,16 @@ def test_progress_line_text() -> None:
     assert progress_line(12, 3400, 5.0, [0, 1], 0) == (
         "progress: 12 batches, 3400 rows in 5 s (680 rows/s); shards [0, 1]; lag 0 snapshots")
     assert progress_line(0, 0, 5.0, [], None).endswith("lag unknown")
+
+
+def test_progress_line_names_the_time_to_data_loss() -> None:
+    shards = {0: ShardLag(10, 0, 0.0),
+              1: ShardLag(4, 37, 95.4, DataLossEstimate(250.0, "at risk")),
+              2: ShardLag(9, 3, 12.0, DataLossEstimate(None, "protected"))}
+    assert progress_line(1, 20, 5.0, [0, 1, 2], 40, loss_text(shards, [0, 1, 2])).endswith(
+        "lag 40 snapshots, 95 s; data loss in 4 m 10 s (shard 1)")
+    assert loss_text(shards, [0, 2]) == ", 12 s; data loss: protected"
+    assert loss_text(shards, [0]) == ""
 
 
 def test_a_running_worker_logs_its_progress(tmp_path: Path) -> None:

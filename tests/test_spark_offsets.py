@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from coordinators.errors import ConfigError, PaimonGroupError
+from paimon_group.errors import SnapshotExpired
 from paimon_group.spark_source.offsets import (
     NO_CATCH_UP,
     Caps,
@@ -20,7 +21,7 @@ from paimon_group.spark_source.offsets import (
 )
 from paimon_group.spark_source.options import SourceOptions
 from paimon_group.table import ShardedTable
-from tests.support.tables import make_pk_table, write_rows
+from tests.support.tables import expire_snapshots, make_pk_table, write_rows
 
 
 def test_offset_round_trip_and_foreign_offsets_are_refused() -> None:
@@ -85,3 +86,30 @@ def test_the_assignor_option_reaches_the_member_and_a_bad_one_is_one_line(
     assert SourceOptions.parse(base).member_config().assignor is None
     with pytest.raises(ConfigError, match="unknown assignor 'fair': use one of count, load"):
         SourceOptions.parse({**base, "assignor": "fair"})
+
+
+def test_an_expired_snapshot_fails_the_query_unless_fail_on_data_loss_is_false(
+        tmp_path: Path) -> None:
+    make_pk_table(tmp_path, "db.t", buckets=4)
+    for k in range(6):
+        write_rows(tmp_path, "db.t", range(10 * k, 10 * k + 10))
+    table = ShardedTable.open(str(tmp_path), "db.t")
+    planner = table.planner(2, catch_up_threshold=NO_CATCH_UP)
+    cursors = {0: Cursor(next=2), 1: Cursor(next=2)}
+    expire_snapshots(tmp_path, "db.t", keep_from=5)
+    with pytest.raises(SnapshotExpired, match=r"shards 0, 1: snapshots 2\.\.4 of table db\.t "
+                       r"expired before they were read \(earliest retained: 5\).*"
+                       r"failOnDataLoss=false"):
+        plan_ranges(planner, cursors, latest=6)
+    reached, pieces = plan_ranges(planner, cursors, latest=6, fail_on_data_loss=False)
+    assert reached == {0: 7, 1: 7}
+    assert {p.snapshot for shard in pieces.values() for p in shard} == {5, 6}
+    # A replay of the batch skips the same way.
+    _, replayed = plan_ranges(planner, cursors, until=reached,
+                              fail_on_data_loss=False)
+    assert pickle.dumps(replayed) == pickle.dumps(pieces)
+    base = {"group": "g", "warehouse": str(tmp_path), "table": "db.t"}
+    assert SourceOptions.parse(base).fail_on_data_loss
+    assert not SourceOptions.parse({**base, "failondataloss": "false"}).fail_on_data_loss
+    with pytest.raises(ConfigError, match="failondataloss"):
+        SourceOptions.parse({**base, "failondataloss": "maybe"})

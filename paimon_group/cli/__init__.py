@@ -115,6 +115,11 @@ def main() -> None:
               show_default="one per CPU, at most 4", envvar=env("max-parallel-shards"),
               help="Batches of different shards in the handler at once (1: one by one). "
                    "Never two batches of the same shard.")
+@click.option("--on-data-loss", type=click.Choice(["fail", "skip"]), default="fail",
+              show_default=True, envvar=env("on-data-loss"),
+              help="A shard whose next snapshot expired unread: fail (stop, naming the lost "
+                   "snapshots and the reset command) or skip (move on to the earliest "
+                   "retained snapshot, with a WARNING; Spark's failOnDataLoss=false).")
 @click.option("--include-row-kind", is_flag=True, default=False,
               envvar=env("include-row-kind"), help="Add the _row_kind column.")
 @click.option("--columns", envvar=env("columns"), metavar="A,B,...",
@@ -168,6 +173,7 @@ def run(**kw: Any) -> None:
         max_parallel_shards=kw["max_parallel_shards"],
         connect=build_connect_options(kw, kw["session_timeout_s"]),
         history_path=kw["history"],
+        on_data_loss=kw["on_data_loss"],
     )
     from paimon_group.preflight import check_coordinator_target
     from paimon_group.start import parse_start

@@ -64,6 +64,9 @@ class MemberStats:
     refused_commits: int = 0
     rebalances: int = 0
     handler_errors: int = 0
+    # Snapshots expired before they were read and skipped (--on-data-loss
+    # skip), summed over the shards that skipped them.
+    skipped_snapshots: int = 0
     handler_seconds: list[float] = field(default_factory=list)
     # Shards that left this member, by how (as Kafka's cooperative protocol
     # tells them apart): "revoked" (a rebalance moved them, handed off),

@@ -24,11 +24,12 @@ from coordinators.errors import CoordinatorError, PaimonGroupError, SessionLost
 from paimon_group.batch import ShardBatch
 from paimon_group.config import MemberConfig
 from paimon_group.consumer_meta import carried_start, record_start
-from paimon_group.errors import HandlerFailed, NotOwner, StaleEpoch
+from paimon_group.errors import HandlerFailed, NotOwner, SnapshotExpired, StaleEpoch
 from paimon_group.group_start import group_start
 from paimon_group.identity import check_table_identity, table_identity
 from paimon_group.member.commits import CommitLane, Commits
 from paimon_group.member.core import RebalanceListener
+from paimon_group.member.data_loss import LostRange, data_loss_error, skip_warning
 from paimon_group.member.head import TABLE_CHECK_S
 from paimon_group.member.state import OwnedShard, Stop
 from paimon_group.planner import StepPlan
@@ -190,11 +191,16 @@ class Reader(Commits):
                 # `position` yet (member/head.py); no request to the store.
                 continue
             await self._wait_live()
-            if full_scan is not None:
-                step: StepPlan | None = await self._in_io(
-                    functools.partial(planner.plan_full, shards, full_scan))
-            else:
-                step = await self._plan_next(shards, position, prefetched)
+            try:
+                if full_scan is not None:
+                    step: StepPlan | None = await self._in_io(
+                        functools.partial(planner.plan_full, shards, full_scan))
+                else:
+                    step = await self._plan_next(shards, position, prefetched)
+            except SnapshotExpired as err:
+                await self._on_expired(owned, full_scan or position, full_scan is not None, err)
+                progressed = True
+                continue
             if step is None:
                 continue
             progressed = True
@@ -204,6 +210,32 @@ class Reader(Commits):
             deliveries, empty = self._batches(owned, step)
             await self._deliver_all(deliveries, empty, step, process)
         return progressed
+
+    async def _on_expired(self, owned: list[OwnedShard], first: int, full_scan: bool,
+                          err: SnapshotExpired) -> None:
+        """Shards whose next snapshot ``first`` expired: stop with one line
+        (``--on-data-loss fail``), or move them on to the earliest retained
+        snapshot (``skip``); see :mod:`paimon_group.member.data_loss`."""
+        table = self.table
+        assert table is not None
+        earliest = await self._in_io(table.earliest_snapshot_id)
+        if earliest is None or earliest <= first:
+            raise err  # not a gap this member can name (the table changed under it)
+        lost = LostRange(tuple(sorted(o.shard for o in owned)), first, earliest, full_scan)
+        extra = {"group": self.group_name, "member": self.member_id}
+        if self.config.on_data_loss != "skip":
+            raise data_loss_error(self.config, lost) from None
+        log.warning(skip_warning(self.config, lost), extra=extra)
+        self.history.record("skip", shards=list(lost.shards), first=first, earliest=earliest,
+                            full_scan=full_scan)
+        if full_scan:
+            # A full scan of the earliest snapshot instead: the table as it
+            # is there, nothing of it skipped.
+            await self._commit({o.shard: o for o in owned}, earliest + 1, full_scan=earliest)
+            return
+        # Counted once committed: the shards really moved past the gap.
+        await self._commit({o.shard: o for o in owned}, earliest)
+        self.stats.skipped_snapshots += lost.count * len(lost.shards)
 
     def _batches(self, owned: list[OwnedShard], step: StepPlan
                  ) -> tuple[list[tuple[OwnedShard, ShardBatch]], dict[int, OwnedShard]]:

@@ -26,6 +26,12 @@ table's latest snapshot ``L``):
 ``expired``
     ``n`` is older than the earliest retained snapshot: the shard cannot
     continue (it stops with ``SnapshotExpired``) until its position is reset.
+``data_loss``
+    The time to data loss (:mod:`paimon_group.ops.retention`): how long until
+    snapshot ``n`` can expire, from the table's retention options, its
+    consumer files, the write rate (recent snapshots' commit times) and the
+    shard's read rate (measured by a running member; 0 where unknown, as in
+    ``describe``: the estimate then assumes the shard stalls, a lower bound).
 """
 
 from __future__ import annotations
@@ -38,6 +44,18 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from paimon_group.handed_over import HandedOverFileIO
+from paimon_group.ops.retention import (
+    LOST,
+    NONE_UNREAD,
+    ConsumerFile,
+    DataLossEstimate,
+    RateMeter,
+    Retention,
+    consumer_files,
+    earliest_loss,
+    estimate,
+    protection_s,
+)
 from paimon_group.sharding import Sharding, ShardRule
 from paimon_group.steps import follow_up_scans, increment_manifests
 from paimon_group.table import ShardedTable
@@ -46,6 +64,18 @@ log = logging.getLogger("paimon_group.describe")
 
 DEFAULT_MAX_SNAPSHOTS = 200
 """How many unread snapshots' manifests :class:`SnapshotFacts` reads at most."""
+
+IN_FLIGHT_S = 10.0
+"""A shard one snapshot behind for less than this is reading it: no time to
+data loss is estimated for it (nor consumer files read)."""
+
+CONSUMER_FILES_REFRESH_S = 15.0
+"""How long the consumer files read for the time to data loss are reused (a
+shard's file rewritten since is seen late: the estimate errs short)."""
+
+WRITE_RATE_SNAPSHOTS = 20
+"""The write rate is measured over the last this many snapshots (and the time
+since the latest: a table no longer written has its rate fall)."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +87,7 @@ class ShardProgress:
     unread_rows: int | None
     unread_rows_complete: bool
     expired: bool
+    data_loss: DataLossEstimate = NONE_UNREAD
 
     @staticmethod
     def unknown() -> ShardProgress:
@@ -99,6 +130,9 @@ class SnapshotFacts:
         self._changelog = table.changelog_producer != "none"
         self._manifest_lists: Any = None
         self._manifests: Any = None
+        self._retention: Retention | None = None
+        # (monotonic time read, wall time read, the files)
+        self._consumers: tuple[float, float, list[ConsumerFile]] | None = None
 
     def refresh(self, *, known_latest: int | None = None, earliest: bool = True) -> None:
         """Re-read the latest and earliest snapshot ids (``known_latest``: the
@@ -159,18 +193,105 @@ class SnapshotFacts:
     def progress(
         self, positions: Mapping[int, int | None], *, now: float | None = None,
         known_latest: int | None = None, lazy: bool = False,
+        read_rates: Mapping[int, float] | None = None,
     ) -> dict[int, ShardProgress]:
         """Per shard its progress, for positions ``{shard: next_snapshot or None}``.
         ``lazy``: the earliest snapshot is read only when a shard lags (a
         member's progress line and metrics: on an object store each id is
-        requests, and a caught-up member needs neither)."""
+        requests, and a caught-up member needs neither). ``read_rates``
+        (snapshots/s per shard) refine the time to data loss."""
         self.refresh(known_latest=known_latest, earliest=not lazy)
         if lazy and any(n is not None and n <= (self.latest or 0) for n in positions.values()):
             self.refresh(known_latest=self.latest)
         out, starts = self._lags(positions, now)
         if starts and self.latest is not None and self.count_rows:
             self._count_unread(out, starts, self.latest)
+        if starts and self.latest is not None:
+            try:
+                self._estimate_loss(out, positions, read_rates or {}, now)
+            except Exception as err:  # an estimate only: never break describe or metrics
+                log.debug("time to data loss not estimated: %s", err)
         return out
+
+    def write_rate(self, now: float | None = None) -> float:
+        """Snapshots committed per second, over the last
+        :data:`WRITE_RATE_SNAPSHOTS` snapshots and until ``now``."""
+        latest = self.latest
+        if latest is None:
+            return 0.0
+        first = max(self.earliest or 1, latest - WRITE_RATE_SNAPSHOTS)
+        if first >= latest:
+            return 0.0
+        # A commit time read before (the lag's oldest unread snapshots are)
+        # within the window measures as well, without a request.
+        known = [sid for sid in self._times if first <= sid < latest]
+        if known:
+            first = min(known)
+        first_ms = self.commit_time_ms(first)
+        if first_ms is None:  # expired since the earliest was read
+            self.refresh(known_latest=latest)
+            first = max(self.earliest or latest, latest - WRITE_RATE_SNAPSHOTS)
+            first_ms = self.commit_time_ms(first) if first < latest else None
+            if first_ms is None:
+                return 0.0
+        seconds = (time.time() if now is None else now) - first_ms / 1000.0
+        return (latest - first) / max(seconds, 1e-3)
+
+    def _consumer_files(self, now: float | None) -> list[ConsumerFile]:
+        """The table's consumer files, read again at most every
+        :data:`CONSUMER_FILES_REFRESH_S` (a listing and a read per file:
+        requests on an object store). Their ages are of ``now`` all the same."""
+        at = time.monotonic()
+        cached = self._consumers
+        if cached is None or at - cached[0] >= CONSUMER_FILES_REFRESH_S:
+            read_at = time.time()
+            try:
+                files = consumer_files(self.table.table.file_io, self.table.table_path,
+                                       now=read_at)
+            except Exception as err:  # unreadable: estimate as if none protected
+                log.debug("consumer files not read: %s", err)
+                files = []
+            cached = self._consumers = (at, read_at, files)
+        _, read_at, files = cached
+        since = (time.time() if now is None else now) - read_at
+        return [ConsumerFile(c.consumer_id, c.next_snapshot, max(0.0, c.age_s + since))
+                for c in files]
+
+    def retention(self) -> Retention:
+        if self._retention is None:
+            self._retention = Retention.of_table(self.table.table)
+        return self._retention
+
+    def _estimate_loss(
+        self, out: dict[int, ShardProgress], positions: Mapping[int, int | None],
+        read_rates: Mapping[int, float], now: float | None,
+    ) -> None:
+        """Fill in the time to data loss of every lagging shard in ``out``
+        (a shard reading its one new snapshot is left as caught up)."""
+        assert self.latest is not None
+        lagging: dict[int, int] = {}
+        for shard, p in out.items():
+            n = positions.get(shard)
+            if p.expired:
+                out[shard] = ShardProgress(p.lag_snapshots, p.lag_seconds, p.unread_rows,
+                                           p.unread_rows_complete, True, LOST)
+            elif n is not None and p.lag_seconds is not None and p.lag_snapshots and (
+                    p.lag_snapshots > 1 or p.lag_seconds >= IN_FLIGHT_S):
+                lagging[shard] = n
+        if not lagging:
+            return  # no consumer file read: the steady state of a member costs nothing
+        retention = self.retention()
+        consumers = self._consumer_files(now)
+        write_rate = self.write_rate(now)
+        for shard, n in lagging.items():
+            p = out[shard]
+            assert p.lag_seconds is not None
+            loss = estimate(retention, position=n, latest=self.latest,
+                            oldest_age_s=p.lag_seconds, write_rate=write_rate,
+                            read_rate=max(0.0, read_rates.get(shard, 0.0)),
+                            protection_s=protection_s(consumers, n, retention))
+            out[shard] = ShardProgress(p.lag_snapshots, p.lag_seconds, p.unread_rows,
+                                       p.unread_rows_complete, p.expired, loss)
 
     def _lags(
         self, positions: Mapping[int, int | None], now: float | None
@@ -217,7 +338,8 @@ class SnapshotFacts:
             )
             p = out[shard]
             complete = first_unread >= window_start and not p.expired
-            out[shard] = ShardProgress(p.lag_snapshots, p.lag_seconds, total, complete, p.expired)
+            out[shard] = ShardProgress(p.lag_snapshots, p.lag_seconds, total, complete, p.expired,
+                                       p.data_loss)
 
 
 # -- a running member's own shards ----------------------------------------------
@@ -249,6 +371,8 @@ class ShardLag:
     position: int | None
     lag_snapshots: int | None
     lag_seconds: float | None
+    data_loss: DataLossEstimate = NONE_UNREAD
+    read_rate: float = 0.0
 
 
 class OwnedLag:
@@ -264,6 +388,8 @@ class OwnedLag:
         self._lag: dict[int, ShardLag] = {}
         self._latest: int | None = None
         self._at = -1e18
+        # Per shard its position over the last minute: the read rate.
+        self._reads: dict[int, RateMeter] = {}
 
     def rule(self) -> ShardRule:
         """The member's sharding rule. Read where present: a stand-in that
@@ -296,14 +422,29 @@ class OwnedLag:
                                identifier=table.identifier)
             facts = self._facts = SnapshotFacts(own, num_shards, count_rows=False, rule=rule)
         positions = dict(member.shard_positions())
+        rates = self._read_rates(positions)
         # The group's published head (member/head.py) says the latest while
         # it is fresh: no request for it.
         published = getattr(member, "published_latest", None)
         known = published() if callable(published) else None
-        progress = facts.progress(positions, known_latest=known, lazy=True)
+        progress = facts.progress(positions, known_latest=known, lazy=True, read_rates=rates)
         self._latest = facts.latest
-        self._lag = {s: ShardLag(positions.get(s), p.lag_snapshots, p.lag_seconds)
+        self._lag = {s: ShardLag(positions.get(s), p.lag_snapshots, p.lag_seconds,
+                                 p.data_loss, rates.get(s, 0.0))
                      for s, p in progress.items()}
+
+    def _read_rates(self, positions: Mapping[int, int | None]) -> dict[int, float]:
+        """Snapshots/s each shard moved over the last minute (shards gone are forgotten)."""
+        for shard in [s for s in self._reads if s not in positions]:
+            del self._reads[shard]
+        rates: dict[int, float] = {}
+        for shard, n in positions.items():
+            if n is None:
+                continue
+            meter = self._reads.setdefault(shard, RateMeter())
+            meter.add(n)
+            rates[shard] = meter.rate()
+        return rates
 
     def shards(self) -> dict[int, ShardLag]:
         """The last computed lag per shard (owned when computed)."""
@@ -314,6 +455,11 @@ class OwnedLag:
     def latest(self) -> int | None:
         """The table's latest snapshot when the lag was last computed."""
         return self._latest
+
+    def owned_loss(self) -> DataLossEstimate:
+        """The time to data loss of the slowest shard the member owns."""
+        owned = set(self.member.owned_shards)
+        return earliest_loss(x.data_loss for s, x in self.shards().items() if s in owned)
 
     def owned_total(self) -> int | None:
         """Unread snapshots summed over the shards the member owns (None: unknown)."""

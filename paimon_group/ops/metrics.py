@@ -25,6 +25,11 @@ coordinator URL or a credential):
 ``paimon_group_shard_lag_snapshots{shard}``     snapshots committed but unread
 ``paimon_group_shard_lag_seconds{shard}``       age of the oldest unread snapshot
 ``paimon_group_lag_snapshots``                  sum over owned shards with a position
+``paimon_group_shard_time_to_data_loss_seconds{shard}``  until its oldest unread snapshot
+                                                can expire (+Inf: no loss foreseen)
+``paimon_group_time_to_data_loss_seconds``      the same, of the slowest owned shard
+``paimon_group_skipped_snapshots_total``        snapshots lost to expiry and skipped
+                                                (``--on-data-loss skip``)
 ``paimon_group_table_latest_snapshot``          the table's latest snapshot id
 ``paimon_group_batches_total``                  batches delivered (handler returned)
 ``paimon_group_rows_total``                     rows delivered
@@ -59,6 +64,7 @@ Example::
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -270,6 +276,11 @@ class MemberCollector(Collector):
         lag_s = GaugeMetricFamily("paimon_group_shard_lag_seconds",
                                   "Age of the shard's oldest unread snapshot (seconds).",
                                   labels=[*labels, "shard"])
+        loss = GaugeMetricFamily(
+            "paimon_group_shard_time_to_data_loss_seconds",
+            "Seconds until the shard's oldest unread snapshot can expire (estimate; +Inf: "
+            "no loss foreseen; 0: expired or expirable at the next commit).",
+            labels=[*labels, "shard"])
         total_lag = 0
         lags = self.lag.shards()
         for shard in sorted(lags):
@@ -277,6 +288,8 @@ class MemberCollector(Collector):
                 continue
             x = lags[shard]
             shard_values = [*values, str(shard)]
+            if x.position is not None:
+                loss.add_metric(shard_values, _seconds(x.data_loss.seconds))
             if x.position is not None:
                 position.add_metric(shard_values, x.position)
             if x.lag_snapshots is not None:
@@ -287,6 +300,11 @@ class MemberCollector(Collector):
         yield position
         yield lag_n
         yield lag_s
+        yield loss
+        yield gauge("paimon_group_time_to_data_loss_seconds",
+                    "Seconds until the oldest unread snapshot of the slowest owned shard can "
+                    "expire (estimate; +Inf: no loss foreseen).",
+                    _seconds(self.lag.owned_loss().seconds))
         yield gauge("paimon_group_lag_snapshots", "Unread snapshots summed over owned shards.",
                     total_lag)
         if self.lag.latest is not None:
@@ -316,6 +334,9 @@ class MemberCollector(Collector):
         yield moved
         yield counter("paimon_group_rebalances", "Assignments followed after the first.",
                       stats.rebalances)
+        yield counter("paimon_group_skipped_snapshots",
+                      "Snapshots expired before they were read, skipped (--on-data-loss skip).",
+                      getattr(stats, "skipped_snapshots", 0))
 
     def _state_families(self, gauge: _Family, labels: list[str],
                         values: list[str]) -> Iterator[Metric]:
@@ -347,6 +368,11 @@ class MemberCollector(Collector):
                 labels=[*labels, "rule", "table_kind"])
             sharding.add_metric([*values, rule.value, table.kind.value], 1)
             yield sharding
+
+
+def _seconds(value: float | None) -> float:
+    """A time to data loss as a gauge value (None: +Inf, no loss foreseen)."""
+    return math.inf if value is None else value
 
 
 def _one_of(name: str, doc: str, labels: list[str], values: list[str],

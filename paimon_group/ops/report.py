@@ -19,8 +19,10 @@ draws as rich tables:
   the shard loads published with the assignment (0..1; None otherwise);
 * ``shards``: per shard its ``owner``, ``epoch``, ``assigned_to``,
   ``next_snapshot`` (the next snapshot it will read), ``lag_snapshots``,
-  ``lag_seconds``, ``unread_rows``, ``last_commit`` and the value of its
-  Paimon consumer file.
+  ``lag_seconds``, ``unread_rows``, ``last_commit``, the value of its
+  Paimon consumer file, and its time to data loss (``time_to_data_loss_s``,
+  null when none is foreseen, and ``data_loss``: why, in words); the group's
+  are its slowest shard's (with ``data_loss_shard``).
 
 The lag columns are defined in :mod:`paimon_group.ops.lag`.
 
@@ -46,6 +48,7 @@ from paimon_group.group_views import GroupState
 from paimon_group.mirror import ConsumerMirror
 from paimon_group.names import consumer_id
 from paimon_group.ops.lag import DEFAULT_MAX_SNAPSHOTS, ShardProgress, SnapshotFacts
+from paimon_group.ops.retention import DataLossEstimate, earliest_loss
 from paimon_group.records import Assignment, Position
 from paimon_group.sharding import ShardRule
 from paimon_group.table import ShardedTable
@@ -87,6 +90,11 @@ class ShardReport:
     last_commit_by: str | None
     consumer_id: str
     consumer_file: int | None
+    # The time to data loss (paimon_group.ops.retention; None: none foreseen,
+    # data_loss says why). describe measures no read rate: it assumes the
+    # shard stalls from now on, a lower bound.
+    time_to_data_loss_s: float | None = None
+    data_loss: str = "caught up"
 
 
 @dataclass(frozen=True)
@@ -168,6 +176,14 @@ class GroupReport:
     def expired_shards(self) -> list[int]:
         return [s.shard for s in self.shards if s.expired]
 
+    def data_loss(self) -> dict[str, Any]:
+        """The group's time to data loss: its slowest shard's, and that shard."""
+        loss = earliest_loss(DataLossEstimate(s.time_to_data_loss_s, s.data_loss)
+                             for s in self.shards)
+        slowest = [s.shard for s in self.shards if loss.seconds is not None
+                   and s.time_to_data_loss_s == loss.seconds]
+        return {**loss.to_dict(), "data_loss_shard": slowest[0] if slowest else None}
+
     def with_coordinator(self, url: str) -> GroupReport:
         return dataclasses.replace(self, coordinator=url)
 
@@ -182,6 +198,7 @@ class GroupReport:
             max_lag_seconds=self.max_lag_seconds,
             total_unread_rows=self.total_unread_rows,
             expired_shards=self.expired_shards,
+            **self.data_loss(),
         )
         return out
 
@@ -348,6 +365,7 @@ def _shard_reports(group: str, state: GroupState, num_shards: int,
             last_commit_by=pos.member_id if pos else None,
             consumer_id=consumer_id(group, shard),
             consumer_file=found.consumer_files.get(shard),
+            **p.data_loss.to_dict(),
         ))
     return shards
 

@@ -31,13 +31,18 @@ the same splits.
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from coordinators.errors import PaimonGroupError
+from paimon_group.errors import SnapshotExpired
+from paimon_group.member.data_loss import LostRange
 from paimon_group.planner import ShardPlanner
+
+log = logging.getLogger("paimon_group.spark_source")
 
 __all__ = [
     "NO_CATCH_UP",
@@ -166,16 +171,64 @@ def plan_ranges(
     until: Mapping[int, int] | None = None,
     latest: int | None = None,
     caps: Caps = Caps(),
+    fail_on_data_loss: bool = True,
 ) -> tuple[dict[int, int], dict[int, list[Piece]]]:
     """Plan the reads from ``cursors``: returns (``to`` per shard, pieces per shard).
 
     ``until`` (a replay): per shard, stop before this snapshot; no caps.
     Otherwise read up to ``latest`` inclusive within ``caps``. Shards at the
-    same cursor are planned together (one manifest read per step).
+    same cursor are planned together (one manifest read per step). An
+    expired next snapshot raises :class:`~paimon_group.errors.SnapshotExpired`,
+    or without ``fail_on_data_loss`` is skipped (:func:`_past_expired`).
     """
     pieces: dict[int, list[Piece]] = defaultdict(list)
-    steps = 0
-    rows = 0
+    steps, rows = _plan_full_scans(planner, cursors, pieces)
+    limit = dict(until) if until is not None else {
+        s: (latest + 1 if latest is not None else c.next) for s, c in cursors.items()}
+    reached = {s: c.next for s, c in cursors.items()}
+    if not cursors:
+        return reached, dict(pieces)
+    n = min(c.next for c in cursors.values())
+    last = max(limit.values(), default=n)
+    while n < last:
+        active = [s for s, c in cursors.items() if c.next <= n < limit[s]]
+        if not active:
+            n += 1
+            continue
+        if until is None and steps > 0 and caps.max_snapshots is not None \
+                and steps >= caps.max_snapshots:
+            break
+        try:
+            step = planner.plan_next(active, n)
+        except SnapshotExpired as err:
+            # The shards' next snapshot expired unread: stop (failOnDataLoss,
+            # the default), or move them on to the earliest retained one.
+            n = _past_expired(planner, active, n, err, fail=fail_on_data_loss)
+            reached.update({s: n for s in active})
+            continue
+        if step is None:
+            break  # not committed yet (only when planning up to a stale latest)
+        if step.next_snapshot != n + 1:
+            raise PaimonGroupError(f"planned snapshot {n} as a step to {step.next_snapshot}")
+        step_rows = sum(step.estimated_rows(s) for s in active)
+        if until is None and steps > 0 and caps.max_rows is not None \
+                and rows + step_rows > caps.max_rows:
+            break
+        for shard in active:
+            splits = list(step.splits.get(shard, ()))
+            if splits:
+                pieces[shard].append(Piece(n, step.kind.value, splits))
+            reached[shard] = n + 1
+        rows += step_rows
+        steps += 1
+        n += 1
+    return reached, dict(pieces)
+
+
+def _plan_full_scans(planner: ShardPlanner, cursors: Mapping[int, Cursor],
+                     pieces: dict[int, list[Piece]]) -> tuple[int, int]:
+    """The pending full scans of ``cursors`` into ``pieces``: (steps, rows)."""
+    steps = rows = 0
     fulls: dict[int, list[int]] = defaultdict(list)
     for shard, cursor in cursors.items():
         if cursor.full is not None:
@@ -187,36 +240,28 @@ def plan_ranges(
                 Piece(snapshot, full_step.kind.value, list(full_step.splits.get(shard, ()))))
             rows += full_step.estimated_rows(shard)
         steps += 1
-    limit = dict(until) if until is not None else {
-        s: (latest + 1 if latest is not None else c.next) for s, c in cursors.items()}
-    reached = {s: c.next for s, c in cursors.items()}
-    if cursors:
-        first = min(c.next for c in cursors.values())
-        last = max(limit.values(), default=first)
-        for n in range(first, last):
-            active = [s for s, c in cursors.items() if c.next <= n < limit[s]]
-            if not active:
-                continue
-            if until is None and steps > 0 and caps.max_snapshots is not None \
-                    and steps >= caps.max_snapshots:
-                break
-            step = planner.plan_next(active, n)
-            if step is None:
-                break  # not committed yet (only when planning up to a stale latest)
-            if step.next_snapshot != n + 1:
-                raise PaimonGroupError(f"planned snapshot {n} as a step to {step.next_snapshot}")
-            step_rows = sum(step.estimated_rows(s) for s in active)
-            if until is None and steps > 0 and caps.max_rows is not None \
-                    and rows + step_rows > caps.max_rows:
-                break
-            for shard in active:
-                splits = list(step.splits.get(shard, ()))
-                if splits:
-                    pieces[shard].append(Piece(n, step.kind.value, splits))
-                reached[shard] = n + 1
-            rows += step_rows
-            steps += 1
-    return reached, dict(pieces)
+    return steps, rows
+
+
+def _past_expired(planner: ShardPlanner, shards: list[int], n: int, err: SnapshotExpired, *,
+                  fail: bool) -> int:
+    """The earliest retained snapshot, where ``shards`` go on after their
+    expired snapshot ``n`` (a WARNING names the lost range); raises one line
+    naming it instead when ``fail``."""
+    earliest = planner.table.earliest_snapshot_id()
+    if earliest is None or earliest <= n:
+        raise err
+    lost = LostRange(tuple(sorted(shards)), n, earliest)
+    what = f"{lost.shards_text()}: {lost.what(planner.table.identifier)}"
+    if fail:
+        raise SnapshotExpired(
+            f"{what}: their rows are lost to the query, so it stops (option "
+            "failOnDataLoss=false skips such gaps); to resume from the earliest retained "
+            "snapshot, reset the group's positions (paimon-group reset --to-earliest, "
+            "docs/operations.md) and restart the query") from None
+    log.warning("%s: skipping to snapshot %d (failOnDataLoss=false); the rows of %d "
+                "snapshots are lost to the query", what, earliest, lost.count)
+    return earliest
 
 
 def shards_of(pieces: Mapping[int, Sequence[Piece]]) -> list[int]:

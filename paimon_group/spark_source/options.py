@@ -34,6 +34,7 @@ _KNOWN = {
     "group", "warehouse", "table", "coordinator", "member_id", "session_timeout_s", "start",
     "shards", "assignor", "revoke_timeout_s", "rebalance_delay_s", "include_row_kind",
     "metadata_columns", "max_snapshots_per_batch", "max_rows_per_batch", "ready_timeout_s",
+    "failondataloss",
     "coordinator_username", "coordinator_password", "path",
     # TLS and authentication, named as the CLI's --coordinator-* options.
     "coordinator_password_file", "coordinator_ca", "coordinator_cert", "coordinator_key",
@@ -41,8 +42,8 @@ _KNOWN = {
 }
 
 
-def _bool(options: Mapping[str, str], key: str) -> bool:
-    text = str(options.get(key, "false")).strip().lower()
+def _bool(options: Mapping[str, str], key: str, default: bool = False) -> bool:
+    text = str(options.get(key, str(default))).strip().lower()
     if text in ("true", "1", "yes"):
         return True
     if text in ("false", "0", "no", ""):
@@ -96,6 +97,9 @@ class SourceOptions:
     max_snapshots_per_batch: int | None = None
     max_rows_per_batch: int | None = None
     ready_timeout_s: float = 30.0
+    # A shard whose next snapshot expired unread fails the query (as Spark's
+    # Kafka source's failOnDataLoss=true), or is skipped past (false).
+    fail_on_data_loss: bool = True
     catalog_options: dict[str, str] = field(default_factory=dict)
     coordinator_username: str | None = None
     coordinator_password: Secret | None = field(default=None, repr=False)
@@ -150,6 +154,7 @@ class SourceOptions:
             max_snapshots_per_batch=int(max_snapshots) if max_snapshots is not None else None,
             max_rows_per_batch=int(max_rows) if max_rows is not None else None,
             ready_timeout_s=float(_number(opts, "ready_timeout_s", 30.0) or 30.0),
+            fail_on_data_loss=_bool(opts, "failondataloss", True),
             catalog_options={k[len(CATALOG_PREFIX):]: v for k, v in opts.items()
                              if k.startswith(CATALOG_PREFIX)},
             coordinator_username=opts.get("coordinator_username") or None,

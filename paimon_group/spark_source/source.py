@@ -198,7 +198,8 @@ class PaimonGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         if self._target is not None and latest is not None:
             latest = min(latest, self._target)
         reached, pieces = plan_ranges(driver.planner, cursors, latest=latest,
-                                      caps=self._caps(limit))
+                                      caps=self._caps(limit),
+                                      fail_on_data_loss=self.options.fail_on_data_loss)
         ranges = {s: ShardRange(shard=s, epoch=owned[s][0], next=c.next, full=c.full,
                                 to=reached[s]) for s, c in cursors.items()}
         if all(r.empty for r in ranges.values()):
@@ -218,7 +219,8 @@ class PaimonGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         if pieces is None:
             cursors = {s: Cursor(next=r.next, full=r.full) for s, r in ranges.items()}
             _, pieces = plan_ranges(self.driver.planner, cursors,
-                                    until={s: r.to for s, r in ranges.items()})
+                                    until={s: r.to for s, r in ranges.items()},
+                                    fail_on_data_loss=self.options.fail_on_data_loss)
         return [ShardPartition(s, ranges[s].epoch, pieces[s])
                 for s in sorted(ranges) if pieces.get(s)]
 
