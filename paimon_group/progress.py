@@ -7,11 +7,12 @@ over those shards)::
 
     progress: 12 batches, 3400 rows in 5 s (680 rows/s); shards [0, 1]; lag 0 snapshots
 
-A lagging member adds the lag's age and the time to data loss of its
-slowest shard (:mod:`paimon_group.ops.retention`)::
+A lagging member adds the rows waiting (from the manifests of its unread
+snapshots, ``>=`` beyond the last 20), the lag's age and the time to data
+loss of its slowest shard (:mod:`paimon_group.ops.retention`)::
 
     progress: 1 batches, 20 rows in 5 s (4 rows/s); shards [0, 1]; lag 37 snapshots,
-    95 s; data loss in 4 m 10 s (shard 1)
+    1200 rows, 95 s; data loss in 4 m 10 s (shard 1)
 
 (one line), ``data loss: protected`` while consumer files protect its
 snapshots for good. An idle member that is caught up stays quiet (no line without a batch or a
@@ -48,18 +49,21 @@ def duration_text(seconds: float) -> str:
 
 
 def loss_text(shards: Mapping[int, ShardLag], owned: list[int]) -> str:
-    """``; lag 95 s; data loss in 4 m 10 s (shard 1)`` for the owned lagging
-    shards, or "" when none lags."""
+    """``, 1200 rows, 95 s; data loss in 4 m 10 s (shard 1)`` for the owned
+    lagging shards, or "" when none lags."""
     lagging = {s: x for s, x in shards.items() if s in owned and x.lag_snapshots}
     if not lagging:
         return ""
     oldest = max((x.lag_seconds or 0.0) for x in lagging.values())
+    rows = sum(x.unread_rows or 0 for x in lagging.values())
+    at_least = "" if all(x.unread_rows_complete for x in lagging.values()) else ">= "
+    lag = f", {at_least}{rows} rows, {oldest:.0f} s"
     loss = earliest_loss(x.data_loss for x in lagging.values())
     if loss.seconds is None:
-        return f", {oldest:.0f} s; data loss: {loss.why}"
+        return f"{lag}; data loss: {loss.why}"
     slowest = min(s for s, x in lagging.items() if x.data_loss.seconds == loss.seconds)
     when = "now" if loss.why == "expired" else f"in {duration_text(loss.seconds)}"
-    return f", {oldest:.0f} s; data loss {when} (shard {slowest})"
+    return f"{lag}; data loss {when} (shard {slowest})"
 
 
 def progress_line(batches: int, rows: int, seconds: float, shards: list[int],

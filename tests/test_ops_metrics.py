@@ -159,6 +159,14 @@ def test_per_shard_lag_from_positions_and_the_latest_snapshot(tmp_path: Path) ->
         commit_3 = (table.snapshot_commit_time_ms(3) or 0) / 1000.0
         assert value(samples, "paimon_group_shard_lag_seconds", shard="0") >= before - commit_3
         assert value(samples, "paimon_group_shard_lag_seconds", shard="1") == 0
+        assert value(samples, "paimon_group_shard_lag_rows", shard="1") == 0
+        # Rows: the three unread snapshots added 10 rows each, over both buckets.
+        member.positions = {0: 3, 1: 3}
+        time.sleep(server.collector.lag_refresh_s)
+        samples = scrape(server)
+        rows = [value(samples, "paimon_group_shard_lag_rows", shard=s) for s in ("0", "1")]
+        assert sum(rows) == 30 and all(r > 0 for r in rows), rows
+        assert value(samples, "paimon_group_lag_rows") == 30
         # Shards no longer owned disappear from the per-shard series.
         member.owned_shards = [1]
         member.positions = {1: 6}

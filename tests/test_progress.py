@@ -30,12 +30,15 @@ def test_progress_line_text() -> None:
 
 def test_progress_line_names_the_time_to_data_loss() -> None:
     shards = {0: ShardLag(10, 0, 0.0),
-              1: ShardLag(4, 37, 95.4, DataLossEstimate(250.0, "at risk")),
-              2: ShardLag(9, 3, 12.0, DataLossEstimate(None, "protected"))}
+              1: ShardLag(4, 37, 95.4, DataLossEstimate(250.0, "at risk"), 0.0, 1200, True),
+              2: ShardLag(9, 3, 12.0, DataLossEstimate(None, "protected"), 0.0, 30, True)}
     assert progress_line(1, 20, 5.0, [0, 1, 2], 40, loss_text(shards, [0, 1, 2])).endswith(
-        "lag 40 snapshots, 95 s; data loss in 4 m 10 s (shard 1)")
-    assert loss_text(shards, [0, 2]) == ", 12 s; data loss: protected"
+        "lag 40 snapshots, 1230 rows, 95 s; data loss in 4 m 10 s (shard 1)")
+    assert loss_text(shards, [0, 2]) == ", 30 rows, 12 s; data loss: protected"
     assert loss_text(shards, [0]) == ""
+    # Beyond the snapshots counted, the rows are a lower bound.
+    shards[2] = ShardLag(9, 300, 12.0, DataLossEstimate(None, "protected"), 0.0, 5000, False)
+    assert loss_text(shards, [2]) == ", >= 5000 rows, 12 s; data loss: protected"
 
 
 def test_a_running_worker_logs_its_progress(tmp_path: Path) -> None:

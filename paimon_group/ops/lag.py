@@ -58,6 +58,7 @@ from paimon_group.ops.retention import (
 )
 from paimon_group.sharding import Sharding, ShardRule
 from paimon_group.steps import follow_up_scans, increment_manifests
+from paimon_group.store_io import is_object_store
 from paimon_group.table import ShardedTable
 
 log = logging.getLogger("paimon_group.describe")
@@ -178,8 +179,10 @@ class SnapshotFacts:
                 self._manifests = ManifestFileManager(self.table.table)
                 handed_over = getattr(self.table, "handed_over", None)
                 if handed_over is not None:  # what the group's head handed over
+                    file_io = self.table.table.file_io
                     self._manifest_lists.file_io = self._manifests.file_io = HandedOverFileIO(
-                        self.table.table.file_io, handed_over, self.table.manifest_dir())
+                        file_io, handed_over, self.table.manifest_dir(),
+                        keep=is_object_store(file_io))
             manifests = increment_manifests(self._manifest_lists, snapshot,
                                             changelog=self._changelog)
             if manifests:
@@ -344,6 +347,10 @@ class SnapshotFacts:
 
 # -- a running member's own shards ----------------------------------------------
 
+OWNED_ROWS_SNAPSHOTS = 20
+"""A running member counts the unread rows of at most this many snapshots
+(beyond them its figure is a lower bound); each snapshot's manifests once."""
+
 
 class LagSource(Protocol):
     """What :class:`OwnedLag` reads of a running member (a
@@ -373,11 +380,14 @@ class ShardLag:
     lag_seconds: float | None
     data_loss: DataLossEstimate = NONE_UNREAD
     read_rate: float = 0.0
+    unread_rows: int | None = 0
+    unread_rows_complete: bool = True
 
 
 class OwnedLag:
     """The lag of the shards a running member owns, computed at most once per
-    ``refresh_s`` (snapshot metadata cached, no row counts). Thread-safe: a
+    ``refresh_s`` (snapshot metadata cached; rows counted over the last
+    :data:`OWNED_ROWS_SNAPSHOTS` unread snapshots, each read once). Thread-safe: a
     metrics scrape and the progress line call it from their own threads."""
 
     def __init__(self, member: LagSource, *, refresh_s: float = 1.0) -> None:
@@ -420,7 +430,12 @@ class OwnedLag:
             # so this thread shares no reader state with the member's.
             own = ShardedTable(table.table, warehouse=table.warehouse,
                                identifier=table.identifier)
-            facts = self._facts = SnapshotFacts(own, num_shards, count_rows=False, rule=rule)
+            # The member's handed-over manifests (paimon_group.handed_over):
+            # what the row count reads of unread snapshots is kept there for
+            # the member's planner, which reads the same files next.
+            own.handed_over = getattr(table, "handed_over", own.handed_over)
+            facts = self._facts = SnapshotFacts(own, num_shards, rule=rule,
+                                                max_snapshots=OWNED_ROWS_SNAPSHOTS)
         positions = dict(member.shard_positions())
         rates = self._read_rates(positions)
         # The group's published head (member/head.py) says the latest while
@@ -430,7 +445,8 @@ class OwnedLag:
         progress = facts.progress(positions, known_latest=known, lazy=True, read_rates=rates)
         self._latest = facts.latest
         self._lag = {s: ShardLag(positions.get(s), p.lag_snapshots, p.lag_seconds,
-                                 p.data_loss, rates.get(s, 0.0))
+                                 p.data_loss, rates.get(s, 0.0), p.unread_rows,
+                                 p.unread_rows_complete)
                      for s, p in progress.items()}
 
     def _read_rates(self, positions: Mapping[int, int | None]) -> dict[int, float]:

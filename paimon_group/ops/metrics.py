@@ -25,6 +25,8 @@ coordinator URL or a credential):
 ``paimon_group_shard_lag_snapshots{shard}``     snapshots committed but unread
 ``paimon_group_shard_lag_seconds{shard}``       age of the oldest unread snapshot
 ``paimon_group_lag_snapshots``                  sum over owned shards with a position
+``paimon_group_shard_lag_rows{shard}``          rows the unread snapshots added (estimate)
+``paimon_group_lag_rows``                       unread rows summed over owned shards
 ``paimon_group_shard_time_to_data_loss_seconds{shard}``  until its oldest unread snapshot
                                                 can expire (+Inf: no loss foreseen)
 ``paimon_group_time_to_data_loss_seconds``      the same, of the slowest owned shard
@@ -268,48 +270,46 @@ class MemberCollector(Collector):
         yield gauge("paimon_group_owned_shards", "Shards this member owns.", len(owned))
         yield gauge("paimon_group_assigned_shards", "Shards assigned to this member.",
                     len(assigned))
-        position = GaugeMetricFamily("paimon_group_shard_position",
-                                     "Next snapshot the shard reads.", labels=[*labels, "shard"])
-        lag_n = GaugeMetricFamily("paimon_group_shard_lag_snapshots",
-                                  "Snapshots committed to the table but not yet read.",
-                                  labels=[*labels, "shard"])
-        lag_s = GaugeMetricFamily("paimon_group_shard_lag_seconds",
-                                  "Age of the shard's oldest unread snapshot (seconds).",
-                                  labels=[*labels, "shard"])
-        loss = GaugeMetricFamily(
-            "paimon_group_shard_time_to_data_loss_seconds",
-            "Seconds until the shard's oldest unread snapshot can expire (estimate; +Inf: "
-            "no loss foreseen; 0: expired or expirable at the next commit).",
-            labels=[*labels, "shard"])
-        total_lag = 0
-        lags = self.lag.shards()
-        for shard in sorted(lags):
-            if shard not in owned:
-                continue
-            x = lags[shard]
-            shard_values = [*values, str(shard)]
-            if x.position is not None:
-                loss.add_metric(shard_values, _seconds(x.data_loss.seconds))
-            if x.position is not None:
-                position.add_metric(shard_values, x.position)
-            if x.lag_snapshots is not None:
-                lag_n.add_metric(shard_values, x.lag_snapshots)
-                total_lag += x.lag_snapshots
-            if x.lag_seconds is not None:
-                lag_s.add_metric(shard_values, x.lag_seconds)
-        yield position
-        yield lag_n
-        yield lag_s
-        yield loss
+        families, total_lag, total_rows = self._per_shard([*labels, "shard"], values, owned)
+        yield from families
         yield gauge("paimon_group_time_to_data_loss_seconds",
                     "Seconds until the oldest unread snapshot of the slowest owned shard can "
                     "expire (estimate; +Inf: no loss foreseen).",
                     _seconds(self.lag.owned_loss().seconds))
         yield gauge("paimon_group_lag_snapshots", "Unread snapshots summed over owned shards.",
                     total_lag)
+        yield gauge("paimon_group_lag_rows", "Unread rows summed over owned shards (estimate).",
+                    total_rows)
         if self.lag.latest is not None:
             yield gauge("paimon_group_table_latest_snapshot", "The table's latest snapshot id.",
                         self.lag.latest)
+
+    def _per_shard(self, labels: list[str], values: list[str], owned: list[int]
+                   ) -> tuple[list[Metric], int, int]:
+        """Per owned shard its position, lag and time to data loss; the sums of
+        the snapshot and row lags."""
+        families = {name: GaugeMetricFamily(name, doc, labels=labels)
+                    for name, doc in _SHARD_GAUGES}
+        total_lag = total_rows = 0
+        lags = self.lag.shards()
+        for shard in sorted(s for s in lags if s in owned):
+            x = lags[shard]
+            shard_values = [*values, str(shard)]
+            found: dict[str, float | None] = {
+                "paimon_group_shard_position": x.position,
+                "paimon_group_shard_lag_snapshots": x.lag_snapshots,
+                "paimon_group_shard_lag_seconds": x.lag_seconds,
+                "paimon_group_shard_lag_rows":
+                    None if x.position is None else x.unread_rows,
+                "paimon_group_shard_time_to_data_loss_seconds":
+                    None if x.position is None else _seconds(x.data_loss.seconds),
+            }
+            for name, value in found.items():
+                if value is not None:
+                    families[name].add_metric(shard_values, value)
+            total_lag += x.lag_snapshots or 0
+            total_rows += (x.unread_rows or 0) if x.position is not None else 0
+        return list(families.values()), total_lag, total_rows
 
     def _counter_families(self, counter: _Family, labels: list[str],
                           values: list[str]) -> Iterator[Metric]:
@@ -368,6 +368,20 @@ class MemberCollector(Collector):
                 labels=[*labels, "rule", "table_kind"])
             sharding.add_metric([*values, rule.value, table.kind.value], 1)
             yield sharding
+
+
+_SHARD_GAUGES: tuple[tuple[str, str], ...] = (
+    ("paimon_group_shard_position", "Next snapshot the shard reads."),
+    ("paimon_group_shard_lag_snapshots", "Snapshots committed to the table but not yet read."),
+    ("paimon_group_shard_lag_seconds", "Age of the shard's oldest unread snapshot (seconds)."),
+    ("paimon_group_shard_lag_rows",
+     "Rows the shard's unread snapshots added (from the manifests, before merging; "
+     "a lower bound beyond the last 20 unread snapshots)."),
+    ("paimon_group_shard_time_to_data_loss_seconds",
+     "Seconds until the shard's oldest unread snapshot can expire (estimate; +Inf: "
+     "no loss foreseen; 0: expired or expirable at the next commit)."),
+)
+"""The per-shard gauges of a member's owned shards, in the order exported."""
 
 
 def _seconds(value: float | None) -> float:
