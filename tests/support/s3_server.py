@@ -77,8 +77,9 @@ def request_kind(environ: dict[str, Any]) -> str:
 class CountingApp:
     """WSGI middleware: counts requests by kind, and serves ``/__counts``."""
 
-    def __init__(self, app: Callable[..., Any]) -> None:
+    def __init__(self, app: Callable[..., Any], latency_s: float = 0.0) -> None:
         self.app = app
+        self.latency_s = latency_s
         self.lock = threading.Lock()
         self.counts: Counter[str] = Counter()
         self.paths: Counter[str] = Counter()
@@ -99,6 +100,8 @@ class CountingApp:
         with self.lock:
             self.counts[kind] += 1
             self.paths[f"{kind} {path}"] += 1
+        if self.latency_s:
+            time.sleep(self.latency_s)  # a store's time to first byte, per request
         return self.app(environ, start_response)
 
 
@@ -111,7 +114,10 @@ def serve(port: int) -> None:
     )
     from werkzeug.serving import make_server
 
-    app = CountingApp(DomainDispatcherApplication(create_backend_app))
+    # PG_S3_LATENCY_MS: a delay before every answer, for a store farther away
+    # than loopback (benchmarks; tests leave it at 0).
+    latency_s = float(os.environ.get("PG_S3_LATENCY_MS") or 0) / 1000.0
+    app = CountingApp(DomainDispatcherApplication(create_backend_app), latency_s)
     server = make_server("127.0.0.1", port, app, threaded=True,
                          request_handler=MotoRequestHandler)
     print("ready", flush=True)
