@@ -34,7 +34,7 @@ from paimon_group.arrowread.classify import (
     table_fallback_reason,
     trimmed_keys,
 )
-from paimon_group.arrowread.evolution import names_in_file
+from paimon_group.arrowread.evolution import FileColumns, file_columns
 from paimon_group.arrowread.fetch import Prefetcher, fetch_all
 from paimon_group.arrowread.fieldmerge import FIELD_MERGE_ENGINES, field_functions, merge_fields
 from paimon_group.arrowread.files import (
@@ -162,9 +162,9 @@ class ArrowSplitReader:
             # merges only a key's lowest level above 0 (levels.py).
             self._lookup = merges_by_lookup(table)
         self._schema_id = int(table.table_schema.id)
-        # Per older schema id: the file's names of renamed and added fields
-        # (evolution.py), or why such files are left to pypaimon.
-        self._evolved: dict[int, dict[str, str | None] | Unsupported] = {}
+        # Per older schema id: how its files' columns are read (evolution.py),
+        # or why such files are left to pypaimon.
+        self._evolved: dict[int, FileColumns | Unsupported] = {}
 
     def unsupported(self, split: Any) -> str | None:
         """Why ``split`` must be read by pypaimon's reader, or None."""
@@ -173,14 +173,14 @@ class ArrowSplitReader:
             return reason
         for file in split.files:
             try:
-                self._names(file)
+                self._file_columns(file)
             except Unsupported as err:
                 return str(err)
         return None
 
-    def _names(self, file: Any) -> dict[str, str | None] | None:
-        """The file's names of fields renamed or added since it was written
-        (None: written with the table's schema); raises :class:`Unsupported`."""
+    def _file_columns(self, file: Any) -> FileColumns | None:
+        """How the columns of ``file`` are read when it was written with an
+        older schema (None: the table's schema); raises :class:`Unsupported`."""
         schema_id = int(file.schema_id)
         if schema_id == self._schema_id:
             return None
@@ -190,7 +190,7 @@ class ArrowSplitReader:
                 old = self.table.schema_manager.get_schema(schema_id)
                 if old is None:
                     raise Unsupported(f"schema {schema_id} of a data file not found")
-                known = names_in_file(self.table.fields, old.fields,
+                known = file_columns(self.table.fields, old.fields,
                                       dict(self.table.options.options.to_map()))
             except Unsupported as err:
                 known = err
@@ -275,7 +275,7 @@ class ArrowSplitReader:
             offset = 0
             for chunk in iter_file(file_io, file, unit.columns, self._types,
                                    batch_rows=batch_rows, trim=self._chars,
-                                   names=self._names(file), fetched=ahead.take()):
+                                   evolved=self._file_columns(file), fetched=ahead.take()):
                 rows = chunk.num_rows
                 if deleted:
                     chunk = apply_deletion_vector(chunk, deleted, offset)
@@ -336,7 +336,8 @@ class ArrowSplitReader:
         def one(item: tuple[Any, Any]) -> pa.Table:
             file, deletion = item
             table = decode_file(file_io, file, columns, self._types, trim=self._chars,
-                                names=self._names(file), fetched=fetched.get(id(file)))
+                                evolved=self._file_columns(file),
+                                fetched=fetched.get(id(file)))
             known = (read_already or {}).get(file.file_name)
             deleted = known if known is not None else (
                 read_deletion_vector(file_io, deletion) if deletion is not None else [])

@@ -145,7 +145,8 @@ class Engine:
         base, _, rest = name.partition("(")
         args = [int(a) for a in rest.rstrip(")").split(",") if a.strip()]
         plain = {"INT": types.INT, "BIGINT": types.BIGINT, "STRING": types.STRING,
-                 "FLOAT": types.FLOAT, "DOUBLE": types.DOUBLE}
+                 "FLOAT": types.FLOAT, "DOUBLE": types.DOUBLE, "DATE": types.DATE,
+                 "SMALLINT": types.SMALLINT, "TINYINT": types.TINYINT}
         if base.strip().upper() in plain:
             return plain[base.strip().upper()]()
         make = {
