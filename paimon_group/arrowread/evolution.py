@@ -18,9 +18,9 @@ table field whose name differs there (None: not in the file) and the
 converters of the fields whose type differs, or raises
 :class:`~paimon_group.arrowread.files.Unsupported` for what we do not read
 the engine's way (then pypaimon's reader reads the split): a cast the
-engine makes by rules pyarrow does not share (convert.py lists them), and a
-table with a ``fields.<name>.default-value`` option (the engine fills the
-default where a field is absent).
+engine makes by rules pyarrow does not share (convert.py lists them). A
+field absent from a file is null here; a ``fields.<name>.default-value``
+fills it afterwards, as every null of the field (defaults.py).
 
 Example: schema 0 ``(id BIGINT, payload STRING)``, then ``ADD COLUMN extra
 INT``, ``RENAME payload TO body``: for a file of schema 0,
@@ -60,15 +60,11 @@ def _arrow_type(paimon_type: Any) -> pa.DataType:
 
 
 def file_columns(
-    table_fields: Sequence[Any], file_fields: Sequence[Any], options: dict[str, str]
+    table_fields: Sequence[Any], file_fields: Sequence[Any]
 ) -> FileColumns:
     """How files of the schema with ``file_fields`` are read (see the module
     docstring). Raises :class:`Unsupported` for a change we do not read the
     engine's way."""
-    defaults = sorted(k for k in options if k.startswith("fields.") and
-                      k.endswith(".default-value"))
-    if defaults:
-        raise Unsupported(f"files of an older schema with default values ({defaults[0]})")
     by_id = {int(f.id): f for f in file_fields}
     columns = FileColumns()
     for table_field in table_fields:

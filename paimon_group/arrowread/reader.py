@@ -190,8 +190,7 @@ class ArrowSplitReader:
                 old = self.table.schema_manager.get_schema(schema_id)
                 if old is None:
                     raise Unsupported(f"schema {schema_id} of a data file not found")
-                known = file_columns(self.table.fields, old.fields,
-                                      dict(self.table.options.options.to_map()))
+                known = file_columns(self.table.fields, old.fields)
             except Unsupported as err:
                 known = err
             self._evolved[schema_id] = known

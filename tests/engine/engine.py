@@ -119,7 +119,8 @@ class Engine:
     def alter(self, warehouse: str, *changes: tuple[str, ...]) -> None:
         """ALTER TABLE ``db.t`` through the engine's catalog: each change is
         ``("add", name, type)``, ``("rename", old, new)``, ``("type", name,
-        type)`` or ``("drop", name)``, types by SQL name (``INT``, ``BIGINT``)."""
+        type)``, ``("drop", name)`` or ``("set", option, value)``, types by SQL
+        name (``INT``, ``BIGINT``)."""
         schema_change = self.jvm.org.apache.paimon.schema.SchemaChange
         j_changes = self.jvm.java.util.ArrayList()
         for change in changes:
@@ -132,6 +133,8 @@ class Engine:
                 j_changes.add(schema_change.updateColumnType(name, self._type(rest[0])))
             elif what == "drop":
                 j_changes.add(schema_change.dropColumn(name))
+            elif what == "set":
+                j_changes.add(schema_change.setOption(name, rest[0]))
             else:
                 raise ValueError(f"unknown change {what!r}")
         catalog = self.catalog(warehouse)
