@@ -16,11 +16,11 @@ otherwise:
 * a function other than ``sum``, ``product``, ``max``, ``min``,
   ``bool_and``, ``bool_or``, ``last_value``, ``last_non_null_value``,
   ``first_value``, ``first_non_null_value`` (each skips nulls but the two
-  that keep them, as the engine's);
+  that keep them, as the engine's) and ``listagg`` (without ``distinct``);
+  floating-point ``sum`` and ``product`` and ``listagg`` are folded in the
+  engine's order (folds.py);
 * sequence groups, per-field aggregation under partial-update, removing
-  records on delete;
-* a floating-point ``sum`` or ``product`` (Java folds in record order,
-  pyarrow pairwise: other roundings).
+  records on delete.
 
 A section that holds a retraction (``-U``/``-D``) is left to pypaimon's
 reader too (:class:`~paimon_group.arrowread.files.Unsupported` from
@@ -41,9 +41,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from paimon_group.arrowread.files import SEQUENCE_NUMBER, VALUE_KIND, Unsupported
+from paimon_group.arrowread.folds import FOLDS
 from paimon_group.arrowread.merge import key_changes
 
-__all__ = ["FIELD_MERGE_ENGINES", "field_functions", "field_merge_reason", "merge_fields"]
+__all__ = ["FIELD_MERGE_ENGINES", "field_functions", "field_merge_reason", "list_delimiters",
+           "merge_fields"]
 
 FIELD_MERGE_ENGINES = frozenset({"partial-update", "aggregation"})
 
@@ -77,6 +79,27 @@ def field_functions(table: Any, columns: Sequence[str]) -> dict[str, str]:
             for c in columns}
 
 
+def list_delimiters(table: Any) -> dict[str, str]:
+    """The ``list-agg-delimiter`` of every column (``,`` unless given)."""
+    options = _options(table)
+    return {f.name: options.get(f"fields.{f.name}.list-agg-delimiter", ",")
+            for f in table.fields}
+
+
+def _folded(function: str, arrow_type: pa.DataType) -> bool:
+    """Whether ``function`` is folded in order (folds.py) on this type."""
+    return function == "listagg" or (
+        function in ("sum", "product") and pa.types.is_floating(arrow_type))
+
+
+def _fold_reason(function: str, type_name: str, distinct: bool) -> str | None:
+    if function == "listagg" and (distinct or not type_name.startswith(
+            ("STRING", "VARCHAR", "CHAR"))):
+        return "aggregate function listagg with distinct" if distinct else (
+            f"aggregate function listagg on {type_name}")
+    return None
+
+
 def field_merge_reason(table: Any, value_columns: Sequence[str]) -> str | None:
     """Why a partial-update or aggregation table is not merged here, or None."""
     options = _options(table)
@@ -91,22 +114,25 @@ def field_merge_reason(table: Any, value_columns: Sequence[str]) -> str | None:
         return "merge-engine partial-update with aggregate functions"
     types = {f.name: str(f.type).upper() for f in table.fields}
     for column, function in field_functions(table, value_columns).items():
-        if function not in _FUNCTIONS:
+        if function not in _FUNCTIONS and function not in FOLDS:
             return f"merge-engine {engine} with aggregate function {function}"
-        if function in ("sum", "product") and types.get(column, "").startswith(
-                ("FLOAT", "DOUBLE")):
-            return f"merge-engine {engine} with a floating-point {function}"
+        distinct = options.get(f"fields.{column}.distinct", "false").lower() == "true"
+        reason = _fold_reason(function, types.get(column, ""), distinct)
+        if reason is not None:
+            return f"merge-engine {engine} with {reason}"
     return None
 
 
 def merge_fields(rows: pa.Table, keys: Sequence[str], functions: Mapping[str, str], *,
-                 sequence_fields: Sequence[str] = (), ascending: bool = True) -> pa.Table:
+                 sequence_fields: Sequence[str] = (), ascending: bool = True,
+                 delimiters: Mapping[str, str] | None = None) -> pa.Table:
     """One merged record per key of ``rows`` (a section: every record of its
     keys, with ``_SEQUENCE_NUMBER`` and ``_VALUE_KIND``), in key order, as
     ``+I``. ``functions``: the merge function of each value column; other
     columns (keys, partition) are taken from the key's latest record. The
     records of a key are in ``sequence_fields`` order (``ascending`` or not),
-    then ``_SEQUENCE_NUMBER``, as the deduplicate merge orders them."""
+    then ``_SEQUENCE_NUMBER``, as the deduplicate merge orders them.
+    ``delimiters``: each ``listagg`` column's delimiter (``,`` otherwise)."""
     if rows.num_rows == 0:
         return rows
     kinds = np.asarray(rows.column(VALUE_KIND).to_numpy(zero_copy_only=False))
@@ -121,41 +147,52 @@ def merge_fields(rows: pa.Table, keys: Sequence[str], functions: Mapping[str, st
     starts = np.flatnonzero(np.concatenate(([True], changes)))
     last = np.flatnonzero(np.concatenate((changes, [True])))
     merged = ordered.take(pa.array(last))
-    hashed = {c: f for c, f in functions.items() if _FUNCTIONS[f][0] not in ("first", "last")}
-    for column, function in functions.items():
-        if column in hashed:
-            continue
-        # first/last (non-null) value: a position per key, by a segmented
-        # min/max of row positions (nulls excluded when they are skipped).
-        how, skip_nulls = _FUNCTIONS[function]
-        values = ordered.column(column)
-        n = len(values)
-        positions = np.arange(n, dtype=np.int64)
-        if skip_nulls and values.null_count:
-            valid = np.asarray(values.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-            positions = np.where(valid, positions, -1 if how == "last" else n)
-        chosen = (np.maximum.reduceat(positions, starts) if how == "last"
-                  else np.minimum.reduceat(positions, starts))
-        missing = (chosen < 0) | (chosen >= n)
-        picked = values.take(pa.array(np.where(missing, 0, chosen),
-                                      mask=missing if missing.any() else None))
-        merged = merged.set_column(merged.schema.get_field_index(column), column, picked)
-    if hashed:
-        group = np.repeat(np.arange(len(starts), dtype=np.int64),
-                          np.diff(np.append(starts, ordered.num_rows)))
-        grouped = pa.table({"_g": group, **{c: ordered.column(c) for c in hashed}})
-        aggregations = []
-        for column, function in hashed.items():
-            how, skip_nulls = _FUNCTIONS[function]
-            aggregations.append((column, how, pc.ScalarAggregateOptions(
-                skip_nulls=skip_nulls, min_count=1)))
-        result = grouped.group_by("_g", use_threads=False).aggregate(aggregations)
-        for column, function in hashed.items():
-            values = result.column(f"{column}_{_FUNCTIONS[function][0]}")
-            target = merged.schema.field(column).type
-            if values.type != target:
-                values = values.cast(target)
-            merged = merged.set_column(merged.schema.get_field_index(column), column, values)
+    folded = {c: f for c, f in functions.items() if _folded(f, rows.schema.field(c).type)}
+    picked = {c: f for c, f in functions.items()
+              if c not in folded and _FUNCTIONS[f][0] in ("first", "last")}
+    hashed = {c: f for c, f in functions.items() if c not in folded and c not in picked}
+    values: dict[str, Any] = {
+        **{c: FOLDS[f](ordered.column(c), starts, (delimiters or {}).get(c, ","))
+           for c, f in folded.items()},
+        **{c: _pick(ordered.column(c), f, starts) for c, f in picked.items()},
+        **_hash_aggregate(ordered, hashed, starts)}
+    for column, value in values.items():
+        target = merged.schema.field(column).type
+        value = value if value.type == target else value.cast(target)
+        merged = merged.set_column(merged.schema.get_field_index(column), column, value)
     kind_index = merged.schema.get_field_index(VALUE_KIND)
     return merged.set_column(kind_index, VALUE_KIND,
                              pa.array(np.zeros(merged.num_rows, dtype=np.int8)))
+
+
+def _pick(values: Any, function: str, starts: Any) -> Any:
+    """first/last (non-null) value: a position per key, by a segmented
+    min/max of row positions (nulls excluded when they are skipped)."""
+    how, skip_nulls = _FUNCTIONS[function]
+    n = len(values)
+    positions = np.arange(n, dtype=np.int64)
+    if skip_nulls and values.null_count:
+        valid = np.asarray(values.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+        positions = np.where(valid, positions, -1 if how == "last" else n)
+    chosen = (np.maximum.reduceat(positions, starts) if how == "last"
+              else np.minimum.reduceat(positions, starts))
+    missing = (chosen < 0) | (chosen >= n)
+    return values.take(pa.array(np.where(missing, 0, chosen),
+                                 mask=missing if missing.any() else None))
+
+
+def _hash_aggregate(ordered: pa.Table, hashed: Mapping[str, str], starts: Any
+                    ) -> dict[str, Any]:
+    """One grouped pyarrow aggregation for the order-free functions."""
+    if not hashed:
+        return {}
+    group = np.repeat(np.arange(len(starts), dtype=np.int64),
+                      np.diff(np.append(starts, ordered.num_rows)))
+    grouped = pa.table({"_g": group, **{c: ordered.column(c) for c in hashed}})
+    aggregations = []
+    for column, function in hashed.items():
+        how, skip_nulls = _FUNCTIONS[function]
+        aggregations.append((column, how, pc.ScalarAggregateOptions(
+            skip_nulls=skip_nulls, min_count=1)))
+    result = grouped.group_by("_g", use_threads=False).aggregate(aggregations)
+    return {c: result.column(f"{c}_{_FUNCTIONS[f][0]}") for c, f in hashed.items()}

@@ -36,7 +36,12 @@ from paimon_group.arrowread.classify import (
 )
 from paimon_group.arrowread.evolution import FileColumns, file_columns
 from paimon_group.arrowread.fetch import Prefetcher, fetch_all
-from paimon_group.arrowread.fieldmerge import FIELD_MERGE_ENGINES, field_functions, merge_fields
+from paimon_group.arrowread.fieldmerge import (
+    FIELD_MERGE_ENGINES,
+    field_functions,
+    list_delimiters,
+    merge_fields,
+)
 from paimon_group.arrowread.files import (
     SEQUENCE_NUMBER,
     VALUE_KIND,
@@ -153,6 +158,7 @@ class ArrowSplitReader:
         # partial-update / aggregation: each value column's merge function.
         self._field_merge: dict[str, str] | None = None
         self._lookup = False
+        self._delimiters: dict[str, str] = {}
         if self.fallback_reason is None and table.is_primary_key_table and getattr(
                 options.merge_engine(), "value", "") in FIELD_MERGE_ENGINES:
             by_key = set(table.primary_keys) | set(table.partition_keys or ())
@@ -161,6 +167,7 @@ class ArrowSplitReader:
             # Lookup compactions leave older merged values above: the engine
             # merges only a key's lowest level above 0 (levels.py).
             self._lookup = merges_by_lookup(table)
+            self._delimiters = list_delimiters(table)
         self._schema_id = int(table.table_schema.id)
         # Per older schema id: how its files' columns are read (evolution.py),
         # or why such files are left to pypaimon.
@@ -299,7 +306,8 @@ class ArrowSplitReader:
             if not single_run:
                 return Piece(merge_fields(rows, self._keys, self._field_merge,
                                           sequence_fields=self._sequence,
-                                          ascending=self._ascending), None, True)
+                                          ascending=self._ascending,
+                                          delimiters=self._delimiters), None, True)
             kept = adds_only(rows)
             if kept.num_rows != rows.num_rows:
                 raise Unsupported("a retraction in a partial-update or aggregation merge")
