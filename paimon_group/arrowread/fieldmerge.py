@@ -19,8 +19,15 @@ otherwise:
   that keep them, as the engine's) and ``listagg`` (without ``distinct``);
   floating-point ``sum`` and ``product`` and ``listagg`` are folded in the
   engine's order (folds.py);
-* sequence groups, per-field aggregation under partial-update, removing
-  records on delete.
+* per-field aggregation under partial-update, removing records on delete,
+  a sequence group ordered by more than one field.
+
+A partial-update sequence group (``fields.<g>.sequence-group = a,b``) takes
+``g``, ``a`` and ``b`` together, nulls included, from the key's record with
+the greatest non-null ``g`` (the latest of equal ones), all null when no
+record has a ``g``, as the engine's ``PartialUpdateMergeFunction``; a key
+with one record in its section keeps it whole (the engine does not merge a
+lone record).
 
 A section that holds a retraction (``-U``/``-D``) is left to pypaimon's
 reader too (:class:`~paimon_group.arrowread.files.Unsupported` from
@@ -45,7 +52,7 @@ from paimon_group.arrowread.folds import FOLDS
 from paimon_group.arrowread.merge import key_changes
 
 __all__ = ["FIELD_MERGE_ENGINES", "field_functions", "field_merge_reason", "list_delimiters",
-           "merge_fields"]
+           "merge_fields", "sequence_groups"]
 
 FIELD_MERGE_ENGINES = frozenset({"partial-update", "aggregation"})
 
@@ -79,6 +86,16 @@ def field_functions(table: Any, columns: Sequence[str]) -> dict[str, str]:
             for c in columns}
 
 
+def sequence_groups(table: Any) -> dict[str, list[str]]:
+    """Each partial-update sequence group: its sequence field, its fields."""
+    groups: dict[str, list[str]] = {}
+    for key, value in _options(table).items():
+        if key.startswith("fields.") and key.endswith(".sequence-group"):
+            groups[key[len("fields."):-len(".sequence-group")]] = [
+                f.strip() for f in value.split(",") if f.strip()]
+    return groups
+
+
 def list_delimiters(table: Any) -> dict[str, str]:
     """The ``list-agg-delimiter`` of every column (``,`` unless given)."""
     options = _options(table)
@@ -104,9 +121,11 @@ def field_merge_reason(table: Any, value_columns: Sequence[str]) -> str | None:
     """Why a partial-update or aggregation table is not merged here, or None."""
     options = _options(table)
     engine = getattr(table.options.merge_engine(), "value", str(table.options.merge_engine()))
+    fields = {f.name for f in table.fields}
+    for sequence, grouped in sequence_groups(table).items():
+        if engine != "partial-update" or sequence not in fields or not set(grouped) <= fields:
+            return f"merge-engine {engine} with sequence group {sequence!r}"
     for key in options:
-        if "sequence-group" in key:
-            return f"merge-engine {engine} with sequence groups"
         if key.endswith("remove-record-on-delete") or key.endswith(
                 "remove-record-on-sequence-group"):
             return f"merge-engine {engine} with {key}"
@@ -125,14 +144,16 @@ def field_merge_reason(table: Any, value_columns: Sequence[str]) -> str | None:
 
 def merge_fields(rows: pa.Table, keys: Sequence[str], functions: Mapping[str, str], *,
                  sequence_fields: Sequence[str] = (), ascending: bool = True,
-                 delimiters: Mapping[str, str] | None = None) -> pa.Table:
+                 delimiters: Mapping[str, str] | None = None,
+                 groups: Mapping[str, Sequence[str]] | None = None) -> pa.Table:
     """One merged record per key of ``rows`` (a section: every record of its
     keys, with ``_SEQUENCE_NUMBER`` and ``_VALUE_KIND``), in key order, as
     ``+I``. ``functions``: the merge function of each value column; other
     columns (keys, partition) are taken from the key's latest record. The
     records of a key are in ``sequence_fields`` order (``ascending`` or not),
     then ``_SEQUENCE_NUMBER``, as the deduplicate merge orders them.
-    ``delimiters``: each ``listagg`` column's delimiter (``,`` otherwise)."""
+    ``delimiters``: each ``listagg`` column's delimiter (``,`` otherwise);
+    ``groups``: the sequence groups (:func:`sequence_groups`)."""
     if rows.num_rows == 0:
         return rows
     kinds = np.asarray(rows.column(VALUE_KIND).to_numpy(zero_copy_only=False))
@@ -156,6 +177,10 @@ def merge_fields(rows: pa.Table, keys: Sequence[str], functions: Mapping[str, st
            for c, f in folded.items()},
         **{c: _pick(ordered.column(c), f, starts) for c, f in picked.items()},
         **_hash_aggregate(ordered, hashed, starts)}
+    for sequence, grouped in (groups or {}).items():
+        winners = _group_winners(ordered.column(sequence), starts)
+        values.update({c: ordered.column(c).take(winners) for c in (sequence, *grouped)
+                       if c in merged.column_names})
     for column, value in values.items():
         target = merged.schema.field(column).type
         value = value if value.type == target else value.cast(target)
@@ -196,3 +221,23 @@ def _hash_aggregate(ordered: pa.Table, hashed: Mapping[str, str], starts: Any
             skip_nulls=skip_nulls, min_count=1)))
     result = grouped.group_by("_g", use_threads=False).aggregate(aggregations)
     return {c: result.column(f"{c}_{_FUNCTIONS[f][0]}") for c, f in hashed.items()}
+
+
+def _group_winners(sequence: Any, starts: Any) -> pa.Array:
+    """Per key, the position of its record with the greatest non-null
+    ``sequence`` (the latest of equal ones), null when there is none: the
+    engine updates a group from each record whose sequence is not null and
+    at least the group's. A key's only record is its own winner: the
+    engine's ReducerMergeFunctionWrapper returns a lone record unmerged."""
+    n = len(sequence)
+    lengths = np.diff(np.append(starts, n))
+    ranked = pa.table({"key": np.repeat(np.arange(len(starts), dtype=np.int64), lengths),
+                       "sequence": sequence, "position": np.arange(n, dtype=np.int64)})
+    order = pc.sort_indices(ranked, sort_keys=[("key", "ascending"), ("sequence", "ascending"),
+                                               ("position", "ascending")],
+                            null_placement="at_start")
+    ends = np.append(starts[1:], n) - 1
+    winners = np.asarray(order.to_numpy(zero_copy_only=False), dtype=np.int64)[ends]
+    found = np.asarray(sequence.is_valid().to_numpy(zero_copy_only=False), dtype=bool)[winners]
+    found |= lengths == 1
+    return pa.array(np.where(found, winners, 0), mask=~found)

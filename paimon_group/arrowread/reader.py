@@ -41,6 +41,7 @@ from paimon_group.arrowread.fieldmerge import (
     field_functions,
     list_delimiters,
     merge_fields,
+    sequence_groups,
 )
 from paimon_group.arrowread.files import (
     SEQUENCE_NUMBER,
@@ -159,6 +160,7 @@ class ArrowSplitReader:
         self._field_merge: dict[str, str] | None = None
         self._lookup = False
         self._delimiters: dict[str, str] = {}
+        self._groups: dict[str, list[str]] = {}
         if self.fallback_reason is None and table.is_primary_key_table and getattr(
                 options.merge_engine(), "value", "") in FIELD_MERGE_ENGINES:
             by_key = set(table.primary_keys) | set(table.partition_keys or ())
@@ -168,6 +170,7 @@ class ArrowSplitReader:
             # merges only a key's lowest level above 0 (levels.py).
             self._lookup = merges_by_lookup(table)
             self._delimiters = list_delimiters(table)
+            self._groups = sequence_groups(table)
         self._schema_id = int(table.table_schema.id)
         # Per older schema id: how its files' columns are read (evolution.py),
         # or why such files are left to pypaimon.
@@ -295,7 +298,8 @@ class ArrowSplitReader:
 
     def _merge_columns(self) -> list[str]:
         columns = list(self.columns)
-        for name in (*self._keys, *self._sequence):
+        # A sequence group's own sequence field decides its other fields.
+        for name in (*self._keys, *self._sequence, *self._groups):
             if name not in columns:
                 columns.append(name)
         return [*columns, SEQUENCE_NUMBER, VALUE_KIND]
@@ -307,7 +311,8 @@ class ArrowSplitReader:
                 return Piece(merge_fields(rows, self._keys, self._field_merge,
                                           sequence_fields=self._sequence,
                                           ascending=self._ascending,
-                                          delimiters=self._delimiters), None, True)
+                                          delimiters=self._delimiters,
+                                          groups=self._groups), None, True)
             kept = adds_only(rows)
             if kept.num_rows != rows.num_rows:
                 raise Unsupported("a retraction in a partial-update or aggregation merge")
