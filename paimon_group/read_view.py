@@ -42,7 +42,7 @@ class ReadView:
         self.pt = pt
         self.schema_id = int(pt.table_schema.id)
         self.read_builder = builder
-        self.schema: pa.Schema = builder.new_read().to_arrow_batch_reader([]).schema
+        self.schema: pa.Schema = _read_schema(pt, builder, projection, include_row_kind)
         self.batch_rows = batch_rows
         self.read_path: ReadPath | None = None
         # The Arrow reader (paimon_group.arrowread) unless switched off with
@@ -79,3 +79,21 @@ class ReadView:
             return
         yield from pypaimon_batches(self.read_builder.new_read(), splits, self.schema,
                                     self.batch_rows, primary_key=bool(self.pt.is_primary_key_table))
+
+
+def _read_schema(pt: Any, builder: Any, projection: Sequence[str] | None,
+                 include_row_kind: bool) -> pa.Schema:
+    """The schema pypaimon's reader gives; built from the table's fields when
+    pypaimon refuses to read the table (merge options it does not implement,
+    such as sequence groups, which the Arrow reader may read)."""
+    try:
+        schema: pa.Schema = builder.new_read().to_arrow_batch_reader([]).schema
+        return schema
+    except NotImplementedError:
+        from pypaimon.schema.data_types import PyarrowFieldParser
+
+        every = PyarrowFieldParser.from_paimon_schema(pt.fields)
+        fields = [every.field(n) for n in (projection or every.names)]
+        if include_row_kind:
+            fields.insert(0, pa.field("_row_kind", pa.string()))
+        return pa.schema(fields)

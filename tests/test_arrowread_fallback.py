@@ -17,9 +17,10 @@ from tests.support.tables import make_pk_table, open_table, rows_table, write_ro
 from tests.test_arrowread import compare_every_path
 
 FALLBACK_TABLES = {
-    "aggregation with listagg": (
-        {"merge-engine": "aggregation", "fields.payload.aggregate-function": "listagg"},
-        "merge-engine aggregation with aggregate function listagg",
+    "aggregation with listagg distinct": (
+        {"merge-engine": "aggregation", "fields.payload.aggregate-function": "listagg",
+         "fields.payload.distinct": "true"},
+        "merge-engine aggregation with aggregate function listagg with distinct",
     ),
 }
 
@@ -41,6 +42,8 @@ FIELD_MERGE_TABLES = {
         "fields.payload.aggregate-function": "last_value"},
     "aggregation product": {
         "merge-engine": "aggregation", "fields.v.aggregate-function": "product"},
+    "aggregation listagg": {
+        "merge-engine": "aggregation", "fields.payload.aggregate-function": "listagg"},
     "aggregation last_value by default": {
         "merge-engine": "aggregation", "fields.default-aggregate-function": "last_value"},
 }

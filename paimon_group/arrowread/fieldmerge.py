@@ -16,11 +16,18 @@ otherwise:
 * a function other than ``sum``, ``product``, ``max``, ``min``,
   ``bool_and``, ``bool_or``, ``last_value``, ``last_non_null_value``,
   ``first_value``, ``first_non_null_value`` (each skips nulls but the two
-  that keep them, as the engine's);
-* sequence groups, per-field aggregation under partial-update, removing
-  records on delete;
-* a floating-point ``sum`` or ``product`` (Java folds in record order,
-  pyarrow pairwise: other roundings).
+  that keep them, as the engine's) and ``listagg`` (without ``distinct``);
+  floating-point ``sum`` and ``product`` and ``listagg`` are folded in the
+  engine's order (folds.py);
+* per-field aggregation under partial-update, removing records on delete,
+  a sequence group ordered by more than one field.
+
+A partial-update sequence group (``fields.<g>.sequence-group = a,b``) takes
+``g``, ``a`` and ``b`` together, nulls included, from the key's record with
+the greatest non-null ``g`` (the latest of equal ones), all null when no
+record has a ``g``, as the engine's ``PartialUpdateMergeFunction``; a key
+with one record in its section keeps it whole (the engine does not merge a
+lone record).
 
 A section that holds a retraction (``-U``/``-D``) is left to pypaimon's
 reader too (:class:`~paimon_group.arrowread.files.Unsupported` from
@@ -41,9 +48,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from paimon_group.arrowread.files import SEQUENCE_NUMBER, VALUE_KIND, Unsupported
+from paimon_group.arrowread.folds import FOLDS
 from paimon_group.arrowread.merge import key_changes
 
-__all__ = ["FIELD_MERGE_ENGINES", "field_functions", "field_merge_reason", "merge_fields"]
+__all__ = ["FIELD_MERGE_ENGINES", "field_functions", "field_merge_reason", "list_delimiters",
+           "merge_fields", "sequence_groups"]
 
 FIELD_MERGE_ENGINES = frozenset({"partial-update", "aggregation"})
 
@@ -77,13 +86,46 @@ def field_functions(table: Any, columns: Sequence[str]) -> dict[str, str]:
             for c in columns}
 
 
+def sequence_groups(table: Any) -> dict[str, list[str]]:
+    """Each partial-update sequence group: its sequence field, its fields."""
+    groups: dict[str, list[str]] = {}
+    for key, value in _options(table).items():
+        if key.startswith("fields.") and key.endswith(".sequence-group"):
+            groups[key[len("fields."):-len(".sequence-group")]] = [
+                f.strip() for f in value.split(",") if f.strip()]
+    return groups
+
+
+def list_delimiters(table: Any) -> dict[str, str]:
+    """The ``list-agg-delimiter`` of every column (``,`` unless given)."""
+    options = _options(table)
+    return {f.name: options.get(f"fields.{f.name}.list-agg-delimiter", ",")
+            for f in table.fields}
+
+
+def _folded(function: str, arrow_type: pa.DataType) -> bool:
+    """Whether ``function`` is folded in order (folds.py) on this type."""
+    return function == "listagg" or (
+        function in ("sum", "product") and pa.types.is_floating(arrow_type))
+
+
+def _fold_reason(function: str, type_name: str, distinct: bool) -> str | None:
+    if function == "listagg" and (distinct or not type_name.startswith(
+            ("STRING", "VARCHAR", "CHAR"))):
+        return "aggregate function listagg with distinct" if distinct else (
+            f"aggregate function listagg on {type_name}")
+    return None
+
+
 def field_merge_reason(table: Any, value_columns: Sequence[str]) -> str | None:
     """Why a partial-update or aggregation table is not merged here, or None."""
     options = _options(table)
     engine = getattr(table.options.merge_engine(), "value", str(table.options.merge_engine()))
+    fields = {f.name for f in table.fields}
+    for sequence, grouped in sequence_groups(table).items():
+        if engine != "partial-update" or sequence not in fields or not set(grouped) <= fields:
+            return f"merge-engine {engine} with sequence group {sequence!r}"
     for key in options:
-        if "sequence-group" in key:
-            return f"merge-engine {engine} with sequence groups"
         if key.endswith("remove-record-on-delete") or key.endswith(
                 "remove-record-on-sequence-group"):
             return f"merge-engine {engine} with {key}"
@@ -91,22 +133,27 @@ def field_merge_reason(table: Any, value_columns: Sequence[str]) -> str | None:
         return "merge-engine partial-update with aggregate functions"
     types = {f.name: str(f.type).upper() for f in table.fields}
     for column, function in field_functions(table, value_columns).items():
-        if function not in _FUNCTIONS:
+        if function not in _FUNCTIONS and function not in FOLDS:
             return f"merge-engine {engine} with aggregate function {function}"
-        if function in ("sum", "product") and types.get(column, "").startswith(
-                ("FLOAT", "DOUBLE")):
-            return f"merge-engine {engine} with a floating-point {function}"
+        distinct = options.get(f"fields.{column}.distinct", "false").lower() == "true"
+        reason = _fold_reason(function, types.get(column, ""), distinct)
+        if reason is not None:
+            return f"merge-engine {engine} with {reason}"
     return None
 
 
 def merge_fields(rows: pa.Table, keys: Sequence[str], functions: Mapping[str, str], *,
-                 sequence_fields: Sequence[str] = (), ascending: bool = True) -> pa.Table:
+                 sequence_fields: Sequence[str] = (), ascending: bool = True,
+                 delimiters: Mapping[str, str] | None = None,
+                 groups: Mapping[str, Sequence[str]] | None = None) -> pa.Table:
     """One merged record per key of ``rows`` (a section: every record of its
     keys, with ``_SEQUENCE_NUMBER`` and ``_VALUE_KIND``), in key order, as
     ``+I``. ``functions``: the merge function of each value column; other
     columns (keys, partition) are taken from the key's latest record. The
     records of a key are in ``sequence_fields`` order (``ascending`` or not),
-    then ``_SEQUENCE_NUMBER``, as the deduplicate merge orders them."""
+    then ``_SEQUENCE_NUMBER``, as the deduplicate merge orders them.
+    ``delimiters``: each ``listagg`` column's delimiter (``,`` otherwise);
+    ``groups``: the sequence groups (:func:`sequence_groups`)."""
     if rows.num_rows == 0:
         return rows
     kinds = np.asarray(rows.column(VALUE_KIND).to_numpy(zero_copy_only=False))
@@ -121,41 +168,76 @@ def merge_fields(rows: pa.Table, keys: Sequence[str], functions: Mapping[str, st
     starts = np.flatnonzero(np.concatenate(([True], changes)))
     last = np.flatnonzero(np.concatenate((changes, [True])))
     merged = ordered.take(pa.array(last))
-    hashed = {c: f for c, f in functions.items() if _FUNCTIONS[f][0] not in ("first", "last")}
-    for column, function in functions.items():
-        if column in hashed:
-            continue
-        # first/last (non-null) value: a position per key, by a segmented
-        # min/max of row positions (nulls excluded when they are skipped).
-        how, skip_nulls = _FUNCTIONS[function]
-        values = ordered.column(column)
-        n = len(values)
-        positions = np.arange(n, dtype=np.int64)
-        if skip_nulls and values.null_count:
-            valid = np.asarray(values.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-            positions = np.where(valid, positions, -1 if how == "last" else n)
-        chosen = (np.maximum.reduceat(positions, starts) if how == "last"
-                  else np.minimum.reduceat(positions, starts))
-        missing = (chosen < 0) | (chosen >= n)
-        picked = values.take(pa.array(np.where(missing, 0, chosen),
-                                      mask=missing if missing.any() else None))
-        merged = merged.set_column(merged.schema.get_field_index(column), column, picked)
-    if hashed:
-        group = np.repeat(np.arange(len(starts), dtype=np.int64),
-                          np.diff(np.append(starts, ordered.num_rows)))
-        grouped = pa.table({"_g": group, **{c: ordered.column(c) for c in hashed}})
-        aggregations = []
-        for column, function in hashed.items():
-            how, skip_nulls = _FUNCTIONS[function]
-            aggregations.append((column, how, pc.ScalarAggregateOptions(
-                skip_nulls=skip_nulls, min_count=1)))
-        result = grouped.group_by("_g", use_threads=False).aggregate(aggregations)
-        for column, function in hashed.items():
-            values = result.column(f"{column}_{_FUNCTIONS[function][0]}")
-            target = merged.schema.field(column).type
-            if values.type != target:
-                values = values.cast(target)
-            merged = merged.set_column(merged.schema.get_field_index(column), column, values)
+    folded = {c: f for c, f in functions.items() if _folded(f, rows.schema.field(c).type)}
+    picked = {c: f for c, f in functions.items()
+              if c not in folded and _FUNCTIONS[f][0] in ("first", "last")}
+    hashed = {c: f for c, f in functions.items() if c not in folded and c not in picked}
+    values: dict[str, Any] = {
+        **{c: FOLDS[f](ordered.column(c), starts, (delimiters or {}).get(c, ","))
+           for c, f in folded.items()},
+        **{c: _pick(ordered.column(c), f, starts) for c, f in picked.items()},
+        **_hash_aggregate(ordered, hashed, starts)}
+    for sequence, grouped in (groups or {}).items():
+        winners = _group_winners(ordered.column(sequence), starts)
+        values.update({c: ordered.column(c).take(winners) for c in (sequence, *grouped)
+                       if c in merged.column_names})
+    for column, value in values.items():
+        target = merged.schema.field(column).type
+        value = value if value.type == target else value.cast(target)
+        merged = merged.set_column(merged.schema.get_field_index(column), column, value)
     kind_index = merged.schema.get_field_index(VALUE_KIND)
     return merged.set_column(kind_index, VALUE_KIND,
                              pa.array(np.zeros(merged.num_rows, dtype=np.int8)))
+
+
+def _pick(values: Any, function: str, starts: Any) -> Any:
+    """first/last (non-null) value: a position per key, by a segmented
+    min/max of row positions (nulls excluded when they are skipped)."""
+    how, skip_nulls = _FUNCTIONS[function]
+    n = len(values)
+    positions = np.arange(n, dtype=np.int64)
+    if skip_nulls and values.null_count:
+        valid = np.asarray(values.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+        positions = np.where(valid, positions, -1 if how == "last" else n)
+    chosen = (np.maximum.reduceat(positions, starts) if how == "last"
+              else np.minimum.reduceat(positions, starts))
+    missing = (chosen < 0) | (chosen >= n)
+    return values.take(pa.array(np.where(missing, 0, chosen),
+                                 mask=missing if missing.any() else None))
+
+
+def _hash_aggregate(ordered: pa.Table, hashed: Mapping[str, str], starts: Any
+                    ) -> dict[str, Any]:
+    """One grouped pyarrow aggregation for the order-free functions."""
+    if not hashed:
+        return {}
+    group = np.repeat(np.arange(len(starts), dtype=np.int64),
+                      np.diff(np.append(starts, ordered.num_rows)))
+    grouped = pa.table({"_g": group, **{c: ordered.column(c) for c in hashed}})
+    aggregations = []
+    for column, function in hashed.items():
+        how, skip_nulls = _FUNCTIONS[function]
+        aggregations.append((column, how, pc.ScalarAggregateOptions(
+            skip_nulls=skip_nulls, min_count=1)))
+    result = grouped.group_by("_g", use_threads=False).aggregate(aggregations)
+    return {c: result.column(f"{c}_{_FUNCTIONS[f][0]}") for c, f in hashed.items()}
+
+
+def _group_winners(sequence: Any, starts: Any) -> pa.Array:
+    """Per key, the position of its record with the greatest non-null
+    ``sequence`` (the latest of equal ones), null when there is none: the
+    engine updates a group from each record whose sequence is not null and
+    at least the group's. A key's only record is its own winner: the
+    engine's ReducerMergeFunctionWrapper returns a lone record unmerged."""
+    n = len(sequence)
+    lengths = np.diff(np.append(starts, n))
+    ranked = pa.table({"key": np.repeat(np.arange(len(starts), dtype=np.int64), lengths),
+                       "sequence": sequence, "position": np.arange(n, dtype=np.int64)})
+    order = pc.sort_indices(ranked, sort_keys=[("key", "ascending"), ("sequence", "ascending"),
+                                               ("position", "ascending")],
+                            null_placement="at_start")
+    ends = np.append(starts[1:], n) - 1
+    winners = np.asarray(order.to_numpy(zero_copy_only=False), dtype=np.int64)[ends]
+    found = np.asarray(sequence.is_valid().to_numpy(zero_copy_only=False), dtype=bool)[winners]
+    found |= lengths == 1
+    return pa.array(np.where(found, winners, 0), mask=~found)

@@ -12,11 +12,12 @@ ORC reader (ORC's own) trims trailing spaces from CHAR columns, and so do we
 (the ``trim`` columns); Parquet and Avro hold the value as written.
 
 A file written with an older schema of the table (ADD, RENAME or DROP
-COLUMN, a promoted type) holds its columns under the names of that schema:
-``names`` maps each column asked for to its name in the file, or to None
-when the file's schema did not have it (then it is null), as Paimon maps a
-file's fields to the table's by field id; values are cast to the table's
-types.
+COLUMN, a changed type) holds its columns under the names of that schema:
+``evolved.names`` maps each column asked for to its name in the file, or to
+None when the file's schema did not have it (then it is null), as Paimon
+maps a file's fields to the table's by field id; ``evolved.convert`` gives
+the file's type of a column whose type changed and its conversion to the
+table's type (evolution.py, convert.py).
 
 Parquet and ORC are decoded by pyarrow (which releases the GIL, so files of a
 split decode in parallel on a thread pool); Avro by fastavro, as pypaimon
@@ -27,8 +28,8 @@ anything else looks at the rows (DV positions are physical file positions).
 from __future__ import annotations
 
 import os
-from collections.abc import Collection, Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -57,6 +58,16 @@ class Unsupported(Exception):
     """This split cannot be read here exactly; pypaimon's reader reads it."""
 
 
+class Evolved(Protocol):
+    """How a file of an older schema is read (evolution.FileColumns)."""
+
+    @property
+    def names(self) -> Mapping[str, str | None]: ...
+
+    @property
+    def convert(self) -> Mapping[str, tuple[pa.DataType, Callable[[Any], Any]]]: ...
+
+
 def file_format(path: str) -> str:
     """The format of a data file from its extension (``parquet``, ``orc``, ...)."""
     name = os.path.basename(path)
@@ -65,16 +76,16 @@ def file_format(path: str) -> str:
 
 def decode_file(
     file_io: Any, file: Any, columns: Sequence[str], types: dict[str, pa.DataType],
-    *, trim: Collection[str] = (), names: Mapping[str, str | None] | None = None,
+    *, trim: Collection[str] = (), evolved: Evolved | None = None,
     fetched: pa.Buffer | None = None,
 ) -> pa.Table:
     """The ``columns`` of one data file, in that order, cast to ``types``
     (system columns have their own types); ``trim``: the CHAR columns;
-    ``names``: the file's names of columns renamed or added since it was
-    written (see the module docstring). Raises :class:`Unsupported` for a
+    ``evolved``: how a file of an older schema is read (see the module
+    docstring). Raises :class:`Unsupported` for a
     format or a layout we do not decode (pypaimon then reads the split)."""
     chunks = list(iter_file(file_io, file, columns, types, batch_rows=None, trim=trim,
-                            names=names, fetched=fetched))
+                            evolved=evolved, fetched=fetched))
     schema = pa.schema([pa.field(c, _SYSTEM_TYPES.get(c) or types[c]) for c in columns])
     if len(chunks) == 1:
         return chunks[0]
@@ -89,7 +100,7 @@ def iter_file(
     *,
     batch_rows: int | None,
     trim: Collection[str] = (),
-    names: Mapping[str, str | None] | None = None,
+    evolved: Evolved | None = None,
     fetched: pa.Buffer | None = None,
 ) -> Iterator[pa.Table]:
     """:func:`decode_file` in chunks of about ``batch_rows`` rows (None: the
@@ -108,11 +119,12 @@ def iter_file(
     if fmt not in SUPPORTED_FORMATS:
         raise Unsupported(f"file format {fmt!r}")
     schema = pa.schema([pa.field(c, _SYSTEM_TYPES.get(c) or types[c]) for c in columns])
-    in_file = {c: (names or {}).get(c, c) for c in columns}
+    in_file = {c: (evolved.names if evolved else {}).get(c, c) for c in columns}
+    convert = dict(evolved.convert) if evolved else {}
     stored = [n for n in in_file.values() if n is not None]
     with open_source(file_io, file, fetched) as (source, pre_buffer):
         if fmt == "avro":
-            yield _decode_avro(source, schema, in_file)
+            yield _decode_avro(source, schema, in_file, convert)
             return
         chunks = _parquet_chunks if fmt == "parquet" else _orc_chunks
         for chunk in chunks(source, file, stored, batch_rows, pre_buffer):
@@ -123,6 +135,8 @@ def iter_file(
                     arrays.append(pa.nulls(chunk.num_rows, field.type))
                     continue
                 column = chunk.column(name)
+                if field.name in convert:  # its type changed since (convert.py)
+                    column = convert[field.name][1](column)
                 column = column if column.type == field.type else column.cast(field.type)
                 if fmt == "orc" and field.name in trim:
                     column = pc.utf8_rtrim(column, characters=" ")
@@ -169,7 +183,10 @@ def _orc_chunks(
         yield pa.Table.from_batches([reader.read_stripe(stripe, columns=wanted)])
 
 
-def _decode_avro(source: Any, schema: pa.Schema, in_file: Mapping[str, str | None]) -> pa.Table:
+def _decode_avro(
+    source: Any, schema: pa.Schema, in_file: Mapping[str, str | None],
+    convert: Mapping[str, tuple[pa.DataType, Callable[[Any], Any]]],
+) -> pa.Table:
     import fastavro
 
     names = schema.names
@@ -179,9 +196,17 @@ def _decode_avro(source: Any, schema: pa.Schema, in_file: Mapping[str, str | Non
         for name in names:
             stored = in_file[name]
             data[name].append(None if stored is None else record.get(stored))
-    # Python values: a promoted type (INT -> BIGINT, FLOAT -> DOUBLE) converts
-    # as it is built.
-    return pa.Table.from_pydict(data, schema=schema)
+    # Python values: an integer or float widened converts as it is built;
+    # other changed types are built with the file's type, then converted.
+    arrays = []
+    for field in schema:
+        if field.name in convert:
+            file_type, conversion = convert[field.name]
+            arrays.append(conversion(pa.array(data[field.name], type=file_type)).cast(
+                field.type))
+        else:
+            arrays.append(pa.array(data[field.name], type=field.type))
+    return pa.Table.from_arrays(arrays, schema=schema)
 
 
 def apply_deletion_vector(

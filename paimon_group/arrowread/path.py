@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow as pa
 
 from coordinators.errors import PaimonGroupError
+from paimon_group.arrowread.defaults import ColumnDefaults
 from paimon_group.arrowread.files import Unsupported
 from paimon_group.arrowread.reader import ArrowSplitReader, Piece, decode_pool
 
@@ -43,6 +44,9 @@ class ReadPath:
         self._fallback_batches = fallback_batches
         self.fallback_splits = 0
         """Splits pypaimon's reader has read (for tests and metrics)."""
+        # Filled on both readers' rows, as the engine fills them (defaults.py).
+        self._defaults = ColumnDefaults(
+            dict(reader.table.options.options.to_map()), reader.schema)
         self._logged: set[str] = set()
         self._lock = threading.Lock()
         if reader.fallback_reason is not None:
@@ -69,6 +73,16 @@ class ReadPath:
 
     def read_arrow(self, splits: Sequence[Any]) -> pa.Table:
         """All rows of ``splits``; splits are decoded and merged in parallel."""
+        return self._defaults.fill(self._read_arrow(splits))
+
+    def iter_batches(self, splits: Sequence[Any], batch_rows: int) -> Iterator[pa.RecordBatch]:
+        """Batches of at most ``batch_rows`` rows, one unit (a file, or a
+        merged section) decoded at a time, its files in parallel; Arrow's
+        unused memory released after each unit."""
+        for batch in self._iter_batches(splits, batch_rows):
+            yield self._defaults.fill(batch)
+
+    def _read_arrow(self, splits: Sequence[Any]) -> pa.Table:
         if self.reader.fallback_reason is not None:
             self._note(self.reader.fallback_reason, len(splits))
             return self._fallback_table(splits)
@@ -88,10 +102,8 @@ class ReadPath:
             return self.reader.schema.empty_table()
         return pa.concat_tables(tables)
 
-    def iter_batches(self, splits: Sequence[Any], batch_rows: int) -> Iterator[pa.RecordBatch]:
-        """Batches of at most ``batch_rows`` rows, one unit (a file, or a
-        merged section) decoded at a time, its files in parallel; Arrow's
-        unused memory released after each unit."""
+    def _iter_batches(self, splits: Sequence[Any], batch_rows: int
+                      ) -> Iterator[pa.RecordBatch]:
         if self.reader.fallback_reason is not None:
             self._note(self.reader.fallback_reason, len(splits))
             yield from self._fallback_batches(splits)

@@ -34,9 +34,15 @@ from paimon_group.arrowread.classify import (
     table_fallback_reason,
     trimmed_keys,
 )
-from paimon_group.arrowread.evolution import names_in_file
+from paimon_group.arrowread.evolution import FileColumns, file_columns
 from paimon_group.arrowread.fetch import Prefetcher, fetch_all
-from paimon_group.arrowread.fieldmerge import FIELD_MERGE_ENGINES, field_functions, merge_fields
+from paimon_group.arrowread.fieldmerge import (
+    FIELD_MERGE_ENGINES,
+    field_functions,
+    list_delimiters,
+    merge_fields,
+    sequence_groups,
+)
 from paimon_group.arrowread.files import (
     SEQUENCE_NUMBER,
     VALUE_KIND,
@@ -153,6 +159,8 @@ class ArrowSplitReader:
         # partial-update / aggregation: each value column's merge function.
         self._field_merge: dict[str, str] | None = None
         self._lookup = False
+        self._delimiters: dict[str, str] = {}
+        self._groups: dict[str, list[str]] = {}
         if self.fallback_reason is None and table.is_primary_key_table and getattr(
                 options.merge_engine(), "value", "") in FIELD_MERGE_ENGINES:
             by_key = set(table.primary_keys) | set(table.partition_keys or ())
@@ -161,10 +169,12 @@ class ArrowSplitReader:
             # Lookup compactions leave older merged values above: the engine
             # merges only a key's lowest level above 0 (levels.py).
             self._lookup = merges_by_lookup(table)
+            self._delimiters = list_delimiters(table)
+            self._groups = sequence_groups(table)
         self._schema_id = int(table.table_schema.id)
-        # Per older schema id: the file's names of renamed and added fields
-        # (evolution.py), or why such files are left to pypaimon.
-        self._evolved: dict[int, dict[str, str | None] | Unsupported] = {}
+        # Per older schema id: how its files' columns are read (evolution.py),
+        # or why such files are left to pypaimon.
+        self._evolved: dict[int, FileColumns | Unsupported] = {}
 
     def unsupported(self, split: Any) -> str | None:
         """Why ``split`` must be read by pypaimon's reader, or None."""
@@ -173,14 +183,14 @@ class ArrowSplitReader:
             return reason
         for file in split.files:
             try:
-                self._names(file)
+                self._file_columns(file)
             except Unsupported as err:
                 return str(err)
         return None
 
-    def _names(self, file: Any) -> dict[str, str | None] | None:
-        """The file's names of fields renamed or added since it was written
-        (None: written with the table's schema); raises :class:`Unsupported`."""
+    def _file_columns(self, file: Any) -> FileColumns | None:
+        """How the columns of ``file`` are read when it was written with an
+        older schema (None: the table's schema); raises :class:`Unsupported`."""
         schema_id = int(file.schema_id)
         if schema_id == self._schema_id:
             return None
@@ -190,8 +200,7 @@ class ArrowSplitReader:
                 old = self.table.schema_manager.get_schema(schema_id)
                 if old is None:
                     raise Unsupported(f"schema {schema_id} of a data file not found")
-                known = names_in_file(self.table.fields, old.fields,
-                                      dict(self.table.options.options.to_map()))
+                known = file_columns(self.table.fields, old.fields)
             except Unsupported as err:
                 known = err
             self._evolved[schema_id] = known
@@ -275,7 +284,7 @@ class ArrowSplitReader:
             offset = 0
             for chunk in iter_file(file_io, file, unit.columns, self._types,
                                    batch_rows=batch_rows, trim=self._chars,
-                                   names=self._names(file), fetched=ahead.take()):
+                                   evolved=self._file_columns(file), fetched=ahead.take()):
                 rows = chunk.num_rows
                 if deleted:
                     chunk = apply_deletion_vector(chunk, deleted, offset)
@@ -289,7 +298,8 @@ class ArrowSplitReader:
 
     def _merge_columns(self) -> list[str]:
         columns = list(self.columns)
-        for name in (*self._keys, *self._sequence):
+        # A sequence group's own sequence field decides its other fields.
+        for name in (*self._keys, *self._sequence, *self._groups):
             if name not in columns:
                 columns.append(name)
         return [*columns, SEQUENCE_NUMBER, VALUE_KIND]
@@ -300,7 +310,9 @@ class ArrowSplitReader:
             if not single_run:
                 return Piece(merge_fields(rows, self._keys, self._field_merge,
                                           sequence_fields=self._sequence,
-                                          ascending=self._ascending), None, True)
+                                          ascending=self._ascending,
+                                          delimiters=self._delimiters,
+                                          groups=self._groups), None, True)
             kept = adds_only(rows)
             if kept.num_rows != rows.num_rows:
                 raise Unsupported("a retraction in a partial-update or aggregation merge")
@@ -336,7 +348,8 @@ class ArrowSplitReader:
         def one(item: tuple[Any, Any]) -> pa.Table:
             file, deletion = item
             table = decode_file(file_io, file, columns, self._types, trim=self._chars,
-                                names=self._names(file), fetched=fetched.get(id(file)))
+                                evolved=self._file_columns(file),
+                                fetched=fetched.get(id(file)))
             known = (read_already or {}).get(file.file_name)
             deleted = known if known is not None else (
                 read_deletion_vector(file_io, deletion) if deletion is not None else [])

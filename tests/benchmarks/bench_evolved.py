@@ -19,12 +19,22 @@ against the limit, a pyarrow decode of the same data files; and pypaimon's
 native reader (``read.native.enabled``, package ``pypaimon-rust``, not a
 dependency: ``pip install pypaimon-rust`` first, else its figure is blank). Whether any split
 fell back to pypaimon's reader is printed beside them (it must be 0).
+
+Whole process, from the start of a process to its last row, best of
+``repeats``: a plain pypaimon script (catalog, plan, ``to_arrow``), the same
+with the native reader, and one ``paimon-group run`` member of a new group
+(embedded coordinator), whose handler counts the rows of each batch.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import statistics
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -144,6 +154,67 @@ def measure(wh: str, repeats: int, name: str = TABLE) -> dict[str, Any]:
             "fallback_splits": planner._read_path.fallback_splits}
 
 
+_SCRIPT = """
+import sys
+from pypaimon import CatalogFactory
+t = CatalogFactory.create({"warehouse": sys.argv[1]}).get_table(sys.argv[2])
+if sys.argv[3] == "native":
+    t = t.copy({"read.native.enabled": "true"})
+b = t.new_read_builder()
+print(b.new_read().to_arrow(b.new_scan().plan().splits()).num_rows)
+"""
+
+
+def _member_seconds(wh: str, name: str, out: Path, rows: int) -> float:
+    """One member of a new group, from its start to its last row."""
+    repo = Path(__file__).resolve().parents[2]
+    out.mkdir(parents=True, exist_ok=True)
+    began = time.time()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "paimon_group", "run", "--group", f"bench-{out.name}",
+         "--warehouse", wh, "--table", name, "--handler", "tests.benchmarks.bench_s3:count_rows",
+         "--coordinator", f"sqlite://{out}/c.sqlite", "--member-id", "m0"],
+        cwd=repo, env={**os.environ, "PG_BENCH_OUT": str(out), "PYTHONPATH": str(repo)},
+        stdout=open(out / "m0.log", "ab"), stderr=subprocess.STDOUT)
+    try:
+        while True:
+            lines = [line.split() for p in out.glob("rows-*") for line in
+                     p.read_text().splitlines()]
+            if sum(int(n) for n, _ in lines) >= rows:
+                return max(float(t) for _, t in lines) - began
+            if proc.poll() is not None or time.time() - began > 600:
+                raise RuntimeError((out / "m0.log").read_text()[-2000:])
+            time.sleep(0.01)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+
+
+def whole_process(ctx: Context, wh: str, name: str, rows: int, repeats: int
+                  ) -> dict[str, float]:
+    """Seconds from a process's start to its last row (best of ``repeats``)."""
+    sides = ["pypaimon"] + (["native"] if _native_builder_available() else [])
+    best: dict[str, float] = {}
+    for run_index in range(repeats):
+        for side in sides:
+            began = time.monotonic()
+            done = subprocess.run([sys.executable, "-c", _SCRIPT, wh, name, side],
+                                  capture_output=True, text=True, check=True)
+            assert int(done.stdout.split()[-1]) == rows, done.stdout
+            best[side] = min(best.get(side, 1e9), time.monotonic() - began)
+        out = ctx.scratch(f"evolved-whole-{name}-{run_index}")
+        best["member"] = min(best.get("member", 1e9), _member_seconds(wh, name, out, rows))
+    return best
+
+
+def _native_builder_available() -> bool:
+    try:
+        import pypaimon_rust  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def run(ctx: Context) -> list[Figure]:
     rows = 240_000 if ctx.quick else 999_999
     repeats = 1 if ctx.quick else 3
@@ -156,7 +227,17 @@ def run(ctx: Context) -> list[Figure]:
     partial = measure(wh, repeats, PARTIAL)
     pmed = partial["median_s"]
     pratio = pmed["pypaimon"] / pmed["arrow"]
+    whole = {label: whole_process(ctx, wh, name, got["rows"]["arrow"] if name == TABLE
+                                  else partial["rows"]["arrow"], repeats)
+             for label, name in (("3 schema versions", TABLE), ("partial-update", PARTIAL))}
     figures = []
+    for label, best in whole.items():
+        figures.append(Figure(TITLE, f"{label}: whole process, start to last row (x pypaimon)",
+                              best["pypaimon"] / best["member"], "x", None, None, best))
+        if "native" in best:
+            figures.append(Figure(
+                TITLE, f"{label}: whole process, native reader / member (time)",
+                best["native"] / best["member"], "x", None, None, best))
     for label, measured in (("3 schema versions", got), ("partial-update", partial)):
         native_s = measured["median_s"].get("native")
         figures.append(Figure(

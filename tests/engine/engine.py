@@ -119,7 +119,8 @@ class Engine:
     def alter(self, warehouse: str, *changes: tuple[str, ...]) -> None:
         """ALTER TABLE ``db.t`` through the engine's catalog: each change is
         ``("add", name, type)``, ``("rename", old, new)``, ``("type", name,
-        type)`` or ``("drop", name)``, types by SQL name (``INT``, ``BIGINT``)."""
+        type)``, ``("drop", name)`` or ``("set", option, value)``, types by SQL
+        name (``INT``, ``BIGINT``)."""
         schema_change = self.jvm.org.apache.paimon.schema.SchemaChange
         j_changes = self.jvm.java.util.ArrayList()
         for change in changes:
@@ -132,6 +133,8 @@ class Engine:
                 j_changes.add(schema_change.updateColumnType(name, self._type(rest[0])))
             elif what == "drop":
                 j_changes.add(schema_change.dropColumn(name))
+            elif what == "set":
+                j_changes.add(schema_change.setOption(name, rest[0]))
             else:
                 raise ValueError(f"unknown change {what!r}")
         catalog = self.catalog(warehouse)
@@ -145,7 +148,8 @@ class Engine:
         base, _, rest = name.partition("(")
         args = [int(a) for a in rest.rstrip(")").split(",") if a.strip()]
         plain = {"INT": types.INT, "BIGINT": types.BIGINT, "STRING": types.STRING,
-                 "FLOAT": types.FLOAT, "DOUBLE": types.DOUBLE}
+                 "FLOAT": types.FLOAT, "DOUBLE": types.DOUBLE, "DATE": types.DATE,
+                 "SMALLINT": types.SMALLINT, "TINYINT": types.TINYINT}
         if base.strip().upper() in plain:
             return plain[base.strip().upper()]()
         make = {
@@ -214,47 +218,95 @@ class Engine:
             allocator.close()
 
     def stream(
-        self, warehouse: str, from_snapshot: int, schema: pa.Schema
+        self, warehouse: str, from_snapshot: int, schema: pa.Schema | None = None
     ) -> list[tuple[Any, ...]]:
         """The engine's streaming read from ``from_snapshot`` (its deltas or
         changelogs, one snapshot a plan, through the latest snapshot): rows as
-        ``(row kind, *values)`` in the engine's order; int64 and string
-        columns only."""
+        ``(row kind, *values)`` in the engine's order (``schema`` is not used:
+        the table's latest schema says the columns)."""
+        return [row for _, _, row in self.stream_steps(warehouse, from_snapshot)]
+
+    def _table_at(self, warehouse: str, schema_id: int | None, options: dict[str, str]) -> Any:
+        """The engine's table ``db.t`` read through schema ``schema_id`` (None:
+        the latest), with ``options``."""
         table = self.catalog(warehouse).get_table("db.t")._j_table
+        if schema_id is None:
+            return table.copy(options)
+        # Not copy(options) after copy(schema): a scan.snapshot-id there
+        # travels to the schema of that snapshot.
+        schema = table.schemaManager().schema(schema_id)
+        merged = self.jvm.java.util.HashMap(schema.options())
+        merged.putAll(options)
+        return table.copy(schema.copy(merged))
+
+    def stream_steps(
+        self, warehouse: str, from_snapshot: int, schema_id: int | None = None
+    ) -> list[tuple[int, int, tuple[Any, ...]]]:
+        """The engine's streaming read from ``from_snapshot`` through the
+        latest snapshot, with the columns of schema ``schema_id`` (None: the
+        latest): ``(snapshot, bucket, (row kind, *values))`` in the engine's
+        order, each row with the snapshot whose delta or changelog holds it."""
         options = {"scan.mode": "from-snapshot", "scan.snapshot-id": str(from_snapshot)}
-        builder = self.jvm.InvocationUtil.getReadBuilder(table.copy(options))
+        table = self._table_at(warehouse, schema_id, options)
+        builder = self.jvm.InvocationUtil.getReadBuilder(table)
         scan = builder.newStreamScan()
-        getters = [self._getter(f.type) for f in schema]
         latest = int(table.snapshotManager().latestSnapshotId())
-        rows: list[tuple[Any, ...]] = []
-        # A snapshot without changes (a changelog table's APPEND under
-        # lookup) plans nothing; the scan moves on all the same.
+        rows: list[tuple[int, int, tuple[Any, ...]]] = []
+        # One plan reads one snapshot, skipping those without changes (a
+        # changelog table's APPEND under lookup): the position after the
+        # plan, less one, is the snapshot its rows come from.
         for _ in range(2 * latest + 2):  # bounded: one plan a snapshot
             position = scan.checkpoint()
             if position is not None and int(position) > latest:
                 break
-            splits = scan.plan().splits()
-            read = builder.newRead()
+            splits = list(scan.plan().splits())
+            snapshot = int(scan.checkpoint()) - 1
             for split in splits:
-                iterator = self.jvm.org.apache.paimon.reader.RecordReaderIterator(
-                    read.createReader(split))
-                try:
-                    while iterator.hasNext():
-                        row = iterator.next()
-                        values = [None if row.isNullAt(i) else get(row, i)
-                                  for i, get in enumerate(getters)]
-                        rows.append((row.getRowKind().shortString(), *values))
-                finally:
-                    iterator.close()
+                rows += [(snapshot, int(split.bucket()), row)
+                         for row in self._split_rows(builder, table, split)]
+        return rows
+
+    def read_at(
+        self, warehouse: str, snapshot: int, schema_id: int | None = None
+    ) -> list[tuple[int, tuple[Any, ...]]]:
+        """The engine's batch read of ``snapshot`` with the columns of schema
+        ``schema_id`` (None: the latest): ``(bucket, (row kind, *values))``."""
+        table = self._table_at(warehouse, schema_id, {"scan.snapshot-id": str(snapshot)})
+        builder = self.jvm.InvocationUtil.getReadBuilder(table)
+        return [(int(split.bucket()), row) for split in builder.newScan().plan().splits()
+                for row in self._split_rows(builder, table, split)]
+
+    def schema_columns(self, warehouse: str) -> dict[tuple[str, ...], int]:
+        """Every schema's column names, to its id."""
+        manager = self.catalog(warehouse).get_table("db.t")._j_table.schemaManager()
+        return {tuple(str(f.name()) for f in manager.schema(i).fields()): int(i)
+                for i in manager.listAllIds()}
+
+    def _split_rows(self, builder: Any, table: Any, split: Any) -> list[tuple[Any, ...]]:
+        getters = [self._getter(str(f.type().getTypeRoot().name()))
+                   for f in table.rowType().getFields()]
+        iterator = self.jvm.org.apache.paimon.reader.RecordReaderIterator(
+            builder.newRead().createReader(split))
+        rows: list[tuple[Any, ...]] = []
+        try:
+            while iterator.hasNext():
+                row = iterator.next()
+                values = [None if row.isNullAt(i) else get(row, i)
+                          for i, get in enumerate(getters)]
+                rows.append((row.getRowKind().shortString(), *values))
+        finally:
+            iterator.close()
         return rows
 
     @staticmethod
-    def _getter(data_type: pa.DataType) -> Any:
-        if pa.types.is_int64(data_type):
+    def _getter(type_root: str) -> Any:
+        if type_root == "BIGINT":
             return lambda row, i: row.getLong(i)
-        if pa.types.is_string(data_type):
+        if type_root == "INTEGER":
+            return lambda row, i: row.getInt(i)
+        if type_root in ("VARCHAR", "CHAR"):
             return lambda row, i: row.getString(i).toString()
-        raise ValueError(f"no getter for {data_type}")
+        raise ValueError(f"no getter for {type_root}")
 
     def read(self, warehouse: str) -> pa.Table:
         """The engine's own batch read of the latest snapshot."""

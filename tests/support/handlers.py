@@ -60,3 +60,22 @@ def record(batch: Any) -> None:
 
 def fail_always(batch: Any) -> None:
     raise RuntimeError(f"handler refuses shard {batch.shard}")
+
+
+def record_rows(batch: Any) -> None:
+    """Every row of the batch, as a list in the batch's column order, one JSON
+    line per batch in ``$PG_TEST_OUT/rows-<pid>.jsonl`` with the member,
+    shard, kind, the snapshots the step covers and the column names."""
+    table = batch.to_arrow()
+    line = {
+        "member": batch.member_id,
+        "shard": batch.shard,
+        "kind": batch.kind.value,
+        "first_snapshot": batch.first_snapshot,
+        "snapshot": batch.snapshot_id,
+        "next_snapshot": batch.next_snapshot,
+        "columns": table.column_names,
+        "rows": [list(r.values()) for r in table.to_pylist()],
+    }
+    with open(os.path.join(os.environ["PG_TEST_OUT"], f"rows-{os.getpid()}.jsonl"), "a") as f:
+        f.write(json.dumps(line) + "\n")
