@@ -33,6 +33,8 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +43,9 @@ from pypaimon.consumer.consumer_manager import ConsumerManager
 
 from paimon_group.names import consumer_id, consumer_id_pattern, origin_path
 from paimon_group.store_io import is_object_store, read_text, write_text
+
+PARALLEL_WRITES = 8
+"""Consumer files written at once on an object store (:meth:`ConsumerMirror.write_many`)."""
 
 LOCAL_MIRROR_INTERVAL_S = 1.0
 """Default least time between two writes of one shard's consumer file, local."""
@@ -81,7 +86,10 @@ class ConsumerMirror:
         self._interval_s = interval_s
         self._written: dict[int, tuple[int, bool]] = {}
         self._written_at: dict[int, float] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the two dicts above
+        # One lock a shard, held over its write: writes of different shards
+        # go in parallel (write_many), two of one shard never cross.
+        self._shard_locks: dict[int, threading.Lock] = {}
         self.writes = 0
 
     def read(self, shard: int) -> int | None:
@@ -127,19 +135,45 @@ class ConsumerMirror:
         """
         value = (next_snapshot, full_scan_pending)
         with self._lock:
-            now = time.monotonic()
-            if not self._due(shard, value, force, now):
-                return False
+            shard_lock = self._shard_locks.setdefault(shard, threading.Lock())
+        with shard_lock:
+            with self._lock:
+                now = time.monotonic()
+                if not self._due(shard, value, force, now):
+                    return False
             # Paimon's own consumer-file layout ({"nextSnapshot": N}), plus the marker.
             content = Consumer(next_snapshot=next_snapshot).to_json()
             if full_scan_pending:
                 content = json.dumps({"nextSnapshot": next_snapshot,
                                       FULL_SCAN_FIELD: next_snapshot})
             write_text(self._file_io, self._path(shard), content)
-            self._written[shard] = value
-            self._written_at[shard] = now
-            self.writes += 1
+            with self._lock:
+                self._written[shard] = value
+                self._written_at[shard] = now
+                self.writes += 1
             return True
+
+    def write_many(self, shards: Sequence[int], next_snapshot: int, *,
+                   full_scan_pending: bool = False) -> dict[int, BaseException]:
+        """:meth:`write` for several shards at one position; on an object store
+        in parallel (each file is three requests there: a group's start marks
+        every shard's pending full scan before its first row). The errors by
+        shard (a failed write is retried by the next commit)."""
+        def one(shard: int) -> BaseException | None:
+            try:
+                self.write(shard, next_snapshot, full_scan_pending=full_scan_pending)
+            except Exception as err:
+                return err
+            return None
+
+        if len(shards) > 1 and is_object_store(self._file_io):
+            with ThreadPoolExecutor(max_workers=min(PARALLEL_WRITES, len(shards)),
+                                    thread_name_prefix="pg-mirror") as pool:
+                outcomes = list(pool.map(one, shards))
+        else:
+            outcomes = [one(shard) for shard in shards]
+        return {shard: err for shard, err in zip(shards, outcomes, strict=True)
+                if err is not None}
 
     def pending(self) -> dict[int, int]:
         """Nothing is buffered: throttled writes are retried by the next call."""

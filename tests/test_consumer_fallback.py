@@ -321,3 +321,41 @@ async def test_fifty_members_creating_one_group_at_once_leave_one_readable_origi
     names = await asyncio.to_thread(os.listdir, os.path.join(table.table_path, "consumer"))
     leftovers = [name for name in names if name.endswith(".tmp")]
     assert not leftovers
+
+
+def test_consumer_files_of_several_shards_are_written_at_once_on_an_object_store() -> None:
+    """A group's start marks every shard's pending full scan before its first
+    row: on an object store (three requests a file) those files are written
+    in parallel, not one after another. Here every upload waits until all
+    eight have started: written one by one, the first would wait in vain."""
+    import io
+    import threading
+
+    started = threading.Barrier(8, timeout=10)
+    written: dict[str, bytes] = {}
+
+    class Sink(io.BytesIO):
+        def __init__(self, path: str) -> None:
+            super().__init__()
+            self.path = path
+
+        def close(self) -> None:
+            written[self.path] = self.getvalue()
+            super().close()
+
+    class RemoteFs:  # stands in for pyarrow's S3FileSystem: not a local one
+        def open_output_stream(self, path: str) -> Sink:
+            started.wait()
+            return Sink(path)
+
+    class StoreFileIO:
+        filesystem = RemoteFs()
+
+        def to_filesystem_path(self, path: str) -> str:
+            return path.removeprefix("s3://")
+
+    mirror = ConsumerMirror(StoreFileIO(), "s3://b/wh/db.db/t", "g")
+    failed = mirror.write_many(list(range(8)), 5, full_scan_pending=True)
+    assert failed == {}
+    assert len(written) == 8 and mirror.writes == 8
+    assert all(b'"paimonGroupFullScan": 5' in data for data in written.values())

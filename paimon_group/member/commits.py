@@ -273,8 +273,10 @@ class Commits(MemberCore):
                 o.full_scan = position.full_scan
 
     def _mirror_write_all(self, shards: list[int], n: int, full_scan_pending: bool) -> None:
-        for shard in shards:
-            self._mirror_write(shard, n, False, full_scan_pending)
+        assert self._mirror is not None
+        failed = self._mirror.write_many(shards, n, full_scan_pending=full_scan_pending)
+        for shard, err in failed.items():
+            log.warning("shard %d: consumer file not written: %s", shard, err)
 
     def _mirror_write(self, shard: int, n: int, force: bool,
                       full_scan_pending: bool = False) -> None:
