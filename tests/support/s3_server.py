@@ -31,6 +31,7 @@ Example::
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import json
 import os
@@ -54,6 +55,7 @@ ACCESS_KEY = "pg-test-access"
 SECRET_KEY = "pg-test-SECRET-8f3a"
 REGION = "us-east-1"
 START_TIMEOUT_S = 30.0
+TIMELINE = 10_000
 
 
 def request_kind(environ: dict[str, Any]) -> str:
@@ -83,6 +85,9 @@ class CountingApp:
         self.lock = threading.Lock()
         self.counts: Counter[str] = Counter()
         self.paths: Counter[str] = Counter()
+        # (wall time, "KIND /path") of the last TIMELINE requests: where a
+        # process waits on the store (benchmarks' diagnostics).
+        self.timeline: collections.deque[tuple[float, str]] = collections.deque(maxlen=TIMELINE)
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
         path = environ.get("PATH_INFO", "/")
@@ -91,8 +96,9 @@ class CountingApp:
                 if path.endswith("/reset"):
                     self.counts.clear()
                     self.paths.clear()
-                body = json.dumps({"counts": dict(self.counts),
-                                   "paths": dict(self.paths)}).encode()
+                    self.timeline.clear()
+                body = json.dumps({"counts": dict(self.counts), "paths": dict(self.paths),
+                                   "timeline": list(self.timeline)}).encode()
             start_response("200 OK", [("Content-Type", "application/json"),
                                       ("Content-Length", str(len(body)))])
             return [body]
@@ -100,6 +106,7 @@ class CountingApp:
         with self.lock:
             self.counts[kind] += 1
             self.paths[f"{kind} {path}"] += 1
+            self.timeline.append((time.time(), f"{kind} {path}"))
         if self.latency_s:
             time.sleep(self.latency_s)  # a store's time to first byte, per request
         return self.app(environ, start_response)
@@ -191,6 +198,10 @@ class S3Server:
     def paths(self) -> dict[str, int]:
         """``"KIND /bucket/key": count`` since the last reset."""
         return dict(self._counts_doc()["paths"])
+
+    def timeline(self) -> list[tuple[float, str]]:
+        """``(wall time, "KIND /bucket/key")`` of the last requests since the last reset."""
+        return [(float(t), str(r)) for t, r in self._counts_doc()["timeline"]]
 
     def reset_counts(self) -> None:
         self._counts_doc(reset=True)
