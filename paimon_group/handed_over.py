@@ -25,7 +25,8 @@ Example::
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from typing import Any
 
 import pyarrow as pa
@@ -49,6 +50,7 @@ class HandedOverFiles:
         self._lock = threading.Lock()
         self._files: dict[str, bytes] = {}
         self._bytes = 0
+        self._flights: dict[str, Future[bytes]] = {}  # reads under way, by name
 
     def add(self, files: Mapping[str, bytes]) -> None:
         with self._lock:
@@ -66,6 +68,36 @@ class HandedOverFiles:
     def get(self, name: str) -> bytes | None:
         with self._lock:
             return self._files.get(name)
+
+    def fetch(self, name: str, read: Callable[[], bytes], *, keep: bool = True) -> bytes:
+        """The file's bytes: kept, being read by another thread (waited for:
+        two threads never read one file at once, e.g. the leader's head poll
+        and a new group's first look at its table), or read now by ``read``
+        (and kept, with ``keep``)."""
+        with self._lock:
+            data = self._files.get(name)
+            if data is not None:
+                return data
+            flight = self._flights.get(name)
+            mine = flight is None and keep
+            if mine:
+                flight = self._flights[name] = Future()
+        if flight is not None and not mine:
+            return flight.result()
+        if not mine:
+            return read()
+        assert flight is not None
+        try:
+            data = read()
+        except BaseException as err:
+            flight.set_exception(err)
+            raise
+        finally:
+            with self._lock:
+                self._flights.pop(name, None)
+        self.add({name: data})
+        flight.set_result(data)
+        return data
 
     def clear(self) -> None:
         with self._lock:
@@ -93,15 +125,12 @@ class HandedOverFileIO:
     def new_input_stream(self, path: str) -> Any:
         if not path.startswith(self._prefix):
             return self._delegate.new_input_stream(path)
-        name = path[len(self._prefix):]
-        data = self._files.get(name)
-        if data is None and self._keep:
+        def read() -> bytes:
             with self._delegate.new_input_stream(path) as source:
-                data = source.read()
-            self._files.add({name: data})
-        if data is not None:
-            return pa.BufferReader(data)
-        return self._delegate.new_input_stream(path)
+                data: bytes = source.read()
+            return data
+
+        return pa.BufferReader(self._files.fetch(path[len(self._prefix):], read, keep=self._keep))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._delegate, name)

@@ -322,11 +322,14 @@ class ShardedTable:
 
         def take(file_name: str) -> bool:
             nonlocal budget
-            data = self.handed_over.get(file_name)  # read already (a new group's note)
-            if data is None:
+            def read() -> bytes:
                 with file_io.new_input_stream(f"{directory}/{file_name}") as source:
-                    data = source.read()
-                self.handed_over.add({file_name: data})  # this member plans from it too
+                    got: bytes = source.read()
+                return got
+
+            # Kept: this member plans from it too (and a new group's first
+            # look at its table may be reading it now: read once).
+            data = self.handed_over.fetch(file_name, read)
             if len(data) > budget:
                 return False
             files[file_name] = data

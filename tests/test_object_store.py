@@ -211,7 +211,12 @@ def test_a_new_group_reads_its_tables_metadata_once(tmp_path: Path,
         h.write(range(50, 100))
         s3_warehouse.server.reset_counts()
         h.start("a")
-        h.wait_caught_up({"a"})
+        # Waited for by the member's own record of its deliveries: a describe
+        # (wait_caught_up) would read the table's manifests from this process.
+        deadline = time.monotonic() + 120
+        while len(h.history().delivered_counts()) < 100:
+            assert time.monotonic() < deadline, _explain(h)
+            time.sleep(0.2)
         paths = s3_warehouse.server.paths()
         assert h.terminate_all() == {"a": 0}, _explain(h)
     finally:
@@ -219,3 +224,36 @@ def test_a_new_group_reads_its_tables_metadata_once(tmp_path: Path,
     gets = {k.split(" ", 1)[1]: n for k, n in paths.items() if k.startswith("GET")}
     manifests = {p: n for p, n in gets.items() if "/manifest/" in p}
     assert manifests and all(n == 1 for n in manifests.values()), manifests
+
+
+def test_a_splits_files_are_fetched_at_once_not_section_by_section(
+        s3_warehouse: S3Warehouse, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bucket of three commits of disjoint keys is one split of three
+    sections, decoded one after another: its three files are fetched at once
+    as the split starts (one round trip, not three). Every fetch here waits
+    until all three have started: fetched section by section, the first
+    would wait in vain."""
+    import threading
+
+    from paimon_group.arrowread import fetch
+    from paimon_group.planner import ShardPlanner
+    from paimon_group.table import ShardedTable
+    from tests.support.tables import make_pk_table, write_rows
+
+    make_pk_table(s3_warehouse.uri, "db.t", buckets=1)
+    for i in range(3):
+        write_rows(s3_warehouse.uri, "db.t", range(i * 100, (i + 1) * 100))
+    table = ShardedTable.open(s3_warehouse.uri, "db.t", s3_warehouse.options)
+    planner = ShardPlanner(table, 1)
+    step = planner.plan_full([0], 3)
+    [split] = step.splits[0]
+    assert len(split.files) == 3
+    started = threading.Barrier(3, timeout=10)
+    real = fetch.fetch_whole
+
+    def fetch_together(file_io: object, file: object) -> object:
+        started.wait()
+        return real(file_io, file)
+
+    monkeypatch.setattr(fetch, "fetch_whole", fetch_together)
+    assert planner.read_arrow([split]).num_rows == 300

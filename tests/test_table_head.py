@@ -136,7 +136,7 @@ def test_handed_over_files_are_read_from_memory_and_the_rest_from_the_store() ->
             self.opened.append(path)
             return pa.BufferReader(b"from the store")
 
-    files = HandedOverFiles(kept=2)
+    files = HandedOverFiles(kept=7)  # bytes
     files.add({"manifest-list-1": b"list", "manifest-1": b"one"})
     store = Store()
     io = HandedOverFileIO(store, files, "s3://b/t/manifest/")
@@ -147,8 +147,32 @@ def test_handed_over_files_are_read_from_memory_and_the_rest_from_the_store() ->
     with io.new_input_stream("s3://b/other/manifest-1") as source:  # another directory
         assert source.read() == b"from the store"
     assert store.opened == ["s3://b/t/manifest/manifest-2", "s3://b/other/manifest-1"]
-    files.add({"manifest-2": b"two"})  # the oldest goes
+    files.add({"manifest-2": b"two"})  # over 7 bytes: the oldest goes
     assert files.get("manifest-list-1") is None and len(files) == 2
+    files.add({"too-large": b"12345678"})  # larger than all that is kept: not kept
+    assert files.get("too-large") is None and len(files) == 2
+    # One read of a file for two threads asking at once.
+    import threading
+
+    reads: list[int] = []
+    gate = threading.Event()
+
+    def slow_read() -> bytes:
+        reads.append(1)
+        gate.wait(5)
+        return b"m3"
+
+    got: list[bytes] = []
+    first = threading.Thread(target=lambda: got.append(files.fetch("manifest-3", slow_read)))
+    first.start()
+    while not reads:
+        pass
+    second = threading.Thread(target=lambda: got.append(files.fetch("manifest-3", slow_read)))
+    second.start()
+    gate.set()
+    first.join(5)
+    second.join(5)
+    assert got == [b"m3", b"m3"] and reads == [1]
 
 
 def test_a_member_skips_its_table_check_only_for_a_fresh_head_naming_its_table() -> None:

@@ -16,7 +16,9 @@ So, on a remote file system:
   projected columns' chunks coalesced into as few ranged reads as their
   layout allows (only the projected columns are fetched);
 * the files of a split are fetched ahead, several at once, on an I/O pool of
-  their own (:class:`Prefetcher`), while the file before them decodes.
+  their own (:class:`Prefetcher`), while the file before them decodes; a
+  split read whole starts fetching all its files (up to 64 MiB) at once,
+  not section by section (:class:`SplitFetches`).
 
 A local file system reads as before.
 """
@@ -34,7 +36,8 @@ import pyarrow as pa
 
 from paimon_group.store_io import is_remote_fs as is_remote
 
-__all__ = ["WHOLE_FILE_BYTES", "Prefetcher", "fetch_all", "fetch_whole", "is_remote", "open_source"]
+__all__ = ["WHOLE_FILE_BYTES", "Prefetcher", "SplitFetches", "fetch_all", "fetch_whole",
+           "is_remote", "open_source"]
 
 WHOLE_FILE_BYTES = 16 << 20
 """A remote data file up to this size is fetched in one GET and decoded from
@@ -43,6 +46,9 @@ memory; a larger one is read by ranges (footer, then coalesced columns)."""
 PREFETCH_FILES = 4
 """Files of a split fetched ahead of the one decoding (at most
 ``PREFETCH_FILES * WHOLE_FILE_BYTES`` bytes held per split being read)."""
+
+SPLIT_AHEAD_BYTES = PREFETCH_FILES * WHOLE_FILE_BYTES
+"""The most bytes of a split's files fetched ahead of its units (:class:`SplitFetches`)."""
 
 IO_THREADS = 8
 """Threads that wait on the object store: requests, not CPU, so more than the
@@ -136,5 +142,45 @@ class Prefetcher:
     def close(self) -> None:
         """Drop what was fetched and not taken (a read that stopped early)."""
         for future in self._ahead:
+            future.cancel()
+        self._ahead.clear()
+
+
+class SplitFetches:
+    """The files of a whole split fetched at once, ahead of its units.
+
+    A merged split is read section by section (each a unit); fetching each
+    section's files only when it decodes makes one round trip a section on
+    an object store. This fetches every file of the split that is fetched
+    whole, up to :data:`SPLIT_AHEAD_BYTES` in all (in order), on the I/O
+    pool as soon as the split starts; :meth:`take` gives a unit its files'
+    bytes (None for a file not fetched ahead: it is fetched as before).
+    Nothing is done on a local file system or for a split of one unit.
+    """
+
+    def __init__(self, file_io: Any, files: Sequence[Any], *, units: int) -> None:
+        self._ahead: dict[int, Future[pa.Buffer | None]] = {}
+        if units < 2 or not is_remote(getattr(file_io, "filesystem", None)):
+            return
+        budget = SPLIT_AHEAD_BYTES
+        for file in files:
+            if not _whole(file) or int(file.file_size) > budget:
+                break
+            budget -= int(file.file_size)
+            self._ahead[id(file)] = io_pool().submit(fetch_whole, file_io, file)
+
+    def take(self, files: Sequence[Any]) -> dict[int, pa.Buffer]:
+        """The fetched bytes of ``files`` (by ``id(file)``), those fetched ahead."""
+        out: dict[int, pa.Buffer] = {}
+        for file in files:
+            future = self._ahead.pop(id(file), None)
+            data = None if future is None else future.result()
+            if data is not None:
+                out[id(file)] = data
+        return out
+
+    def close(self) -> None:
+        """Drop what was fetched and not taken (a read that stopped early)."""
+        for future in self._ahead.values():
             future.cancel()
         self._ahead.clear()

@@ -35,7 +35,7 @@ from paimon_group.arrowread.classify import (
     trimmed_keys,
 )
 from paimon_group.arrowread.evolution import FileColumns, file_columns
-from paimon_group.arrowread.fetch import Prefetcher, fetch_all
+from paimon_group.arrowread.fetch import Prefetcher, SplitFetches, fetch_all
 from paimon_group.arrowread.fieldmerge import (
     FIELD_MERGE_ENGINES,
     field_functions,
@@ -211,8 +211,17 @@ class ArrowSplitReader:
     # -- reading a split -----------------------------------------------------
 
     def read_split(self, split: Any, *, parallel: bool) -> list[Piece]:
-        """The pieces of one split; raises :class:`Unsupported` before output."""
-        return [p for unit in self.units(split) for p in self.read_unit(unit, parallel=parallel)]
+        """The pieces of one split; raises :class:`Unsupported` before output.
+        On an object store every file of the split is fetched at once as it
+        starts (:class:`~paimon_group.arrowread.fetch.SplitFetches`)."""
+        units = self.units(split)
+        ahead = SplitFetches(self.table.file_io, [f for u in units for f, _ in u.files],
+                             units=len(units))
+        try:
+            return [p for unit in units
+                    for p in self.read_unit(unit, parallel=parallel, ahead=ahead)]
+        finally:
+            ahead.close()
 
     def units(self, split: Any) -> list[Unit]:
         """The units ``split`` is read in, in output order: one per file (not
@@ -246,8 +255,10 @@ class ArrowSplitReader:
             for section in IntervalPartition(files).partition()
         ]
 
-    def read_unit(self, unit: Unit, *, parallel: bool) -> list[Piece]:
-        """Decode (and merge) one unit; its files in parallel when ``parallel``."""
+    def read_unit(self, unit: Unit, *, parallel: bool,
+                  ahead: SplitFetches | None = None) -> list[Piece]:
+        """Decode (and merge) one unit; its files in parallel when ``parallel``;
+        ``ahead``: its split's files fetched already."""
         drops: dict[str, list[int]] = {}
         deleted: dict[str, list[int]] = {}
         if self._lookup and unit.single_run is False:
@@ -255,7 +266,7 @@ class ArrowSplitReader:
             deleted = {f.file_name: read_deletion_vector(file_io, d)
                        for f, d in unit.files if d is not None}
             drops = lookup_level_drops(self.table, [f for f, _ in unit.files], deleted)
-        tables = self._decode(unit.files, unit.columns, parallel, drops, deleted)
+        tables = self._decode(unit.files, unit.columns, parallel, drops, deleted, ahead)
         if unit.single_run is None:
             return [Piece(t, None, unit.kinds_from_file) for t in tables if t.num_rows]
         rows = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
@@ -336,6 +347,7 @@ class ArrowSplitReader:
         self, files: Sequence[tuple[Any, Any]], columns: list[str], parallel: bool,
         drops: dict[str, list[int]] | None = None,
         read_already: dict[str, list[int]] | None = None,
+        ahead: SplitFetches | None = None,
     ) -> list[pa.Table]:
         """The files decoded, without the rows their deletion vectors delete
         and the ``drops`` (positions by file name the lookup merge leaves out);
@@ -343,7 +355,8 @@ class ArrowSplitReader:
         file_io = self.table.file_io
         # On an object store every file of the unit is fetched at once on the
         # I/O pool (requests wait on the network, not the CPU), then decoded.
-        fetched = fetch_all(file_io, [file for file, _ in files])
+        fetched = ahead.take([file for file, _ in files]) if ahead is not None else {}
+        fetched.update(fetch_all(file_io, [file for file, _ in files if id(file) not in fetched]))
 
         def one(item: tuple[Any, Any]) -> pa.Table:
             file, deletion = item
