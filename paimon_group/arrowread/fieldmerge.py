@@ -16,7 +16,9 @@ otherwise:
 * a function other than ``sum``, ``product``, ``max``, ``min``,
   ``bool_and``, ``bool_or``, ``last_value``, ``last_non_null_value``,
   ``first_value``, ``first_non_null_value`` (each skips nulls but the two
-  that keep them, as the engine's) and ``listagg`` (without ``distinct``);
+  that keep them, as the engine's), ``listagg`` (without ``distinct``),
+  ``collect`` (with and without ``distinct``) and ``merge_map``
+  (collect.py, on the element and key types it lists);
   floating-point ``sum`` and ``product`` and ``listagg`` are folded in the
   engine's order (folds.py);
 * per-field aggregation under partial-update, removing records on delete,
@@ -47,6 +49,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from paimon_group.arrowread.collect import COLLECTIONS, collection_reason
 from paimon_group.arrowread.files import SEQUENCE_NUMBER, VALUE_KIND, Unsupported
 from paimon_group.arrowread.folds import FOLDS
 from paimon_group.arrowread.merge import key_changes
@@ -82,8 +85,12 @@ def field_functions(table: Any, columns: Sequence[str]) -> dict[str, str]:
     if engine == "partial-update":
         return {c: "last_non_null_value" for c in columns}
     default = options.get("fields.default-aggregate-function", "last_non_null_value")
-    return {c: options.get(f"fields.{c}.aggregate-function", default).strip().lower()
-            for c in columns}
+    functions = {c: options.get(f"fields.{c}.aggregate-function", default).strip().lower()
+                 for c in columns}
+    # collect's distinct changes what it computes: a function of its own here.
+    return {c: "collect distinct" if f == "collect" and options.get(
+        f"fields.{c}.distinct", "false").strip().lower() == "true" else f
+        for c, f in functions.items()}
 
 
 def sequence_groups(table: Any) -> dict[str, list[str]]:
@@ -133,8 +140,11 @@ def field_merge_reason(table: Any, value_columns: Sequence[str]) -> str | None:
         return "merge-engine partial-update with aggregate functions"
     types = {f.name: str(f.type).upper() for f in table.fields}
     for column, function in field_functions(table, value_columns).items():
-        if function not in _FUNCTIONS and function not in FOLDS:
+        if function not in _FUNCTIONS and function not in FOLDS and function not in COLLECTIONS:
             return f"merge-engine {engine} with aggregate function {function}"
+        reason = collection_reason(function, types.get(column, ""))
+        if reason is not None:
+            return f"merge-engine {engine} with {reason}"
         distinct = options.get(f"fields.{column}.distinct", "false").lower() == "true"
         reason = _fold_reason(function, types.get(column, ""), distinct)
         if reason is not None:
@@ -169,12 +179,15 @@ def merge_fields(rows: pa.Table, keys: Sequence[str], functions: Mapping[str, st
     last = np.flatnonzero(np.concatenate((changes, [True])))
     merged = ordered.take(pa.array(last))
     folded = {c: f for c, f in functions.items() if _folded(f, rows.schema.field(c).type)}
-    picked = {c: f for c, f in functions.items()
-              if c not in folded and _FUNCTIONS[f][0] in ("first", "last")}
-    hashed = {c: f for c, f in functions.items() if c not in folded and c not in picked}
+    collected = {c: f for c, f in functions.items() if f in COLLECTIONS}
+    picked = {c: f for c, f in functions.items() if c not in folded and c not in collected
+              and _FUNCTIONS[f][0] in ("first", "last")}
+    hashed = {c: f for c, f in functions.items()
+              if c not in folded and c not in collected and c not in picked}
     values: dict[str, Any] = {
         **{c: FOLDS[f](ordered.column(c), starts, (delimiters or {}).get(c, ","))
            for c, f in folded.items()},
+        **{c: COLLECTIONS[f](ordered.column(c), starts) for c, f in collected.items()},
         **{c: _pick(ordered.column(c), f, starts) for c, f in picked.items()},
         **_hash_aggregate(ordered, hashed, starts)}
     for sequence, grouped in (groups or {}).items():
