@@ -43,3 +43,14 @@ def test_types_compared_otherwise_by_the_engine_are_left_to_pypaimon() -> None:
     assert collection_reason("merge_map", "MAP<STRING, ARRAY<INT>>") is None
     assert collection_reason("merge_map", "MAP<DECIMAL(10, 2), INT>") is None
     assert collection_reason("merge_map", "MAP<DOUBLE NOT NULL, INT>") is not None
+
+
+def test_nested_keys_compared_otherwise_by_the_engine_are_left_to_pypaimon() -> None:
+    from paimon_group.arrowread.collect import nested_key_reason
+
+    fields = {"id": "INT", "d": "DOUBLE", "s": "STRING"}
+    assert nested_key_reason(fields, ["id", "s"]) is None
+    assert nested_key_reason(fields, []) is None
+    assert nested_key_reason(fields, ["d"]) is not None
+    assert nested_key_reason(fields, ["missing"]) is not None
+    assert collection_reason("nested_update", "ARRAY<INT>") is not None

@@ -1,4 +1,5 @@
-"""The ARRAY and MAP aggregate functions, vectorized: ``collect`` and ``merge_map``.
+"""The ARRAY and MAP aggregate functions, vectorized: ``collect``, ``merge_map``
+and ``nested_update`` (:func:`nested_update`).
 
 The engine's ``AggregateMergeFunction`` folds a key's records in sequence
 order, ``acc = agg(acc, value)`` from ``acc = null``; for these two:
@@ -31,14 +32,14 @@ key, and gives one value per key.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["COLLECTIONS", "HASHABLE", "collection_reason"]
+__all__ = ["COLLECTIONS", "HASHABLE", "collection_reason", "nested_key_reason", "nested_update"]
 
 HASHABLE = ("TINYINT", "SMALLINT", "INT", "BIGINT", "STRING", "VARCHAR", "CHAR", "BOOLEAN",
             "DATE", "DECIMAL", "TIMESTAMP")
@@ -72,11 +73,24 @@ def collection_reason(function: str, type_name: str) -> str | None:
             return f"aggregate function collect on {type_name}"
         if function == "collect distinct" and not _hashable(_inner(type_name, "ARRAY<")):
             return f"aggregate function collect with distinct on {type_name}"
+    if function == "nested_update" and not type_name.startswith("ARRAY<ROW<"):
+        return f"aggregate function nested_update on {type_name}"
     if function == "merge_map":
         if not type_name.startswith("MAP<"):
             return f"aggregate function merge_map on {type_name}"
         if not _hashable(_map_key(type_name)):
             return f"aggregate function merge_map on {type_name}"
+    return None
+
+
+def nested_key_reason(row_fields: Mapping[str, str], nested_key: Sequence[str]) -> str | None:
+    """Why ``nested_update`` with ``nested_key`` over rows of ``row_fields``
+    (name -> type name) is not read here, or None: the engine compares nested
+    keys as binary rows, which a pyarrow grouping reproduces on the
+    :data:`HASHABLE` types only."""
+    for name in nested_key:
+        if name not in row_fields or not _hashable(row_fields[name]):
+            return f"aggregate function nested_update with nested-key {name!r}"
     return None
 
 
@@ -159,6 +173,37 @@ def _collect_distinct(values: Any, starts: Any) -> pa.Array:
 
 def _merge_map(values: Any, starts: Any) -> pa.Array:
     return _merge(values, starts, "key", "max")
+
+
+def nested_update(values: Any, starts: Any, nested_key: Sequence[str]) -> pa.Array:
+    """``nested_update`` (``FieldNestedUpdateAgg``) of an ``ARRAY<ROW>``: a
+    key whose records hold one non-null array keeps it whole (the engine's
+    first ``agg`` returns its input as is); otherwise the non-null rows of
+    its arrays in record order, and with ``fields.<name>.nested-key`` one
+    row per nested key, the latest (the engine's ``HashMap`` has hash order;
+    we keep each nested key where it first occurs)."""
+    lists = _as_lists(values)
+    element_keys, present, _ = _layout(lists, starts)
+    valid = np.asarray(lists.is_valid().to_numpy(zero_copy_only=False), dtype=np.int64)
+    merged_key = (np.add.reduceat(valid, starts) >= 2)[element_keys]
+    elements = lists.flatten()
+    if len(elements):
+        row_valid = np.asarray(elements.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+        kept = np.flatnonzero(~merged_key | row_valid)
+        elements, element_keys, merged_key = (
+            elements.take(pa.array(kept)), element_keys[kept], merged_key[kept])
+    if nested_key and len(elements):
+        positions = np.arange(len(elements), dtype=np.int64)
+        group = np.where(merged_key, element_keys, -1 - positions)
+        by = {f"k{i}": elements.field(name) for i, name in enumerate(nested_key)}
+        grouped = pa.table({"g": group, **by, "p": positions}).group_by(
+            ["g", *by], use_threads=False).aggregate([("p", "min"), ("p", "max")])
+        first = np.asarray(grouped.column("p_min").to_numpy(zero_copy_only=False))
+        latest = np.asarray(grouped.column("p_max").to_numpy(zero_copy_only=False))
+        order = np.argsort(first, kind="stable")
+        elements = elements.take(pa.array(latest[order]))
+        element_keys = element_keys[first[order]]
+    return _rebuild(element_keys, elements, present, len(starts), None)
 
 
 COLLECTIONS: dict[str, Callable[[Any, Any], pa.Array]] = {

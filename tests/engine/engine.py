@@ -160,11 +160,18 @@ class Engine:
     def _type(self, name: str) -> Any:
         """An engine type from its SQL name: ``CHAR(n)``, ``VARCHAR(n)``,
         ``TIMESTAMP(p)``, ``TIMESTAMP_LTZ(p)``, ``DECIMAL(p, s)``,
-        ``ARRAY<t>``, ``MAP<k, v>``."""
+        ``ARRAY<t>``, ``MAP<k, v>``, ``ROW<name t, ...>``."""
         types = self.jvm.org.apache.paimon.types.DataTypes
-        nested = re.fullmatch(r"\s*(ARRAY|MAP)\s*<(.*)>\s*", name, re.IGNORECASE)
+        nested = re.fullmatch(r"\s*(ARRAY|MAP|ROW)\s*<(.*)>\s*", name, re.IGNORECASE)
         if nested:
             inner = _split_top(nested.group(2))
+            if nested.group(1).upper() == "ROW":
+                fields = self.gateway.new_array(self.jvm.org.apache.paimon.types.DataField,
+                                                len(inner))
+                for i, field in enumerate(inner):
+                    field_name, field_type = field.split(" ", 1)
+                    fields[i] = types.FIELD(i, field_name, self._type(field_type))
+                return types.ROW(fields)
             if nested.group(1).upper() == "ARRAY":
                 return types.ARRAY(self._type(inner[0]))
             return types.MAP(self._type(inner[0]).copy(False), self._type(inner[1]))
@@ -339,6 +346,9 @@ class Engine:
             return lambda row, i: list(zip(self._elements(row.getMap(i).keyArray(), key),
                                            self._elements(row.getMap(i).valueArray(), value),
                                            strict=True))
+        if type_root == "ROW":
+            getters = [self._getter(f.type()) for f in data_type.getFields()]
+            return lambda row, i: self._fields(row.getRow(i, len(getters)), getters)
         if type_root == "BIGINT":
             return lambda row, i: row.getLong(i)
         if type_root == "INTEGER":
@@ -346,6 +356,10 @@ class Engine:
         if type_root in ("VARCHAR", "CHAR"):
             return lambda row, i: row.getString(i).toString()
         raise ValueError(f"no getter for {type_root}")
+
+    @staticmethod
+    def _fields(row: Any, getters: list[Any]) -> tuple[Any, ...]:
+        return tuple(None if row.isNullAt(j) else get(row, j) for j, get in enumerate(getters))
 
     @staticmethod
     def _elements(array: Any, get: Any) -> list[Any]:
@@ -376,10 +390,16 @@ class Engine:
 
     def _java(self, value: Any) -> Any:
         """An engine value: int -> INT, str -> STRING, list -> ARRAY, list of
-        pairs under a ``("map", [...])`` tag -> MAP."""
+        pairs under a ``("map", [...])`` tag -> MAP, values under a ``("row",
+        [...])`` tag -> ROW."""
         data = self.jvm.org.apache.paimon.data
         if isinstance(value, str):
             return data.BinaryString.fromString(value)
+        if isinstance(value, tuple) and value[:1] == ("row",):
+            row = data.GenericRow(len(value[1]))
+            for j, item in enumerate(value[1]):
+                row.setField(j, self._java(item))
+            return row
         if isinstance(value, tuple) and value[:1] == ("map",):
             entries = self.jvm.java.util.LinkedHashMap()
             for key, item in value[1]:
