@@ -16,7 +16,9 @@ otherwise:
 * a function other than ``sum``, ``product``, ``max``, ``min``,
   ``bool_and``, ``bool_or``, ``last_value``, ``last_non_null_value``,
   ``first_value``, ``first_non_null_value`` (each skips nulls but the two
-  that keep them, as the engine's) and ``listagg`` (without ``distinct``);
+  that keep them, as the engine's), ``listagg`` (without ``distinct``),
+  ``collect`` (with and without ``distinct``), ``merge_map`` and
+  ``nested_update`` (collect.py, on the element and key types it lists);
   floating-point ``sum`` and ``product`` and ``listagg`` are folded in the
   engine's order (folds.py);
 * per-field aggregation under partial-update, removing records on delete,
@@ -47,12 +49,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from paimon_group.arrowread.collect import (
+    COLLECTIONS,
+    collection_reason,
+    nested_key_reason,
+    nested_update,
+)
 from paimon_group.arrowread.files import SEQUENCE_NUMBER, VALUE_KIND, Unsupported
 from paimon_group.arrowread.folds import FOLDS
 from paimon_group.arrowread.merge import key_changes
 
 __all__ = ["FIELD_MERGE_ENGINES", "field_functions", "field_merge_reason", "list_delimiters",
-           "merge_fields", "sequence_groups"]
+           "merge_fields", "nested_keys", "sequence_groups"]
 
 FIELD_MERGE_ENGINES = frozenset({"partial-update", "aggregation"})
 
@@ -82,8 +90,12 @@ def field_functions(table: Any, columns: Sequence[str]) -> dict[str, str]:
     if engine == "partial-update":
         return {c: "last_non_null_value" for c in columns}
     default = options.get("fields.default-aggregate-function", "last_non_null_value")
-    return {c: options.get(f"fields.{c}.aggregate-function", default).strip().lower()
-            for c in columns}
+    functions = {c: options.get(f"fields.{c}.aggregate-function", default).strip().lower()
+                 for c in columns}
+    # collect's distinct changes what it computes: a function of its own here.
+    return {c: "collect distinct" if f == "collect" and options.get(
+        f"fields.{c}.distinct", "false").strip().lower() == "true" else f
+        for c, f in functions.items()}
 
 
 def sequence_groups(table: Any) -> dict[str, list[str]]:
@@ -101,6 +113,25 @@ def list_delimiters(table: Any) -> dict[str, str]:
     options = _options(table)
     return {f.name: options.get(f"fields.{f.name}.list-agg-delimiter", ",")
             for f in table.fields}
+
+
+def nested_keys(table: Any) -> dict[str, list[str]]:
+    """The ``nested-key`` fields of every column (empty unless given)."""
+    options = _options(table)
+    return {f.name: [k.strip() for k in options.get(f"fields.{f.name}.nested-key", "").split(",")
+                     if k.strip()] for f in table.fields}
+
+
+def _nested_reason(table: Any, column: str) -> str | None:
+    # Options of Paimon versions after the engine tested here: not merged here.
+    for key in _options(table):
+        if key.startswith(f"fields.{column}.") and key.endswith(
+                ("nested-sequence-field", "nested-key-null-strategy", "count-limit")):
+            return f"aggregate function nested_update with {key}"
+    field = next(f for f in table.fields if f.name == column)
+    row = getattr(getattr(field.type, "element", None), "fields", [])
+    return nested_key_reason({f.name: str(f.type).upper() for f in row},
+                             nested_keys(table).get(column, []))
 
 
 def _folded(function: str, arrow_type: pa.DataType) -> bool:
@@ -133,8 +164,13 @@ def field_merge_reason(table: Any, value_columns: Sequence[str]) -> str | None:
         return "merge-engine partial-update with aggregate functions"
     types = {f.name: str(f.type).upper() for f in table.fields}
     for column, function in field_functions(table, value_columns).items():
-        if function not in _FUNCTIONS and function not in FOLDS:
+        if function not in _FUNCTIONS and function not in FOLDS and function not in COLLECTIONS \
+                and function != "nested_update":
             return f"merge-engine {engine} with aggregate function {function}"
+        reason = collection_reason(function, types.get(column, "")) or (
+            _nested_reason(table, column) if function == "nested_update" else None)
+        if reason is not None:
+            return f"merge-engine {engine} with {reason}"
         distinct = options.get(f"fields.{column}.distinct", "false").lower() == "true"
         reason = _fold_reason(function, types.get(column, ""), distinct)
         if reason is not None:
@@ -145,7 +181,8 @@ def field_merge_reason(table: Any, value_columns: Sequence[str]) -> str | None:
 def merge_fields(rows: pa.Table, keys: Sequence[str], functions: Mapping[str, str], *,
                  sequence_fields: Sequence[str] = (), ascending: bool = True,
                  delimiters: Mapping[str, str] | None = None,
-                 groups: Mapping[str, Sequence[str]] | None = None) -> pa.Table:
+                 groups: Mapping[str, Sequence[str]] | None = None,
+                 nested: Mapping[str, Sequence[str]] | None = None) -> pa.Table:
     """One merged record per key of ``rows`` (a section: every record of its
     keys, with ``_SEQUENCE_NUMBER`` and ``_VALUE_KIND``), in key order, as
     ``+I``. ``functions``: the merge function of each value column; other
@@ -153,7 +190,8 @@ def merge_fields(rows: pa.Table, keys: Sequence[str], functions: Mapping[str, st
     records of a key are in ``sequence_fields`` order (``ascending`` or not),
     then ``_SEQUENCE_NUMBER``, as the deduplicate merge orders them.
     ``delimiters``: each ``listagg`` column's delimiter (``,`` otherwise);
-    ``groups``: the sequence groups (:func:`sequence_groups`)."""
+    ``groups``: the sequence groups (:func:`sequence_groups`); ``nested``: each
+    ``nested_update`` column's nested key (:func:`nested_keys`)."""
     if rows.num_rows == 0:
         return rows
     kinds = np.asarray(rows.column(VALUE_KIND).to_numpy(zero_copy_only=False))
@@ -169,12 +207,17 @@ def merge_fields(rows: pa.Table, keys: Sequence[str], functions: Mapping[str, st
     last = np.flatnonzero(np.concatenate((changes, [True])))
     merged = ordered.take(pa.array(last))
     folded = {c: f for c, f in functions.items() if _folded(f, rows.schema.field(c).type)}
-    picked = {c: f for c, f in functions.items()
-              if c not in folded and _FUNCTIONS[f][0] in ("first", "last")}
-    hashed = {c: f for c, f in functions.items() if c not in folded and c not in picked}
+    collected = {c: f for c, f in functions.items() if f in COLLECTIONS or f == "nested_update"}
+    picked = {c: f for c, f in functions.items() if c not in folded and c not in collected
+              and _FUNCTIONS[f][0] in ("first", "last")}
+    hashed = {c: f for c, f in functions.items()
+              if c not in folded and c not in collected and c not in picked}
     values: dict[str, Any] = {
         **{c: FOLDS[f](ordered.column(c), starts, (delimiters or {}).get(c, ","))
            for c, f in folded.items()},
+        **{c: nested_update(ordered.column(c), starts, (nested or {}).get(c, ()))
+           if f == "nested_update" else COLLECTIONS[f](ordered.column(c), starts)
+           for c, f in collected.items()},
         **{c: _pick(ordered.column(c), f, starts) for c, f in picked.items()},
         **_hash_aggregate(ordered, hashed, starts)}
     for sequence, grouped in (groups or {}).items():

@@ -41,6 +41,7 @@ from paimon_group.arrowread.fieldmerge import (
     field_functions,
     list_delimiters,
     merge_fields,
+    nested_keys,
     sequence_groups,
 )
 from paimon_group.arrowread.files import (
@@ -161,6 +162,7 @@ class ArrowSplitReader:
         self._lookup = False
         self._delimiters: dict[str, str] = {}
         self._groups: dict[str, list[str]] = {}
+        self._nested: dict[str, list[str]] = {}
         if self.fallback_reason is None and table.is_primary_key_table and getattr(
                 options.merge_engine(), "value", "") in FIELD_MERGE_ENGINES:
             by_key = set(table.primary_keys) | set(table.partition_keys or ())
@@ -171,6 +173,7 @@ class ArrowSplitReader:
             self._lookup = merges_by_lookup(table)
             self._delimiters = list_delimiters(table)
             self._groups = sequence_groups(table)
+            self._nested = nested_keys(table)
         self._schema_id = int(table.table_schema.id)
         # Per older schema id: how its files' columns are read (evolution.py),
         # or why such files are left to pypaimon.
@@ -323,7 +326,8 @@ class ArrowSplitReader:
                                           sequence_fields=self._sequence,
                                           ascending=self._ascending,
                                           delimiters=self._delimiters,
-                                          groups=self._groups), None, True)
+                                          groups=self._groups, nested=self._nested),
+                             None, True)
             kept = adds_only(rows)
             if kept.num_rows != rows.num_rows:
                 raise Unsupported("a retraction in a partial-update or aggregation merge")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -65,6 +66,18 @@ def _unpacked(wheel: Path) -> Path:
         shutil.rmtree(target, ignore_errors=True)
         partial.rename(target)
     return target
+
+
+def _split_top(types: str) -> list[str]:
+    """``"INT, MAP<STRING, INT>"`` -> ``["INT", "MAP<STRING, INT>"]``."""
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(types):
+        depth += (char in "<(") - (char in ">)")
+        if char == "," and depth == 0:
+            parts.append(types[start:i].strip())
+            start = i + 1
+    parts.append(types[start:].strip())
+    return parts
 
 
 class Engine:
@@ -114,6 +127,9 @@ class Engine:
         catalog.create_database("db", True)
         identifier = self.jvm.org.apache.paimon.catalog.Identifier.fromString("db.t")
         catalog._j_catalog.createTable(identifier, builder.build(), False)
+        if any("<" in given for given in (types or {}).values()):
+            # the bridge's Python table has no Arrow schema for ARRAY/MAP
+            return catalog._j_catalog.getTable(identifier)
         return catalog.get_table("db.t")
 
     def alter(self, warehouse: str, *changes: tuple[str, ...]) -> None:
@@ -143,8 +159,22 @@ class Engine:
 
     def _type(self, name: str) -> Any:
         """An engine type from its SQL name: ``CHAR(n)``, ``VARCHAR(n)``,
-        ``TIMESTAMP(p)``, ``TIMESTAMP_LTZ(p)``, ``DECIMAL(p, s)``."""
+        ``TIMESTAMP(p)``, ``TIMESTAMP_LTZ(p)``, ``DECIMAL(p, s)``,
+        ``ARRAY<t>``, ``MAP<k, v>``, ``ROW<name t, ...>``."""
         types = self.jvm.org.apache.paimon.types.DataTypes
+        nested = re.fullmatch(r"\s*(ARRAY|MAP|ROW)\s*<(.*)>\s*", name, re.IGNORECASE)
+        if nested:
+            inner = _split_top(nested.group(2))
+            if nested.group(1).upper() == "ROW":
+                fields = self.gateway.new_array(self.jvm.org.apache.paimon.types.DataField,
+                                                len(inner))
+                for i, field in enumerate(inner):
+                    field_name, field_type = field.split(" ", 1)
+                    fields[i] = types.FIELD(i, field_name, self._type(field_type))
+                return types.ROW(fields)
+            if nested.group(1).upper() == "ARRAY":
+                return types.ARRAY(self._type(inner[0]))
+            return types.MAP(self._type(inner[0]).copy(False), self._type(inner[1]))
         base, _, rest = name.partition("(")
         args = [int(a) for a in rest.rstrip(")").split(",") if a.strip()]
         plain = {"INT": types.INT, "BIGINT": types.BIGINT, "STRING": types.STRING,
@@ -226,10 +256,16 @@ class Engine:
         the table's latest schema says the columns)."""
         return [row for _, _, row in self.stream_steps(warehouse, from_snapshot)]
 
+    def _j_table(self, warehouse: str) -> Any:
+        """The engine's Java table ``db.t`` (the bridge's Python table cannot
+        hold ARRAY or MAP columns)."""
+        identifier = self.jvm.org.apache.paimon.catalog.Identifier.fromString("db.t")
+        return self.catalog(warehouse)._j_catalog.getTable(identifier)
+
     def _table_at(self, warehouse: str, schema_id: int | None, options: dict[str, str]) -> Any:
         """The engine's table ``db.t`` read through schema ``schema_id`` (None:
         the latest), with ``options``."""
-        table = self.catalog(warehouse).get_table("db.t")._j_table
+        table = self._j_table(warehouse)
         if schema_id is None:
             return table.copy(options)
         # Not copy(options) after copy(schema): a scan.snapshot-id there
@@ -278,13 +314,12 @@ class Engine:
 
     def schema_columns(self, warehouse: str) -> dict[tuple[str, ...], int]:
         """Every schema's column names, to its id."""
-        manager = self.catalog(warehouse).get_table("db.t")._j_table.schemaManager()
+        manager = self._j_table(warehouse).schemaManager()
         return {tuple(str(f.name()) for f in manager.schema(i).fields()): int(i)
                 for i in manager.listAllIds()}
 
     def _split_rows(self, builder: Any, table: Any, split: Any) -> list[tuple[Any, ...]]:
-        getters = [self._getter(str(f.type().getTypeRoot().name()))
-                   for f in table.rowType().getFields()]
+        getters = [self._getter(f.type()) for f in table.rowType().getFields()]
         iterator = self.jvm.org.apache.paimon.reader.RecordReaderIterator(
             builder.newRead().createReader(split))
         rows: list[tuple[Any, ...]] = []
@@ -298,8 +333,22 @@ class Engine:
             iterator.close()
         return rows
 
-    @staticmethod
-    def _getter(type_root: str) -> Any:
+    def _getter(self, data_type: Any) -> Any:
+        """A Python value from a row's (or array's) field ``i`` of ``data_type``:
+        ARRAY as a list, MAP as a list of ``(key, value)`` in the engine's order."""
+        type_root = str(data_type.getTypeRoot().name())
+        if type_root == "ARRAY":
+            element = self._getter(data_type.getElementType())
+            return lambda row, i: self._elements(row.getArray(i), element)
+        if type_root == "MAP":
+            key, value = self._getter(data_type.getKeyType()), self._getter(
+                data_type.getValueType())
+            return lambda row, i: list(zip(self._elements(row.getMap(i).keyArray(), key),
+                                           self._elements(row.getMap(i).valueArray(), value),
+                                           strict=True))
+        if type_root == "ROW":
+            getters = [self._getter(f.type()) for f in data_type.getFields()]
+            return lambda row, i: self._fields(row.getRow(i, len(getters)), getters)
         if type_root == "BIGINT":
             return lambda row, i: row.getLong(i)
         if type_root == "INTEGER":
@@ -307,6 +356,61 @@ class Engine:
         if type_root in ("VARCHAR", "CHAR"):
             return lambda row, i: row.getString(i).toString()
         raise ValueError(f"no getter for {type_root}")
+
+    @staticmethod
+    def _fields(row: Any, getters: list[Any]) -> tuple[Any, ...]:
+        return tuple(None if row.isNullAt(j) else get(row, j) for j, get in enumerate(getters))
+
+    @staticmethod
+    def _elements(array: Any, get: Any) -> list[Any]:
+        return [None if array.isNullAt(j) else get(array, j) for j in range(array.size())]
+
+    def write_rows(self, warehouse: str, rows: list[dict[str, Any]], *,
+                   compact_buckets: int = 0) -> None:
+        """One commit of ``rows`` (dicts by column; INT, STRING, ARRAY of
+        them as lists, MAP of them as lists of pairs), built as the engine's
+        rows here: the bridge's Arrow path has no ARRAY or MAP."""
+        j_table = self._j_table(warehouse)
+        builder = self.jvm.InvocationUtil.getBatchWriteBuilder(j_table)
+        write, commit = builder.newWrite(), builder.newCommit()
+        write.withIOManager(self.jvm.org.apache.paimon.disk.IOManager.create(self.tmp_dir))
+        fields = list(j_table.rowType().getFields())
+        try:
+            for row in rows:
+                j_row = self.jvm.org.apache.paimon.data.GenericRow(len(fields))
+                for i, field in enumerate(fields):
+                    j_row.setField(i, self._java(row.get(str(field.name()))))
+                write.write(j_row)
+            for bucket in range(compact_buckets):
+                write.compact(self.jvm.BinaryRow.EMPTY_ROW, bucket, True)
+            commit.commit(write.prepareCommit())
+        finally:
+            write.close()
+            commit.close()
+
+    def _java(self, value: Any) -> Any:
+        """An engine value: int -> INT, str -> STRING, list -> ARRAY, list of
+        pairs under a ``("map", [...])`` tag -> MAP, values under a ``("row",
+        [...])`` tag -> ROW."""
+        data = self.jvm.org.apache.paimon.data
+        if isinstance(value, str):
+            return data.BinaryString.fromString(value)
+        if isinstance(value, tuple) and value[:1] == ("row",):
+            row = data.GenericRow(len(value[1]))
+            for j, item in enumerate(value[1]):
+                row.setField(j, self._java(item))
+            return row
+        if isinstance(value, tuple) and value[:1] == ("map",):
+            entries = self.jvm.java.util.LinkedHashMap()
+            for key, item in value[1]:
+                entries.put(self._java(key), self._java(item))
+            return data.GenericMap(entries)
+        if isinstance(value, list):
+            array = self.gateway.new_array(self.jvm.java.lang.Object, len(value))
+            for j, element in enumerate(value):
+                array[j] = self._java(element)
+            return data.GenericArray(array)
+        return value
 
     def read(self, warehouse: str) -> pa.Table:
         """The engine's own batch read of the latest snapshot."""
