@@ -232,7 +232,7 @@ def test_options_reach_the_member_config(
     logging_setup: list[tuple[str, str]] = []
 
     def fake_runner(config: Any, handler: Any, *, metrics_port: int | None = None,
-                    progress_interval_s: float | None = None) -> None:
+                    progress_interval_s: float | None = None, table: Any = None) -> None:
         started.append((config, handler, metrics_port))
 
     import paimon_group.runner
