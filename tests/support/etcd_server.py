@@ -35,10 +35,8 @@ Example::
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import signal
 import socket
 import ssl
 import subprocess
@@ -52,6 +50,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.support.server_process import ServerProcess
 
 ROOT_PASSWORD = "root-Pa55word"
 START_TIMEOUT_S = 60.0
@@ -150,12 +150,14 @@ def make_pki(directory: Path) -> Pki:
     return Pki(directory, ca, ca_key, server_cert, server_key, client_cert, client_key, other_ca)
 
 
-class EtcdServer:
+class EtcdServer(ServerProcess):
     """One single-node etcd process on fixed loopback ports and a data dir.
 
     ``kill``/``start`` keep the ports and the data dir, so clients reconnect
     to the same URL and find their data (and their leases) again.
     """
+
+    server_name = "etcd"
 
     def __init__(
         self,
@@ -205,10 +207,6 @@ class EtcdServer:
 
     def url_with_prefix(self, prefix: str | None = None) -> str:
         return f"{self.url}/{prefix or 't-' + uuid.uuid4().hex[:12]}"
-
-    @property
-    def pid(self) -> int | None:
-        return self.process.pid if self.process is not None else None
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -296,45 +294,6 @@ class EtcdServer:
         except urllib.error.HTTPError as err:  # 503 while starting
             body = err.read()
         return b'"health":"true"' in body
-
-    def log_tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
-
-    def _signal(self, sig: int) -> None:
-        if self.process is None or self.process.poll() is not None:
-            raise RuntimeError("etcd is not running")
-        self.process.send_signal(sig)
-
-    def kill(self) -> None:
-        """SIGKILL: no clean shutdown, the data dir is left as a crash leaves it."""
-        self._signal(signal.SIGKILL)
-        assert self.process is not None
-        self.process.wait(timeout=30)
-
-    def pause(self) -> None:
-        """SIGSTOP: the process keeps its sockets but answers nothing."""
-        self._signal(signal.SIGSTOP)
-
-    def resume(self) -> None:
-        """SIGCONT after :meth:`pause`."""
-        self._signal(signal.SIGCONT)
-
-    def stop(self) -> None:
-        """Terminate (resuming first if paused); a no-op when not running."""
-        process = self.process
-        if process is None or process.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            process.send_signal(signal.SIGCONT)
-            process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=15)
 
     # -- auth --------------------------------------------------------------
 

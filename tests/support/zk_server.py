@@ -48,10 +48,8 @@ Example::
 from __future__ import annotations
 
 import atexit
-import contextlib
 import os
 import shutil
-import signal
 import socket
 import ssl
 import subprocess
@@ -63,6 +61,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.support.server_process import ServerProcess
 
 START_TIMEOUT_S = 90.0
 TICK_MS = 200
@@ -225,7 +225,7 @@ def _stop_leftovers() -> None:
         server.stop()
 
 
-class ZkServer:
+class ZkServer(ServerProcess):
     """One standalone ZooKeeper JVM on fixed loopback ports and a data dir.
 
     ``kill``/``start`` keep the ports and the data dir: clients reconnect to
@@ -233,6 +233,10 @@ class ZkServer:
     their sessions (and ephemeral znodes) again, because ZooKeeper logs
     sessions in its transaction log.
     """
+
+    server_name = "ZooKeeper"
+    stop_wait_s = 20.0
+    tail_lines = 40
 
     def __init__(
         self,
@@ -293,10 +297,6 @@ class ZkServer:
         """``base/t-<unique>`` (and ``?acl=...``): a fresh chroot on this server."""
         url = f"{base or self.url}/t-{uuid.uuid4().hex[:12]}"
         return f"{url}?acl={acl}" if acl else url
-
-    @property
-    def pid(self) -> int | None:
-        return self.process.pid if self.process is not None else None
 
     # -- configuration -----------------------------------------------------
 
@@ -442,45 +442,8 @@ class ZkServer:
         except (OSError, ssl.SSLError):
             return False
 
-    def log_tail(self, lines: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
-
-    def _signal(self, sig: int) -> None:
-        if self.process is None or self.process.poll() is not None:
-            raise RuntimeError("ZooKeeper is not running")
-        self.process.send_signal(sig)
-
-    def kill(self) -> None:
-        """SIGKILL: no clean shutdown; the data dir is left as a crash leaves it."""
-        self._signal(signal.SIGKILL)
-        assert self.process is not None
-        self.process.wait(timeout=30)
-
-    def pause(self) -> None:
-        """SIGSTOP: the JVM keeps its sockets but answers nothing."""
-        self._signal(signal.SIGSTOP)
-
-    def resume(self) -> None:
-        """SIGCONT after :meth:`pause`."""
-        self._signal(signal.SIGCONT)
-
-    def stop(self) -> None:
-        """Terminate (resuming first if paused); a no-op when not running."""
-        process = self.process
+    def _stopping(self) -> None:
         _STARTED.discard(self)
-        if process is None or process.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            process.send_signal(signal.SIGCONT)
-            process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=20)
 
     # -- clients for tests -------------------------------------------------
 
