@@ -22,8 +22,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from paimon_group.planner import ShardPlanner
-from paimon_group.table import ShardedTable
+from tests.engine.arrow_side import read_latest
 from tests.engine.engine import Engine
 
 pytestmark = pytest.mark.engine
@@ -86,15 +85,8 @@ def test_a_changed_type_reads_as_the_engine_reads(engine: Engine, case: str) -> 
                                          schema=later))
         expected = engine.read(warehouse).sort_by("k")
 
-        table = ShardedTable.open(warehouse, "db.t")
-        latest = table.latest_snapshot_id()
-        assert latest is not None
-        planner = ShardPlanner(table, 1, include_row_kind=False, batch_rows=3)
-        splits = planner.plan_full([0], latest).splits[0]
-        got = planner.read_arrow(splits).sort_by("k")
-        streamed = pa.Table.from_batches(list(planner.iter_batches(splits)),
-                                         schema=planner.schema).sort_by("k")
-        assert planner._read_path is not None and planner._read_path.fallback_splits == 0
+        ours = read_latest(warehouse, batch_rows=3)
+        got, streamed = ours.whole.sort_by("k"), ours.streamed.sort_by("k")
         want = expected.cast(got.schema).to_pylist()
         assert got.to_pylist() == want, case
         assert streamed.to_pylist() == want, case

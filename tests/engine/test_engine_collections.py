@@ -18,8 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from paimon_group.planner import ShardPlanner
-from paimon_group.table import ShardedTable
+from tests.engine.arrow_side import read_latest
 from tests.engine.engine import Engine
 
 pytestmark = pytest.mark.engine
@@ -73,16 +72,10 @@ def test_collect_and_merge_map_read_as_the_engine_reads(
             keys = sorted(rnd.sample(range(12), rnd.randint(3, 10)))
             engine.write_rows(warehouse, _rows(rnd, keys), compact_buckets=int(commit == 2))
 
-        table = ShardedTable.open(warehouse, "db.t")
-        latest = table.latest_snapshot_id()
-        assert latest is not None
+        ours = read_latest(warehouse, batch_rows=4)
         expected = sorted(_comparable(dict(zip(("k", "c", "d", "m"), row[1:], strict=True)))
-                          for _, row in engine.read_at(warehouse, latest))
-        planner = ShardPlanner(table, 1, include_row_kind=False, batch_rows=4)
-        splits = planner.plan_full([0], latest).splits[0]
-        got = sorted(_comparable(r) for r in planner.read_arrow(splits).to_pylist())
-        streamed = sorted(_comparable(r) for r in pa.Table.from_batches(
-            list(planner.iter_batches(splits)), schema=planner.schema).to_pylist())
-        assert planner._read_path is not None and planner._read_path.fallback_splits == 0
+                          for _, row in engine.read_at(warehouse, ours.latest))
+        got = sorted(_comparable(r) for r in ours.whole.to_pylist())
+        streamed = sorted(_comparable(r) for r in ours.streamed.to_pylist())
         assert got == expected
         assert streamed == expected

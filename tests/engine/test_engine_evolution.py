@@ -11,8 +11,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from paimon_group.planner import ShardPlanner
-from paimon_group.table import ShardedTable
+from tests.engine.arrow_side import read_latest
 from tests.engine.engine import Engine
 
 pytestmark = pytest.mark.engine
@@ -60,15 +59,9 @@ def test_an_evolved_engine_table_reads_as_the_engine_reads(
         write(range(0, 5), 5)
         expected = engine.read(warehouse)
 
-        table = ShardedTable.open(warehouse, "db.t")
-        latest = table.latest_snapshot_id()
-        assert latest is not None and latest >= 5  # an append table may compact as well
-        planner = ShardPlanner(table, 1, include_row_kind=False, batch_rows=7)
-        splits = planner.plan_full([0], latest).splits[0]
-        got = planner.read_arrow(splits)
-        streamed = pa.Table.from_batches(list(planner.iter_batches(splits)),
-                                         schema=planner.schema)
-        assert planner._read_path is not None and planner._read_path.fallback_splits == 0
+        ours = read_latest(warehouse, batch_rows=7)
+        assert ours.latest >= 5  # an append table may compact as well
+        got, streamed = ours.whole, ours.streamed
         keys = ["k", "x"] if not primary_key else ["k"]
         want = sorted(expected.cast(got.schema).to_pylist(),
                       key=lambda r: tuple(str(r[c]) for c in keys))

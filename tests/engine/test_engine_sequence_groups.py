@@ -16,8 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from paimon_group.planner import ShardPlanner
-from paimon_group.table import ShardedTable
+from tests.engine.arrow_side import read_latest
 from tests.engine.engine import Engine
 
 pytestmark = pytest.mark.engine
@@ -56,18 +55,9 @@ def test_sequence_groups_read_as_the_engine_reads(
             engine.write(warehouse, _rows(rnd, keys, v), compact_buckets=int(v == 2))
         expected = engine.read(warehouse).sort_by("k")
 
-        table = ShardedTable.open(warehouse, "db.t")
-        latest = table.latest_snapshot_id()
-        assert latest is not None
         for columns in (None, ["k", "a", "c", "d"]):  # a projection without g1, g2
-            planner = ShardPlanner(table, 1, include_row_kind=False, batch_rows=4,
-                                   projection=columns)
-            splits = planner.plan_full([0], latest).splits[0]
-            got = planner.read_arrow(splits).sort_by("k")
-            streamed = pa.Table.from_batches(list(planner.iter_batches(splits)),
-                                             schema=planner.schema).sort_by("k")
-            assert planner._read_path is not None
-            assert planner._read_path.fallback_splits == 0
+            ours = read_latest(warehouse, batch_rows=4, projection=columns)
+            got, streamed = ours.whole.sort_by("k"), ours.streamed.sort_by("k")
             want = expected.select(got.column_names).to_pylist()
             assert got.to_pylist() == want
             assert streamed.to_pylist() == want
