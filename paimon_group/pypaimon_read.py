@@ -17,6 +17,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from paimon_group.parquet_rows import engine_parquet_rows, needs_engine_parquet_rows
 from paimon_group.steps import Split
 
 
@@ -275,3 +276,36 @@ def trim_orc_chars() -> None:
 
 
 trim_orc_chars()
+
+
+def read_parquet_rows_as_the_engine() -> None:
+    """Let pypaimon's reader read a ROW of a Parquet file whose fields are
+    all null as a null ROW, as the engine's Parquet reader does and the Arrow
+    reader does (idempotent; the whole process; :mod:`paimon_group.parquet_rows`).
+
+    pyarrow, which pypaimon decodes Parquet with, keeps a ROW of nulls; so a
+    split left to pypaimon's reader would read another value than one that
+    is not (and ``nested_update`` would keep a row the engine drops). Each
+    Parquet batch is given the engine's nulls as it is decoded, before the
+    merge; batches without a ROW column are returned as they are.
+    """
+    from pypaimon.read.reader.format_pyarrow_reader import FormatPyArrowReader
+
+    original = FormatPyArrowReader.__dict__.get("_post_process_batch")
+    if original is None or getattr(original, "_engine_parquet_rows", False):
+        return  # another pypaimon, or done already
+
+    def post_process(self: Any, batch: pa.RecordBatch) -> pa.RecordBatch:
+        batch = original(self, batch)
+        if getattr(self, "_file_format", None) != "parquet":
+            return batch
+        for index, field in enumerate(batch.schema):
+            if needs_engine_parquet_rows(field.type):
+                batch = batch.set_column(index, field, engine_parquet_rows(batch.column(index)))
+        return batch
+
+    post_process._engine_parquet_rows = True  # type: ignore[attr-defined]
+    FormatPyArrowReader._post_process_batch = post_process
+
+
+read_parquet_rows_as_the_engine()

@@ -11,6 +11,12 @@ ORC stores a CHAR(n) value padded with spaces to n characters; the engine's
 ORC reader (ORC's own) trims trailing spaces from CHAR columns, and so do we
 (the ``trim`` columns); Parquet and Avro hold the value as written.
 
+The engine's Parquet reader reads a ROW whose fields are all null as a null
+ROW (a top-level ROW, in an ARRAY, a MAP value or another ROW); its ORC and
+Avro readers keep the ROW of nulls. Parquet columns holding a ROW are given
+the engine's nulls as they are decoded, before anything else looks at them
+(:mod:`paimon_group.parquet_rows`).
+
 A file written with an older schema of the table (ADD, RENAME or DROP
 COLUMN, a changed type) holds its columns under the names of that schema:
 ``evolved.names`` maps each column asked for to its name in the file, or to
@@ -36,6 +42,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from paimon_group.arrowread.fetch import open_source
+from paimon_group.parquet_rows import engine_parquet_rows
 
 __all__ = [
     "SEQUENCE_NUMBER",
@@ -135,6 +142,8 @@ def iter_file(
                     arrays.append(pa.nulls(chunk.num_rows, field.type))
                     continue
                 column = chunk.column(name)
+                if fmt == "parquet":  # the file's ROWs as the engine reads them
+                    column = engine_parquet_rows(column)
                 if field.name in convert:  # its type changed since (convert.py)
                     column = convert[field.name][1](column)
                 column = column if column.type == field.type else column.cast(field.type)
