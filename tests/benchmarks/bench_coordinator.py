@@ -5,7 +5,9 @@ Real :class:`~paimon_group.GroupMember` objects (their control loops, without
 reading, as the Spark source uses them), several per process over one worker
 process per core (:mod:`tests.benchmarks.member_pool`), session timeout 10 s,
 no table reads. Sizes: 200 members x 2,048 shards and 1,000 x 8,192 (20 x 256
-with ``--quick``); ``BENCH_COORDINATOR_SIZES=200x2048`` picks some.
+with ``--quick``); ``BENCH_COORDINATOR_SIZES=200x2048`` picks some, and
+``BENCH_COORDINATOR_PROFILE=DIR`` profiles the workers' event loops (cProfile)
+during the joins and leaves and prints the top functions.
 
 * start: every member's ``start()`` called -> stable;
 * join: one more member's ``start()`` called -> stable (median of the cycles);
@@ -153,7 +155,12 @@ async def scenario(url: str, wh: str, members: int, shards: int, window_s: float
                 1000.0 * got["cpu_s"] / window / members, 2)
             result["load_avg_steady"] = os.getloadavg()
 
+            profiling = os.environ.get("BENCH_COORDINATOR_PROFILE")
+            if profiling:
+                await asyncio.to_thread(pool.profile, Path(profiling))
             result.update(await churn(pool, watcher, names, history, cycles))
+            if profiling:
+                print_profile(await asyncio.to_thread(pool.profile, None))
             result["load_avg_after"] = os.getloadavg()
         finally:
             await asyncio.to_thread(pool.close)
@@ -162,6 +169,15 @@ async def scenario(url: str, wh: str, members: int, shards: int, window_s: float
         result[f"{what[:-1]}_median_s"] = round(statistics.median(times), 3)
         result[f"{what[:-1]}_max_s"] = round(max(times), 3)
     return result
+
+
+def print_profile(paths: list[Path]) -> None:
+    """The workers' event loops during the joins and leaves, by own time."""
+    import pstats
+
+    stats = pstats.Stats(*(str(p) for p in paths))
+    stats.sort_stats("tottime").print_stats(25)
+    stats.sort_stats("cumulative").print_stats(40)
 
 
 def sizes(quick: bool) -> list[tuple[int, int]]:

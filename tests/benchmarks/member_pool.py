@@ -18,6 +18,8 @@ host), before the call returns, so a measurement starts at the event itself.
 from __future__ import annotations
 
 import asyncio
+import cProfile
+import logging
 import multiprocessing
 import os
 import resource
@@ -65,6 +67,10 @@ def _worker(conn: Connection, settings: dict[str, Any]) -> None:
 
     calls: Counter[str] = Counter()
     _count_requests(calls)
+    # Hundreds of members each warn alike (a table with rows in one shard, a
+    # world-writable test chroot): only errors are worth a line here.
+    for name in ("paimon_group", "coordinators"):
+        logging.getLogger(name).setLevel(logging.ERROR)
     history = settings.get("history_dir")
 
     def member(name: str) -> GroupMember:
@@ -77,6 +83,8 @@ def _worker(conn: Connection, settings: dict[str, Any]) -> None:
 
     async def main() -> None:
         members: dict[str, GroupMember] = {}
+        profile: cProfile.Profile | None = None
+        profile_path = ""
         loop = asyncio.get_running_loop()
         while True:
             op, arg = await loop.run_in_executor(None, conn.recv)
@@ -102,6 +110,15 @@ def _worker(conn: Connection, settings: dict[str, Any]) -> None:
                            "calls": dict(calls - before)})
             elif op == "calls":
                 conn.send(dict(calls))
+            elif op == "profile":  # a path: profile from now; None: write it there
+                if arg is not None:
+                    profile, profile_path = cProfile.Profile(), arg
+                    profile.enable()
+                elif profile is not None:
+                    profile.disable()
+                    profile.dump_stats(profile_path)
+                    profile = None
+                conn.send("ok")
         await asyncio.gather(*(m.stop() for m in members.values()), return_exceptions=True)
 
     asyncio.run(main())
@@ -175,6 +192,15 @@ class MemberPool:
     def requests(self) -> int:
         """Requests made so far by every member of every worker."""
         return sum(sum(self._ask(w, "calls", None).values()) for w in range(self.processes))
+
+    def profile(self, directory: Path | None) -> list[Path]:
+        """Profile every worker (cProfile) from now (``directory``), or stop
+        and write ``directory/worker-N.prof`` (None); the files written."""
+        paths = [] if directory is None else [directory / f"worker-{w}.prof"
+                                             for w in range(self.processes)]
+        for w in range(self.processes):
+            self._ask(w, "profile", str(paths[w]) if paths else None)
+        return paths
 
     def close(self) -> None:
         for pipe in self.pipes:
