@@ -141,6 +141,7 @@ class MemberPool:
         self.pipes: list[Connection] = []
         self.procs: list[Any] = []
         self.home: dict[str, int] = {}  # member -> worker index
+        self._profiles: list[Path] = []
         for _ in range(self.processes):
             parent, child = context.Pipe()
             proc = context.Process(target=_worker, args=(child, self.settings), daemon=True)
@@ -200,6 +201,9 @@ class MemberPool:
                                              for w in range(self.processes)]
         for w in range(self.processes):
             self._ask(w, "profile", str(paths[w]) if paths else None)
+        if directory is None:
+            return self._profiles
+        self._profiles = paths
         return paths
 
     def close(self) -> None:
