@@ -168,6 +168,12 @@ async def scenario(url: str, wh: str, members: int, shards: int, window_s: float
         times = [c["stable_s"] for c in result[what]]
         result[f"{what[:-1]}_median_s"] = round(statistics.median(times), 3)
         result[f"{what[:-1]}_max_s"] = round(max(times), 3)
+        # The last owner key created, by the members' own clocks: when the
+        # group became stable, without the watcher's confirming read (which
+        # lists every owner key: on ZooKeeper seconds under load).
+        last = [max(c["last_acquire_s"] or 0.0, c["last_release_s"] or 0.0)
+                for c in result[what]]
+        result[f"{what[:-1]}_last_acquire_median_s"] = round(statistics.median(last), 3)
     return result
 
 
@@ -200,6 +206,10 @@ def figures_of(server: str, r: dict[str, Any], targets: bool) -> list[Figure]:
         judged(f"join -> stable, median of {n} ({where}; {load})",
                r["join_median_s"], 1.0, "< 1 s"),
         judged(f"leave -> stable, median of {n} ({where})", r["leave_median_s"], 1.0, "< 1 s"),
+        Figure(TITLE, f"join -> last owner key created, median ({where})",
+               round(1000 * r["join_last_acquire_median_s"]), "ms", details=r),
+        Figure(TITLE, f"leave -> last owner key created, median ({where})",
+               round(1000 * r["leave_last_acquire_median_s"]), "ms", details=r),
         judged(f"start of all members -> stable ({where})", r["start_s"], 10.0, "< 10 s"),
         Figure(TITLE, f"steady-state requests per member per second ({where})",
                r["steady_requests_per_member_s"], "/s", details=r),
