@@ -63,6 +63,7 @@ def _count_requests(calls: Counter[str]) -> None:
 
 def _worker(conn: Connection, settings: dict[str, Any]) -> None:
     """Runs members in this process; answers the pool's commands in order."""
+    from coordinators.errors import CoordinatorError
     from paimon_group import GroupMember, MemberConfig
 
     calls: Counter[str] = Counter()
@@ -81,6 +82,21 @@ def _worker(conn: Connection, settings: dict[str, Any]) -> None:
             history_path=f"{history}/history-{name}.jsonl" if history else None,
         ), auto_commit=False)
 
+    async def start(name: str) -> GroupMember:
+        # An overloaded server (1,000 members on a shared machine) may let a
+        # session lapse while a member joins; as a supervisor would, start it
+        # again rather than lose the worker.
+        for attempt in range(3):
+            m = member(name)
+            try:
+                await m.start()
+                return m
+            except CoordinatorError:
+                if attempt == 2:
+                    raise
+                await asyncio.sleep(1.0)
+        raise AssertionError("unreachable")
+
     async def main() -> None:
         members: dict[str, GroupMember] = {}
         profile: cProfile.Profile | None = None
@@ -91,10 +107,9 @@ def _worker(conn: Connection, settings: dict[str, Any]) -> None:
             if op == "quit":
                 break
             if op == "start":  # several at once, answered when all have started
-                new = {name: member(name) for name in arg}
-                members.update(new)
                 for i in range(0, len(arg), 20):
-                    await asyncio.gather(*(new[n].start() for n in arg[i:i + 20]))
+                    started = await asyncio.gather(*(start(n) for n in arg[i:i + 20]))
+                    members.update(zip(arg[i:i + 20], started, strict=True))
                 conn.send("started")
             elif op == "join":
                 members[arg] = member(arg)
