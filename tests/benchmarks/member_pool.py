@@ -288,10 +288,15 @@ class GroupWatcher:
 
     async def wait_stable(self, members: set[str], limit_s: float) -> float:
         """CLOCK_MONOTONIC when the group was found stable with ``members``."""
+        from coordinators.errors import CoordinatorError
+
         deadline = time.monotonic() + limit_s
         while True:
-            if await self.check(members):
-                return time.monotonic()
+            try:
+                if await self.check(members):
+                    return time.monotonic()
+            except CoordinatorError:  # a server too busy to answer in time: look again
+                await asyncio.sleep(0.5)
             left = deadline - time.monotonic()
             if left <= 0:
                 raise TimeoutError(f"group not stable with {len(members)} members "
