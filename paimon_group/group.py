@@ -53,11 +53,7 @@ from collections.abc import Iterable, Mapping
 from coordinators.base import Check, Coordinator, Delete, Entry, Put
 from paimon_group.errors import CoordinatorUnavailable, MemberIdInUse, ShardCountMismatch
 from paimon_group.group_views import GroupState, OwnerView, Removal, owner_view
-from paimon_group.identity import (
-    check_group_assignor,
-    check_group_warehouse,
-    check_table_identity,
-)
+from paimon_group.identity import check_group_assignor, check_group_warehouse, check_table_identity
 from paimon_group.names import GroupKeys, validate_member_id
 from paimon_group.records import (
     Assignment,
@@ -271,7 +267,10 @@ class GroupClient:
         )
 
     async def read_assignment(self) -> tuple[Assignment | None, int | None]:
-        entry = await self.coordinator.get(self.keys.assignment)
+        return self.assignment_of(await self.coordinator.get(self.keys.assignment))
+
+    def assignment_of(self, entry: Entry | None) -> tuple[Assignment | None, int | None]:
+        """The assignment and its version in the assignment key's ``entry``."""
         if entry is None:
             return None, None
         # Re-read on every control round; decoded only when it changed (with

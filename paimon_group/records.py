@@ -155,15 +155,16 @@ class Assignment(_Record):
 
     @classmethod
     def _from_dict(cls, data: dict[str, Any]) -> Assignment:
-        shards = {str(m): sorted(int(s) for s in v) for m, v in dict(data["shards"]).items()}
+        # Every member decodes each new generation (with thousands of shards,
+        # most of its cost): ``map`` rather than a generator per list.
+        shards = {str(m): sorted(map(int, v)) for m, v in dict(data["shards"]).items()}
         return Assignment(
             generation=int(data["generation"]),
             leader=str(data["leader"]),
             leader_epoch=int(data["leader_epoch"]),
             shards=shards,
             published_at=float(data.get("published_at", 0.0)),
-            home={str(m): sorted(int(x) for x in v)
-                  for m, v in dict(data.get("home", {})).items()},
+            home={str(m): sorted(map(int, v)) for m, v in dict(data.get("home", {})).items()},
             away_since={str(m): float(t) for m, t in dict(data.get("away_since", {})).items()},
             loads=[int(x) for x in data.get("loads") or []],
         )

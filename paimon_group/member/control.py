@@ -27,6 +27,7 @@ from paimon_group.group_start import read_group_start
 from paimon_group.member.balance import LeaderLoads, full_scan_pending
 from paimon_group.member.core import RebalanceListener
 from paimon_group.member.ownership import Ownership
+from paimon_group.member.round_view import RoundView, read_round
 from paimon_group.records import Assignment
 from paimon_group.shard_load import MeasuredLoad, measure
 from paimon_group.sharding import Sharding
@@ -133,9 +134,10 @@ class Control(Ownership):
                 await self._check_ownership(group)
             return
         self._full_round_at = time.monotonic()
-        await self._check_member_key(group)
-        await self._maybe_lead(group)
-        await self._follow_assignment(group)
+        view = await read_round(group, self.member_id)
+        await self._check_member_key(group, view)
+        await self._maybe_lead(group, view)
+        await self._follow_assignment(group, view)
 
     def _owners_only(self, fired: set[str]) -> bool:
         """Whether this wake-up calls for pending acquisitions only."""
@@ -151,10 +153,9 @@ class Control(Ownership):
         return recent and (fired == {"owners"} or (
             fired <= {"owners", "members"} and self._leader_epoch is None))
 
-    async def _check_member_key(self, group: GroupClient) -> None:
+    async def _check_member_key(self, group: GroupClient, view: RoundView) -> None:
         """Raise if our member key is gone although our session looked live."""
-        if not self._stopping and await group.coordinator.get(
-                group.keys.member(self.member_id)) is None and not self._stopping:
+        if not self._stopping and view.member_key is None:
             # Either an operator removed us (members remove records the
             # session it removed), or the session expired server-side before
             # we noticed (a paused coordinator or process): then this is a
@@ -170,9 +171,13 @@ class Control(Ownership):
                 )
             raise SessionLost(f"member key of {self.member_id!r} is gone: session expired")
 
-    async def _follow_assignment(self, group: GroupClient) -> None:
+    async def _follow_assignment(self, group: GroupClient, view: RoundView) -> None:
         """Take the published assignment; revoke what is not ours, acquire the rest."""
-        assignment, _ = await group.read_assignment()
+        assignment = view.assignment
+        if self._leader_epoch is not None:
+            # The leader may have published in this round: it follows its own
+            # publication at once rather than at the wake-up it causes.
+            assignment, _ = await group.read_assignment()
         if assignment is not None and (
             self._assignment is None or assignment.generation != self._assignment.generation
         ):
@@ -200,8 +205,8 @@ class Control(Ownership):
         if to_acquire and self._assignment is not None:
             await self._acquire(to_acquire, self._assignment.generation)
 
-    async def _maybe_lead(self, group: GroupClient) -> None:
-        leader = await group.leader()
+    async def _maybe_lead(self, group: GroupClient, view: RoundView) -> None:
+        leader = view.leader
         if leader is None:
             epoch = await group.try_lead(self.member_id)
             if epoch is not None:

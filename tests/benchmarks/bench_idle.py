@@ -19,137 +19,49 @@ shards (issue 29): the check of a member's ownership reads its own keys only.
 from __future__ import annotations
 
 import asyncio
-import multiprocessing
 import os
-import resource
 import time
 from collections import Counter
-from multiprocessing.connection import Connection
 from typing import Any
 
 from tests.benchmarks.common import Context, Figure
+from tests.benchmarks.member_pool import GroupWatcher, MemberPool
 
 TITLE = "idle"
 SESSION_TIMEOUT_S = 10.0
 WINDOW_S = 20.0
 SETTLE_S = 5.0
 STABLE_LIMIT_S = 240.0
-COUNTED = ("get", "get_many", "list", "create", "commit", "delete")
-
-
-def _cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-def _worker(conn: Connection, url: str, wh: str, members: list[str], shards: int) -> None:
-    """Runs ``members`` in this process; answers "measure" with its figures."""
-    from paimon_group import GroupMember, MemberConfig
-
-    calls: Counter[str] = Counter()
-    real_open = GroupMember._open_coordinator
-
-    async def open_counting(self: GroupMember) -> Any:
-        coord = await real_open(self)
-        for name in COUNTED:
-            real = getattr(coord, name)
-
-            def counting(real: Any = real, name: str = name) -> Any:
-                async def call(*args: Any, **kwargs: Any) -> Any:
-                    calls[name] += 1
-                    return await real(*args, **kwargs)
-                return call
-
-            setattr(coord, name, counting())
-        return coord
-
-    GroupMember._open_coordinator = open_counting  # type: ignore[method-assign]
-
-    async def main() -> None:
-        group = [GroupMember(MemberConfig(group="idle", warehouse=wh, table="db.t",
-                                          coordinator=url, member_id=m, shards=shards,
-                                          session_timeout_s=SESSION_TIMEOUT_S),
-                             auto_commit=False) for m in members]
-        await asyncio.gather(*(m.start() for m in group))
-        conn.send("started")
-        loop = asyncio.get_running_loop()
-        while True:
-            message = await loop.run_in_executor(None, conn.recv)
-            if message == "stop":
-                break
-            before, cpu0, t0 = Counter(calls), _cpu_s(), time.monotonic()
-            await asyncio.sleep(float(message))
-            window = time.monotonic() - t0
-            conn.send({"cpu_s": _cpu_s() - cpu0, "window_s": window,
-                       "calls": dict(calls - before)})
-        await asyncio.gather(*(m.stop() for m in group))
-
-    asyncio.run(main())
-    conn.send("stopped")
-
-
-async def _stable(url: str, members: int, shards: int) -> bool:
-    from coordinators.registry import open_coordinator
-    from paimon_group.group import GroupClient
-
-    async with open_coordinator(url) as coord:
-        group = GroupClient(coord, "idle")
-        assignment, _ = await group.read_assignment()
-        if assignment is None or len(assignment.shards) != members:
-            return False
-        return len(await group.owners()) == shards
 
 
 def measure(url: str, wh: str, members: int, shards: int) -> dict[str, Any]:
     """One group of ``members`` x ``shards`` on ``url``: its idle figures."""
-    jobs = max(1, min(os.cpu_count() or 1, members))
     names = [f"m{i:04d}" for i in range(members)]
-    context = multiprocessing.get_context("spawn")
-    pipes: list[Connection] = []
-    procs = []
+
+    async def stable() -> float:
+        async with GroupWatcher(url, "idle", shards) as watcher:
+            return await watcher.wait_stable(set(names), STABLE_LIMIT_S)
+
     began = time.monotonic()
-    for j in range(jobs):
-        parent, child = context.Pipe()
-        proc = context.Process(target=_worker, args=(child, url, wh, names[j::jobs], shards),
-                               daemon=True)
-        proc.start()
-        pipes.append(parent)
-        procs.append(proc)
+    pool = MemberPool(url=url, warehouse=wh, table="db.t", group="idle", shards=shards,
+                      session_timeout_s=SESSION_TIMEOUT_S,
+                      processes=min(os.cpu_count() or 1, members))
     try:
-        for p in pipes:
-            if not p.poll(STABLE_LIMIT_S) or p.recv() != "started":
-                raise RuntimeError("a worker did not start its members")
-        stable_s: float | None = None
-        while time.monotonic() - began < STABLE_LIMIT_S:
-            if asyncio.run(_stable(url, members, shards)):
-                stable_s = time.monotonic() - began
-                break
-            time.sleep(0.5)
+        pool.start(names)
+        try:
+            stable_s: float | None = asyncio.run(stable()) - began
+        except TimeoutError:
+            stable_s = None
         time.sleep(SETTLE_S)
-        for p in pipes:
-            p.send(str(WINDOW_S))
-        results = [p.recv() for p in pipes]
+        got = pool.measure(WINDOW_S)
     finally:
-        for p in pipes:
-            try:
-                p.send("stop")
-            except OSError:
-                pass
-        for p in pipes:
-            if p.poll(60):
-                p.recv()
-        for proc in procs:
-            proc.join(30)
-            if proc.is_alive():
-                proc.kill()
-    window = max(r["window_s"] for r in results)
-    calls: Counter[str] = Counter()
-    for r in results:
-        calls.update(r["calls"])
+        pool.close()
+    window = got["window_s"]
+    calls: Counter[str] = Counter(got["calls"])
     return {
-        "members": members, "shards": shards, "processes": jobs,
+        "members": members, "shards": shards, "processes": pool.processes,
         "stable_s": stable_s,
-        "cpu_ms_per_member_s": 1000.0 * sum(r["cpu_s"] for r in results) / window / members,
+        "cpu_ms_per_member_s": 1000.0 * got["cpu_s"] / window / members,
         "requests_per_member_s": sum(calls.values()) / window / members,
         "calls": dict(calls),
     }
