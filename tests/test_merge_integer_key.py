@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from paimon_group.arrowread import merge
+from paimon_group.arrowread.fieldmerge import merge_fields
 from paimon_group.arrowread.files import SEQUENCE_NUMBER, VALUE_KIND
 from paimon_group.planner import ShardPlanner
 from paimon_group.table import ShardedTable
@@ -115,3 +116,40 @@ def test_a_section_of_several_commits_merges_without_the_general_sort(
     got = planner.read_arrow(splits)
     assert got.equals(expected)
     assert np.array_equal(got.column("id").to_numpy(), np.arange(300))
+
+
+@st.composite
+def partial_runs(draw: Any) -> list[pa.Table]:
+    """Runs of a partial-update section, oldest first: each key once per run,
+    ``v`` or ``payload`` null at random, sequence numbers unique."""
+    tables, sequence = [], 0
+    for _ in range(draw(st.integers(2, 4))):
+        ids = sorted(draw(st.sets(st.integers(0, 40), min_size=1, max_size=20)))
+        n = len(ids)
+        values = draw(st.lists(st.none() | st.integers(0, 9), min_size=n, max_size=n))
+        texts = draw(st.lists(st.none() | st.sampled_from("abc"), min_size=n, max_size=n))
+        tables.append(pa.table({
+            "id": pa.array(ids, pa.int64()), "v": pa.array(values, pa.int64()),
+            "payload": pa.array(texts, pa.string()),
+            SEQUENCE_NUMBER: pa.array(range(sequence, sequence + n), pa.int64()),
+            VALUE_KIND: pa.array([0] * n, pa.int8()),
+        }))
+        sequence += n
+    return tables
+
+
+@settings(max_examples=200, deadline=None)
+@given(partial_runs(), st.sampled_from(["partial-update", "sum"]))
+def test_partial_update_and_aggregation_merge_the_same_either_way(
+        runs: list[pa.Table], engine: str) -> None:
+    functions = ({"v": "last_non_null_value", "payload": "last_non_null_value"}
+                 if engine == "partial-update" else
+                 {"v": "sum", "payload": "last_non_null_value"})
+    oldest_first = pa.concat_tables(runs)
+    newest_first = pa.concat_tables(runs[::-1])
+    assert merge.integer_key_order(oldest_first, ["id"], []) is not None
+    got = merge_fields(oldest_first, ["id"], functions)
+    assert got.equals(merge_fields(newest_first, ["id"], functions))
+    with pytest.MonkeyPatch.context() as patch:
+        _forbid_general_sort(patch)
+        assert merge_fields(oldest_first, ["id"], functions).equals(got)

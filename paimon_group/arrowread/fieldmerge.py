@@ -57,7 +57,7 @@ from paimon_group.arrowread.collect import (
 )
 from paimon_group.arrowread.files import SEQUENCE_NUMBER, VALUE_KIND, Unsupported
 from paimon_group.arrowread.folds import FOLDS
-from paimon_group.arrowread.merge import key_changes
+from paimon_group.arrowread.merge import integer_key_order, key_changes
 
 __all__ = ["FIELD_MERGE_ENGINES", "field_functions", "field_merge_reason", "list_delimiters",
            "merge_fields", "nested_keys", "sequence_groups"]
@@ -197,12 +197,15 @@ def merge_fields(rows: pa.Table, keys: Sequence[str], functions: Mapping[str, st
     kinds = np.asarray(rows.column(VALUE_KIND).to_numpy(zero_copy_only=False))
     if not ((kinds == 0) | (kinds == 2)).all():
         raise Unsupported("a retraction in a partial-update or aggregation merge")
-    direction = "ascending" if ascending else "descending"
-    order = ([(k, "ascending") for k in keys] + [(f, direction) for f in sequence_fields]
-             + [(SEQUENCE_NUMBER, "ascending")])
-    indices = pc.sort_indices(rows, sort_keys=order, null_placement="at_start")
-    ordered = rows.take(indices)
-    changes = key_changes([ordered.column(k) for k in keys])
+    fast = integer_key_order(rows, keys, sequence_fields)
+    if fast is not None:
+        ordered, changes = rows.take(pa.array(fast[0])), fast[1]
+    else:
+        direction = "ascending" if ascending else "descending"
+        order = ([(k, "ascending") for k in keys] + [(f, direction) for f in sequence_fields]
+                 + [(SEQUENCE_NUMBER, "ascending")])
+        ordered = rows.take(pc.sort_indices(rows, sort_keys=order, null_placement="at_start"))
+        changes = key_changes([ordered.column(k) for k in keys])
     starts = np.flatnonzero(np.concatenate(([True], changes)))
     last = np.flatnonzero(np.concatenate((changes, [True])))
     merged = ordered.take(pa.array(last))
