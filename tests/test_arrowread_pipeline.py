@@ -108,3 +108,34 @@ def test_a_split_unreadable_mid_way_is_read_by_pypaimon_alone(
 
     assert got.equals(planner.pypaimon_read_arrow(splits))
     assert read_path.fallback_splits == 1
+
+
+def test_a_merged_section_is_not_held_twice_through_its_merge(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The section's files are combined into one table before the merge; the
+    decoded files are freed then, so the merge holds one copy of the rows."""
+    warehouse = str(tmp_path / "wh")
+    make_pk_table(warehouse, "db.t", buckets=1)
+    for i in range(3):
+        write_rows(warehouse, "db.t", range(i * 20_000, (i + 1) * 20_000), v=i)
+    write_rows(warehouse, "db.t", range(0, 60_000, 5), v=9)  # one section of 4 files
+    table = ShardedTable.open(warehouse, "db.t")
+    planner = ShardPlanner(table, 1)
+    latest = table.latest_snapshot_id()
+    assert latest is not None
+    splits = planner.plan_full([0], latest).splits[0]
+    held: list[tuple[int, int]] = []  # (bytes allocated by Arrow, the section's bytes)
+    merge_section = reader.ArrowSplitReader._merge_section
+
+    def observed(self: Any, rows: pa.Table, *, single_run: bool) -> Any:
+        held.append((pa.total_allocated_bytes() - before, rows.nbytes))
+        return merge_section(self, rows, single_run=single_run)
+
+    monkeypatch.setattr(reader.ArrowSplitReader, "_merge_section", observed)
+    for read in (planner.read_arrow, lambda s: pa.Table.from_batches(
+            list(planner.iter_batches(s)))):
+        held.clear()
+        before = pa.total_allocated_bytes()
+        assert read(splits).num_rows == 60_000
+        [(allocated, section)] = held
+        assert section < allocated < 1.5 * section, (allocated, section)

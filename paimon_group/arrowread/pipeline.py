@@ -15,7 +15,8 @@ ahead are held beyond the output (which a whole read holds anyway).
 
 A split that turns out :class:`Unsupported` while its files decode gives no
 output here (None): the caller hands it whole to pypaimon's reader. Its
-remaining units are not decoded.
+remaining units are not decoded; decodes already running when a split fails
+or the read stops are waited for before the read returns.
 
 Deadlock: only the calling thread waits on decode tasks, and decode tasks
 wait on nothing but fetches (the I/O pool), so this must not be called from
@@ -25,6 +26,7 @@ a decode-pool thread (nothing in the package does).
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
@@ -64,6 +66,7 @@ class _SplitTables:
         self.left: list[int] = [0] * len(splits)  # units of each split not merged yet
         self.fetches: dict[int, SplitFetches] = {}
         self.pending: collections.deque[_Pending] = collections.deque()
+        self.abandoned: list[Future[pa.Table]] = []
         for index, split in enumerate(splits):
             try:
                 units = reader.units(split)
@@ -103,11 +106,11 @@ class _SplitTables:
     def _merge(self, unit: _Pending) -> None:
         results = self.results[unit.split]
         if results is None:  # an earlier unit of its split failed
-            for task in unit.tasks:
-                task.cancel()
+            self._abandon(unit.tasks)
         else:
             try:
                 tables = [task.result() for task in unit.tasks]
+                unit.tasks = []  # the merge frees the decoded files (merge_unit)
                 results.extend(self.reader.tables(self.reader.merge_unit(unit.unit, tables)))
             except Unsupported as err:
                 self._fail(unit.split, err)
@@ -127,10 +130,15 @@ class _SplitTables:
             return self.results
         finally:
             for unit in self.pending:
-                for task in unit.tasks:
-                    task.cancel()
+                self._abandon(unit.tasks)
             for fetches in self.fetches.values():
                 fetches.close()
+            # No decode of this read outlives it (nor holds its memory after).
+            concurrent.futures.wait(self.abandoned)
+
+    def _abandon(self, tasks: list[Future[pa.Table]]) -> None:
+        """Cancel ``tasks``; those already running are waited for at the end."""
+        self.abandoned.extend(task for task in tasks if not task.cancel())
 
 
 def read_split_tables(reader: ArrowSplitReader, splits: Sequence[Any],

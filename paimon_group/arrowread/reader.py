@@ -284,7 +284,10 @@ class ArrowSplitReader:
         return self._decoders(unit.files, unit.columns, drops, deleted, ahead)
 
     def merge_unit(self, unit: Unit, tables: list[pa.Table]) -> list[Piece]:
-        """The pieces of ``unit`` from its files' decoded ``tables`` (in file order)."""
+        """The pieces of ``unit`` from its files' decoded ``tables`` (in file
+        order). A merged section's ``tables`` are emptied once combined, so
+        that their chunks are freed before the merge (no second copy of the
+        section held through it, when the caller keeps no other reference)."""
         if unit.single_run is None:
             return [Piece(t, None, unit.kinds_from_file) for t in tables if t.num_rows]
         if len(tables) > 1:
@@ -292,6 +295,7 @@ class ArrowSplitReader:
             # several times a take over one (it resolves each index's chunk),
             # and the merge takes from these rows three times or more.
             rows = pa.concat_tables(_oldest_first(unit, tables)).combine_chunks()
+            tables.clear()
         else:
             rows = tables[0]
         piece = self._merge_section(rows, single_run=unit.single_run)
