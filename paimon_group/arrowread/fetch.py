@@ -36,7 +36,7 @@ import pyarrow as pa
 
 from paimon_group.store_io import is_remote_fs as is_remote
 
-__all__ = ["WHOLE_FILE_BYTES", "Prefetcher", "SplitFetches", "fetch_all", "fetch_whole",
+__all__ = ["WHOLE_FILE_BYTES", "Prefetcher", "SplitFetches", "fetch_ahead", "fetch_whole",
            "is_remote", "open_source"]
 
 WHOLE_FILE_BYTES = 16 << 20
@@ -101,13 +101,18 @@ def open_source(file_io: Any, file: Any, fetched: pa.Buffer | None = None
         yield source, is_remote(fs)
 
 
-def fetch_all(file_io: Any, files: Sequence[Any]) -> dict[int, pa.Buffer]:
-    """The bytes of every file of ``files`` fetched whole (by ``id(file)``),
-    fetched at once on the I/O pool; empty on a local file system."""
-    if len(files) < 2 or not is_remote(getattr(file_io, "filesystem", None)):
-        return {}
-    got = io_pool().map(lambda f: (id(f), fetch_whole(file_io, f)), files)
-    return {key: data for key, data in got if data is not None}
+def fetch_ahead(file_io: Any, files: Sequence[Any], ahead: SplitFetches | None = None
+                ) -> dict[int, Future[pa.Buffer | None]]:
+    """The fetches of ``files`` (by ``id(file)``), without waiting for them:
+    those ``ahead`` started, the others started now on the I/O pool; empty
+    on a local file system (files are read where they lie)."""
+    futures = ahead.futures(files) if ahead is not None else {}
+    if not is_remote(getattr(file_io, "filesystem", None)):
+        return futures
+    for file in files:
+        if id(file) not in futures:
+            futures[id(file)] = io_pool().submit(fetch_whole, file_io, file)
+    return futures
 
 
 class Prefetcher:
@@ -153,7 +158,7 @@ class SplitFetches:
     section's files only when it decodes makes one round trip a section on
     an object store. This fetches every file of the split that is fetched
     whole, up to :data:`SPLIT_AHEAD_BYTES` in all (in order), on the I/O
-    pool as soon as the split starts; :meth:`take` gives a unit its files'
+    pool as soon as the split starts; :meth:`futures` hands a unit its files'
     bytes (None for a file not fetched ahead: it is fetched as before).
     Nothing is done on a local file system or for a split of one unit.
     """
@@ -169,15 +174,11 @@ class SplitFetches:
             budget -= int(file.file_size)
             self._ahead[id(file)] = io_pool().submit(fetch_whole, file_io, file)
 
-    def take(self, files: Sequence[Any]) -> dict[int, pa.Buffer]:
-        """The fetched bytes of ``files`` (by ``id(file)``), those fetched ahead."""
-        out: dict[int, pa.Buffer] = {}
-        for file in files:
-            future = self._ahead.pop(id(file), None)
-            data = None if future is None else future.result()
-            if data is not None:
-                out[id(file)] = data
-        return out
+    def futures(self, files: Sequence[Any]) -> dict[int, Future[pa.Buffer | None]]:
+        """The fetches started ahead for ``files`` (by ``id(file)``), handed
+        over (not waited for): each is taken once."""
+        return {id(f): future for f in files
+                if (future := self._ahead.pop(id(f), None)) is not None}
 
     def close(self) -> None:
         """Drop what was fetched and not taken (a read that stopped early)."""

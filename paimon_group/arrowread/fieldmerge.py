@@ -57,7 +57,7 @@ from paimon_group.arrowread.collect import (
 )
 from paimon_group.arrowread.files import SEQUENCE_NUMBER, VALUE_KIND, Unsupported
 from paimon_group.arrowread.folds import FOLDS
-from paimon_group.arrowread.merge import key_changes
+from paimon_group.arrowread.merge import integer_key_order, key_changes
 
 __all__ = ["FIELD_MERGE_ENGINES", "field_functions", "field_merge_reason", "list_delimiters",
            "merge_fields", "nested_keys", "sequence_groups"]
@@ -197,33 +197,23 @@ def merge_fields(rows: pa.Table, keys: Sequence[str], functions: Mapping[str, st
     kinds = np.asarray(rows.column(VALUE_KIND).to_numpy(zero_copy_only=False))
     if not ((kinds == 0) | (kinds == 2)).all():
         raise Unsupported("a retraction in a partial-update or aggregation merge")
-    direction = "ascending" if ascending else "descending"
-    order = ([(k, "ascending") for k in keys] + [(f, direction) for f in sequence_fields]
-             + [(SEQUENCE_NUMBER, "ascending")])
-    indices = pc.sort_indices(rows, sort_keys=order, null_placement="at_start")
-    ordered = rows.take(indices)
-    changes = key_changes([ordered.column(k) for k in keys])
+    # The rows are never materialised in key order as a whole: each column is
+    # taken once, at the positions it needs (``order`` composed with them).
+    fast = integer_key_order(rows, keys, sequence_fields)
+    if fast is not None:
+        order, changes = fast
+    else:
+        direction = "ascending" if ascending else "descending"
+        sort_keys = ([(k, "ascending") for k in keys] + [(f, direction) for f in sequence_fields]
+                     + [(SEQUENCE_NUMBER, "ascending")])
+        order = np.asarray(pc.sort_indices(rows, sort_keys=sort_keys, null_placement="at_start")
+                           .to_numpy(zero_copy_only=False), dtype=np.int64)
+        changes = key_changes([rows.column(k).take(order) for k in keys])
     starts = np.flatnonzero(np.concatenate(([True], changes)))
     last = np.flatnonzero(np.concatenate((changes, [True])))
-    merged = ordered.take(pa.array(last))
-    folded = {c: f for c, f in functions.items() if _folded(f, rows.schema.field(c).type)}
-    collected = {c: f for c, f in functions.items() if f in COLLECTIONS or f == "nested_update"}
-    picked = {c: f for c, f in functions.items() if c not in folded and c not in collected
-              and _FUNCTIONS[f][0] in ("first", "last")}
-    hashed = {c: f for c, f in functions.items()
-              if c not in folded and c not in collected and c not in picked}
-    values: dict[str, Any] = {
-        **{c: FOLDS[f](ordered.column(c), starts, (delimiters or {}).get(c, ","))
-           for c, f in folded.items()},
-        **{c: nested_update(ordered.column(c), starts, (nested or {}).get(c, ()))
-           if f == "nested_update" else COLLECTIONS[f](ordered.column(c), starts)
-           for c, f in collected.items()},
-        **{c: _pick(ordered.column(c), f, starts) for c, f in picked.items()},
-        **_hash_aggregate(ordered, hashed, starts)}
-    for sequence, grouped in (groups or {}).items():
-        winners = _group_winners(ordered.column(sequence), starts)
-        values.update({c: ordered.column(c).take(winners) for c in (sequence, *grouped)
-                       if c in merged.column_names})
+    values = _merged_values(rows, order, starts, functions, delimiters=delimiters or {},
+                            groups=groups or {}, nested=nested or {})
+    merged = rows.take(pa.array(order[last]))
     for column, value in values.items():
         target = merged.schema.field(column).type
         value = value if value.type == target else value.cast(target)
@@ -233,20 +223,53 @@ def merge_fields(rows: pa.Table, keys: Sequence[str], functions: Mapping[str, st
                              pa.array(np.zeros(merged.num_rows, dtype=np.int8)))
 
 
-def _pick(values: Any, function: str, starts: Any) -> Any:
-    """first/last (non-null) value: a position per key, by a segmented
-    min/max of row positions (nulls excluded when they are skipped)."""
+def _merged_values(rows: pa.Table, order: np.ndarray, starts: np.ndarray,
+                   functions: Mapping[str, str], *, delimiters: Mapping[str, str],
+                   groups: Mapping[str, Sequence[str]],
+                   nested: Mapping[str, Sequence[str]]) -> dict[str, Any]:
+    """Each merged column's value per key: ``rows`` in ``order`` (key, then
+    sequence order) are the keys' records, each key's from ``starts``."""
+    taken = pa.array(order)
+
+    def ordered(column: str) -> Any:
+        return rows.column(column).take(taken)
+
+    folded = {c: f for c, f in functions.items() if _folded(f, rows.schema.field(c).type)}
+    collected = {c: f for c, f in functions.items() if f in COLLECTIONS or f == "nested_update"}
+    picked = {c: f for c, f in functions.items() if c not in folded and c not in collected
+              and _FUNCTIONS[f][0] in ("first", "last")}
+    hashed = {c: f for c, f in functions.items()
+              if c not in folded and c not in collected and c not in picked}
+    values: dict[str, Any] = {
+        **{c: FOLDS[f](ordered(c), starts, delimiters.get(c, ",")) for c, f in folded.items()},
+        **{c: nested_update(ordered(c), starts, nested.get(c, ()))
+           if f == "nested_update" else COLLECTIONS[f](ordered(c), starts)
+           for c, f in collected.items()},
+        **{c: _pick(rows.column(c), order, f, starts) for c, f in picked.items()},
+        **(_hash_aggregate(rows.select(list(hashed)).take(taken), hashed, starts)
+           if hashed else {})}
+    for sequence, grouped in groups.items():
+        winners = _group_winners(ordered(sequence), starts)
+        values.update({c: ordered(c).take(winners) for c in (sequence, *grouped)
+                       if c in rows.column_names})
+    return values
+
+
+def _pick(values: Any, order: np.ndarray, function: str, starts: Any) -> Any:
+    """first/last (non-null) value of ``values`` (in ``order``, its keys'
+    records from ``starts``): a position per key, by a segmented min/max of
+    row positions (nulls excluded when they are skipped), taken at once."""
     how, skip_nulls = _FUNCTIONS[function]
     n = len(values)
     positions = np.arange(n, dtype=np.int64)
     if skip_nulls and values.null_count:
-        valid = np.asarray(values.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+        valid = np.asarray(values.is_valid().to_numpy(zero_copy_only=False), dtype=bool)[order]
         positions = np.where(valid, positions, -1 if how == "last" else n)
     chosen = (np.maximum.reduceat(positions, starts) if how == "last"
               else np.minimum.reduceat(positions, starts))
     missing = (chosen < 0) | (chosen >= n)
-    return values.take(pa.array(np.where(missing, 0, chosen),
-                                 mask=missing if missing.any() else None))
+    return values.take(pa.array(order[np.where(missing, 0, chosen)],
+                                mask=missing if missing.any() else None))
 
 
 def _hash_aggregate(ordered: pa.Table, hashed: Mapping[str, str], starts: Any

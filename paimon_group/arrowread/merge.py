@@ -33,7 +33,8 @@ import pyarrow.compute as pc
 
 from paimon_group.arrowread.files import SEQUENCE_NUMBER, VALUE_KIND, Unsupported
 
-__all__ = ["ROW_KINDS", "adds_only", "key_changes", "merge_indices", "row_kind_strings"]
+__all__ = ["ROW_KINDS", "adds_only", "integer_key_order", "key_changes", "merge_indices",
+           "row_kind_strings"]
 
 ROW_KINDS = ("+I", "-U", "+U", "-D")
 """Row kind strings by ``_VALUE_KIND`` byte, as pypaimon prints them."""
@@ -93,6 +94,10 @@ def merge_indices(
     and ``_VALUE_KIND``. Raises :class:`Unsupported` where pypaimon's merge
     would raise (first-row without ``ignore-delete`` meeting a delete).
     """
+    fast = _merge_integer_key(table, keys, sequence_fields, first_row=first_row,
+                              ignore_delete=ignore_delete)
+    if fast is not None:
+        return fast
     order = "ascending" if ascending else "descending"
     sort_keys = [(k, "ascending") for k in keys]
     sort_keys += [(f, order) for f in sequence_fields]
@@ -115,3 +120,57 @@ def merge_indices(
         keep = np.concatenate((changes, [True])) & is_add
     result: pa.Array = indices.filter(pa.array(keep))
     return result
+
+
+def integer_key_order(table: pa.Table, keys: Sequence[str], sequence_fields: Sequence[str]
+                      ) -> tuple[np.ndarray, np.ndarray] | None:
+    """The order of the sort by (key, ``_SEQUENCE_NUMBER``) in the common case,
+    in numpy, and ``changes`` (:func:`key_changes`) along it: one integer key
+    without nulls, no ``sequence.field``, and each key's rows already in
+    sequence order in ``table`` (as they are when the section's files are
+    concatenated oldest first, see ``ArrowSplitReader.merge_unit``).
+
+    Then a stable sort by the key alone is that sort: numpy's stable sort is
+    a timsort, which merges the few sorted runs a section is made of in about
+    linear time, where pyarrow's multi-column sort compares rows generically.
+    None when the case does not hold (checked on the rows: a key whose rows
+    are out of sequence order), for the general sort.
+    """
+    if len(keys) != 1 or sequence_fields or table.num_rows < 2:
+        return None
+    column = table.column(keys[0])
+    if column.null_count or not pa.types.is_integer(column.type):
+        return None
+    key = np.asarray(column.to_numpy())
+    order = np.argsort(key, kind="stable")
+    sorted_key = key[order]
+    changes: np.ndarray = sorted_key[1:] != sorted_key[:-1]
+    sequence = np.asarray(table.column(SEQUENCE_NUMBER).to_numpy())[order]
+    if np.any(~changes & (sequence[1:] < sequence[:-1])):
+        return None
+    return order, changes
+
+
+def _merge_integer_key(table: pa.Table, keys: Sequence[str], sequence_fields: Sequence[str],
+                       *, first_row: bool, ignore_delete: bool) -> pa.Array | None:
+    """:func:`merge_indices` on :func:`integer_key_order` (None where it is None)."""
+    fast = integer_key_order(table, keys, sequence_fields)
+    if fast is None:
+        return None
+    order, changes = fast
+    is_add = _is_add(table.column(VALUE_KIND))[order]
+    if first_row:
+        if not ignore_delete and not is_add.all():
+            raise Unsupported("first-row merge met a delete without ignore-delete")
+        if not is_add.all():
+            # the group starts among the adds only: compare each add's key
+            # with the previous add's
+            sorted_key = np.asarray(table.column(keys[0]).to_numpy())[order[is_add]]
+            order = order[is_add]
+            if len(order) == 0:
+                return pa.array(order)
+            changes = sorted_key[1:] != sorted_key[:-1]
+        keep = np.concatenate(([True], changes))
+    else:
+        keep = np.concatenate((changes, [True])) & is_add
+    return pa.array(order[keep])

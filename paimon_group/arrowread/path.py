@@ -17,7 +17,8 @@ import pyarrow as pa
 from coordinators.errors import PaimonGroupError
 from paimon_group.arrowread.defaults import ColumnDefaults
 from paimon_group.arrowread.files import Unsupported
-from paimon_group.arrowread.reader import ArrowSplitReader, Piece, decode_pool
+from paimon_group.arrowread.pipeline import read_split_tables
+from paimon_group.arrowread.reader import ArrowSplitReader
 
 __all__ = ["ReadPath"]
 
@@ -64,15 +65,9 @@ class ReadPath:
             reason,
         )
 
-    def _pieces(self, split: Any, *, parallel: bool) -> list[Piece] | None:
-        try:
-            return self.reader.read_split(split, parallel=parallel)
-        except Unsupported as err:
-            self._note(str(err), 1)
-            return None
-
     def read_arrow(self, splits: Sequence[Any]) -> pa.Table:
-        """All rows of ``splits``; splits are decoded and merged in parallel."""
+        """All rows of ``splits``; the files of the next units decode while
+        one merges (pipeline.py)."""
         return self._defaults.fill(self._read_arrow(splits))
 
     def iter_batches(self, splits: Sequence[Any], batch_rows: int) -> Iterator[pa.RecordBatch]:
@@ -87,16 +82,9 @@ class ReadPath:
             self._note(self.reader.fallback_reason, len(splits))
             return self._fallback_table(splits)
 
-        def one(split: Any) -> list[pa.Table]:
-            pieces = self._pieces(split, parallel=False)
-            if pieces is None:
-                return [self._fallback_table([split])]
-            return self.reader.tables(pieces)
-
-        if len(splits) > 1:
-            parts = list(decode_pool().map(one, splits))
-        else:
-            parts = [one(s) for s in splits]
+        read = read_split_tables(self.reader, splits, lambda reason: self._note(reason, 1))
+        parts = [[self._fallback_table([split])] if got is None else got
+                 for split, got in zip(splits, read, strict=True)]
         tables = [t for part in parts for t in part if t.num_rows]
         if not tables:
             return self.reader.schema.empty_table()

@@ -9,7 +9,8 @@ a split that is :class:`Unsupported` is handed whole to pypaimon's reader
 and never delivered half from each.
 
 Memory: a split is read in :class:`Unit` s, one file (not merged) or one
-section (files whose key ranges overlap, merged) at a time; a merged
+section (files whose key ranges overlap, merged) at a time (a whole read
+decodes up to two units ahead of the one merging, pipeline.py); a merged
 section's output is taken from its decoded columns ``batch_rows`` rows at a
 time by :meth:`ArrowSplitReader.output`, so the merged copy is never whole
 in memory when streaming.
@@ -17,6 +18,7 @@ in memory when streaming.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -35,7 +37,7 @@ from paimon_group.arrowread.classify import (
     trimmed_keys,
 )
 from paimon_group.arrowread.evolution import FileColumns, file_columns
-from paimon_group.arrowread.fetch import Prefetcher, SplitFetches, fetch_all
+from paimon_group.arrowread.fetch import Prefetcher, SplitFetches, fetch_ahead
 from paimon_group.arrowread.fieldmerge import (
     FIELD_MERGE_ENGINES,
     field_functions,
@@ -107,6 +109,20 @@ class Piece:
         if self.indices is None:
             return self.source.slice(offset, length)
         return self.source.take(self.indices.slice(offset, length))
+
+
+def _oldest_first(unit: Unit, tables: list[pa.Table]) -> list[pa.Table]:
+    """``tables`` (of ``unit.files``) by their files' sequence numbers, oldest
+    first, when the files' sequence number ranges do not overlap (then each
+    key's rows come in sequence order, which the merge's fast path uses,
+    merge.py); else as they are. Either way the merge's result is the same:
+    it sorts by key and sequence number, and a key is in a file once, so no
+    two rows of one key tie across files whose ranges are apart."""
+    ranges = [(int(f.min_sequence_number), int(f.max_sequence_number)) for f, _ in unit.files]
+    order = sorted(range(len(tables)), key=lambda i: ranges[i])
+    if any(ranges[a][1] >= ranges[b][0] for a, b in itertools.pairwise(order)):
+        return tables
+    return [tables[i] for i in order]
 
 
 @dataclass(frozen=True)
@@ -213,19 +229,6 @@ class ArrowSplitReader:
 
     # -- reading a split -----------------------------------------------------
 
-    def read_split(self, split: Any, *, parallel: bool) -> list[Piece]:
-        """The pieces of one split; raises :class:`Unsupported` before output.
-        On an object store every file of the split is fetched at once as it
-        starts (:class:`~paimon_group.arrowread.fetch.SplitFetches`)."""
-        units = self.units(split)
-        ahead = SplitFetches(self.table.file_io, [f for u in units for f, _ in u.files],
-                             units=len(units))
-        try:
-            return [p for unit in units
-                    for p in self.read_unit(unit, parallel=parallel, ahead=ahead)]
-        finally:
-            ahead.close()
-
     def units(self, split: Any) -> list[Unit]:
         """The units ``split`` is read in, in output order: one per file (not
         merged) or per section (merged). Raises :class:`Unsupported` for a
@@ -258,10 +261,19 @@ class ArrowSplitReader:
             for section in IntervalPartition(files).partition()
         ]
 
-    def read_unit(self, unit: Unit, *, parallel: bool,
-                  ahead: SplitFetches | None = None) -> list[Piece]:
-        """Decode (and merge) one unit; its files in parallel when ``parallel``;
-        ``ahead``: its split's files fetched already."""
+    def read_unit(self, unit: Unit, *, parallel: bool) -> list[Piece]:
+        """Decode (and merge) one unit; its files in parallel when ``parallel``.
+        (A read of whole splits goes through pipeline.py instead.)"""
+        decoders = self.unit_decoders(unit)
+        return self.merge_unit(unit, pool_map(lambda decode: decode(), decoders, parallel))
+
+    def unit_decoders(self, unit: Unit, ahead: SplitFetches | None = None
+                      ) -> list[Callable[[], pa.Table]]:
+        """One callable per file of ``unit`` that decodes it (without the rows
+        its deletion vector deletes and the lookup merge leaves out), to run
+        on any thread; :meth:`merge_unit` then makes the unit's pieces. The
+        lookup merge's levels are read here, on the calling thread; files
+        not fetched ahead by ``ahead`` start fetching now (object stores)."""
         drops: dict[str, list[int]] = {}
         deleted: dict[str, list[int]] = {}
         if self._lookup and unit.single_run is False:
@@ -269,10 +281,23 @@ class ArrowSplitReader:
             deleted = {f.file_name: read_deletion_vector(file_io, d)
                        for f, d in unit.files if d is not None}
             drops = lookup_level_drops(self.table, [f for f, _ in unit.files], deleted)
-        tables = self._decode(unit.files, unit.columns, parallel, drops, deleted, ahead)
+        return self._decoders(unit.files, unit.columns, drops, deleted, ahead)
+
+    def merge_unit(self, unit: Unit, tables: list[pa.Table]) -> list[Piece]:
+        """The pieces of ``unit`` from its files' decoded ``tables`` (in file
+        order). A merged section's ``tables`` are emptied once combined, so
+        that their chunks are freed before the merge (no second copy of the
+        section held through it, when the caller keeps no other reference)."""
         if unit.single_run is None:
             return [Piece(t, None, unit.kinds_from_file) for t in tables if t.num_rows]
-        rows = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+        if len(tables) > 1:
+            # One contiguous table: pyarrow's take over several chunks costs
+            # several times a take over one (it resolves each index's chunk),
+            # and the merge takes from these rows three times or more.
+            rows = pa.concat_tables(_oldest_first(unit, tables)).combine_chunks()
+            tables.clear()
+        else:
+            rows = tables[0]
         piece = self._merge_section(rows, single_run=unit.single_run)
         return [piece] if piece.num_rows else []
 
@@ -347,37 +372,37 @@ class ArrowSplitReader:
         )
         return Piece(rows, indices, True)
 
-    def _decode(
-        self, files: Sequence[tuple[Any, Any]], columns: list[str], parallel: bool,
-        drops: dict[str, list[int]] | None = None,
-        read_already: dict[str, list[int]] | None = None,
-        ahead: SplitFetches | None = None,
-    ) -> list[pa.Table]:
-        """The files decoded, without the rows their deletion vectors delete
-        and the ``drops`` (positions by file name the lookup merge leaves out);
-        ``read_already``: deletion vectors read before, by file name."""
+    def _decoders(
+        self, files: Sequence[tuple[Any, Any]], columns: list[str],
+        drops: dict[str, list[int]], read_already: dict[str, list[int]],
+        ahead: SplitFetches | None,
+    ) -> list[Callable[[], pa.Table]]:
+        """See :meth:`unit_decoders`; ``read_already``: deletion vectors read
+        before, by file name."""
         file_io = self.table.file_io
         # On an object store every file of the unit is fetched at once on the
-        # I/O pool (requests wait on the network, not the CPU), then decoded.
-        fetched = ahead.take([file for file, _ in files]) if ahead is not None else {}
-        fetched.update(fetch_all(file_io, [file for file, _ in files if id(file) not in fetched]))
+        # I/O pool (requests wait on the network, not the CPU); each decoder
+        # waits for its file's bytes.
+        fetches = fetch_ahead(file_io, [file for file, _ in files], ahead)
 
-        def one(item: tuple[Any, Any]) -> pa.Table:
-            file, deletion = item
-            table = decode_file(file_io, file, columns, self._types, trim=self._chars,
-                                evolved=self._file_columns(file),
-                                fetched=fetched.get(id(file)))
-            known = (read_already or {}).get(file.file_name)
-            deleted = known if known is not None else (
-                read_deletion_vector(file_io, deletion) if deletion is not None else [])
-            extra = (drops or {}).get(file.file_name)
-            if extra:
-                deleted = sorted(set(deleted) | set(extra))
-            if deleted:
-                table = apply_deletion_vector(table, deleted)
-            return table
+        def decoder(file: Any, deletion: Any) -> Callable[[], pa.Table]:
+            def decode() -> pa.Table:
+                fetched = fetches.get(id(file))
+                table = decode_file(file_io, file, columns, self._types, trim=self._chars,
+                                    evolved=self._file_columns(file),
+                                    fetched=None if fetched is None else fetched.result())
+                known = read_already.get(file.file_name)
+                deleted = known if known is not None else (
+                    read_deletion_vector(file_io, deletion) if deletion is not None else [])
+                extra = drops.get(file.file_name)
+                if extra:
+                    deleted = sorted(set(deleted) | set(extra))
+                if deleted:
+                    table = apply_deletion_vector(table, deleted)
+                return table
+            return decode
 
-        return pool_map(one, list(files), parallel)
+        return [decoder(file, deletion) for file, deletion in files]
 
     # -- output --------------------------------------------------------------
 
