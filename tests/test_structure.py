@@ -45,7 +45,7 @@ def long_functions(path: Path) -> list[tuple[str, int]]:
 
 def test_the_packages_have_modules() -> None:
     names = {p.relative_to(REPO).as_posix() for p in modules()}
-    assert "paimon_group/group.py" in names and "coordinators/registry.py" in names
+    assert "paimon_group/protocol/group.py" in names and "coordinators/registry.py" in names
 
 
 @pytest.mark.parametrize("path", modules(), ids=lambda p: p.relative_to(REPO).as_posix())

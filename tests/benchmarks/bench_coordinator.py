@@ -8,7 +8,7 @@ watches (group dir, members, owners), and on every wake-up (or every
 ``session_timeout / 4``) the same reconcile (a wake-up by owner changes alone,
 or by member changes on a follower, only retries pending acquisitions, as in
 ``GroupMember``): become leader if there is none;
-as leader, compute :func:`paimon_group.assignor.assign` and publish it
+as leader, compute :func:`paimon_group.protocol.assignor.assign` and publish it
 (guarded by the leader epoch); release shards no longer ours (fenced); create
 the owner keys of shards newly ours. Requests are counted by wrapping every
 coordinator, and on the server from etcd's ``grpc_server_msg_received_total``
@@ -30,9 +30,9 @@ from typing import Any
 from coordinators.base import ConnectOptions, Coordinator
 from coordinators.errors import CoordinatorError
 from coordinators.registry import open_coordinator
-from paimon_group.assignor import assign
-from paimon_group.group import GroupClient
-from paimon_group.records import Assignment, MemberInfo
+from paimon_group.protocol.assignor import assign
+from paimon_group.protocol.group import GroupClient
+from paimon_group.protocol.records import Assignment, MemberInfo
 from tests.benchmarks.common import Context, Figure
 
 TITLE = "coordinator"

@@ -119,7 +119,7 @@ def _timed(fn: Any) -> tuple[float, Any]:
 def measure(wh: str, repeats: int, name: str = TABLE) -> dict[str, Any]:
     import pyarrow.parquet as pq
 
-    from paimon_group.table import ShardedTable
+    from paimon_group.reading.table import ShardedTable
     from tests.support.tables import open_table
 
     pt = open_table(wh, name)

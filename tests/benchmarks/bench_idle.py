@@ -90,7 +90,7 @@ def _worker(conn: Connection, url: str, wh: str, members: list[str], shards: int
 
 async def _stable(url: str, members: int, shards: int) -> bool:
     from coordinators.registry import open_coordinator
-    from paimon_group.group import GroupClient
+    from paimon_group.protocol.group import GroupClient
 
     async with open_coordinator(url) as coord:
         group = GroupClient(coord, "idle")

@@ -1,0 +1,1 @@
+"""What a member is told: its configuration, its columns, its warehouse."""

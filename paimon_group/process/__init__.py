@@ -1,0 +1,1 @@
+"""Running one member as a process: the runner, progress, preflight, logs."""

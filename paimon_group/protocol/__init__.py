@@ -1,0 +1,1 @@
+"""The group protocol: names, records, the assignors, the group client."""

@@ -1,0 +1,1 @@
+"""The reading side: steps, the planner, the table, what a handler receives."""

@@ -1,0 +1,1 @@
+"""Spark: the handler path, the sinks, the streaming source."""

@@ -1,0 +1,1 @@
+"""The warehouse's files: small files, handed-over metadata, object-store bounds."""
