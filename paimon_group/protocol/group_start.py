@@ -1,4 +1,5 @@
-"""The group's one start (``groups/<group>/start``; :class:`~paimon_group.protocol.records.GroupStart`).
+"""The group's one start (``groups/<group>/start``;
+:class:`~paimon_group.protocol.records.GroupStart`).
 
 Resolved once, by the first member that needs a start for a shard without a
 position, and created if absent: a concurrent creator's wins and is used

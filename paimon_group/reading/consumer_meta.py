@@ -82,7 +82,7 @@ if TYPE_CHECKING:
 __all__ = ["ConsumerFilesOrigin", "UnreadableOrigin", "adopt_winner", "carried_start",
            "origin_path", "prepare_new_group", "record_start", "resume_allowed", "write_whole"]
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("paimon_group.consumer_meta")  # a stable name, whatever the module path
 
 
 class UnreadableOrigin(PaimonGroupError):

@@ -91,7 +91,7 @@ __all__ = [
     "check_routing",
 ]
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("paimon_group.planner")  # a stable name, whatever the module path
 
 
 class PlannedTable(Protocol):

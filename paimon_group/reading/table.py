@@ -175,7 +175,8 @@ class ShardedTable:
 
     @property
     def default_rule(self) -> ShardRule:
-        """The sharding rule a new group on this table gets (:mod:`paimon_group.protocol.sharding`)."""
+        """The sharding rule a new group on this table gets
+        (:mod:`paimon_group.protocol.sharding`)."""
         return choose_rule(self.table, self.kind)
 
     @property
