@@ -19,7 +19,7 @@ import os
 import signal
 import sys
 
-from paimon_group.spark.handler import PaimonGroupDataSource, build_spark_session
+from paimon_group.spark import PaimonGroupDataSource, build_spark_session
 from paimon_group.spark.source.errors import error_line
 from paimon_group.spark.source.sink import write_replacing
 
