@@ -28,14 +28,14 @@ _EXPORTS = {
     "GroupMember": "paimon_group.member",
     "MemberState": "paimon_group.member",
     "RebalanceListener": "paimon_group.member",
-    "run_member": "paimon_group.runner",
-    "MemberConfig": "paimon_group.config",
-    "ShardBatch": "paimon_group.batch",
-    "BatchKind": "paimon_group.planner",
-    "ShardedTable": "paimon_group.table",
-    "GroupClient": "paimon_group.group",
-    "assign": "paimon_group.assignor",
-    "consumer_id": "paimon_group.names",
+    "run_member": "paimon_group.process.runner",
+    "MemberConfig": "paimon_group.config.member",
+    "ShardBatch": "paimon_group.reading.batch",
+    "BatchKind": "paimon_group.reading.planner",
+    "ShardedTable": "paimon_group.reading.table",
+    "GroupClient": "paimon_group.protocol.group",
+    "assign": "paimon_group.protocol.assignor",
+    "consumer_id": "paimon_group.protocol.names",
     "PaimonGroupError": "paimon_group.errors",
     "ConfigError": "paimon_group.errors",
     "StaleEpoch": "paimon_group.errors",
@@ -61,16 +61,16 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from paimon_group.assignor import assign
-    from paimon_group.batch import ShardBatch
-    from paimon_group.config import MemberConfig
+    from paimon_group.config.member import MemberConfig
     from paimon_group.errors import ConfigError, HandlerFailed, PaimonGroupError, StaleEpoch
-    from paimon_group.group import GroupClient
     from paimon_group.member import GroupMember, MemberState, RebalanceListener
-    from paimon_group.names import consumer_id
-    from paimon_group.planner import BatchKind
-    from paimon_group.runner import run_member
-    from paimon_group.table import ShardedTable
+    from paimon_group.process.runner import run_member
+    from paimon_group.protocol.assignor import assign
+    from paimon_group.protocol.group import GroupClient
+    from paimon_group.protocol.names import consumer_id
+    from paimon_group.reading.batch import ShardBatch
+    from paimon_group.reading.planner import BatchKind
+    from paimon_group.reading.table import ShardedTable
 
 
 def __getattr__(name: str) -> Any:

@@ -52,7 +52,7 @@ class TableNotFound(ConfigError):
 
 class ObjectStoreUnavailable(PaimonGroupError):
     """The object store of the warehouse did not answer within its timeout, or
-    refused a request (a wrong endpoint, wrong keys); see :mod:`paimon_group.object_store`."""
+    refused a request (a wrong endpoint, wrong keys); see :mod:`paimon_group.store.object_store`."""
 
 
 class TableReplaced(PaimonGroupError):

@@ -32,8 +32,8 @@ from hypothesis import strategies as st
 
 from paimon_group.arrowread import merge
 from paimon_group.arrowread.files import SEQUENCE_NUMBER, VALUE_KIND, apply_deletion_vector
-from paimon_group.planner import ShardPlanner
-from paimon_group.table import ShardedTable
+from paimon_group.reading.planner import ShardPlanner
+from paimon_group.reading.table import ShardedTable
 from tests.support.tables import catalog, catalog_options_of, compact
 
 EXAMPLES = int(os.environ.get("PAIMON_GROUP_DIFF_EXAMPLES", "12"))

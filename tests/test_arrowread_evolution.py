@@ -18,8 +18,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from paimon_group.planner import ShardPlanner
-from paimon_group.table import ShardedTable
+from paimon_group.reading.planner import ShardPlanner
+from paimon_group.reading.table import ShardedTable
 from tests.support.tables import catalog, make_append_table, make_pk_table, open_table, write_table
 from tests.test_arrowread import compare_every_path
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from paimon_group.planner import ShardPlanner
-from paimon_group.table import ShardedTable
+from paimon_group.reading.planner import ShardPlanner
+from paimon_group.reading.table import ShardedTable
 from tests.support.tables import catalog, write_table
 from tests.test_arrowread import assert_same
 

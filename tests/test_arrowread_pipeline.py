@@ -16,8 +16,8 @@ import pytest
 
 from paimon_group.arrowread import pipeline, reader
 from paimon_group.arrowread.files import Unsupported
-from paimon_group.planner import ShardPlanner
-from paimon_group.table import ShardedTable
+from paimon_group.reading.planner import ShardPlanner
+from paimon_group.reading.table import ShardedTable
 from tests.support.tables import make_pk_table, write_rows
 
 SECTIONS = 6

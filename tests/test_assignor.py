@@ -26,8 +26,8 @@ from hypothesis.stateful import (
 )
 
 from coordinators.errors import ConfigError
-from paimon_group import assignor
-from paimon_group.assignor import assign, minimum_moves, moves
+from paimon_group.protocol import assignor
+from paimon_group.protocol.assignor import assign, minimum_moves, moves
 
 Assignment = Mapping[str, Sequence[int]]
 

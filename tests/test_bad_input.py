@@ -18,7 +18,7 @@ import pytest
 
 from coordinators import open_coordinator
 from coordinators.base import Put
-from paimon_group.names import GroupKeys
+from paimon_group.protocol.names import GroupKeys
 from tests.support.group_procs import GroupHarness
 from tests.support.tables import catalog, expire_snapshots, open_table, write_rows
 

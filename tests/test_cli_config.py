@@ -22,8 +22,9 @@ import pytest
 import yaml
 from click.testing import CliRunner, Result
 
-from paimon_group import cli, preflight
+from paimon_group import cli
 from paimon_group.cli import main
+from paimon_group.process import preflight
 
 RUN = cli.run
 REQUIRED = {"group", "warehouse", "table"}
@@ -235,9 +236,9 @@ def test_options_reach_the_member_config(
                     progress_interval_s: float | None = None, table: Any = None) -> None:
         started.append((config, handler, metrics_port))
 
-    import paimon_group.runner
+    import paimon_group.process.runner
 
-    monkeypatch.setattr(paimon_group.runner, "run_until_signalled", fake_runner)
+    monkeypatch.setattr(paimon_group.process.runner, "run_until_signalled", fake_runner)
     # No table, no coordinator here: the checks before joining are tested with
     # real ones in tests/test_cli_bad_input.py.
     monkeypatch.setattr(preflight, "check_table", lambda *args, **kw: None)

@@ -102,7 +102,7 @@ def test_shard_count_contradicting_the_group(tmp_path: Path, warehouse: str) -> 
     import asyncio
 
     from coordinators import open_coordinator
-    from paimon_group.group import GroupClient
+    from paimon_group.protocol.group import GroupClient
 
     async def create() -> None:
         async with open_coordinator(coord) as c:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import time
 
-from paimon_group.config import generated_member_id
+from paimon_group.config.member import generated_member_id
 from paimon_group.ops.render import describe_renderable, list_renderable, output_console
 
 LONG_MEMBER = "worker-" + "x" * 70 + "-1234-abcdef"

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from paimon_group import GroupMember, MemberConfig
-from paimon_group.mirror import ConsumerMirror
+from paimon_group.reading.mirror import ConsumerMirror
 from tests.support.tables import bucket_of, make_pk_table, open_table, write_rows
 
 
@@ -128,13 +128,13 @@ def test_a_creator_that_lost_the_race_hands_its_stamp_to_the_winner(tmp_path: Pa
     """Two members create the group at once: both vet the files alike, the one
     whose group record lost stamped last. It hands the origin to the winner,
     whose shards can then resume."""
-    from paimon_group.consumer_meta import (
+    from paimon_group.protocol.records import GroupMeta
+    from paimon_group.reading.consumer_meta import (
         ConsumerFilesOrigin,
         adopt_winner,
         prepare_new_group,
         resume_allowed,
     )
-    from paimon_group.records import GroupMeta
 
     wh = str(tmp_path / "wh")
     make_pk_table(wh, "db.t", buckets=4)
@@ -160,13 +160,13 @@ def test_the_start_is_kept_beside_the_files_and_only_with_them(tmp_path: Path) -
     incarnation that holds it (never another's, never over another start); a
     group re-created over kept files carries it, one whose files were
     discarded (another shard count) does not."""
-    from paimon_group.consumer_meta import (
+    from paimon_group.protocol.records import GroupMeta, GroupStart
+    from paimon_group.reading.consumer_meta import (
         ConsumerFilesOrigin,
         carried_start,
         prepare_new_group,
         record_start,
     )
-    from paimon_group.records import GroupMeta, GroupStart
 
     wh = str(tmp_path / "wh")
     make_pk_table(wh, "db.t", buckets=4)
@@ -264,12 +264,12 @@ def test_an_unreadable_origin_keeps_the_files(tmp_path: Path) -> None:
     group's consumer files were deleted as files of no known origin; a group
     started with --start latest then skipped what they held. They are kept
     now (and not resumed from)."""
-    from paimon_group.consumer_meta import (
+    from paimon_group.protocol.names import origin_path
+    from paimon_group.reading.consumer_meta import (
         ConsumerFilesOrigin,
         UnreadableOrigin,
         prepare_new_group,
     )
-    from paimon_group.names import origin_path
 
     wh = str(tmp_path / "wh")
     make_pk_table(wh, "db.t", buckets=4)
@@ -296,8 +296,8 @@ async def test_fifty_members_creating_one_group_at_once_leave_one_readable_origi
 
     from coordinators import open_coordinator
     from paimon_group import GroupMember, MemberConfig
-    from paimon_group.consumer_meta import ConsumerFilesOrigin
-    from paimon_group.group import GroupClient
+    from paimon_group.protocol.group import GroupClient
+    from paimon_group.reading.consumer_meta import ConsumerFilesOrigin
 
     wh = str(tmp_path / "wh")
     make_pk_table(wh, "db.t", buckets=4)

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from paimon_group.demo import demo_view
+from paimon_group.process.demo import demo_view
 from tests.support.group_procs import REPO
 
 

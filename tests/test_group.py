@@ -9,9 +9,9 @@ import pytest
 from coordinators import open_coordinator
 from coordinators.base import ConnectOptions
 from paimon_group.errors import ConfigError, ShardCountMismatch
-from paimon_group.group import GroupClient
-from paimon_group.names import GroupKeys, consumer_id, validate_group, validate_member_id
-from paimon_group.records import MemberInfo
+from paimon_group.protocol.group import GroupClient
+from paimon_group.protocol.names import GroupKeys, consumer_id, validate_group, validate_member_id
+from paimon_group.protocol.records import MemberInfo
 
 
 def _url() -> str:

@@ -140,7 +140,7 @@ def test_consumer_files_mirror_committed_positions(tmp_path: Path) -> None:
         assert h.terminate("a") == 0
     finally:
         h.cleanup()
-    from paimon_group.mirror import ConsumerMirror
+    from paimon_group.reading.mirror import ConsumerMirror
     from tests.support.tables import open_table
 
     table = open_table(h.warehouse, h.table)

@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 
 from paimon_group import GroupMember, MemberConfig
-from paimon_group.group import GroupClient
-from paimon_group.group_start import read_group_start
-from paimon_group.sharding import Sharding, ShardRule
+from paimon_group.protocol.group import GroupClient
+from paimon_group.protocol.group_start import read_group_start
+from paimon_group.protocol.sharding import Sharding, ShardRule
 from tests.support.tables import (
     compact,
     current_entries,

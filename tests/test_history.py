@@ -1,4 +1,4 @@
-"""The member's opt-in history file (paimon_group.history)."""
+"""The member's opt-in history file (paimon_group.member.history)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ def test_a_second_close_never_closes_a_reused_descriptor(tmp_path: Path) -> None
     closed: that member's next write failed with EBADF."""
     import os
 
-    from paimon_group.history import HistoryRecorder
+    from paimon_group.member.history import HistoryRecorder
 
     first = HistoryRecorder(str(tmp_path / "a.jsonl"), member_id="a")
     first.close()

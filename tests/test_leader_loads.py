@@ -12,8 +12,8 @@ import time
 import pytest
 
 from paimon_group.member.balance import LeaderLoads, full_scan_pending
-from paimon_group.records import Assignment, GroupStart, Position
-from paimon_group.shard_load import MeasuredLoad
+from paimon_group.protocol.records import Assignment, GroupStart, Position
+from paimon_group.reading.shard_load import MeasuredLoad
 
 MEMBERS = ["a", "b"]
 

@@ -25,12 +25,12 @@ from hypothesis.stateful import (
 )
 
 from coordinators.errors import ConfigError, CorruptValue
-from paimon_group import load_assignor
-from paimon_group.assignor import assign, moves
-from paimon_group.config import MemberConfig
-from paimon_group.load_assignor import assign_by_load, member_loads, move_cap
-from paimon_group.records import Assignment as AssignmentRecord
-from paimon_group.records import GroupMeta
+from paimon_group.config.member import MemberConfig
+from paimon_group.protocol import load_assignor
+from paimon_group.protocol.assignor import assign, moves
+from paimon_group.protocol.load_assignor import assign_by_load, member_loads, move_cap
+from paimon_group.protocol.records import Assignment as AssignmentRecord
+from paimon_group.protocol.records import GroupMeta
 from tests.test_assignor import check_valid, repaired
 
 Assignment = Mapping[str, Sequence[int]]

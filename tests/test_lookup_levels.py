@@ -22,8 +22,8 @@ import pyarrow as pa
 import pytest
 
 from paimon_group.arrowread.levels import merges_by_lookup
-from paimon_group.planner import ShardPlanner
-from paimon_group.table import ShardedTable
+from paimon_group.reading.planner import ShardPlanner
+from paimon_group.reading.table import ShardedTable
 from tests.support.tables import (
     compact,
     current_entries,

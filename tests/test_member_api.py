@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from paimon_group import GroupMember, MemberConfig
-from paimon_group.group import GroupClient
+from paimon_group.protocol.group import GroupClient
 from tests.support.tables import make_pk_table, write_rows
 
 
@@ -135,8 +135,8 @@ def test_sync_wrapper_runs_a_handler(tmp_path: Path) -> None:
 async def test_shard_without_position_resumes_from_its_consumer_file(tmp_path: Path) -> None:
     """A group whose coordinator state is gone resumes from the Paimon consumer files
     (written by an earlier incarnation of the group with the same shard count)."""
-    from paimon_group.consumer_meta import ConsumerFilesOrigin
-    from paimon_group.mirror import ConsumerMirror
+    from paimon_group.reading.consumer_meta import ConsumerFilesOrigin
+    from paimon_group.reading.mirror import ConsumerMirror
     from tests.support.tables import open_table
 
     wh = tmp_path / "wh"
@@ -165,8 +165,8 @@ async def test_a_member_given_its_opened_table_does_not_open_it_again(
     """``paimon-group run`` opens the table to check it before joining and gives
     it to the member (on an object store an open is a schema listing and
     reads): the member's start does not open it a second time."""
-    from paimon_group import preflight
-    from paimon_group.table import ShardedTable
+    from paimon_group.process import preflight
+    from paimon_group.reading.table import ShardedTable
 
     wh = tmp_path / "wh"
     make_pk_table(str(wh), "db.t", buckets=2)

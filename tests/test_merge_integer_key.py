@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 from paimon_group.arrowread import merge
 from paimon_group.arrowread.fieldmerge import merge_fields
 from paimon_group.arrowread.files import SEQUENCE_NUMBER, VALUE_KIND
-from paimon_group.planner import ShardPlanner
-from paimon_group.table import ShardedTable
+from paimon_group.reading.planner import ShardPlanner
+from paimon_group.reading.table import ShardedTable
 from tests.support.tables import make_pk_table, write_rows
 
 

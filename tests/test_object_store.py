@@ -107,8 +107,8 @@ def test_arrow_reads_on_s3_equal_pypaimon_on_every_path(s3_warehouse: S3Warehous
 def test_arrow_read_fetches_each_data_file_in_one_get(s3_warehouse: S3Warehouse) -> None:
     """A full read makes one HEAD and one GET per data file (pyarrow's Parquet
     reader alone makes a ranged GET per column chunk and one for the footer)."""
-    from paimon_group.planner import ShardPlanner
-    from paimon_group.table import ShardedTable
+    from paimon_group.reading.planner import ShardPlanner
+    from paimon_group.reading.table import ShardedTable
     from tests.support.tables import make_pk_table, write_rows
 
     make_pk_table(s3_warehouse.uri, "db.t", buckets=4)
@@ -180,7 +180,7 @@ def test_an_idle_member_asks_the_store_once_per_poll(s3_warehouse: S3Warehouse,
 def test_the_latest_snapshot_is_found_by_probing_forward(s3_warehouse: S3Warehouse) -> None:
     """After a full read of the LATEST hint, new snapshots are found one request
     each (and one more for the absent next), as Paimon's findLatest probes."""
-    from paimon_group.table import ShardedTable
+    from paimon_group.reading.table import ShardedTable
     from tests.support.tables import make_pk_table, write_rows
 
     make_pk_table(s3_warehouse.uri, "db.t", buckets=2)
@@ -236,8 +236,8 @@ def test_a_splits_files_are_fetched_at_once_not_section_by_section(
     import threading
 
     from paimon_group.arrowread import fetch
-    from paimon_group.planner import ShardPlanner
-    from paimon_group.table import ShardedTable
+    from paimon_group.reading.planner import ShardPlanner
+    from paimon_group.reading.table import ShardedTable
     from tests.support.tables import make_pk_table, write_rows
 
     make_pk_table(s3_warehouse.uri, "db.t", buckets=1)

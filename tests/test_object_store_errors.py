@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from paimon_group import GroupMember, MemberConfig
-from paimon_group.object_store import DEFAULT_TIMEOUT_S, TIMEOUT_OPTION
+from paimon_group.store.object_store import DEFAULT_TIMEOUT_S, TIMEOUT_OPTION
 from tests.support.s3_server import (
     ACCESS_KEY,
     REGION,
@@ -305,7 +305,7 @@ class SwitchableProxy:
 def test_every_file_access_is_bounded_not_only_the_first(s3_warehouse: S3Warehouse) -> None:
     """A store that stops answering after the table is open: a later access (what a
     member does each poll) gives up within the timeout, not after pypaimon's minutes."""
-    from paimon_group.table import ShardedTable
+    from paimon_group.reading.table import ShardedTable
 
     make_pk_table(s3_warehouse.uri, "db.t", buckets=2)
     write_rows(s3_warehouse.uri, "db.t", range(10))
@@ -398,7 +398,7 @@ def test_an_oss_warehouse_is_bounded_as_an_s3_one() -> None:
     from pypaimon.common.options import Options
     from pypaimon.filesystem.pyarrow_file_io import PyArrowFileIO
 
-    from paimon_group.object_store import ATTEMPTS, bound_requests
+    from paimon_group.store.object_store import ATTEMPTS, bound_requests
 
     options = {"fs.oss.endpoint": "oss-cn-hangzhou.aliyuncs.com", "fs.oss.accessKeyId": "AK",
                "fs.oss.accessKeySecret": "SK", "fs.oss.region": "cn-hangzhou",

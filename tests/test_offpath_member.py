@@ -27,9 +27,9 @@ from coordinators.base import Coordinator, Delete, Op, Put
 from coordinators.errors import CoordinatorError, CoordinatorUnavailable, SessionSuspended
 from paimon_group import GroupMember, MemberConfig
 from paimon_group.errors import ShardCountMismatch
-from paimon_group.group import GroupClient
 from paimon_group.member import MemberState
-from paimon_group.records import Position
+from paimon_group.protocol.group import GroupClient
+from paimon_group.protocol.records import Position
 from tests.support.tables import make_pk_table, write_rows
 
 
@@ -546,7 +546,7 @@ async def test_a_revoke_while_the_session_is_not_confirmed_live_releases_later(
 
 @pytest.mark.asyncio
 async def test_sweep_releases_only_unowned_keys_of_our_own() -> None:
-    from paimon_group.releasing import PendingReleases
+    from paimon_group.protocol.releasing import PendingReleases
 
     url = memory_url()
     async with open_coordinator(url) as ours, open_coordinator(url) as theirs, \

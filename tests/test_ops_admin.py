@@ -24,11 +24,11 @@ from click.testing import CliRunner, Result
 
 from coordinators import ConnectOptions, Coordinator, open_coordinator
 from paimon_group.cli import main
-from paimon_group.group import GroupClient
-from paimon_group.mirror import ConsumerMirror
-from paimon_group.names import GroupKeys
-from paimon_group.records import MemberInfo
-from paimon_group.table import ShardedTable
+from paimon_group.protocol.group import GroupClient
+from paimon_group.protocol.names import GroupKeys
+from paimon_group.protocol.records import MemberInfo
+from paimon_group.reading.mirror import ConsumerMirror
+from paimon_group.reading.table import ShardedTable
 from tests.support.tables import (
     bucket_of,
     expire_snapshots,

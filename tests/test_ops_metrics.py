@@ -19,8 +19,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from paimon_group.member import MemberState, MemberStats
 from paimon_group.ops.metrics import MetricsServer, serve_metrics
-from paimon_group.records import Assignment
-from paimon_group.table import ShardedTable
+from paimon_group.protocol.records import Assignment
+from paimon_group.reading.table import ShardedTable
 from tests.support.tables import make_pk_table, write_rows
 
 HOST = "127.0.0.1"

@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from paimon_group.mirror import ConsumerMirror
-from paimon_group.table import ShardedTable
+from paimon_group.reading.mirror import ConsumerMirror
+from paimon_group.reading.table import ShardedTable
 from tests.support.group_procs import REPO, GroupHarness
 
 pytestmark = pytest.mark.slow

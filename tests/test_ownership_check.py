@@ -24,7 +24,7 @@ from coordinators import open_coordinator
 from coordinators.base import Check, Coordinator, Delete
 from coordinators.errors import CoordinatorUnavailable
 from paimon_group import GroupMember, MemberConfig
-from paimon_group.group import GroupClient
+from paimon_group.protocol.group import GroupClient
 from tests.support.tables import make_append_table, write_rows
 
 

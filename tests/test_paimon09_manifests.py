@@ -19,8 +19,8 @@ import pyarrow as pa
 import pytest
 
 from paimon_group import GroupMember, MemberConfig
-from paimon_group.planner import ShardPlanner
-from paimon_group.table import ShardedTable
+from paimon_group.reading.planner import ShardPlanner
+from paimon_group.reading.table import ShardedTable
 from tests.support.paimon09 import rewrite_as_paimon_09
 from tests.support.tables import compact, delete_rows, make_pk_table, open_table, write_rows
 from tests.test_arrowread import assert_same, compare_all_paths

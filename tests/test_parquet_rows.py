@@ -1,4 +1,4 @@
-"""paimon_group/parquet_rows.py: a ROW whose fields are all null made null,
+"""paimon_group/arrowread/parquet_rows.py: a ROW whose fields are all null made null,
 bottom-up, wherever it is (the engine's Parquet reader; the engine's own
 reads are compared in tests/engine/test_engine_parquet_rows.py)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from paimon_group.parquet_rows import engine_parquet_rows, needs_engine_parquet_rows
+from paimon_group.arrowread.parquet_rows import engine_parquet_rows, needs_engine_parquet_rows
 
 INNER = pa.struct([pa.field("a", pa.int32()), pa.field("b", pa.string())])
 OUTER = pa.struct([pa.field("r", INNER), pa.field("x", pa.int32())])

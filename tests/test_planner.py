@@ -18,7 +18,6 @@ import pytest
 from pypaimon import Schema
 
 from coordinators.errors import PaimonGroupError
-from paimon_group.batch import ShardBatch
 from paimon_group.errors import (
     ConfigError,
     PlanInvariantViolated,
@@ -26,8 +25,9 @@ from paimon_group.errors import (
     TableNotFound,
     UnsupportedTable,
 )
-from paimon_group.planner import BatchKind, ShardPlanner, StepPlan
-from paimon_group.table import ShardedTable
+from paimon_group.reading.batch import ShardBatch
+from paimon_group.reading.planner import BatchKind, ShardPlanner, StepPlan
+from paimon_group.reading.table import ShardedTable
 from tests.support.tables import (
     bucket_of,
     catalog,

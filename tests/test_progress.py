@@ -13,7 +13,7 @@ import pytest
 
 from paimon_group.ops.lag import ShardLag
 from paimon_group.ops.retention import DataLossEstimate
-from paimon_group.progress import loss_text, progress_line
+from paimon_group.process.progress import loss_text, progress_line
 from tests.support.group_procs import GroupHarness
 
 pytestmark = [pytest.mark.slow]

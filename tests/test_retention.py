@@ -11,8 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from paimon_group.mirror import ConsumerMirror
-from paimon_group.names import consumer_id
 from paimon_group.ops.retention import (
     ConsumerFile,
     DataLossEstimate,
@@ -23,6 +21,8 @@ from paimon_group.ops.retention import (
     estimate,
     protection_s,
 )
+from paimon_group.protocol.names import consumer_id
+from paimon_group.reading.mirror import ConsumerMirror
 from tests.support.tables import make_pk_table, open_table, write_rows
 
 
@@ -144,7 +144,7 @@ def test_snapshot_facts_estimate_each_lagging_shard(tmp_path: Path,
     """On a real table: the options, the commit times, the consumer files."""
     from paimon_group.ops import lag
     from paimon_group.ops.lag import SnapshotFacts
-    from paimon_group.table import ShardedTable
+    from paimon_group.reading.table import ShardedTable
 
     monkeypatch.setattr(lag, "CONSUMER_FILES_REFRESH_S", 0.0)  # read them every time
 

@@ -113,9 +113,9 @@ def test_a_batch_keeps_the_schema_it_was_planned_with(tmp_path: Path) -> None:
     ``schema`` and the new reader's batches from ``iter_batches``, while a
     handler had opened its writer with the old one: ``schema``, ``to_arrow()``
     and ``iter_batches()`` of one batch must agree, whatever happens after."""
-    from paimon_group.batch import ShardBatch
-    from paimon_group.planner import ShardPlanner
-    from paimon_group.table import ShardedTable
+    from paimon_group.reading.batch import ShardBatch
+    from paimon_group.reading.planner import ShardPlanner
+    from paimon_group.reading.table import ShardedTable
 
     wh = str(tmp_path / "wh")
     make_pk_table(wh, "db.t", buckets=1)

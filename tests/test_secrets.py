@@ -159,7 +159,7 @@ async def test_a_running_member_never_shows_its_catalog_secret(
 def test_a_table_error_quoting_an_option_is_scrubbed(monkeypatch: pytest.MonkeyPatch) -> None:
     import pypaimon
 
-    from paimon_group.table import ShardedTable
+    from paimon_group.reading.table import ShardedTable
 
     def refuse(options: dict[str, str]) -> Any:
         raise ValueError(f"bad catalog options {options}")

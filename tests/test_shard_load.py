@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from paimon_group.shard_load import MeasuredLoad, measure, shard_loads
-from paimon_group.sharding import Sharding, ShardRule
-from paimon_group.table import ShardedTable
+from paimon_group.protocol.sharding import Sharding, ShardRule
+from paimon_group.reading.shard_load import MeasuredLoad, measure, shard_loads
+from paimon_group.reading.table import ShardedTable
 from tests.support.tables import (
     bucket_of,
     compact,

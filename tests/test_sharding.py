@@ -26,9 +26,8 @@ from pypaimon.schema.schema_change import SchemaChange
 
 from coordinators.errors import ConfigError, CorruptValue
 from paimon_group.errors import PlanInvariantViolated
-from paimon_group.planner import BatchKind, ShardPlanner, StepPlan
-from paimon_group.records import GroupMeta
-from paimon_group.sharding import (
+from paimon_group.protocol.records import GroupMeta
+from paimon_group.protocol.sharding import (
     DEFAULT_SHARDS,
     Sharding,
     ShardRule,
@@ -38,7 +37,8 @@ from paimon_group.sharding import (
     partition_hash,
     plan_new_group,
 )
-from paimon_group.table import ShardedTable
+from paimon_group.reading.planner import BatchKind, ShardPlanner, StepPlan
+from paimon_group.reading.table import ShardedTable
 from tests.support.tables import (
     catalog,
     make_append_table,
@@ -208,7 +208,7 @@ def test_rules_follow_their_formulas() -> None:
 
 def test_hashes_are_stable_across_processes() -> None:
     """Not Python's salted hash(): another process computes the same values."""
-    code = ("from paimon_group.sharding import partition_hash, file_hash; "
+    code = ("from paimon_group.protocol.sharding import partition_hash, file_hash; "
             "print(partition_hash(('p1', 3)), file_hash(('p1',), 'data-x.parquet'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, env={"PYTHONHASHSEED": "123", "PATH": ""},
@@ -393,8 +393,8 @@ def test_describe_counts_unread_rows_per_shard_under_the_rule(warehouse: str, na
     import asyncio
 
     from coordinators.registry import open_coordinator
-    from paimon_group.group import GroupClient
     from paimon_group.ops.report import describe_group
+    from paimon_group.protocol.group import GroupClient
 
     make, _kind, rule, _keyed = KINDS[name]
     make(warehouse)
@@ -452,8 +452,8 @@ def test_describe_json_text_and_reset_on_an_append_group(warehouse: str, tmp_pat
 
     from coordinators.registry import open_coordinator
     from paimon_group.cli import main
-    from paimon_group.group import GroupClient
-    from paimon_group.mirror import ConsumerMirror
+    from paimon_group.protocol.group import GroupClient
+    from paimon_group.reading.mirror import ConsumerMirror
 
     make_append_table(warehouse, "db.t", buckets=-1)
     for v in range(4):
@@ -498,7 +498,7 @@ async def test_a_group_stored_without_a_rule_keeps_bucket_sharding(warehouse: st
     from coordinators.base import Put
     from coordinators.registry import open_coordinator
     from paimon_group import GroupMember, MemberConfig
-    from paimon_group.names import GroupKeys
+    from paimon_group.protocol.names import GroupKeys
 
     make_pk_table(warehouse, "db.t", buckets=2, partitioned=True)
     write_rows(warehouse, "db.t", range(40))

@@ -150,7 +150,7 @@ async def test_a_stop_while_the_member_joins_leaves_no_member_behind(
     ran no control loop. The leader assigned shards to that member, which
     never acquired them: those shards were read by nobody for as long as the
     process lived. Now a join that ends after a stop leaves at once."""
-    from paimon_group.group import GroupClient
+    from paimon_group.protocol.group import GroupClient
 
     entered, release = asyncio.Event(), asyncio.Event()
     real_register = GroupClient.register
@@ -232,7 +232,7 @@ async def test_a_read_back_that_spans_a_rejoin_skips_the_lost_shards(
     for ever, the shards acquired again never read). Now a read-back skips
     shards dropped meanwhile: their position is read again when they are
     acquired again."""
-    from paimon_group.group import GroupClient
+    from paimon_group.protocol.group import GroupClient
 
     real_position = GroupClient.position
     armed = {"left": 0}
@@ -334,7 +334,7 @@ async def test_a_start_resolved_across_a_rejoin_does_not_fail_the_member(
     created the group start on that closed connection, which every backend
     refuses for good, and the member failed. A round that spanned a rejoin
     now runs again on the new connection."""
-    from paimon_group.table import ShardedTable
+    from paimon_group.reading.table import ShardedTable
 
     real_resolve = ShardedTable.resolve_start
     holder: dict[str, Any] = {}
@@ -410,7 +410,7 @@ def test_a_full_scan_planned_after_the_table_was_dropped_says_the_table_is_gone(
     snapshot missing with none after it, on a table whose schema is gone, is
     a dropped table: TableNotFound, as the table check says."""
     from paimon_group.errors import TableNotFound
-    from paimon_group.table import ShardedTable
+    from paimon_group.reading.table import ShardedTable
     from tests.support.tables import catalog
 
     planner = ShardedTable.open(table, "db.t").planner(2)
@@ -429,8 +429,8 @@ def test_a_full_scan_planned_after_the_table_was_recreated_says_so(table: str) -
     import time
 
     from paimon_group.errors import TableReplaced
-    from paimon_group.identity import table_identity
-    from paimon_group.table import ShardedTable
+    from paimon_group.protocol.identity import table_identity
+    from paimon_group.reading.table import ShardedTable
     from tests.support.tables import catalog, make_pk_table
 
     sharded = ShardedTable.open(table, "db.t")

@@ -1,7 +1,7 @@
 """Shard batches as Spark DataFrames, and sinks fed from Spark: real PySpark, local master.
 
 One SparkSession for the whole module (``spark`` fixture, built by
-:func:`paimon_group.spark.build_spark_session`, so its settings are the ones
+:func:`paimon_group.spark.handler.build_spark_session`, so its settings are the ones
 a member process gets). Batches are real :class:`ShardBatch` objects planned
 from real Paimon tables.
 """
@@ -16,10 +16,10 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from paimon_group.batch import ShardBatch
 from paimon_group.errors import StaleEpoch
-from paimon_group.planner import BatchKind
-from paimon_group.table import ShardedTable
+from paimon_group.reading.batch import ShardBatch
+from paimon_group.reading.planner import BatchKind
+from paimon_group.reading.table import ShardedTable
 from tests.support.requirements import require
 from tests.support.tables import delete_rows, make_pk_table, write_rows
 
@@ -28,13 +28,13 @@ pytestmark = pytest.mark.spark
 if not os.environ.get("CI"):
     require("pyspark", "pip install '.[spark]' (tests/run.sh does)")
 
-from paimon_group.sinks import (  # noqa: E402
+from paimon_group.spark.handler import ARROW_CONF, SparkBatchHandler, build_spark_session  # noqa: E402
+from paimon_group.spark.sinks import (  # noqa: E402
     ParquetBatchSink,
     StaleSinkWrite,
     batch_key_condition,
     with_batch_key,
 )
-from paimon_group.spark import ARROW_CONF, SparkBatchHandler, build_spark_session  # noqa: E402
 
 TEST_CONF = {
     "spark.ui.enabled": "false",

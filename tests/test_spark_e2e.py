@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from paimon_group.sinks import ParquetBatchSink
+from paimon_group.spark.sinks import ParquetBatchSink
 from tests.support.requirements import require
 
 REPO = Path(__file__).resolve().parents[1]

@@ -9,7 +9,8 @@ import pytest
 
 from coordinators.errors import ConfigError, PaimonGroupError
 from paimon_group.errors import SnapshotExpired
-from paimon_group.spark_source.offsets import (
+from paimon_group.reading.table import ShardedTable
+from paimon_group.spark.source.offsets import (
     NO_CATCH_UP,
     Caps,
     Cursor,
@@ -19,8 +20,7 @@ from paimon_group.spark_source.offsets import (
     plan_ranges,
     start_cursor,
 )
-from paimon_group.spark_source.options import SourceOptions
-from paimon_group.table import ShardedTable
+from paimon_group.spark.source.options import SourceOptions
 from tests.support.tables import expire_snapshots, make_pk_table, write_rows
 
 

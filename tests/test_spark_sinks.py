@@ -1,5 +1,5 @@
 """Batch-keyed sinks and the epoch fence, without Spark (Arrow writes), and the
-optional-dependency behaviour of :mod:`paimon_group.spark`.
+optional-dependency behaviour of :mod:`paimon_group.spark.handler`.
 
 The sink only reads a few attributes of a batch (:class:`BatchLike`), so
 these unit tests use a plain record for it; ``tests/test_spark.py`` and
@@ -19,8 +19,8 @@ import pyarrow as pa
 import pytest
 
 from coordinators.errors import ConfigError
-from paimon_group.planner import BatchKind
-from paimon_group.sinks import BatchKey, EpochFence, ParquetBatchSink, StaleSinkWrite
+from paimon_group.reading.planner import BatchKind
+from paimon_group.spark.sinks import BatchKey, EpochFence, ParquetBatchSink, StaleSinkWrite
 from tests.support.requirements import require
 
 
@@ -165,16 +165,46 @@ def test_fence_hold_records_the_epoch(tmp_path: Path) -> None:
         fence.check(Batch(epoch=1))
 
 
+# Every package but the streaming source (which needs PySpark >= 4.2 at import).
+WITHOUT_PYSPARK = (
+    "paimon_group", "paimon_group.cli", "paimon_group.process", "paimon_group.ops",
+    "paimon_group.member", "paimon_group.reading", "paimon_group.arrowread",
+    "paimon_group.config", "paimon_group.protocol", "paimon_group.store",
+    "paimon_group.spark", "paimon_group.spark.handler", "paimon_group.spark.sinks",
+)
+
+
 def test_importing_the_package_does_not_import_pyspark() -> None:
     code = (
-        "import sys, paimon_group, paimon_group.spark, paimon_group.sinks\n"
+        "import importlib, sys, warnings\n"
+        f"for name in {WITHOUT_PYSPARK!r}:\n"
+        "    importlib.import_module(name)\n"
+        "import paimon_group.spark as spark\n"
+        "spark.SparkBatchHandler, spark.spark_handler_from_spec, spark.ARROW_CONF\n"
+        "with warnings.catch_warnings():\n"
+        "    warnings.simplefilter('ignore', DeprecationWarning)\n"
+        "    import paimon_group.sinks  # the old path\n"
         "assert 'pyspark' not in sys.modules, 'pyspark imported eagerly'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 
+def test_the_packages_import_where_pyspark_is_not_installed() -> None:
+    code = (
+        "import importlib, sys\n"
+        "sys.modules['pyspark'] = None  # as if not installed: importing it raises\n"
+        f"for name in {WITHOUT_PYSPARK!r}:\n"
+        "    importlib.import_module(name)\n"
+        "print('imported')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "imported"
+
+
 def test_missing_pyspark_is_one_config_error_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    from paimon_group.spark import SparkBatchHandler, spark_handler_from_spec
+    from paimon_group.spark.handler import SparkBatchHandler, spark_handler_from_spec
 
     for name in ("pyspark", "pyspark.sql"):
         monkeypatch.setitem(sys.modules, name, None)  # import raises ImportError
@@ -188,7 +218,7 @@ def test_missing_pyspark_is_one_config_error_line(monkeypatch: pytest.MonkeyPatc
 
 def test_a_malformed_spark_connect_address_is_a_config_error() -> None:
     require("pyspark", "pip install '.[spark]' (tests/run.sh does)")
-    from paimon_group.spark import build_spark_session
+    from paimon_group.spark.handler import build_spark_session
 
     with pytest.raises(ConfigError, match="sc://HOST:PORT"):
         build_spark_session(remote="localhost:15002")

@@ -1,7 +1,7 @@
 """The ``paimon-group`` Spark streaming source: real PySpark (local master), real tables.
 
 One SparkSession for the module. Each query writes through the documented
-idempotent sink (:func:`paimon_group.spark_source.sink.write_replacing`:
+idempotent sink (:func:`paimon_group.spark.source.sink.write_replacing`:
 Parquet partitions (shard, snapshot) replaced as a whole) and records what
 every micro-batch held, so a test sees both the sink's final content and
 whether a restart re-read anything.
@@ -28,8 +28,8 @@ pytestmark = pytest.mark.spark
 if not os.environ.get("CI"):
     require("pyspark", "pip install '.[spark]' (tests/run.sh does)")
 
-from paimon_group.spark import PaimonGroupDataSource, build_spark_session  # noqa: E402
-from paimon_group.spark_source.sink import read_sink, write_replacing  # noqa: E402
+from paimon_group.spark.handler import PaimonGroupDataSource, build_spark_session  # noqa: E402
+from paimon_group.spark.source.sink import read_sink, write_replacing  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -108,8 +108,8 @@ def start_query(spark: Any, warehouse: Path, recorder: Recorder, checkpoint: Pat
 def rewind_positions(warehouse: Path, group: str, next_snapshot: int) -> dict[int, int]:
     """Put every shard of ``group`` (no owner) back to ``next_snapshot``; the positions now."""
     from coordinators.registry import open_coordinator
-    from paimon_group.config import default_coordinator_url
-    from paimon_group.group import GroupClient
+    from paimon_group.config.member import default_coordinator_url
+    from paimon_group.protocol.group import GroupClient
 
     async def go() -> dict[int, int]:
         async with open_coordinator(default_coordinator_url(str(warehouse))) as coord:

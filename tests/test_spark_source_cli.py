@@ -39,7 +39,7 @@ def env() -> dict[str, str]:
 
 
 def test_error_line_finds_our_line_in_a_spark_exception() -> None:
-    from paimon_group.spark_source.errors import error_line
+    from paimon_group.spark.source.errors import error_line
 
     wrapped = Exception(
         "[PYTHON_DATA_SOURCE_ERROR] Failed to create Python data source instance: Traceback "
@@ -95,7 +95,7 @@ def members_of(coordinator: str, group: str) -> dict[str, object]:
     import asyncio
 
     from coordinators.registry import open_coordinator
-    from paimon_group.group import GroupClient
+    from paimon_group.protocol.group import GroupClient
 
     async def read() -> dict[str, object]:
         async with open_coordinator(coordinator) as coord:

@@ -25,8 +25,8 @@ pytestmark = pytest.mark.spark
 if not os.environ.get("CI"):
     require("pyspark", "pip install '.[spark]' (tests/run.sh does)")
 
-from paimon_group.spark_source import PaimonGroupStreamReader, SourceOptions  # noqa: E402
-from paimon_group.spark_source.offsets import decode_offset  # noqa: E402
+from paimon_group.spark.source import PaimonGroupStreamReader, SourceOptions  # noqa: E402
+from paimon_group.spark.source.offsets import decode_offset  # noqa: E402
 
 
 def reader(warehouse: Path, member: str, **extra: str) -> PaimonGroupStreamReader:
@@ -44,8 +44,8 @@ def wait_until(what: str, check: Callable[[], Any], timeout: float = 30) -> None
 
 def stored_positions(warehouse: Path) -> dict[int, Any]:
     from coordinators.registry import open_coordinator
-    from paimon_group.config import default_coordinator_url
-    from paimon_group.group import GroupClient
+    from paimon_group.config.member import default_coordinator_url
+    from paimon_group.protocol.group import GroupClient
 
     async def go() -> dict[int, Any]:
         async with open_coordinator(default_coordinator_url(str(warehouse))) as coord:
@@ -119,7 +119,7 @@ def test_a_revocation_waits_for_the_commit_of_the_batch_in_flight(tmp_path: Path
 def test_a_column_added_while_the_query_runs_is_not_read_until_it_restarts(
     tmp_path: Path,
 ) -> None:
-    from paimon_group.spark_source import PaimonGroupDataSource
+    from paimon_group.spark.source import PaimonGroupDataSource
     from tests.test_schema_change import _add_column, _write_with_extra
 
     make_pk_table(tmp_path, "db.t", buckets=2)
@@ -149,9 +149,9 @@ def test_a_checkpoint_of_an_earlier_incarnation_does_not_move_the_new_groups_pos
     start pin) committed its old offsets into the new group, forward, and
     started from them: the new group's full scan was skipped."""
     from coordinators.registry import open_coordinator
-    from paimon_group.config import default_coordinator_url
-    from paimon_group.group import GroupClient
-    from paimon_group.mirror import ConsumerMirror
+    from paimon_group.config.member import default_coordinator_url
+    from paimon_group.protocol.group import GroupClient
+    from paimon_group.reading.mirror import ConsumerMirror
     from tests.support.tables import open_table
 
     make_pk_table(tmp_path, "db.t", buckets=2)

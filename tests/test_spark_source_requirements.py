@@ -24,7 +24,7 @@ class Spark41(MetaPathFinder):
 sys.meta_path.insert(0, Spark41())
 from coordinators.errors import ConfigError
 try:
-    import paimon_group.spark_source
+    import paimon_group.spark.source
 except ConfigError as err:
     print(err)
     sys.exit(3)
@@ -51,7 +51,7 @@ def test_an_older_pyspark_is_named_in_one_line() -> None:
 
 def test_the_installed_pyspark_imports_the_source() -> None:
     done = subprocess.run(
-        [sys.executable, "-c", "import paimon_group.spark_source; print('imported')"],
+        [sys.executable, "-c", "import paimon_group.spark.source; print('imported')"],
         cwd=REPO, capture_output=True, text=True, timeout=120,
     )
     assert done.returncode == 0, done.stderr
@@ -66,7 +66,7 @@ def test_the_spark_extra_asks_for_the_pyspark_the_source_needs() -> None:
     from packaging.requirements import Requirement
     from packaging.version import Version
 
-    from paimon_group.spark_source import MIN_PYSPARK
+    from paimon_group.spark.source import MIN_PYSPARK
 
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     pyspark = next(Requirement(r) for r in project["optional-dependencies"]["spark"]

@@ -12,7 +12,7 @@ import pytest
 
 from coordinators.errors import AuthenticationFailed, ConfigError
 from paimon_group import GroupMember
-from paimon_group.spark_source.options import SourceOptions
+from paimon_group.spark.source.options import SourceOptions
 from tests.support.etcd_server import EtcdServer, Pki
 from tests.support.tables import make_pk_table, write_rows
 from tests.test_etcd_backend import ROOT_PASSWORD

@@ -8,15 +8,15 @@ from pathlib import Path
 import pytest
 
 from paimon_group.errors import ConfigError, SnapshotExpired
-from paimon_group.planner import BatchKind
-from paimon_group.start import (
+from paimon_group.reading.planner import BatchKind
+from paimon_group.reading.start import (
     DEFAULT_START,
     ResolvedStart,
     StartKind,
     StartPosition,
     parse_start,
 )
-from paimon_group.table import ShardedTable
+from paimon_group.reading.table import ShardedTable
 from tests.support.tables import expire_snapshots, make_pk_table, write_rows
 
 

@@ -1,6 +1,8 @@
 """The shape of the code, measured: no module of ``paimon_group/`` or
 ``coordinators/`` is over 600 lines, and no function (a method, a nested
-function) is over 60 lines from its ``def`` to its last line.
+function) is over 60 lines from its ``def`` to its last line; the package
+map that opens docs/design.md is the folder list, in the order of the
+import-linter layers.
 
 Ruff's complexity and statement rules (pyproject.toml) keep functions simple;
 this keeps them short, which those rules do not measure.
@@ -9,6 +11,8 @@ this keeps them short, which those rules do not measure.
 from __future__ import annotations
 
 import ast
+import re
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -45,7 +49,7 @@ def long_functions(path: Path) -> list[tuple[str, int]]:
 
 def test_the_packages_have_modules() -> None:
     names = {p.relative_to(REPO).as_posix() for p in modules()}
-    assert "paimon_group/group.py" in names and "coordinators/registry.py" in names
+    assert "paimon_group/protocol/group.py" in names and "coordinators/registry.py" in names
 
 
 @pytest.mark.parametrize("path", modules(), ids=lambda p: p.relative_to(REPO).as_posix())
@@ -63,3 +67,34 @@ def test_the_measure_counts_from_def_to_last_line(tmp_path: Path) -> None:
     long = tmp_path / "long.py"
     long.write_text(f"class A:\n  async def f(self):\n{body}\n    y = 0\n")
     assert long_functions(long) == [("A.f", MAX_FUNCTION_LINES + 1)]
+
+
+def package_map() -> list[str]:
+    """The paths listed, in order, by the first section of docs/design.md."""
+    first = (REPO / "docs" / "design.md").read_text().split("\n## ")[1]
+    assert first.startswith("Packages\n"), "docs/design.md must open with the package map"
+    return re.findall(r"^- `([^`]+)`: ", first, re.MULTILINE)
+
+
+def top_level() -> set[str]:
+    """``paimon_group/``'s modules and packages, and ``coordinators/``."""
+    root = REPO / "paimon_group"
+    found = {f"paimon_group/{p.name}" for p in root.glob("*.py")}
+    found |= {f"paimon_group/{p.name}/" for p in root.iterdir() if (p / "__init__.py").exists()}
+    return found | {"coordinators/"}
+
+
+def test_the_package_map_is_the_folder_list() -> None:
+    listed = package_map()
+    assert len(listed) == len(set(listed)), "a path listed twice"
+    assert set(listed) == top_level()
+
+
+def test_the_package_map_is_in_the_order_of_the_layers() -> None:
+    contracts = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]
+    layers = next(c["layers"] for c in contracts["contracts"]
+                  if c.get("containers") == ["paimon_group"])
+    names = [n.strip(" ()") for layer in layers for n in layer.split("|")]
+    listed = [p.removeprefix("paimon_group/").removesuffix("/").removesuffix(".py")
+              for p in package_map() if p.startswith("paimon_group/")]
+    assert [n for n in listed if n in names] == names

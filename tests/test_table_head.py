@@ -124,7 +124,7 @@ def test_the_head_carries_the_snapshot_text_and_the_table_identity() -> None:
 
 
 def test_handed_over_files_are_read_from_memory_and_the_rest_from_the_store() -> None:
-    from paimon_group.handed_over import HandedOverFileIO, HandedOverFiles
+    from paimon_group.store.handed_over import HandedOverFileIO, HandedOverFiles
 
     class Store:
         def __init__(self) -> None:
@@ -314,7 +314,7 @@ def test_a_head_read_that_fails_is_read_again_without_a_new_watch_event() -> Non
     Now the read is tried again at the next tick."""
     from coordinators.errors import CoordinatorUnavailable
     from paimon_group.member.head import HeadLoop
-    from paimon_group.names import GroupKeys
+    from paimon_group.protocol.names import GroupKeys
 
     class Entry:
         def __init__(self, record: HeadRecord) -> None:
@@ -372,7 +372,7 @@ def test_a_stopped_head_loop_ends_without_being_cancelled() -> None:
     ``asyncio.wait_for`` (Python 3.11) as the watch fired, and a member's stop
     waited for the loop until the run ended. ``stop()`` ends it at its next tick."""
     from paimon_group.member.head import HeadLoop
-    from paimon_group.names import GroupKeys
+    from paimon_group.protocol.names import GroupKeys
 
     class Watch:
         async def wait(self, timeout: float | None = None) -> bool:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from paimon_group.identity import table_identity
+from paimon_group.protocol.identity import table_identity
 from tests.support.group_procs import GroupHarness
 from tests.support.tables import make_pk_table, open_table, write_rows
 

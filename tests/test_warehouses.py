@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from coordinators.errors import ConfigError
-from paimon_group.config import MemberConfig, resolve_coordinator
-from paimon_group.records import GroupMeta
-from paimon_group.warehouses import local_state_dir_name, normalised_warehouse
+from paimon_group.config.member import MemberConfig, resolve_coordinator
+from paimon_group.config.warehouses import local_state_dir_name, normalised_warehouse
+from paimon_group.protocol.records import GroupMeta
 
 
 def test_normalised_warehouse() -> None:
@@ -69,7 +69,7 @@ def test_credentials_are_refused_before_the_coordinator_is_resolved() -> None:
 
 
 def test_spark_source_refuses_a_remote_warehouse_without_coordinator() -> None:
-    from paimon_group.spark_source.options import SourceOptions
+    from paimon_group.spark.source.options import SourceOptions
 
     with pytest.raises(ConfigError) as err:
         SourceOptions.parse({"group": "g", "warehouse": "s3://b/wh", "table": "db.t"})

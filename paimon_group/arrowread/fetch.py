@@ -34,7 +34,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from paimon_group.store_io import is_remote_fs as is_remote
+from paimon_group.store.files import is_remote_fs as is_remote
 
 __all__ = ["WHOLE_FILE_BYTES", "Prefetcher", "SplitFetches", "fetch_ahead", "fetch_whole",
            "is_remote", "open_source"]

@@ -15,7 +15,7 @@ The engine's Parquet reader reads a ROW whose fields are all null as a null
 ROW (a top-level ROW, in an ARRAY, a MAP value or another ROW); its ORC and
 Avro readers keep the ROW of nulls. Parquet columns holding a ROW are given
 the engine's nulls as they are decoded, before anything else looks at them
-(:mod:`paimon_group.parquet_rows`).
+(:mod:`paimon_group.arrowread.parquet_rows`).
 
 A file written with an older schema of the table (ADD, RENAME or DROP
 COLUMN, a changed type) holds its columns under the names of that schema:
@@ -42,7 +42,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from paimon_group.arrowread.fetch import open_source
-from paimon_group.parquet_rows import engine_parquet_rows
+from paimon_group.arrowread.parquet_rows import engine_parquet_rows
 
 __all__ = [
     "SEQUENCE_NUMBER",

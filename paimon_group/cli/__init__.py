@@ -27,7 +27,6 @@ import click
 
 from coordinators.errors import ConfigError
 from coordinators.registry import open_coordinator
-from paimon_group.assignor import ASSIGNORS
 from paimon_group.cli.admin import delete, list_command, members, reset
 from paimon_group.cli.describe import describe
 from paimon_group.cli.errors import OneLineErrors, friendly_errors
@@ -42,19 +41,20 @@ from paimon_group.cli.options import (
     group_option,
     table_options,
 )
-from paimon_group.config import (
+from paimon_group.config.member import (
     DEFAULT_PARALLEL_SHARDS,
     MemberConfig,
     local_coordinator_url,
     resolve_coordinator,
 )
+from paimon_group.protocol.assignor import ASSIGNORS
 
 __all__ = ["build_connect_options", "main", "run", "setup_logging"]
 
 
 def setup_logging(fmt: str, level: str) -> None:
     """Configure the process's logging for ``run`` (``--log-format``, ``--log-level``)."""
-    from paimon_group.logs import configure_logging
+    from paimon_group.process.logs import configure_logging
 
     configure_logging(fmt, level)
 
@@ -175,8 +175,8 @@ def run(**kw: Any) -> None:
         history_path=kw["history"],
         on_data_loss=kw["on_data_loss"],
     )
-    from paimon_group.preflight import check_coordinator_target
-    from paimon_group.start import parse_start
+    from paimon_group.process.preflight import check_coordinator_target
+    from paimon_group.reading.start import parse_start
 
     parse_start(cfg.start)
     # Bad coordinator options (a password over plaintext) fail here, in one
@@ -184,19 +184,19 @@ def run(**kw: Any) -> None:
     open_coordinator(cfg.coordinator_url, cfg.connect_options())
     check_coordinator_target(cfg.coordinator_url, create=True,
                              default_url=local_coordinator_url(cfg.warehouse))
-    from paimon_group import preflight
-    from paimon_group.handlers import load_callable
+    from paimon_group.process import preflight
+    from paimon_group.process.handlers import load_callable
 
     table = preflight.check_table(cfg.warehouse, cfg.table, cfg.catalog_options, cfg.columns,
                                   shards=cfg.shards)
     preflight.check_history_path(cfg.history_path)
     preflight.check_metrics_port(kw["metrics_port"])
-    from paimon_group.runner import run_until_signalled
+    from paimon_group.process.runner import run_until_signalled
 
     if kw["handler"]:
         handler = load_callable(kw["handler"], what="handler")
     else:
-        from paimon_group.spark import spark_handler_from_spec
+        from paimon_group.spark.handler import spark_handler_from_spec
 
         handler = spark_handler_from_spec(
             kw["spark_handler"], master=kw["spark_master"], remote=kw["spark_remote"]
@@ -230,7 +230,7 @@ def _kubernetes_pod_name() -> str | None:
 def demo(workers: int, seconds: float, directory: str | None, warehouse: str | None,
          catalog_option: tuple[str, ...]) -> None:
     """A local warehouse, a writer, WORKERS members; one is killed and restarted."""
-    from paimon_group.demo import run_demo
+    from paimon_group.process.demo import run_demo
 
     ok = run_demo(workers=workers, seconds=seconds, directory=directory, warehouse=warehouse,
                   catalog_options=catalog_options(catalog_option))

@@ -32,11 +32,11 @@ from paimon_group.cli.options import (
     stored_table_options,
     wide_option,
 )
-from paimon_group.names import validate_group
+from paimon_group.protocol.names import validate_group
 
 if TYPE_CHECKING:
     from paimon_group.ops.admin import DeletedGroup, MemberRemoved
-    from paimon_group.table import ShardedTable
+    from paimon_group.reading.table import ShardedTable
 
 # -- list -------------------------------------------------------------------
 
@@ -53,8 +53,8 @@ def list_command(**kw: Any) -> None:
     Lag needs the tables: give --warehouse (each group's table is opened
     there); without it the lag columns are empty.
     """
+    from paimon_group.config.warehouses import normalised_warehouse
     from paimon_group.ops.admin import list_groups
-    from paimon_group.warehouses import normalised_warehouse
 
     url, options = admin_coordinator(kw)
 
@@ -109,8 +109,8 @@ def reset(**kw: Any) -> None:
     Refused while the group has live members (stop them first). Writes the
     coordinator positions and the Paimon consumer files together.
     """
-    from paimon_group.group import GroupClient
     from paimon_group.ops.reset import ResetTarget, execute_reset, parse_shards, plan_reset
+    from paimon_group.protocol.group import GroupClient
 
     validate_group(kw["group"])
     target = ResetTarget.from_options(
@@ -159,8 +159,8 @@ def delete(**kw: Any) -> None:
     Refused while members are live. Orphaned consumer files keep snapshots
     from expiring forever, so delete groups you no longer run.
     """
-    from paimon_group.group import GroupClient
     from paimon_group.ops.admin import delete_group
+    from paimon_group.protocol.group import GroupClient
 
     validate_group(kw["group"])
     url, options = admin_coordinator(kw)
@@ -205,8 +205,8 @@ def members_remove(**kw: Any) -> None:
     commit. Safe even if the process is still alive: its commits are fenced
     (rejected) from then on, and the leader hands its shards to the others.
     """
-    from paimon_group.group import GroupClient
     from paimon_group.ops.admin import remove_member
+    from paimon_group.protocol.group import GroupClient
 
     validate_group(kw["group"])
     url, options = admin_coordinator(kw)

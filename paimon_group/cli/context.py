@@ -15,10 +15,10 @@ import click
 from coordinators.base import ConnectOptions, Coordinator
 from coordinators.errors import ConfigError
 from paimon_group.cli.options import build_connect_options, catalog_options
-from paimon_group.config import resolve_coordinator
+from paimon_group.config.member import resolve_coordinator
 
 if TYPE_CHECKING:
-    from paimon_group.table import ShardedTable
+    from paimon_group.reading.table import ShardedTable
 
 # The group protocol, the table and the operator tools are imported when a
 # command runs, not when the command line is built: ``--help`` stays quick.
@@ -35,8 +35,8 @@ def admin_coordinator(kw: dict[str, Any]) -> tuple[str, ConnectOptions]:
         raise ConfigError(
             "give --coordinator URL, or --warehouse for its embedded coordinator"
         )
-    from paimon_group.config import refuse_credentials_in_warehouse
-    from paimon_group.preflight import check_coordinator_target
+    from paimon_group.config.member import refuse_credentials_in_warehouse
+    from paimon_group.process.preflight import check_coordinator_target
 
     if kw.get("warehouse"):
         refuse_credentials_in_warehouse(kw["warehouse"])
@@ -58,13 +58,13 @@ async def group_table(coordinator: Coordinator, group: str, given: str | None,
     coordinator shared by several warehouses, a command on one never acts on
     another's group.
     """
-    from paimon_group.group import GroupClient
     from paimon_group.ops.report import GroupNotFound
+    from paimon_group.protocol.group import GroupClient
 
     meta = await GroupClient(coordinator, group).read_meta()
     if meta is not None and warehouse:
-        from paimon_group.identity import check_group_warehouse
-        from paimon_group.warehouses import normalised_warehouse
+        from paimon_group.config.warehouses import normalised_warehouse
+        from paimon_group.protocol.identity import check_group_warehouse
 
         check_group_warehouse(meta, group, normalised_warehouse(warehouse),
                               hint=f"give --warehouse {meta.warehouse} to act on it "
@@ -79,7 +79,7 @@ async def group_table(coordinator: Coordinator, group: str, given: str | None,
 
 def open_table(kw: dict[str, Any], identifier: str | None = None) -> ShardedTable:
     """The table ``identifier`` (default ``--table``) in ``--warehouse`` (blocking)."""
-    from paimon_group.table import ShardedTable
+    from paimon_group.reading.table import ShardedTable
 
     return ShardedTable.open(
         kw["warehouse"], identifier or kw["table"], catalog_options(kw.get("catalog_option", ()))

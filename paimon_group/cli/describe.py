@@ -21,12 +21,12 @@ from paimon_group.cli.options import (
     stored_table_options,
     wide_option,
 )
-from paimon_group.names import GroupKeys, validate_group
+from paimon_group.protocol.names import GroupKeys, validate_group
 
 if TYPE_CHECKING:
     from paimon_group.ops.lag import SnapshotFacts
     from paimon_group.ops.report import GroupReport
-    from paimon_group.table import ShardedTable
+    from paimon_group.reading.table import ShardedTable
 
 DEFAULT_WATCH_INTERVAL_S = 2.0
 
@@ -91,9 +91,9 @@ async def _describe_all(url: str, options: ConnectOptions,
     """describe of every group; each table opened once (groups may share one).
     A group created on another warehouse (a shared coordinator) is described
     without its table: a table of the same name here is not its table."""
-    from paimon_group.group import GroupClient
+    from paimon_group.config.warehouses import normalised_warehouse
     from paimon_group.ops.report import read_report
-    from paimon_group.warehouses import normalised_warehouse
+    from paimon_group.protocol.group import GroupClient
 
     here = normalised_warehouse(kw["warehouse"])
     tables: dict[str, ShardedTable] = {}

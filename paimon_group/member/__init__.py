@@ -44,8 +44,8 @@ every part works on the same member and calls the parts below it:
 * ``driving``: the hooks of a member used without its read loop;
 * ``facade``: :class:`GroupMember` itself (start, stop, run, batches).
 
-The static-membership policy is :mod:`paimon_group.static_membership`; the
-process runner with its signals is :mod:`paimon_group.runner`.
+The static-membership policy is :mod:`paimon_group.protocol.static_membership`; the
+process runner with its signals is :mod:`paimon_group.process.runner`.
 
 Example (runnable; needs a Paimon table)::
 
@@ -64,7 +64,7 @@ Example (runnable; needs a Paimon table)::
 
 from __future__ import annotations
 
-from paimon_group.config import MemberConfig
+from paimon_group.config.member import MemberConfig
 from paimon_group.member.commits import COMMIT_LINGER_S, CommitLane
 from paimon_group.member.core import (
     VERSION,

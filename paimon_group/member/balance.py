@@ -1,9 +1,9 @@
 """The leader's side of the load assignor: measured loads, and when to use them.
 
 A group created with ``--assignor load`` has its leader call
-:func:`paimon_group.load_assignor.assign_by_load` instead of the count
+:func:`paimon_group.protocol.load_assignor.assign_by_load` instead of the count
 assignor, with each shard's load measured from the table's manifests
-(:mod:`paimon_group.shard_load`). :class:`LeaderLoads` keeps the last
+(:mod:`paimon_group.reading.shard_load`). :class:`LeaderLoads` keeps the last
 measurement and says when a new one is due, and whether a round may move
 shards for balance:
 
@@ -28,11 +28,11 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
-from paimon_group.assignor import assign
-from paimon_group.load_assignor import DEFAULT_MAX_MOVE_SHARE, assign_by_load
-from paimon_group.records import Assignment, GroupStart, Position
-from paimon_group.shard_load import MeasuredLoad, shard_loads
-from paimon_group.start import StartKind, parse_start
+from paimon_group.protocol.assignor import assign
+from paimon_group.protocol.load_assignor import DEFAULT_MAX_MOVE_SHARE, assign_by_load
+from paimon_group.protocol.records import Assignment, GroupStart, Position
+from paimon_group.reading.shard_load import MeasuredLoad, shard_loads
+from paimon_group.reading.start import StartKind, parse_start
 
 log = logging.getLogger("paimon_group.member")
 

@@ -19,10 +19,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from coordinators.errors import CoordinatorError, SessionLost
-from paimon_group.config import MemberConfig
+from paimon_group.config.member import MemberConfig
 from paimon_group.member.core import MemberCore, RebalanceListener
 from paimon_group.member.state import OwnedShard, Stop
-from paimon_group.records import position_order
+from paimon_group.protocol.records import position_order
 
 log = logging.getLogger("paimon_group.member")
 

@@ -19,19 +19,19 @@ import time
 
 from coordinators.base import SessionState
 from coordinators.errors import CoordinatorError, PaimonGroupError, SessionLost
-from paimon_group.assignor import assign
-from paimon_group.config import MemberConfig
+from paimon_group.config.member import MemberConfig
 from paimon_group.errors import MemberRemoved
-from paimon_group.group import GroupClient
-from paimon_group.group_start import read_group_start
 from paimon_group.member.balance import LeaderLoads, full_scan_pending
 from paimon_group.member.core import RebalanceListener
 from paimon_group.member.ownership import Ownership
 from paimon_group.member.round_view import RoundView, read_round
-from paimon_group.records import Assignment
-from paimon_group.shard_load import MeasuredLoad, measure
-from paimon_group.sharding import Sharding
-from paimon_group.static_membership import VanishedMembers, same_assignment, sticky_basis
+from paimon_group.protocol.assignor import assign
+from paimon_group.protocol.group import GroupClient
+from paimon_group.protocol.group_start import read_group_start
+from paimon_group.protocol.records import Assignment
+from paimon_group.protocol.sharding import Sharding
+from paimon_group.protocol.static_membership import VanishedMembers, same_assignment, sticky_basis
+from paimon_group.reading.shard_load import MeasuredLoad, measure
 
 log = logging.getLogger("paimon_group.member")
 
@@ -293,7 +293,7 @@ class Control(Ownership):
     def _reserved_members(
         self, live: set[str], previous: Assignment | None, leaving: set[str]
     ) -> set[str]:
-        """Static membership (:class:`~paimon_group.static_membership.VanishedMembers`):
+        """Static membership (:class:`~paimon_group.protocol.static_membership.VanishedMembers`):
         members that vanished without a goodbye keep their shards for
         ``rebalance_delay_s``; the round is re-run when a delay runs out."""
         reserved, recheck_after = self._vanished.reserved(

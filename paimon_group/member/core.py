@@ -20,19 +20,19 @@ from typing import Any, Protocol
 
 from coordinators.base import Coordinator, Watch
 from coordinators.registry import redact_url
-from paimon_group.batch import ShardBatch
-from paimon_group.config import MemberConfig
-from paimon_group.group import GroupClient
-from paimon_group.history import HistoryRecorder, NullRecorder
+from paimon_group.config.member import MemberConfig
 from paimon_group.member.head import HeadView
+from paimon_group.member.history import HistoryRecorder, NullRecorder
 from paimon_group.member.reachability import Reachability
 from paimon_group.member.state import MemberState, OwnedShard, SessionGate, may_move
-from paimon_group.mirror import ConsumerMirror
-from paimon_group.planner import ShardPlanner
-from paimon_group.records import Assignment, GroupMeta
-from paimon_group.sharding import ShardRule
-from paimon_group.start import StartPosition
-from paimon_group.table import ShardedTable
+from paimon_group.protocol.group import GroupClient
+from paimon_group.protocol.records import Assignment, GroupMeta
+from paimon_group.protocol.sharding import ShardRule
+from paimon_group.reading.batch import ShardBatch
+from paimon_group.reading.mirror import ConsumerMirror
+from paimon_group.reading.planner import ShardPlanner
+from paimon_group.reading.start import StartPosition
+from paimon_group.reading.table import ShardedTable
 
 log = logging.getLogger("paimon_group.member")
 

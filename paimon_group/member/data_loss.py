@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from coordinators.urls import redact_url
-from paimon_group.config import MemberConfig, local_coordinator_url
+from paimon_group.config.member import MemberConfig, local_coordinator_url
 from paimon_group.errors import SnapshotExpired
 
 ON_DATA_LOSS = ("fail", "skip")

@@ -12,17 +12,17 @@ from typing import Self
 import tenacity
 
 from coordinators.errors import CoordinatorError
-from paimon_group.batch import ShardBatch
-from paimon_group.config import MemberConfig
+from paimon_group.config.member import MemberConfig
+from paimon_group.config.projection import check_columns
 from paimon_group.errors import HandlerFailed
 from paimon_group.member.core import Handler, RebalanceListener
 from paimon_group.member.driving import Driving
 from paimon_group.member.membership import Membership
 from paimon_group.member.reader import Process
 from paimon_group.member.state import MemberState, Stop
-from paimon_group.projection import check_columns
-from paimon_group.start import parse_start
-from paimon_group.table import ShardedTable
+from paimon_group.reading.batch import ShardBatch
+from paimon_group.reading.start import parse_start
+from paimon_group.reading.table import ShardedTable
 
 log = logging.getLogger("paimon_group.member")
 

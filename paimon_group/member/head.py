@@ -28,7 +28,7 @@ The record also carries what every member would otherwise fetch for itself:
   file is written once under its id and never changed; a table re-created
   under the same name (ids used again) is caught by the identity check;
 * on an object store, the **manifest list and manifests** a follow-up step of
-  that snapshot reads (:mod:`paimon_group.handed_over`, up to 64 KiB), in the
+  that snapshot reads (:mod:`paimon_group.store.handed_over`, up to 64 KiB), in the
   publication of a new latest only (not in the beats): members plan from
   them instead of reading them, four requests each;
 * the **table's identity** as the leader's last check found it (every
@@ -66,7 +66,7 @@ from dataclasses import dataclass
 
 from coordinators.base import Check, Coordinator, Put
 from coordinators.errors import CoordinatorError
-from paimon_group.names import GroupKeys
+from paimon_group.protocol.names import GroupKeys
 
 __all__ = [
     "HEAD_BEAT_S", "HEAD_SNAPSHOT_MAX", "HEAD_STALE_S", "TABLE_CHECK_S", "HeadLoop",
@@ -207,7 +207,7 @@ class TablePoller:
 
     ``latest`` finds the latest snapshot id, ``snapshot_text`` reads a
     snapshot's file (None: absent), ``identity`` the table's identity
-    (:func:`paimon_group.identity.table_identity`). A snapshot's text is read
+    (:func:`paimon_group.protocol.identity.table_identity`). A snapshot's text is read
     once per new latest; the identity every ``check_every_s``.
     """
 

@@ -26,18 +26,18 @@ import tenacity
 from coordinators.base import Coordinator, SessionState
 from coordinators.errors import CoordinatorError, PaimonGroupError, SessionLost
 from coordinators.registry import open_coordinator
-from paimon_group.consumer_meta import ConsumerFilesOrigin, adopt_winner, prepare_new_group
+from paimon_group.config.warehouses import normalised_warehouse
 from paimon_group.errors import MemberIdInUse
-from paimon_group.group import GroupClient
-from paimon_group.identity import check_table_identity, table_identity
 from paimon_group.member.control import Control
 from paimon_group.member.core import VERSION
 from paimon_group.member.head import HeadLoop, HeadRecord, TablePoller
 from paimon_group.member.state import MemberState
-from paimon_group.mirror import ConsumerMirror, mirror_interval
-from paimon_group.records import GroupMeta, MemberInfo
-from paimon_group.sharding import Sharding, ShardRule, idle_shards_note, plan_new_group
-from paimon_group.warehouses import normalised_warehouse
+from paimon_group.protocol.group import GroupClient
+from paimon_group.protocol.identity import check_table_identity, table_identity
+from paimon_group.protocol.records import GroupMeta, MemberInfo
+from paimon_group.protocol.sharding import Sharding, ShardRule, idle_shards_note, plan_new_group
+from paimon_group.reading.consumer_meta import ConsumerFilesOrigin, adopt_winner, prepare_new_group
+from paimon_group.reading.mirror import ConsumerMirror, mirror_interval
 
 log = logging.getLogger("paimon_group.member")
 
@@ -118,7 +118,7 @@ class Membership(Control):
 
     async def _ensure_meta(self, group: GroupClient, *, first: bool) -> GroupMeta:
         """The group's metadata; a new group gets the shard count and sharding
-        rule of :func:`paimon_group.sharding.plan_new_group` (checked before
+        rule of :func:`paimon_group.protocol.sharding.plan_new_group` (checked before
         anything is created)."""
         assert self.table is not None
         table = self.table
@@ -186,7 +186,7 @@ class Membership(Control):
 
     async def _vet_consumer_files(self, num_shards: int, sharding: str) -> ConsumerFilesOrigin:
         """A new group's origin (its new incarnation id), after its consumer
-        files were vetted (:func:`paimon_group.consumer_meta.prepare_new_group`)."""
+        files were vetted (:func:`paimon_group.reading.consumer_meta.prepare_new_group`)."""
         assert self.table is not None
         table = self.table
         incarnation = uuid.uuid4().hex

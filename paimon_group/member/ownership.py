@@ -7,7 +7,7 @@ is visible (invariant 2). A shard no longer ours is revoked: the batch in
 flight finishes (or is abandoned after ``revoke_timeout_s``), then the final
 position and the deletion of the owner key land in one commit. A release
 that cannot be made then is retried every control round
-(:mod:`paimon_group.releasing`).
+(:mod:`paimon_group.protocol.releasing`).
 """
 
 from __future__ import annotations
@@ -19,14 +19,14 @@ import logging
 import time
 
 from coordinators.errors import CoordinatorError
-from paimon_group.config import MemberConfig
-from paimon_group.consumer_meta import ConsumerFilesOrigin, resume_allowed
-from paimon_group.group import GroupClient
+from paimon_group.config.member import MemberConfig
 from paimon_group.member.commits import Commits
 from paimon_group.member.core import RebalanceListener
 from paimon_group.member.state import OwnedShard
-from paimon_group.mirror import MirroredPosition
-from paimon_group.releasing import PendingReleases
+from paimon_group.protocol.group import GroupClient
+from paimon_group.protocol.releasing import PendingReleases
+from paimon_group.reading.consumer_meta import ConsumerFilesOrigin, resume_allowed
+from paimon_group.reading.mirror import MirroredPosition
 
 log = logging.getLogger("paimon_group.member")
 
@@ -95,7 +95,7 @@ class Ownership(Commits):
 
     def _resume_from_file(self, shard: int) -> MirroredPosition | None:
         """The shard's consumer file (with its pending full scan, if marked), if
-        the group may resume from it (:func:`paimon_group.consumer_meta.resume_allowed`:
+        the group may resume from it (:func:`paimon_group.reading.consumer_meta.resume_allowed`:
         written under this group's shard count and rule, by this incarnation
         or one it vetted); else None, and the shard starts as configured."""
         assert self._mirror is not None and self.table is not None and self._meta is not None
@@ -206,7 +206,7 @@ class Ownership(Commits):
         Reads only the owner keys of the shards held (O(own shards)); when a
         sweep is due (see ``_sweep_due``) it lists every owner key instead and
         also releases those that are ours but not owned
-        (:mod:`paimon_group.releasing`)."""
+        (:mod:`paimon_group.protocol.releasing`)."""
         self._ownership_checked_at = time.monotonic()
         held = [o for o in self._owned.values() if o.active]
         if self._sweep_due:

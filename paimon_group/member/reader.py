@@ -21,21 +21,21 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from coordinators.errors import CoordinatorError, PaimonGroupError, SessionLost
-from paimon_group.batch import ShardBatch
-from paimon_group.config import MemberConfig
-from paimon_group.consumer_meta import carried_start, record_start
+from paimon_group.config.member import MemberConfig
 from paimon_group.errors import HandlerFailed, NotOwner, SnapshotExpired, StaleEpoch
-from paimon_group.group_start import group_start
-from paimon_group.identity import check_table_identity, table_identity
 from paimon_group.member.commits import CommitLane, Commits
 from paimon_group.member.core import RebalanceListener
 from paimon_group.member.data_loss import LostRange, data_loss_error, skip_warning
 from paimon_group.member.head import TABLE_CHECK_S
 from paimon_group.member.state import OwnedShard, Stop
-from paimon_group.planner import StepPlan
-from paimon_group.records import GroupStart
-from paimon_group.start import ResolvedStart
-from paimon_group.table import ShardedTable
+from paimon_group.protocol.group_start import group_start
+from paimon_group.protocol.identity import check_table_identity, table_identity
+from paimon_group.protocol.records import GroupStart
+from paimon_group.reading.batch import ShardBatch
+from paimon_group.reading.consumer_meta import carried_start, record_start
+from paimon_group.reading.planner import StepPlan
+from paimon_group.reading.start import ResolvedStart
+from paimon_group.reading.table import ShardedTable
 
 log = logging.getLogger("paimon_group.member")
 

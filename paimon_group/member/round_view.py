@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from coordinators.protocol import Entry
-from paimon_group.group import GroupClient
-from paimon_group.records import Assignment, Owner
+from paimon_group.protocol.group import GroupClient
+from paimon_group.protocol.records import Assignment, Owner
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from coordinators.base import Coordinator
-from paimon_group.config import MemberConfig
+from paimon_group.config.member import MemberConfig
 
 
 class MemberState(enum.Enum):

@@ -2,19 +2,19 @@
 :mod:`paimon_group.ops.reset`).
 
 Every change is one guarded, atomic commit of the group protocol
-(:class:`~paimon_group.group.GroupClient`), or a short retry loop of them, so
+(:class:`~paimon_group.protocol.group.GroupClient`), or a short retry loop of them, so
 an administrator can never corrupt what live members do:
 
 ``delete``
     Removes every key of the group in one commit
-    (:meth:`~paimon_group.group.GroupClient.delete_all`), refused while any
+    (:meth:`~paimon_group.protocol.group.GroupClient.delete_all`), refused while any
     member, owner or leader key exists; then deletes the group's Paimon
     consumer files (orphaned ones would keep snapshots from expiring forever).
 ``remove_member``
     Deletes a member's member key, its owner keys and (if it leads) the
     leader key, and records its goodbye (so a rebalance delay does not keep
     its shards waiting), in one commit guarded by the create versions
-    (:meth:`~paimon_group.group.GroupClient.remove_member`). Safe even if the
+    (:meth:`~paimon_group.protocol.group.GroupClient.remove_member`). Safe even if the
     process is alive: its commits are fenced by the deleted epochs, and the
     leader reassigns its shards when the member list changes.
 """
@@ -30,12 +30,12 @@ from typing import Any
 from coordinators.base import Coordinator
 from coordinators.errors import ConfigError, CorruptValue
 from paimon_group.errors import GroupBusy
-from paimon_group.group import GroupClient
-from paimon_group.names import GroupKeys, validate_group, validate_member_id
 from paimon_group.ops.report import GroupNotFound, GroupReport, report_from_state
 from paimon_group.ops.reset import FORCE_ATTEMPTS, admin_mirror, check_table
-from paimon_group.records import GroupMeta
-from paimon_group.table import ShardedTable
+from paimon_group.protocol.group import GroupClient
+from paimon_group.protocol.names import GroupKeys, validate_group, validate_member_id
+from paimon_group.protocol.records import GroupMeta
+from paimon_group.reading.table import ShardedTable
 
 log = logging.getLogger("paimon_group.admin")
 

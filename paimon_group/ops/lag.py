@@ -19,7 +19,7 @@ table's latest snapshot ``L``):
     the files the unread snapshots added in the shard's buckets (deltas, or
     changelogs for tables with a changelog producer; snapshots a follow-up
     read skips, such as compactions, count 0: the planner's own rule,
-    :func:`~paimon_group.steps.follow_up_scans`). Counted before merging, so
+    :func:`~paimon_group.reading.steps.follow_up_scans`). Counted before merging, so
     an update counts once per write. At most ``max_snapshots`` unread
     snapshots are read; beyond that the value is a lower bound and
     ``unread_rows_complete`` is false.
@@ -43,7 +43,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from paimon_group.handed_over import HandedOverFileIO
 from paimon_group.ops.retention import (
     LOST,
     NONE_UNREAD,
@@ -56,10 +55,11 @@ from paimon_group.ops.retention import (
     estimate,
     protection_s,
 )
-from paimon_group.sharding import Sharding, ShardRule
-from paimon_group.steps import follow_up_scans, increment_manifests
-from paimon_group.store_io import is_object_store
-from paimon_group.table import ShardedTable
+from paimon_group.protocol.sharding import Sharding, ShardRule
+from paimon_group.reading.steps import follow_up_scans, increment_manifests
+from paimon_group.reading.table import ShardedTable
+from paimon_group.store.files import is_object_store
+from paimon_group.store.handed_over import HandedOverFileIO
 
 log = logging.getLogger("paimon_group.describe")
 
@@ -430,7 +430,7 @@ class OwnedLag:
             # so this thread shares no reader state with the member's.
             own = ShardedTable(table.table, warehouse=table.warehouse,
                                identifier=table.identifier)
-            # The member's handed-over manifests (paimon_group.handed_over):
+            # The member's handed-over manifests (paimon_group.store.handed_over):
             # what the row count reads of unread snapshots is kept there for
             # the member's planner, which reads the same files next.
             own.handed_over = getattr(table, "handed_over", own.handed_over)

@@ -85,7 +85,7 @@ from prometheus_client.registry import Collector
 
 from paimon_group.member import VERSION
 from paimon_group.ops.lag import LagSource, OwnedLag
-from paimon_group.records import Assignment
+from paimon_group.protocol.records import Assignment
 
 log = logging.getLogger("paimon_group.metrics")
 

@@ -6,7 +6,7 @@ draws as rich tables:
 
 * the group: ``group``, ``exists``, ``table``, ``num_shards``, ``sharding``
   (the group's rule: ``{"rule": ..., "formula": ...}``, see
-  :mod:`paimon_group.sharding`), ``table_kind`` (fixed, dynamic, unaware or
+  :mod:`paimon_group.protocol.sharding`), ``table_kind`` (fixed, dynamic, unaware or
   postpone), ``assignor`` (``count`` or ``load``), ``state``
   (``empty``: no live member; ``stable``: the published assignment names
   exactly the live members and every shard is owned by the member it is
@@ -43,15 +43,15 @@ from typing import Any
 
 from coordinators.base import Coordinator
 from coordinators.errors import ConfigError
-from paimon_group.group import GroupClient
-from paimon_group.group_views import GroupState
-from paimon_group.mirror import ConsumerMirror
-from paimon_group.names import consumer_id
 from paimon_group.ops.lag import DEFAULT_MAX_SNAPSHOTS, ShardProgress, SnapshotFacts
 from paimon_group.ops.retention import DataLossEstimate, earliest_loss
-from paimon_group.records import Assignment, Position
-from paimon_group.sharding import ShardRule
-from paimon_group.table import ShardedTable
+from paimon_group.protocol.group import GroupClient
+from paimon_group.protocol.group_views import GroupState
+from paimon_group.protocol.names import consumer_id
+from paimon_group.protocol.records import Assignment, Position
+from paimon_group.protocol.sharding import ShardRule
+from paimon_group.reading.mirror import ConsumerMirror
+from paimon_group.reading.table import ShardedTable
 
 log = logging.getLogger("paimon_group.describe")
 

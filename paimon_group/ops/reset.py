@@ -1,11 +1,11 @@
 """``paimon-group reset``: move a group's positions, coordinator and consumer files together.
 
 Without ``force`` the new positions are written only where no owner key
-exists (:meth:`~paimon_group.group.GroupClient.reset_positions`, guarded on
+exists (:meth:`~paimon_group.protocol.group.GroupClient.reset_positions`, guarded on
 absent owner keys), and only when the group has no live member. With
 ``force`` each shard's owner key is **deleted in the same commit** that
 writes its position, guarded by the owner's epoch as read
-(:meth:`~paimon_group.group.GroupClient.force_positions`): the owner is
+(:meth:`~paimon_group.protocol.group.GroupClient.force_positions`): the owner is
 fenced (its next commit fails its epoch check), and whoever owns the shard
 next creates a new owner key and then reads the position, so it reads the
 reset one (invariants 1 and 2: a reset is the one explicit backwards move).
@@ -40,13 +40,13 @@ from typing import Any
 
 from coordinators.errors import ConfigError
 from paimon_group.errors import GroupBusy
-from paimon_group.group import GroupClient
-from paimon_group.group_views import GroupState
-from paimon_group.mirror import ConsumerMirror
-from paimon_group.names import consumer_id
 from paimon_group.ops.report import GroupNotFound
-from paimon_group.start import parse_start
-from paimon_group.table import ShardedTable
+from paimon_group.protocol.group import GroupClient
+from paimon_group.protocol.group_views import GroupState
+from paimon_group.protocol.names import consumer_id
+from paimon_group.reading.mirror import ConsumerMirror
+from paimon_group.reading.start import parse_start
+from paimon_group.reading.table import ShardedTable
 
 log = logging.getLogger("paimon_group.admin")
 

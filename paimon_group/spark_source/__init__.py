@@ -1,55 +1,38 @@
-"""A Spark Structured Streaming source over a consumer group: ``format("paimon-group")``.
+"""Deprecated path of :mod:`paimon_group.spark.source`, kept for one release (until 0.2).
 
-Each running query's driver is one member of the group; see
-:mod:`paimon_group.spark_source.source` and docs/spark.md. Needs PySpark >= 4.2: the
-source uses the admission control (``latestOffset(start, limit)``, read limits)
-and ``Trigger.AvailableNow`` support that Python data sources gained in Spark
-4.2. On an older PySpark, importing this package raises one ConfigError line.
-
-Example::
-
-    from paimon_group.spark import PaimonGroupDataSource
-
-    spark.dataSource.register(PaimonGroupDataSource)
-    df = (spark.readStream.format("paimon-group")
-          .option("group", "orders").option("warehouse", "/data/wh")
-          .option("table", "db.orders").option("member_id", "q1").load())
+Importing it warns once (DeprecationWarning) and gives the same objects as
+the new path, its modules included (``paimon_group.spark_source.sink`` is
+``paimon_group.spark.source.sink``). As before, it needs PySpark >= 4.2 and
+says so in one ConfigError line on an older one.
 """
 
 from __future__ import annotations
 
-from coordinators.errors import ConfigError
+import importlib
+import sys
+import warnings
+from typing import Any
 
-MIN_PYSPARK = "4.2"
+from paimon_group.spark import source as _source
 
+_MODULES = ("driver", "errors", "offsets", "options", "sink", "source")
 
-def _require_streaming_admission_control() -> None:
-    """One clear line, instead of an ImportError deep in Spark, on PySpark < 4.2."""
-    try:
-        import pyspark
-    except ImportError as err:
-        raise ConfigError(
-            "the paimon-group Spark source needs PySpark (>= 4.2); "
-            "install the extra: pip install '.[spark]'"
-        ) from err
-    try:
-        import pyspark.sql.streaming.datasource  # added in Spark 4.2
-    except ImportError as err:
-        raise ConfigError(
-            f"the paimon-group Spark source needs PySpark >= {MIN_PYSPARK} (admission control "
-            f"for Python streaming sources); this is PySpark {pyspark.__version__}: upgrade it, "
-            "or use --spark-handler workers, which run on PySpark 4.0 and later"
-        ) from err
+__all__ = list(_source.__all__)
 
+# The old module paths name the new modules: one module object each, so a
+# class has one identity whichever path imported it.
+for _name in _MODULES:
+    sys.modules[f"{__name__}.{_name}"] = importlib.import_module(f"{_source.__name__}.{_name}")
 
-_require_streaming_admission_control()
-
-# Imported after the check: source.py imports pyspark.sql.streaming.datasource.
-from paimon_group.spark_source.options import SourceOptions  # noqa: E402
-from paimon_group.spark_source.source import (  # noqa: E402
-    PaimonGroupDataSource,
-    PaimonGroupStreamReader,
-    ShardPartition,
+warnings.warn(
+    "paimon_group.spark_source is deprecated and goes in 0.2: import from paimon_group.spark "
+    "(PaimonGroupDataSource) or paimon_group.spark.source",
+    DeprecationWarning,
+    stacklevel=2,
 )
 
-__all__ = ["PaimonGroupDataSource", "PaimonGroupStreamReader", "ShardPartition", "SourceOptions"]
+
+def __getattr__(name: str) -> Any:
+    if name in _MODULES:
+        return sys.modules[f"{__name__}.{name}"]
+    return getattr(_source, name)

@@ -133,7 +133,7 @@ def measure(wh: str, repeats: int, name: str = TABLE, alternations: int = 7
     one per shard, as a member's handler gets a batch per shard."""
     import pyarrow.parquet as pq
 
-    from paimon_group.table import ShardedTable
+    from paimon_group.reading.table import ShardedTable
     from tests.support.tables import open_table
 
     pt = open_table(wh, name)

@@ -22,7 +22,7 @@ the last, and that time over the time of a perfect balance
 (``total rows / 4 / RATE``).
 
 The shards moved per rebalance come from the pure assignors on the loads
-measured from the same table (``paimon_group.shard_load``): 4 members join
+measured from the same table (``paimon_group.reading.shard_load``): 4 members join
 one by one, a fifth joins, one leaves, and then the load shifts (the next
 rows go to another partition, or other buckets) -- count against load, each
 step's moves.
@@ -112,7 +112,7 @@ async def _drain(wh: str, table: str, assignor: str, start: str, group: str
                  ) -> dict[str, Any]:
     """4 members drain ``table``'s backlog; rows per member and the drain time."""
     from paimon_group import GroupMember, MemberConfig
-    from paimon_group.table import ShardedTable
+    from paimon_group.reading.table import ShardedTable
 
     latest = ShardedTable.open(wh, table).latest_snapshot_id()
     assert latest is not None
@@ -164,8 +164,8 @@ async def _drain(wh: str, table: str, assignor: str, start: str, group: str
 
 def _moves_per_rebalance(loads: dict[int, int], shifted: dict[int, int]
                          ) -> dict[str, list[int]]:
-    from paimon_group.assignor import assign, moves
-    from paimon_group.load_assignor import assign_by_load
+    from paimon_group.protocol.assignor import assign, moves
+    from paimon_group.protocol.load_assignor import assign_by_load
 
     steps: list[tuple[list[str], dict[int, int]]] = [
         (MEMBERS[:1], loads), (MEMBERS[:2], loads), (MEMBERS[:3], loads), (MEMBERS, loads),
@@ -189,9 +189,9 @@ def _moves_per_rebalance(loads: dict[int, int], shifted: dict[int, int]
 
 def _measured(wh: str, table: str, rule: str, full_scans: bool) -> dict[int, int]:
     """The loads a new group's leader sees (with every full scan ahead, or none)."""
-    from paimon_group.shard_load import measure, shard_loads
-    from paimon_group.sharding import Sharding, ShardRule
-    from paimon_group.table import ShardedTable
+    from paimon_group.protocol.sharding import Sharding, ShardRule
+    from paimon_group.reading.shard_load import measure, shard_loads
+    from paimon_group.reading.table import ShardedTable
 
     t = ShardedTable.open(wh, table)
     m = measure(t, Sharding(ShardRule(rule), SHARDS))
@@ -202,9 +202,9 @@ def _measured(wh: str, table: str, rule: str, full_scans: bool) -> dict[int, int
 def _shift(wh: str, table: str, rule: str, rows: int) -> dict[int, int]:
     """Write ``rows`` more to other keys (partition p1, or new buckets) and
     measure the loads a caught-up group then sees (the recent rows)."""
-    from paimon_group.shard_load import measure, shard_loads
-    from paimon_group.sharding import Sharding, ShardRule
-    from paimon_group.table import ShardedTable
+    from paimon_group.protocol.sharding import Sharding, ShardRule
+    from paimon_group.reading.shard_load import measure, shard_loads
+    from paimon_group.reading.table import ShardedTable
     from tests.support.tables import write_rows
 
     if table == "db.hot":

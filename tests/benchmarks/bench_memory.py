@@ -61,7 +61,7 @@ def member_worker(*, warehouse: str, coordinator: str, read: str, parallel: int 
     everything, report ``(ready_rss, peak_rss, rows, how)`` in bytes."""
     import resource
 
-    from paimon_group.config import MemberConfig
+    from paimon_group.config.member import MemberConfig
     from paimon_group.member import GroupMember
 
     rows = 0
@@ -162,7 +162,7 @@ def run(ctx: Context) -> list[Figure]:
     table_bytes = rows * (payload + 16)
     # Rows after the merge: later commits overwrite earlier keys, so count
     # what a full scan returns rather than what was written.
-    from paimon_group.table import ShardedTable
+    from paimon_group.reading.table import ShardedTable
     from tests.benchmarks.common import latest_snapshot
 
     table = ShardedTable.open(wh, TABLE)

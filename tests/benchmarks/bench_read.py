@@ -95,7 +95,7 @@ def in_process_initial(wh: str, repeats: int) -> dict[str, Any]:
     import pyarrow.parquet as pq
     from pypaimon.read.table_read import TableRead  # noqa: F401  (warm imports)
 
-    from paimon_group.table import ShardedTable
+    from paimon_group.reading.table import ShardedTable
     from tests.support.tables import open_table
 
     pt = open_table(wh, TABLE)
@@ -128,7 +128,7 @@ def in_process_initial(wh: str, repeats: int) -> dict[str, Any]:
 
 def in_process_follow_ups(wh: str, first: int, latest: int, repeats: int) -> dict[str, Any]:
     """Follow-ups ``first..latest`` read in this process, both sides alternately."""
-    from paimon_group.table import ShardedTable
+    from paimon_group.reading.table import ShardedTable
 
     planner = ShardedTable.open(wh, TABLE).planner(8)
     snapshots = {"initial": first - 1, "latest": latest}
@@ -191,7 +191,7 @@ print(json.dumps({"last_row": time.monotonic(), "rows": rows,
 
 _MEMBER = """
 import asyncio, json, os, sys, threading, time
-from paimon_group.config import MemberConfig
+from paimon_group.config.member import MemberConfig
 from paimon_group.member import GroupMember
 wh, name, expected, coord, read = sys.argv[1:6]
 expected = int(expected)

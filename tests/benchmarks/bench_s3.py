@@ -91,7 +91,7 @@ def in_process(server: Any, wh: str, options: dict[str, str]) -> dict[str, Any]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from paimon_group.table import ShardedTable
+    from paimon_group.reading.table import ShardedTable
     from tests.support.tables import open_table
 
     pt = open_table(wh, TABLE)

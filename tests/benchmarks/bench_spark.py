@@ -51,9 +51,9 @@ SPARK_CONF = {
 
 
 def measure(workdir: Path, rows: int, repeats: int) -> dict[str, Any]:
-    from paimon_group.batch import ShardBatch
-    from paimon_group.spark import SparkBatchHandler, build_spark_session
-    from paimon_group.table import ShardedTable
+    from paimon_group.reading.batch import ShardBatch
+    from paimon_group.reading.table import ShardedTable
+    from paimon_group.spark.handler import SparkBatchHandler, build_spark_session
 
     wh = str(workdir / "wh")
     fill_table(wh, TABLE, buckets=4, snapshots=1, rows_per_snapshot=rows)

@@ -60,9 +60,9 @@ def _source_once(spark: Any, wh: str, workdir: Path, run: int) -> int:
 
 
 def _handler_once(spark: Any, wh: str) -> int:
-    from paimon_group.batch import ShardBatch
-    from paimon_group.spark import SparkBatchHandler
-    from paimon_group.table import ShardedTable
+    from paimon_group.reading.batch import ShardBatch
+    from paimon_group.reading.table import ShardedTable
+    from paimon_group.spark.handler import SparkBatchHandler
 
     table = ShardedTable.open(wh, TABLE)
     planner = table.planner(4)
@@ -88,7 +88,7 @@ def _handler_once(spark: Any, wh: str) -> int:
 
 
 def measure(workdir: Path, rows: int, repeats: int, snapshots: int = 4) -> dict[str, Any]:
-    from paimon_group.spark import PaimonGroupDataSource, build_spark_session
+    from paimon_group.spark.handler import PaimonGroupDataSource, build_spark_session
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
     path = os.environ.get("PYTHONPATH")

@@ -255,7 +255,7 @@ class GroupWatcher:
 
     async def __aenter__(self) -> GroupWatcher:
         from coordinators.registry import open_coordinator
-        from paimon_group.group import GroupClient
+        from paimon_group.protocol.group import GroupClient
 
         self.coord = open_coordinator(self.url)
         await self.coord.connect()

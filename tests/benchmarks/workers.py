@@ -51,7 +51,7 @@ def member_process(
     stop: Any,
     session_timeout_s: float = 10.0,
 ) -> None:
-    from paimon_group.config import MemberConfig
+    from paimon_group.config.member import MemberConfig
     from paimon_group.member import GroupMember
 
     def handler(batch: Any) -> None:

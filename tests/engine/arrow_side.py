@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from paimon_group.planner import ShardPlanner
-from paimon_group.table import ShardedTable
+from paimon_group.reading.planner import ShardPlanner
+from paimon_group.reading.table import ShardedTable
 
 
 @dataclass(frozen=True)

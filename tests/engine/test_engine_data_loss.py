@@ -235,8 +235,8 @@ def test_the_spark_source_fails_or_skips_on_snapshots_the_engine_expired(
         engine: Engine, tmp_path: Path) -> None:
     """``failOnDataLoss`` on snapshots expired by count (``num-retained.max``)."""
     from paimon_group.errors import SnapshotExpired
-    from paimon_group.spark_source.offsets import NO_CATCH_UP, Cursor, plan_ranges
-    from paimon_group.table import ShardedTable
+    from paimon_group.reading.table import ShardedTable
+    from paimon_group.spark.source.offsets import NO_CATCH_UP, Cursor, plan_ranges
 
     warehouse = str(tmp_path / "wh")
     engine.create_table(warehouse, table_schema(), primary_keys=["id"], options={

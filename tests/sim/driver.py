@@ -1,6 +1,6 @@
 """A simulated member driven as the Spark source drives one.
 
-:class:`paimon_group.spark_source.driver.GroupDriver` runs its member on a
+:class:`paimon_group.spark.source.driver.GroupDriver` runs its member on a
 loop of its own, in a thread, and blocks on it: it cannot run on the
 simulation's virtual time. So :func:`drive` does on the run's loop what the
 source's micro-batch cycle does through it (``GroupPointSource.latestOffset``,
@@ -25,7 +25,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from paimon_group.spark_source.offsets import (
+from paimon_group.spark.source.offsets import (
     NO_CATCH_UP,
     Cursor,
     ShardRange,

@@ -197,7 +197,7 @@ def _make(root: Path, kind: str) -> None:
 
 def _build(root: Path, kind: str, *, first_id: int, snapshots: int,
            alter_before: int | None) -> Template:
-    from paimon_group.sharding import choose_rule, table_kind
+    from paimon_group.protocol.sharding import choose_rule, table_kind
     from tests.support.tables import compact, open_table
 
     _make(root, kind)
@@ -367,7 +367,7 @@ class ReplayWarehouse:
         good, except under the file rule, where a compaction moves it)."""
         key = (i, shards)
         if key not in self._shard_cache:
-            from paimon_group.sharding import Sharding
+            from paimon_group.protocol.sharding import Sharding
 
             t = self._template_of(i)
             part, bucket, name = t.first_loc[i]
@@ -377,7 +377,7 @@ class ReplayWarehouse:
 
     def shards_of(self, i: int, shards: int) -> set[int]:
         """Every shard a file holding id ``i`` ever belonged to."""
-        from paimon_group.sharding import Sharding
+        from paimon_group.protocol.sharding import Sharding
 
         t = self._template_of(i)
         sharding = Sharding(t.rule, shards)  # type: ignore[arg-type]

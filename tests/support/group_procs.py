@@ -146,7 +146,7 @@ class GroupHarness:
         table's latest snapshot (independent of the planner: pypaimon's own
         batch plan, each split or file read alone). A key found in files of two
         shards is an error here (each key must live in one shard)."""
-        from paimon_group.sharding import Sharding, ShardRule
+        from paimon_group.protocol.sharding import Sharding, ShardRule
 
         d = self.describe()
         sharding = Sharding(ShardRule.parse(d["sharding"]["rule"]), d["num_shards"])
@@ -233,9 +233,9 @@ class GroupHarness:
 
     def describe(self) -> dict[str, Any]:
         from coordinators.registry import open_coordinator
-        from paimon_group.config import resolve_coordinator
+        from paimon_group.config.member import resolve_coordinator
         from paimon_group.ops.report import describe_group
-        from paimon_group.table import ShardedTable
+        from paimon_group.reading.table import ShardedTable
 
         url = resolve_coordinator(self.warehouse, self.coordinator)
 

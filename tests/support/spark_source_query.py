@@ -2,7 +2,7 @@
 
 Used by tests/test_spark_source_e2e.py: reads the group with the source,
 writes every micro-batch to the documented replacing sink
-(:func:`paimon_group.spark_source.sink.write_replacing`) and leaves one
+(:func:`paimon_group.spark.source.sink.write_replacing`) and leaves one
 marker file per batch (member, batch id, the (shard, snapshot) pairs it
 held, when). Stops gracefully when ``--stop-file`` appears.
 
@@ -29,8 +29,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--session-timeout-s", default="4")
     args = parser.parse_args(argv)
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    from paimon_group.spark import PaimonGroupDataSource, build_spark_session
-    from paimon_group.spark_source.sink import write_replacing
+    from paimon_group.spark.handler import PaimonGroupDataSource, build_spark_session
+    from paimon_group.spark.source.sink import write_replacing
 
     spark = build_spark_session(master="local[1]", app_name=f"pg-source-{args.member}", conf={
         "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "1",

@@ -5,7 +5,7 @@ Each worker runs ``paimon-group run ... --spark-handler pipeline:handle``;
 DataFrame of ``shop.orders`` rows (``order_id``, ``customer_id``,
 ``amount_cents``), joins it with the small ``customers`` dimension table
 (``customer_id`` -> ``region``), and writes two outputs, each to a
-:class:`~paimon_group.sinks.ParquetBatchSink` under the batch's key:
+:class:`~paimon_group.spark.sinks.ParquetBatchSink` under the batch's key:
 
 * ``enriched_orders``: every order with its region (row level);
 * ``region_totals``: per batch and region, the number of orders and their
@@ -35,7 +35,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from paimon_group.sinks import ParquetBatchSink
+from paimon_group.spark.sinks import ParquetBatchSink
 
 OUT = Path(os.environ.get("PIPELINE_OUT", "pipeline-out"))
 enriched_sink = ParquetBatchSink(OUT / "enriched_orders")

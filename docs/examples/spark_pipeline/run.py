@@ -198,7 +198,7 @@ def stop(proc: subprocess.Popen[bytes], timeout: float = 120) -> int | None:
 
 
 def check(run_dir: Path, regions: dict[int, str]) -> bool:
-    from paimon_group.sinks import ParquetBatchSink
+    from paimon_group.spark.sinks import ParquetBatchSink
 
     source = read_all_orders(run_dir / "warehouse")
     expected_totals: dict[str, list[int]] = defaultdict(lambda: [0, 0])
@@ -294,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
         say(f"starting {args.workers} workers (group {GROUP!r}); their logs: "
             f"{run_dir}/worker-*.log")
         workers = [start_worker(i, args, run_dir, env, remote) for i in range(args.workers)]
-        from paimon_group.sinks import ParquetBatchSink
+        from paimon_group.spark.sinks import ParquetBatchSink
 
         sink = ParquetBatchSink(run_dir / "out" / "enriched_orders")
 

@@ -20,8 +20,8 @@ import signal
 import sys
 
 from paimon_group.spark import PaimonGroupDataSource, build_spark_session
-from paimon_group.spark_source.errors import error_line
-from paimon_group.spark_source.sink import write_replacing
+from paimon_group.spark.source.errors import error_line
+from paimon_group.spark.source.sink import write_replacing
 
 
 def main() -> int:

@@ -1,0 +1,227 @@
+"""Configuration of one group member.
+
+Example::
+
+    >>> cfg = MemberConfig(group="orders", warehouse="/tmp/wh", table="db.orders")
+    >>> cfg.safety_margin_s
+    2.5
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from coordinators.base import ConnectOptions
+from coordinators.credentials import masked_repr
+from coordinators.errors import ConfigError
+from paimon_group.config.projection import parse_columns
+from paimon_group.config.warehouses import (
+    LOCAL_COORDINATOR,
+    is_remote,
+    local_state_file,
+    normalised_warehouse,
+)
+from paimon_group.protocol.assignor import parse_assignor
+from paimon_group.protocol.names import validate_group, validate_member_id
+
+DEFAULT_PARALLEL_SHARDS = max(1, min(4, os.cpu_count() or 1))
+"""Default ``max_parallel_shards``: one shard per CPU, at most 4. pypaimon's
+merge of primary-key rows holds the GIL, so more reading threads than CPUs
+only contend for it (measured in docs/benchmarks.md); pypaimon's own reads
+use at most one thread per CPU as well."""
+
+
+def refuse_credentials_in_warehouse(warehouse: str) -> None:
+    """Refuse ``s3://KEY:SECRET@bucket/...`` in one line that never echoes it.
+
+    pypaimon keeps such a URI in every object path it builds, and pyarrow's
+    errors quote those paths: the secret would be printed by the first error.
+    Credentials go in catalog options instead (a ``--config`` file or the
+    environment keeps them out of ``ps``).
+    """
+    scheme, sep, rest = warehouse.partition("://")
+    if sep and "@" in rest.split("/", 1)[0] and scheme.lower() != "file":
+        raise ConfigError(
+            f"the --warehouse URI {scheme}://***@... carries credentials: give them as catalog "
+            "options instead (s3.access-key and s3.secret-key, and s3.session-token, in a "
+            "--config file or PAIMON_GROUP_CATALOG_OPTION, or as --catalog-option KEY=VALUE)")
+
+
+def local_coordinator_url(warehouse: str) -> str:
+    """The embedded coordinator of ``--coordinator local``: one host's file.
+
+    For a local warehouse: ``<warehouse>/.paimon-group/coordinator.sqlite``
+    (beside the databases, hidden, and not ending in ``.db`` so that Paimon
+    never mistakes it for a database); it is also the implicit default. For a
+    remote warehouse (``s3://`` ...): a file of this host keyed by the
+    warehouse URI (:func:`paimon_group.config.warehouses.local_state_file`), so two
+    warehouses never share group keys; members on other hosts do not see it.
+    """
+    if is_remote(warehouse):
+        path = local_state_file(warehouse)
+    else:
+        path = Path(normalised_warehouse(warehouse)) / ".paimon-group" / "coordinator.sqlite"
+    return f"sqlite://{path}"
+
+
+CLI_OPTION = "--coordinator {}"
+"""How the command line spells a coordinator choice (``option`` below)."""
+
+
+def default_coordinator_url(warehouse: str, *, option: str = CLI_OPTION) -> str:
+    """The coordinator used when none is given: the embedded file under a
+    local warehouse. A remote warehouse has no implicit one (a file on each
+    host would split the group): a ConfigError names the choices, in one line.
+    ``option`` is how the caller spells a coordinator choice (a format with
+    one ``{}``)."""
+    if not is_remote(warehouse):
+        return local_coordinator_url(warehouse)
+    raise ConfigError(
+        f"the warehouse {normalised_warehouse(warehouse)} is remote and no coordinator was "
+        f"given: give {option.format('etcd://HOST:PORT')} or {option.format('zk://HOST:PORT')} "
+        f"to share the group across hosts, or {option.format(LOCAL_COORDINATOR)} to keep it on "
+        "this host only (members on other hosts would then form their own group)")
+
+
+def resolve_coordinator(warehouse: str, coordinator: str | None, *,
+                        option: str = CLI_OPTION) -> str:
+    """The coordinator URL of ``coordinator`` as given (None or empty: the
+    default; ``local``: :func:`local_coordinator_url`; else the URL itself).
+    A warehouse URI with credentials is refused first (never echoed)."""
+    refuse_credentials_in_warehouse(warehouse)
+    if not coordinator:
+        return default_coordinator_url(warehouse, option=option)
+    if coordinator.strip().lower() == LOCAL_COORDINATOR:
+        return local_coordinator_url(warehouse)
+    return coordinator
+
+
+MEMBER_HOST_CHARS = 16
+"""How much of the host name a generated member id keeps: ids must fit a
+``describe`` table; the pid and the random part keep them unique."""
+
+
+def generated_member_id() -> str:
+    """``HOST-PID-RANDOM``, the host cut to its first label and 16 characters."""
+    first = socket.gethostname().split(".", 1)[0]
+    host = "".join(c if c.isalnum() or c in "_-" else "-" for c in first)[:MEMBER_HOST_CHARS]
+    return f"{host.strip('-') or 'member'}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+@dataclass
+class MemberConfig:
+    """Everything a member needs; the CLI builds one from flags, env and file."""
+
+    group: str
+    warehouse: str
+    table: str
+    # A coordinator URL, or "local" (this host's embedded file); None: the
+    # embedded file of a local warehouse (a remote one has no default).
+    coordinator: str | None = None
+    member_id: str | None = None
+    shards: int | None = None
+    # How a new group's leader assigns shards ("count" or "load"); None: the
+    # stored one of an existing group, "count" for a new one.
+    assignor: str | None = None
+    start: str = "latest-full"
+    poll_interval_ms: int = 1000
+    session_timeout_s: float = 10.0
+    catalog_options: dict[str, str] = field(default_factory=dict)
+    revoke_timeout_s: float = 10.0
+    shutdown_timeout_s: float = 30.0
+    rebalance_delay_s: float = 0.0
+    include_row_kind: bool = False
+    # Columns to read (None: all); the others are never decoded.
+    columns: tuple[str, ...] | None = None
+    max_handler_attempts: int = 5
+    # Batches of different shards handed to the handler at once (1: one by one).
+    max_parallel_shards: int = field(default_factory=lambda: DEFAULT_PARALLEL_SHARDS)
+    handler_backoff_s: float = 0.5
+    # The member stops processing and committing this long before its local
+    # session deadline (invariant 3). Default: a quarter of the timeout.
+    safety_margin_s: float | None = None
+    # How often (at most) a shard's consumer file is rewritten with its newest
+    # committed position (None: 1 s on a local warehouse, OBJECT_STORE_MIRROR_
+    # INTERVAL_S on an object store, where each write is a 3-request upload).
+    mirror_interval_s: float | None = None
+    connect: ConnectOptions | None = None
+    history_path: str | None = None
+    # A shard whose next snapshot expired unread: "fail" (stop with the lost
+    # range and the reset command) or "skip" (move on to the earliest
+    # retained snapshot, loudly). See paimon_group/member/data_loss.py.
+    on_data_loss: str = "fail"
+
+    def __post_init__(self) -> None:
+        validate_group(self.group)
+        refuse_credentials_in_warehouse(self.warehouse)
+        if self.member_id is None:
+            self.member_id = generated_member_id()
+        validate_member_id(self.member_id)
+        self._check_numbers()
+        if self.assignor is not None:
+            self.assignor = parse_assignor(self.assignor)
+        self.columns = parse_columns(self.columns)
+        if "." not in self.table:
+            raise ConfigError(f"--table must be DATABASE.TABLE, got {self.table!r}")
+        self.coordinator = resolve_coordinator(self.warehouse, self.coordinator,
+                                               option='coordinator="{}"')
+        if self.safety_margin_s is None:
+            self.safety_margin_s = self.session_timeout_s / 4
+        if self.safety_margin_s >= self.session_timeout_s:
+            raise ConfigError("the safety margin must be below the session timeout")
+
+    def _check_numbers(self) -> None:
+        """Refuse numbers no member can run with (one line, before anything is joined)."""
+        if self.shards is not None and self.shards < 1:
+            raise ConfigError(f"--shards must be at least 1, got {self.shards}")
+        if self.session_timeout_s <= 0:
+            raise ConfigError("--session-timeout-s must be positive")
+        if self.max_parallel_shards < 1:
+            raise ConfigError("--max-parallel-shards must be at least 1")
+        if self.poll_interval_ms < 1:
+            raise ConfigError("--poll-interval-ms must be at least 1")
+        if self.max_handler_attempts < 1:
+            raise ConfigError(f"--max-handler-attempts must be at least 1, got "
+                              f"{self.max_handler_attempts}")
+        if self.revoke_timeout_s <= 0:
+            raise ConfigError("--revoke-timeout-s must be positive")
+        if self.shutdown_timeout_s <= 0:
+            raise ConfigError("--shutdown-timeout-s must be positive")
+        if self.rebalance_delay_s < 0:
+            raise ConfigError("--rebalance-delay must not be negative")
+        if self.on_data_loss not in ("fail", "skip"):
+            raise ConfigError(f"--on-data-loss must be fail or skip, got {self.on_data_loss!r}")
+
+    def __repr__(self) -> str:
+        # The generated repr, with the values of secret-looking catalog
+        # options masked (``s3.secret-key`` ...); ConnectOptions masks its own.
+        return masked_repr(self, "catalog_options")
+
+    __str__ = __repr__
+
+    @property
+    def id(self) -> str:
+        assert self.member_id is not None
+        return self.member_id
+
+    @property
+    def coordinator_url(self) -> str:
+        assert self.coordinator is not None
+        return self.coordinator
+
+    @property
+    def margin(self) -> float:
+        assert self.safety_margin_s is not None
+        return self.safety_margin_s
+
+    def connect_options(self) -> ConnectOptions:
+        base = self.connect or ConnectOptions()
+        if base.session_timeout_s == self.session_timeout_s:
+            return base
+        from dataclasses import replace
+
+        return replace(base, session_timeout_s=self.session_timeout_s)

@@ -1,0 +1,153 @@
+"""Checks the command line makes before anything is joined or created.
+
+Bad input must give one line and a non-zero exit *before* a member joins a
+group or a file appears. So ``paimon-group run`` checks, in this order: the
+options (click), the coordinator URL (:func:`check_coordinator_target`), the
+table (opened once), the handler (imported), and finally that the
+coordinator answers (:func:`probe_coordinator`), saying "connecting to URL
+(timeout N s)" first for network coordinators, which may keep a user waiting.
+
+Creating coordinator state is explicit: ``run`` creates the warehouse's
+embedded file and its directory (a local warehouse's default,
+``WAREHOUSE/.paimon-group/coordinator.sqlite``, or the file of
+``--coordinator local``, which for a remote warehouse is
+``$XDG_STATE_HOME/paimon-group/warehouses/<scheme>-<bucket>-<hash>/coordinator.sqlite``;
+a remote warehouse without ``--coordinator`` is refused before this); an
+explicitly given ``sqlite://`` file may be created by ``run`` only inside an
+existing directory; the admin commands (``describe``,
+``list``, ``reset``, ``delete``, ``members``) create nothing, so a typo in a
+path is reported instead of looking like an empty coordinator.
+
+Example::
+
+    check_coordinator_target("sqlite:///no/such/dir/c.sqlite", default_url=None, create=True)
+    # ConfigError: directory /no/such/dir of the SQLite coordinator ... does not exist
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from coordinators.base import ConnectOptions
+from coordinators.errors import ConfigError, CoordinatorUnavailable
+from coordinators.registry import open_coordinator, redact_url, scheme_of
+
+if TYPE_CHECKING:
+    from paimon_group.reading.table import ShardedTable
+
+log = logging.getLogger("paimon_group.cli")
+
+NETWORK_SCHEMES = frozenset({"etcd", "etcds", "zk"})
+
+
+def check_coordinator_target(url: str, *, default_url: str | None, create: bool) -> None:
+    """Refuse a ``sqlite://`` URL whose file (admin) or directory (run) is missing.
+
+    ``create``: the command may create the coordinator file (``run``). The
+    warehouse's embedded file (``default_url``) may also have its directory
+    created.
+    """
+    if scheme_of(url) != "sqlite":
+        return
+    from coordinators.sqlite import parse_url
+
+    path = parse_url(url).location
+    if os.path.isdir(path):
+        raise ConfigError(f"SQLite coordinator path {path} is a directory, not a file")
+    if create:
+        parent = os.path.dirname(path) or "."
+        if url != default_url and not os.path.isdir(parent):
+            raise ConfigError(
+                f"directory {parent} of the SQLite coordinator {path} does not exist: "
+                "create it first (only the warehouse's embedded file is created for you)"
+            )
+        return
+    if not os.path.exists(path):
+        raise ConfigError(
+            f"no coordinator at {path}: no group has run with this warehouse "
+            "(check --warehouse, or give --coordinator)"
+        )
+
+
+def check_table(warehouse: str, identifier: str, catalog_options: dict[str, str],
+                columns: Sequence[str] | None, *, shards: int | None = None) -> ShardedTable:
+    """Open the table once (a missing table, a bad warehouse), check ``--columns``,
+    and ``--shards`` against what the table can fill; the table opened, for the
+    member to start with (not opened twice).
+
+    The shard count is checked as for a new group: a group with more shards
+    than a non-partitioned fixed-bucket table has buckets can never have been
+    created (creation refuses it), so the same refusal holds for an existing
+    one, and it comes before the coordinator is touched.
+    """
+    from paimon_group.config.projection import check_columns
+    from paimon_group.protocol.sharding import plan_new_group
+    from paimon_group.reading.table import ShardedTable
+
+    table = ShardedTable.open(warehouse, identifier, catalog_options)
+    check_columns(table.table.field_names, columns)
+    if shards is not None:
+        plan_new_group(table, shards)
+    return table
+
+
+def check_history_path(path: str | None) -> None:
+    """``--history`` must name a file in an existing directory."""
+    if path is None:
+        return
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise ConfigError(f"--history {path}: directory {parent} does not exist")
+
+
+def check_metrics_port(port: int | None) -> None:
+    """``--metrics-port`` must be free to bind (checked, then released, before
+    the coordinator is touched; the member binds it again when it starts)."""
+    if not port:
+        return
+    import socket
+
+    address = os.environ.get("PAIMON_GROUP_METRICS_HOST") or "0.0.0.0"
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((address, port))
+        except OSError as err:
+            raise ConfigError(f"--metrics-port {port}: cannot listen on {address}:{port} "
+                              f"({err.strerror or err})") from None
+
+
+async def _probe(url: str, options: ConnectOptions) -> None:
+    coordinator = open_coordinator(url, options)
+    try:
+        await coordinator.connect()
+    finally:
+        await coordinator.close()
+
+
+def probe_coordinator(url: str, options: ConnectOptions) -> None:
+    """Connect once and close, within ``options.connect_timeout_s``.
+
+    For etcd and ZooKeeper a line "connecting to URL (timeout N s)" comes
+    first, so a slow or unreachable server is never silent; the client
+    libraries' own retry messages are kept quiet by the logging setup.
+    """
+    timeout = float(options.connect_timeout_s)
+    shown = redact_url(url)
+    if scheme_of(url) in NETWORK_SCHEMES:
+        log.info("connecting to %s (timeout %g s)", shown, timeout)
+
+    async def bounded() -> None:
+        try:
+            await asyncio.wait_for(_probe(url, options), timeout)
+        except TimeoutError:
+            raise CoordinatorUnavailable(
+                f"cannot reach coordinator {shown} within {timeout:g} s", retriable=False
+            ) from None
+
+    asyncio.run(bounded())

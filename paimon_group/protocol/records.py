@@ -1,0 +1,271 @@
+"""Typed records stored as JSON values in the coordinator.
+
+Each record knows how to encode itself and how to decode a stored value;
+a value that cannot be decoded raises :class:`~coordinators.errors.CorruptValue`
+naming the key, never a bare ``KeyError`` or ``JSONDecodeError``.
+
+Example::
+
+    >>> p = Position(next_snapshot=12, epoch=7, member_id="m1", committed_at=0.0)
+    >>> Position.decode("k", p.encode()).next_snapshot
+    12
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Self
+
+from coordinators.errors import CorruptValue
+
+FORMAT_VERSION = 1
+
+
+def _load(key: str, value: bytes) -> dict[str, Any]:
+    try:
+        data = json.loads(value.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise CorruptValue(f"corrupt value at coordinator key {key!r}: not JSON") from err
+    if not isinstance(data, dict):
+        raise CorruptValue(f"corrupt value at coordinator key {key!r}: not a JSON object")
+    return data
+
+
+class _Record:
+    def encode(self) -> bytes:
+        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":")).encode()  # type: ignore[call-overload]
+
+    @classmethod
+    def decode(cls, key: str, value: bytes) -> Self:
+        data = _load(key, value)
+        try:
+            return cls._from_dict(data)
+        except (KeyError, TypeError, ValueError) as err:
+            raise CorruptValue(
+                f"corrupt value at coordinator key {key!r}: {type(err).__name__}: {err}"
+            ) from err
+
+    @classmethod
+    def _from_dict(cls, data: dict[str, Any]) -> Self:
+        fields = cls.__dataclass_fields__  # type: ignore[attr-defined]
+        return cls(**{k: v for k, v in data.items() if k in fields})
+
+
+@dataclass(frozen=True)
+class GroupMeta(_Record):
+    """``groups/<group>``: fixed at creation; a different shard count is an error.
+
+    ``sharding`` is the group's sharding rule (a
+    :class:`~paimon_group.protocol.sharding.ShardRule` value), chosen at creation; a
+    record stored without one (older groups) decodes as ``"bucket"``, the
+    ``bucket % num_shards`` those groups were created with.
+
+    ``incarnation`` is a random id given to the group when it is created (a
+    group re-created after a wiped or switched coordinator gets a new one):
+    the Paimon consumer files record which incarnation wrote them
+    (:mod:`paimon_group.reading.consumer_meta`). ``table_id`` is the identity of the
+    table the group was created on (:func:`paimon_group.protocol.identity.table_identity`):
+    a table dropped and re-created under the same name has another one.
+    ``warehouse`` is the normalised URI of the warehouse the group was created
+    on (:func:`paimon_group.config.warehouses.normalised_warehouse`, never with
+    credentials): a coordinator shared by several warehouses keeps each group
+    to its own (:func:`paimon_group.protocol.identity.check_group_warehouse`).
+    All three are empty in records of groups created before they existed
+    (unknown: not checked).
+
+    ``assignor`` is how the leader assigns shards (``count`` or ``load``, see
+    :data:`paimon_group.protocol.assignor.ASSIGNORS`), chosen at creation; a record
+    stored without one decodes as ``"count"``.
+    """
+
+    num_shards: int
+    table: str
+    created_at: float
+    format: int = FORMAT_VERSION
+    sharding: str = "bucket"
+    incarnation: str = ""
+    table_id: str = ""
+    warehouse: str = ""
+    assignor: str = "count"
+
+    @classmethod
+    def _from_dict(cls, data: dict[str, Any]) -> GroupMeta:
+        meta = GroupMeta(
+            num_shards=int(data["num_shards"]),
+            table=str(data["table"]),
+            created_at=float(data["created_at"]),
+            format=int(data.get("format", FORMAT_VERSION)),
+            sharding=str(data.get("sharding") or "bucket"),
+            incarnation=str(data.get("incarnation") or ""),
+            table_id=str(data.get("table_id") or ""),
+            warehouse=str(data.get("warehouse") or ""),
+            assignor=str(data.get("assignor") or "count"),
+        )
+        from paimon_group.protocol.assignor import ASSIGNORS
+        from paimon_group.protocol.sharding import ShardRule
+
+        if meta.assignor not in ASSIGNORS:  # written by a newer version, or damaged
+            raise ValueError(f"unknown assignor {meta.assignor!r}")
+        ShardRule.parse(meta.sharding)  # an unknown rule is a corrupt value
+        if meta.num_shards < 1:
+            raise ValueError("num_shards < 1")
+        return meta
+
+
+@dataclass(frozen=True)
+class MemberInfo(_Record):
+    """``groups/<group>/members/<id>``: who a live member is."""
+
+    member_id: str
+    host: str
+    pid: int
+    version: str
+    started_at: float
+    session: str = ""
+
+
+@dataclass(frozen=True)
+class Assignment(_Record):
+    """``groups/<group>/assignment``: published by the leader, guarded by its epoch."""
+
+    generation: int
+    leader: str
+    leader_epoch: int
+    shards: dict[str, list[int]] = field(default_factory=dict)
+    published_at: float = 0.0
+    # Static membership: the shards each member last held, kept while it is
+    # away (with the wall time it left), so that a member restarting with the
+    # same id gets exactly its own shards back and no other member's move.
+    home: dict[str, list[int]] = field(default_factory=dict)
+    away_since: dict[str, float] = field(default_factory=dict)
+    # The load of each shard (index = shard) the leader of a group with the
+    # load assignor computed this assignment with; empty for the count
+    # assignor and in records stored before loads were published.
+    loads: list[int] = field(default_factory=list)
+
+    def shards_of(self, member_id: str) -> list[int]:
+        return list(self.shards.get(member_id, []))
+
+    def owner_of(self, shard: int) -> str | None:
+        for member, shards in self.shards.items():
+            if shard in shards:
+                return member
+        return None
+
+    @classmethod
+    def _from_dict(cls, data: dict[str, Any]) -> Assignment:
+        # Every member decodes each new generation (with thousands of shards,
+        # most of its cost): ``map`` rather than a generator per list.
+        shards = {str(m): sorted(map(int, v)) for m, v in dict(data["shards"]).items()}
+        return Assignment(
+            generation=int(data["generation"]),
+            leader=str(data["leader"]),
+            leader_epoch=int(data["leader_epoch"]),
+            shards=shards,
+            published_at=float(data.get("published_at", 0.0)),
+            home={str(m): sorted(map(int, v)) for m, v in dict(data.get("home", {})).items()},
+            away_since={str(m): float(t) for m, t in dict(data.get("away_since", {})).items()},
+            loads=[int(x) for x in data.get("loads") or []],
+        )
+
+
+@dataclass(frozen=True)
+class Owner(_Record):
+    """``groups/<group>/owners/<shard>``: its create version is the shard's epoch.
+
+    ``session`` is the coordinator session that created it, so a member whose
+    create had an unknown outcome (a timeout after the write landed) can
+    recognise and adopt its own key instead of leaving the shard stuck.
+    """
+
+    member_id: str
+    generation: int
+    session: str = ""
+
+
+@dataclass(frozen=True)
+class GroupStart(_Record):
+    """``groups/<group>/start``: where every shard without a position starts.
+
+    Resolved once for the whole group (from ``--start`` against the table)
+    by the first member that needs it, and created if absent: every other
+    member, and every later round, starts its shards from this same snapshot.
+    On bucket-unaware tables a row's shard is the hash of its file, and a
+    compaction moves rows into other files: shards started from different
+    snapshots with a compaction in between would lose or repeat the rows it
+    moved. ``full_scan`` is the snapshot to scan in full first (None:
+    follow-ups only), ``next_snapshot`` where follow-ups begin; ``start`` the
+    ``--start`` text it was resolved from.
+    """
+
+    next_snapshot: int
+    full_scan: int | None
+    start: str
+    resolved_at: float = 0.0
+    resolved_by: str = ""
+
+    @classmethod
+    def _from_dict(cls, data: dict[str, Any]) -> GroupStart:
+        full = data.get("full_scan")
+        return GroupStart(next_snapshot=int(data["next_snapshot"]),
+                          full_scan=None if full is None else int(full),
+                          start=str(data.get("start", "")),
+                          resolved_at=float(data.get("resolved_at", 0.0)),
+                          resolved_by=str(data.get("resolved_by", "")))
+
+
+@dataclass(frozen=True)
+class RemovedMember(_Record):
+    """``groups/<group>/removed/<id>``: an operator removed the member whose
+    member key belonged to ``session`` (``members remove``), at ``removed_at``."""
+
+    session: str
+    removed_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class Position(_Record):
+    """``groups/<group>/positions/<shard>``: the next snapshot id to read."""
+
+    next_snapshot: int
+    epoch: int
+    member_id: str
+    committed_at: float
+    # A full scan of this snapshot is pinned but not yet delivered: the next
+    # owner scans exactly this snapshot again (so a replay is identical), and
+    # then continues at ``next_snapshot``.
+    full_scan: int | None = None
+
+    @property
+    def effective(self) -> int:
+        """The oldest snapshot this shard still needs (for lag and expiration)."""
+        return self.full_scan if self.full_scan is not None else self.next_snapshot
+
+    @property
+    def order(self) -> tuple[int, int]:
+        """Where this position is in the order positions advance (see
+        :func:`position_order`)."""
+        return position_order(self.next_snapshot, self.full_scan)
+
+    @classmethod
+    def _from_dict(cls, data: dict[str, Any]) -> Position:
+        full = data.get("full_scan")
+        pos = Position(
+            next_snapshot=int(data["next_snapshot"]),
+            epoch=int(data["epoch"]),
+            member_id=str(data["member_id"]),
+            committed_at=float(data["committed_at"]),
+            full_scan=None if full is None else int(full),
+        )
+        if pos.next_snapshot < 1:
+            raise ValueError("next_snapshot < 1")
+        return pos
+
+
+def position_order(next_snapshot: int, full_scan: int | None) -> tuple[int, int]:
+    """Positions in the order they advance: by ``next_snapshot``, and at one
+    ``next_snapshot`` a pending full scan before its delivery (a pinned start
+    ``(n, full_scan=n-1)`` is followed by ``(n, None)`` once the scan is
+    delivered)."""
+    return (next_snapshot, 0 if full_scan is not None else 1)

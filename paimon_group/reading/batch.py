@@ -1,0 +1,163 @@
+"""What a handler receives: one shard's part of one planned step.
+
+A :class:`ShardBatch` is cheap to build (it holds splits, not rows); rows are
+read only when the handler asks, all at once with :meth:`ShardBatch.to_arrow`
+or streamed with :meth:`ShardBatch.iter_batches` (bounded memory). Its
+progress (``next_snapshot``) is committed by the member, fenced by ``epoch``,
+after the handler returns: delivery is at-least-once.
+
+Example (a handler for ``paimon-group run --handler mymodule:handle``)::
+
+    def handle(batch):
+        print(batch)                         # ShardBatch(g1 shard 3/8 epoch 17 delta @42 ...)
+        for record_batch in batch.iter_batches():
+            sink.write(record_batch)         # exactly this shard's rows of this step
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from paimon_group.errors import PlanInvariantViolated
+from paimon_group.reading.planner import BatchKind, StepPlan, check_routing
+
+if TYPE_CHECKING:
+    from paimon_group.reading.planner import ShardPlanner
+
+__all__ = ["ShardBatch"]
+
+
+class ShardBatch:
+    """Shard ``shard`` of ``num_shards``: its rows for one step, read on demand.
+
+    Attributes: ``group``, ``member_id``, ``shard``, ``num_shards``, ``epoch``
+    (the fencing epoch of this member's ownership of the shard),
+    ``snapshot_id`` (the last snapshot the step covers), ``first_snapshot``,
+    ``kind`` (:class:`~paimon_group.reading.planner.BatchKind`), ``next_snapshot``
+    (the position committed after the handler returns), ``splits``,
+    ``num_splits``, ``estimated_rows`` (from file metadata: rows before a
+    primary-key merge, so an upper bound for INITIAL batches), ``schema`` and
+    ``rows_read`` (the rows :meth:`to_arrow` and :meth:`iter_batches` actually
+    produced so far; a handler that reads twice counts twice).
+
+    Built by the member runtime::
+
+        ShardBatch(group="g1", member_id="m1", shard=3, num_shards=8, epoch=17,
+                   plan=step, planner=planner)
+
+    ``plan`` is the :class:`~paimon_group.reading.planner.StepPlan` the planner made
+    for a set of shards including ``shard``; the constructor takes
+    ``plan.splits[shard]`` and checks again that each split's bucket belongs
+    to ``shard`` (:class:`PlanInvariantViolated` otherwise).
+    """
+
+    __slots__ = (
+        "_planner",
+        "_view",
+        "epoch",
+        "first_snapshot",
+        "group",
+        "kind",
+        "member_id",
+        "next_snapshot",
+        "num_shards",
+        "rows_read",
+        "shard",
+        "snapshot_id",
+        "splits",
+    )
+
+    def __init__(
+        self,
+        *,
+        group: str,
+        member_id: str,
+        shard: int,
+        num_shards: int,
+        epoch: int,
+        plan: StepPlan,
+        planner: ShardPlanner,
+    ) -> None:
+        if planner.num_shards != num_shards:
+            raise PlanInvariantViolated(
+                f"planner plans {planner.num_shards} shards but the batch is for shard "
+                f"{shard} of {num_shards}"
+            )
+        if shard not in plan.splits:
+            raise PlanInvariantViolated(f"the step was not planned for shard {shard}")
+        splits = tuple(plan.splits[shard])
+        check_routing({shard: splits}, num_shards, planner.rule)
+        self.group = group
+        self.member_id = member_id
+        self.shard = shard
+        self.num_shards = num_shards
+        self.epoch = epoch
+        self.kind: BatchKind = plan.kind
+        self.snapshot_id = plan.snapshot_id
+        self.first_snapshot = (
+            plan.first_snapshot if plan.first_snapshot is not None else plan.snapshot_id
+        )
+        self.next_snapshot = plan.next_snapshot
+        self.splits: tuple[Any, ...] = splits
+        self.rows_read = 0
+        self._planner = planner
+        # The readers this step was planned with: the planner may switch to a
+        # newer schema (ALTER TABLE) while this batch is in the handler, and
+        # schema, to_arrow() and iter_batches() must still agree.
+        self._view = planner.view
+
+    @property
+    def num_splits(self) -> int:
+        return len(self.splits)
+
+    @property
+    def estimated_rows(self) -> int:
+        """Rows in this batch's files according to their metadata."""
+        return sum(int(split.row_count) for split in self.splits)
+
+    @property
+    def buckets(self) -> tuple[int, ...]:
+        """The buckets whose files this batch reads (the group's sharding rule put
+        them, in their partitions, in this shard)."""
+        return tuple(sorted({int(split.bucket) for split in self.splits}))
+
+    @property
+    def schema(self) -> pa.Schema:
+        """Schema of :meth:`to_arrow` (``_row_kind`` first when row kinds were requested)."""
+        return self._view.schema
+
+    def to_arrow(self) -> pa.Table:
+        """Exactly this shard's rows for this step, as one table."""
+        table = self._view.read_arrow(self.splits)
+        self.rows_read += table.num_rows
+        return table
+
+    def iter_batches(self) -> Iterator[pa.RecordBatch]:
+        """This shard's rows for this step as record batches, streamed.
+
+        Memory is bounded by one split's read (a bucket's files open at
+        once) plus one batch: merged primary-key rows come in batches of at
+        most ``read.batch-size`` rows (table option, default 1,024), see
+        :meth:`~paimon_group.reading.planner.ShardPlanner.iter_batches`. Rows are
+        counted in ``rows_read`` as the batches are produced.
+        """
+        for batch in self._view.iter_batches(self.splits):
+            self.rows_read += batch.num_rows
+            yield batch
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        return self.iter_batches()
+
+    def __repr__(self) -> str:
+        span = (
+            f"@{self.snapshot_id}"
+            if self.first_snapshot == self.snapshot_id
+            else f"@{self.first_snapshot}..{self.snapshot_id}"
+        )
+        return (
+            f"ShardBatch({self.group} shard {self.shard}/{self.num_shards} epoch {self.epoch} "
+            f"{self.kind.value} {span} splits={self.num_splits} rows~{self.estimated_rows})"
+        )

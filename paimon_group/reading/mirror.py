@@ -1,0 +1,200 @@
+"""Paimon consumer files that mirror the coordinator's positions (invariant 5).
+
+Each shard's position is mirrored into ``<table>/consumer/consumer-<id>`` with
+the per-shard consumer id of :func:`paimon_group.protocol.names.consumer_id`, so that
+Paimon's snapshot expiration keeps every snapshot a shard has not read yet and
+Paimon's tools see the group's consumers.
+
+A pending full scan (a pinned start: the full content of snapshot ``F`` is
+still to be delivered) is mirrored as ``{"nextSnapshot": F,
+"paimonGroupFullScan": F}``: ``nextSnapshot`` keeps ``F`` from expiring (Paimon's
+expiration reads only that field; its readers, in Java too, ignore the other),
+and the marker tells a shard that resumes from the file (after a wiped or
+switched coordinator) that the full scan of ``F`` is still due, not only the
+snapshots after it. Without the marker a resumed shard would skip everything
+the table held before ``F``.
+
+Ordering: a value is written here only *after* the coordinator accepted it,
+so the file never runs ahead of the coordinator. It may lag (writes are
+throttled to one per ``interval_s`` per shard, and forced on release), which
+only keeps more snapshots alive. A stale owner's late write can move the file
+back to an older, committed value, never past the coordinator. Unchanged
+values are not rewritten.
+
+Example::
+
+    mirror = ConsumerMirror(table.file_io, table.table_path, "orders")
+    mirror.write(3, 42, force=True)
+    assert mirror.read(3) == 42
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from pypaimon.consumer.consumer import Consumer
+from pypaimon.consumer.consumer_manager import ConsumerManager
+
+from paimon_group.protocol.names import consumer_id, consumer_id_pattern, origin_path
+from paimon_group.store.files import is_object_store, read_text, write_text
+
+PARALLEL_WRITES = 8
+"""Consumer files written at once on an object store (:meth:`ConsumerMirror.write_many`)."""
+
+LOCAL_MIRROR_INTERVAL_S = 1.0
+"""Default least time between two writes of one shard's consumer file, local."""
+
+OBJECT_STORE_MIRROR_INTERVAL_S = 10.0
+"""The same on an object store, where a write is an upload of three requests
+(pyarrow < 20): a consumer file that lags by seconds only keeps a few more
+snapshots from expiring (Paimon retains one hour by default), as Kafka commits
+offsets every 5 s by default; a release and a stop still write at once."""
+
+
+def mirror_interval(configured: float | None, file_io: Any) -> float:
+    """``configured``, or the default for where the table lives."""
+    if configured is not None:
+        return configured
+    return OBJECT_STORE_MIRROR_INTERVAL_S if is_object_store(file_io) else LOCAL_MIRROR_INTERVAL_S
+
+
+FULL_SCAN_FIELD = "paimonGroupFullScan"
+"""The consumer-file field that marks a pending full scan of ``nextSnapshot``."""
+
+
+@dataclass(frozen=True)
+class MirroredPosition:
+    """A shard's consumer file: the next snapshot, and whether the full scan of
+    that snapshot is still pending (then it is the snapshot to scan)."""
+
+    next_snapshot: int
+    full_scan_pending: bool = False
+
+
+class ConsumerMirror:
+    def __init__(self, file_io: Any, table_path: str, group: str, interval_s: float = 1.0) -> None:
+        self._manager = ConsumerManager(file_io, table_path)
+        self._file_io = file_io
+        self._table_path = table_path
+        self._group = group
+        self._interval_s = interval_s
+        self._written: dict[int, tuple[int, bool]] = {}
+        self._written_at: dict[int, float] = {}
+        self._lock = threading.Lock()  # the two dicts above
+        # One lock a shard, held over its write: writes of different shards
+        # go in parallel (write_many), two of one shard never cross.
+        self._shard_locks: dict[int, threading.Lock] = {}
+        self.writes = 0
+
+    def read(self, shard: int) -> int | None:
+        consumer = self._manager.consumer(consumer_id(self._group, shard))
+        return None if consumer is None else int(consumer.next_snapshot)
+
+    def read_position(self, shard: int) -> MirroredPosition | None:
+        """The shard's consumer file with its pending-full-scan marker, or None
+        (one read of the file)."""
+        text = read_text(self._file_io, self._path(shard))
+        if text is None:
+            return None
+        try:
+            data = json.loads(text)
+            next_snapshot = int(data["nextSnapshot"])
+        except (ValueError, KeyError, TypeError):
+            # Half-written or foreign: read it as pypaimon does (it retries).
+            consumer = self._manager.consumer(consumer_id(self._group, shard))
+            return None if consumer is None else MirroredPosition(int(consumer.next_snapshot))
+        pending = isinstance(data, dict) and data.get(FULL_SCAN_FIELD) == next_snapshot
+        return MirroredPosition(next_snapshot, full_scan_pending=pending)
+
+    def _path(self, shard: int) -> str:
+        return f"{self._table_path.rstrip('/')}/consumer/consumer-{consumer_id(self._group, shard)}"
+
+    def due(self, shard: int, next_snapshot: int, *, full_scan_pending: bool = False) -> bool:
+        """Whether an unforced :meth:`write` would write now (cheap: no I/O), so
+        that a caller can skip handing a write that does nothing to an I/O thread."""
+        with self._lock:
+            return self._due(shard, (next_snapshot, full_scan_pending), False, time.monotonic())
+
+    def _due(self, shard: int, value: tuple[int, bool], force: bool, now: float) -> bool:
+        if self._written.get(shard) == value:
+            return False
+        return force or now - self._written_at.get(shard, -1e18) >= self._interval_s
+
+    def write(self, shard: int, next_snapshot: int, *, force: bool = False,
+              full_scan_pending: bool = False) -> bool:
+        """Mirror a committed position; True if the file was written.
+
+        ``full_scan_pending``: the position is a pinned start whose full scan
+        of ``next_snapshot`` is still to be delivered (see the module docstring).
+        """
+        value = (next_snapshot, full_scan_pending)
+        with self._lock:
+            shard_lock = self._shard_locks.setdefault(shard, threading.Lock())
+        with shard_lock:
+            with self._lock:
+                now = time.monotonic()
+                if not self._due(shard, value, force, now):
+                    return False
+            # Paimon's own consumer-file layout ({"nextSnapshot": N}), plus the marker.
+            content = Consumer(next_snapshot=next_snapshot).to_json()
+            if full_scan_pending:
+                content = json.dumps({"nextSnapshot": next_snapshot,
+                                      FULL_SCAN_FIELD: next_snapshot})
+            write_text(self._file_io, self._path(shard), content)
+            with self._lock:
+                self._written[shard] = value
+                self._written_at[shard] = now
+                self.writes += 1
+            return True
+
+    def write_many(self, shards: Sequence[int], next_snapshot: int, *,
+                   full_scan_pending: bool = False) -> dict[int, BaseException]:
+        """:meth:`write` for several shards at one position; on an object store
+        in parallel (each file is three requests there: a group's start marks
+        every shard's pending full scan before its first row). The errors by
+        shard (a failed write is retried by the next commit)."""
+        def one(shard: int) -> BaseException | None:
+            try:
+                self.write(shard, next_snapshot, full_scan_pending=full_scan_pending)
+            except Exception as err:
+                return err
+            return None
+
+        if len(shards) > 1 and is_object_store(self._file_io):
+            with ThreadPoolExecutor(max_workers=min(PARALLEL_WRITES, len(shards)),
+                                    thread_name_prefix="pg-mirror") as pool:
+                outcomes = list(pool.map(one, shards))
+        else:
+            outcomes = [one(shard) for shard in shards]
+        return {shard: err for shard, err in zip(shards, outcomes, strict=True)
+                if err is not None}
+
+    def pending(self) -> dict[int, int]:
+        """Nothing is buffered: throttled writes are retried by the next call."""
+        return {}
+
+    def all(self) -> dict[int, int]:
+        """Every consumer file of this group: ``{shard: next_snapshot}``."""
+        import re
+
+        pattern = re.compile(consumer_id_pattern(self._group))
+        out: dict[int, int] = {}
+        for cid, next_snapshot in self._manager.consumers().items():
+            if pattern.match(cid):
+                out[int(cid.rsplit("-", 1)[1])] = int(next_snapshot)
+        return out
+
+    def delete_all(self) -> int:
+        """Delete every consumer file of this group (and the record of which
+        incarnation wrote them, :mod:`paimon_group.reading.consumer_meta`)."""
+        shards = self.all()
+        for shard in shards:
+            self._manager.delete_consumer(consumer_id(self._group, shard))
+        self._file_io.delete_quietly(origin_path(self._table_path, self._group))
+        return len(shards)

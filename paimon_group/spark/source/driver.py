@@ -1,0 +1,206 @@
+"""The group member behind a streaming query: one per query, in the source's driver process.
+
+Spark calls the stream reader's methods (``latestOffset``, ``partitions``,
+``commit``) synchronously, from one thread of the Python process that hosts
+the reader on the driver. The member runs on an asyncio loop in a background
+thread of that process (its control loop: leadership, assignment, acquiring
+and handing off shards, session keep-alive); :class:`GroupDriver` calls into
+that loop and waits for the answer.
+
+The member does not read here (no ``run``/``batches``): the query plans and
+reads. What the query holds of a shard between planning a batch and
+Spark's commit of it is marked busy (the shard's idle event cleared), so a
+revocation waits for that commit (up to ``revoke_timeout_s``), then
+releases with the position the coordinator has: the protocol of a worker's
+batch in flight. Every commit is the member's fenced commit, under the
+epoch it holds now: the coordinator rejects it if another member owns the
+shard, and the member drops the shard (never committed over a new owner).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+import threading
+import time
+from collections.abc import Awaitable, Mapping
+from typing import TypeVar
+
+from paimon_group.member import GroupMember
+from paimon_group.reading.planner import ShardPlanner
+from paimon_group.spark.source.offsets import NO_CATCH_UP, Cursor
+from paimon_group.spark.source.options import SourceOptions
+
+__all__ = ["GroupDriver", "OwnedCursor"]
+
+log = logging.getLogger("paimon_group.spark_source")
+
+T = TypeVar("T")
+
+OwnedCursor = tuple[int, Cursor]
+"""(epoch, cursor) of a shard this member owns."""
+
+
+def _leave_interrupts_to_the_query() -> None:
+    """In the Python process Spark starts to host the source, ignore SIGINT and SIGTERM.
+
+    That process hosts the member. Two signals would end it before the
+    member leaves (its shards then wait for its session to expire):
+
+    * Ctrl-C in a terminal reaches the whole foreground process group, this
+      process included; the program's own Ctrl-C handling stops the query.
+    * When a query stops, Spark closes its connection to this process (which
+      makes Spark's runner call the reader's ``stop()``: the member leaves the
+      group) and at once sends it SIGTERM.
+
+    Ignoring both, the member leaves when the query stops, and the process
+    then exits by itself (the leave is bounded by the shutdown timeout). Only
+    in a process Spark started (its ``__main__`` is a ``pyspark`` runner) and
+    only from the main thread: a program that builds a driver itself keeps
+    its own signals.
+    """
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if (threading.current_thread() is threading.main_thread() and spec is not None
+            and str(spec.name).startswith("pyspark.")):
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+class GroupDriver:
+    """A :class:`GroupMember` on a loop thread, driven by the stream reader's calls.
+
+    Transitions: created -> :meth:`start` (table opened, group joined,
+    waits up to ``ready_timeout_s`` for the assigned shards) -> calls ->
+    :meth:`stop` (graceful leave: shards released with their committed
+    positions). A member that failed (table gone, removed, ...) makes every
+    later call raise its error.
+    """
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        _leave_interrupts_to_the_query()
+        self.member = GroupMember(options.member_config(), auto_commit=False)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="pg-spark-member",
+                                        daemon=True)
+        self._thread.start()
+        self._planner: ShardPlanner | None = None
+        # shard -> the next snapshot of the batch that holds it (see hold()).
+        self._busy: dict[int, int] = {}
+        self._stopped = False
+
+    def __repr__(self) -> str:
+        return f"GroupDriver({self.options.group!r}, member {self.member.member_id!r})"
+
+    def _call(self, coro: Awaitable[T], timeout: float | None = None) -> T:
+        async def wrapped() -> T:
+            return await coro
+
+        future = asyncio.run_coroutine_threadsafe(wrapped(), self._loop)
+        return future.result(timeout)
+
+    def start(self) -> None:
+        """Join the group; wait (bounded) until the shards assigned to us are ours."""
+        try:
+            self._call(self.member.start())
+        except BaseException:
+            self._close_loop()
+            raise
+        deadline = time.monotonic() + self.options.ready_timeout_s
+        while not self.member.ready and time.monotonic() < deadline:
+            self.member.raise_if_failed()
+            time.sleep(0.05)
+        table = self.member.table
+        assert table is not None
+        self._planner = table.planner(
+            self.member.num_shards, include_row_kind=self.options.include_row_kind,
+            rule=self.member.sharding, catch_up_threshold=NO_CATCH_UP)
+        log.info("member %s joined group %s (shards %s)", self.member.member_id,
+                 self.options.group, self.member.owned_shards)
+
+    @property
+    def group(self) -> str:
+        return self.options.group
+
+    @property
+    def incarnation(self) -> str:
+        """The incarnation of the group joined (offsets record it)."""
+        return self.member.incarnation
+
+    @property
+    def planner(self) -> ShardPlanner:
+        assert self._planner is not None, "start() first"
+        return self._planner
+
+    def owned(self) -> dict[int, OwnedCursor]:
+        """The shards owned now with their epoch and the coordinator's cursor.
+
+        Shards with no position yet get their start resolved and pinned in
+        the coordinator first (fenced, as a worker does before reading).
+        """
+        self.member.raise_if_failed()
+        return self._call(self._owned())
+
+    async def _owned(self) -> dict[int, OwnedCursor]:
+        settled = await self.member.settle_positions()
+        return {s: (p.epoch, Cursor(next=p.next_snapshot, full=p.full_scan))
+                for s, p in settled.items()}
+
+    def hold(self, positions: Mapping[int, int]) -> None:
+        """Mark shards busy until a commit reaches ``shard -> next snapshot``
+        (the end of the batch just planned): a revocation waits for it."""
+        self._call(self._hold(dict(positions)))
+
+    async def _hold(self, positions: dict[int, int]) -> None:
+        for shard in self.member.mark_busy(positions):
+            self._busy[shard] = positions[shard]
+
+    def commit(self, positions: Mapping[int, int]) -> dict[int, bool]:
+        """Fenced commit of ``shard -> next snapshot`` for the shards still ours.
+
+        Returns per shard whether the coordinator has the position now (False:
+        not ours any more, or rejected). Positions only move forward: a shard
+        whose coordinator position is already at or beyond is left alone.
+        Busy marks are cleared afterwards, so a waiting revocation goes on.
+        """
+        self.member.raise_if_failed()
+        return self._call(self._commit(dict(positions)))
+
+    async def _commit(self, positions: dict[int, int]) -> dict[int, bool]:
+        try:
+            return await self.member.commit_positions(positions)
+        finally:
+            # Spark commits batch N after planning batch N+1: only what was
+            # held up to this commit's positions is free now.
+            freed = [s for s, to in positions.items() if s in self._busy and self._busy[s] <= to]
+            for shard in freed:
+                del self._busy[shard]
+            self.member.mark_idle(freed)
+
+    async def _unhold_all(self) -> None:
+        freed = list(self._busy)
+        self._busy.clear()
+        self.member.mark_idle(freed)
+
+    def stop(self) -> None:
+        """Leave the group gracefully (idempotent)."""
+        if self._stopped:
+            return
+        self._stopped = True
+        try:
+            # A batch still held when the query stops was abandoned by Spark
+            # (it is not in its commit log): release its shards with the
+            # committed positions at once instead of waiting for a commit.
+            self._call(self._unhold_all(), timeout=10)
+            self._call(self.member.stop(), timeout=self.options.session_timeout_s * 3 + 30)
+        except Exception as err:
+            log.warning("leaving the group failed: %s", err)
+        finally:
+            self._close_loop()
+
+    def _close_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)

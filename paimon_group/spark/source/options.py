@@ -1,0 +1,201 @@
+"""The options of the ``paimon-group`` Spark source, checked before anything is joined.
+
+:class:`SourceOptions` is built from the reader options of
+``spark.readStream.format("paimon-group").option(...)``; every bad value
+raises :class:`~coordinators.errors.ConfigError` with one line, which Spark
+reports when the query is defined (``load()``), before the query starts or
+anything is registered in the coordinator. It is plain data (picklable): the
+same object travels to the source's driver process and to the executors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from coordinators.base import ConnectOptions, Secret
+from coordinators.errors import ConfigError
+from coordinators.registry import scheme_of
+from paimon_group.config.member import MemberConfig, resolve_coordinator
+from paimon_group.protocol.names import validate_group
+
+__all__ = ["CATALOG_PREFIX", "METADATA_COLUMNS", "SourceOptions"]
+
+CATALOG_PREFIX = "catalog."
+"""``catalog.<key>`` options are passed to pypaimon's catalog as ``<key>``."""
+
+METADATA_COLUMNS = ("_pg_shard", "_pg_snapshot", "_pg_epoch")
+"""Appended with ``metadata_columns=true``: the shard, the snapshot a row was
+committed in (the snapshot of the full scan for initial rows) and the epoch
+of the ownership that planned it."""
+
+_KNOWN = {
+    "group", "warehouse", "table", "coordinator", "member_id", "session_timeout_s", "start",
+    "shards", "assignor", "revoke_timeout_s", "rebalance_delay_s", "include_row_kind",
+    "metadata_columns", "max_snapshots_per_batch", "max_rows_per_batch", "ready_timeout_s",
+    "failondataloss",
+    "coordinator_username", "coordinator_password", "path",
+    # TLS and authentication, named as the CLI's --coordinator-* options.
+    "coordinator_password_file", "coordinator_ca", "coordinator_cert", "coordinator_key",
+    "coordinator_server_name", "coordinator_auth", "allow_plaintext_credentials",
+}
+
+
+def _bool(options: Mapping[str, str], key: str, default: bool = False) -> bool:
+    text = str(options.get(key, str(default))).strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no", ""):
+        return False
+    raise ConfigError(f"option {key}={text!r} must be true or false")
+
+
+def _password_file(options: Mapping[str, str]) -> str | None:
+    path = options.get("coordinator_password_file")
+    if not path:
+        return None
+    try:
+        return Path(path).read_text().strip()
+    except OSError as err:
+        raise ConfigError(
+            f"cannot read coordinator password file {path}: {err.strerror}") from None
+
+
+def _number(options: Mapping[str, str], key: str, default: float | None, *,
+            integer: bool = False, allow_zero: bool = False) -> float | None:
+    text = options.get(key)
+    if text is None or str(text).strip() == "":
+        return default
+    try:
+        value = int(text) if integer else float(text)
+    except ValueError:
+        kind = "an integer" if integer else "a number"
+        raise ConfigError(f"option {key}={text!r} must be {kind}") from None
+    if value < 0 or (value == 0 and not allow_zero):
+        raise ConfigError(f"option {key}={text!r} must be {'>= 0' if allow_zero else '> 0'}")
+    return value
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """The source's settings; :meth:`parse` checks them (one ConfigError line)."""
+
+    group: str
+    warehouse: str
+    table: str
+    coordinator: str
+    member_id: str | None = None
+    session_timeout_s: float = 10.0
+    start: str = "latest-full"
+    shards: int | None = None
+    assignor: str | None = None
+    revoke_timeout_s: float = 10.0
+    rebalance_delay_s: float = 0.0
+    include_row_kind: bool = False
+    metadata_columns: bool = False
+    max_snapshots_per_batch: int | None = None
+    max_rows_per_batch: int | None = None
+    ready_timeout_s: float = 30.0
+    # A shard whose next snapshot expired unread fails the query (as Spark's
+    # Kafka source's failOnDataLoss=true), or is skipped past (false).
+    fail_on_data_loss: bool = True
+    catalog_options: dict[str, str] = field(default_factory=dict)
+    coordinator_username: str | None = None
+    coordinator_password: Secret | None = field(default=None, repr=False)
+    coordinator_ca: str | None = None
+    coordinator_cert: str | None = None
+    coordinator_key: str | None = None
+    coordinator_server_name: str | None = None
+    coordinator_auth: str | None = None
+    allow_plaintext_credentials: bool = False
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> SourceOptions:
+        """Check ``options`` (Spark passes them case-insensitively, as lower case)."""
+        opts = {str(k).lower(): str(v) for k, v in options.items()}
+        unknown = sorted(k for k in opts if k not in _KNOWN and not k.startswith(CATALOG_PREFIX))
+        if unknown:
+            raise ConfigError(
+                f"unknown option(s) of the paimon-group source: {', '.join(unknown)}; known: "
+                f"{', '.join(sorted(_KNOWN))}, {CATALOG_PREFIX}<pypaimon catalog option>")
+        for required in ("group", "warehouse", "table"):
+            if not opts.get(required, "").strip():
+                raise ConfigError(
+                    f'the paimon-group source needs option "{required}", e.g. '
+                    f'.option("{required}", ...)')
+        group = validate_group(opts["group"])
+        if "." not in opts["table"]:
+            raise ConfigError(f"option table={opts['table']!r} must be DATABASE.TABLE")
+        coordinator = resolve_coordinator(opts["warehouse"], opts.get("coordinator"),
+                                          option='.option("coordinator", "{}")')
+        scheme_of(coordinator)  # one line for a malformed URL or an unknown scheme
+        session_timeout = _number(opts, "session_timeout_s", 10.0)
+        assert session_timeout is not None
+        shards = _number(opts, "shards", None, integer=True)
+        max_snapshots = _number(opts, "max_snapshots_per_batch", None, integer=True)
+        max_rows = _number(opts, "max_rows_per_batch", None, integer=True)
+        password = opts.get("coordinator_password") or _password_file(opts)
+        parsed = cls(
+            group=group,
+            warehouse=opts["warehouse"],
+            table=opts["table"],
+            coordinator=coordinator,
+            member_id=opts.get("member_id") or None,
+            session_timeout_s=session_timeout,
+            start=opts.get("start") or "latest-full",
+            shards=int(shards) if shards is not None else None,
+            assignor=opts.get("assignor") or None,
+            revoke_timeout_s=float(_number(opts, "revoke_timeout_s", 10.0) or 10.0),
+            rebalance_delay_s=float(
+                _number(opts, "rebalance_delay_s", 0.0, allow_zero=True) or 0.0),
+            include_row_kind=_bool(opts, "include_row_kind"),
+            metadata_columns=_bool(opts, "metadata_columns"),
+            max_snapshots_per_batch=int(max_snapshots) if max_snapshots is not None else None,
+            max_rows_per_batch=int(max_rows) if max_rows is not None else None,
+            ready_timeout_s=float(_number(opts, "ready_timeout_s", 30.0) or 30.0),
+            fail_on_data_loss=_bool(opts, "failondataloss", True),
+            catalog_options={k[len(CATALOG_PREFIX):]: v for k, v in opts.items()
+                             if k.startswith(CATALOG_PREFIX)},
+            coordinator_username=opts.get("coordinator_username") or None,
+            coordinator_password=Secret(password) if password else None,
+            coordinator_ca=opts.get("coordinator_ca") or None,
+            coordinator_cert=opts.get("coordinator_cert") or None,
+            coordinator_key=opts.get("coordinator_key") or None,
+            coordinator_server_name=opts.get("coordinator_server_name") or None,
+            coordinator_auth=opts.get("coordinator_auth") or None,
+            allow_plaintext_credentials=_bool(opts, "allow_plaintext_credentials"),
+        )
+        parsed.member_config()  # the member's own checks (member id, start, ...)
+        return parsed
+
+    def member_config(self) -> MemberConfig:
+        """The settings of the group member the query's driver runs."""
+        from paimon_group.reading.start import parse_start
+
+        parse_start(self.start)
+        return MemberConfig(
+            group=self.group,
+            warehouse=self.warehouse,
+            table=self.table,
+            coordinator=self.coordinator,
+            member_id=self.member_id,
+            shards=self.shards,
+            assignor=self.assignor,
+            start=self.start,
+            session_timeout_s=self.session_timeout_s,
+            catalog_options=dict(self.catalog_options),
+            revoke_timeout_s=self.revoke_timeout_s,
+            rebalance_delay_s=self.rebalance_delay_s,
+            connect=ConnectOptions(
+                session_timeout_s=self.session_timeout_s,
+                username=self.coordinator_username,
+                password=self.coordinator_password,
+                tls_ca=self.coordinator_ca,
+                tls_cert=self.coordinator_cert,
+                tls_key=self.coordinator_key,
+                tls_server_name=self.coordinator_server_name,
+                auth_scheme=self.coordinator_auth,
+                allow_plaintext_credentials=self.allow_plaintext_credentials,
+            ),
+        )

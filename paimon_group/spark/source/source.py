@@ -1,0 +1,271 @@
+"""``spark.readStream.format("paimon-group")``: the Python Data Source of the group.
+
+Where each piece runs:
+
+* :class:`PaimonGroupDataSource` (the query's definition, in the user's
+  driver process): checks the options and opens the table for its schema,
+  so bad options fail ``load()`` with one line, before anything is joined.
+* :class:`PaimonGroupStreamReader` (the Python process Spark starts for the
+  source on the driver, one per running query): joins the group on its
+  first offset call (:class:`~paimon_group.spark.source.driver.GroupDriver`),
+  turns the owned shards' positions into offsets, plans each batch, and
+  commits it (fenced). Spark also builds a reader to ship ``read`` to the
+  executors: the constructor joins nothing, and the member never travels
+  (``__getstate__``).
+* ``read`` (executors): reads the pieces of one shard as Arrow record
+  batches through the project's read path (``ShardPlanner.iter_batches``).
+
+Offsets, restart and commit rules: :mod:`paimon_group.spark.source.offsets`
+and docs/spark.md.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxFiles,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from paimon_group.spark.source.driver import GroupDriver
+from paimon_group.spark.source.offsets import (
+    Caps,
+    Cursor,
+    Piece,
+    ShardRange,
+    decode_offset,
+    encode_offset,
+    plan_ranges,
+    same_incarnation,
+    start_cursor,
+)
+from paimon_group.spark.source.options import SourceOptions
+
+__all__ = ["PaimonGroupDataSource", "PaimonGroupStreamReader", "ShardPartition"]
+
+log = logging.getLogger("paimon_group.spark_source")
+
+
+def arrow_schema(options: SourceOptions) -> pa.Schema:
+    """The rows' Arrow schema: the table's columns (``_row_kind`` first when asked),
+    then the metadata columns when asked. Every column is nullable: Spark
+    checks the batches a source returns against it, and the read path's
+    batches do not carry Paimon's NOT NULL."""
+    from paimon_group.reading.table import ShardedTable
+
+    table = ShardedTable.open(options.warehouse, options.table, options.catalog_options)
+    schema = table.planner(1, include_row_kind=options.include_row_kind).schema
+    fields = [f.with_nullable(True) for f in schema]
+    if options.metadata_columns:
+        fields += [pa.field(name, typ) for name, typ in _METADATA_TYPES]
+    return pa.schema(fields)
+
+
+_METADATA_TYPES = (("_pg_shard", pa.int32()), ("_pg_snapshot", pa.int64()),
+                   ("_pg_epoch", pa.int64()))
+
+
+class PaimonGroupDataSource(DataSource):
+    """The ``paimon-group`` source; see the module docstring and docs/spark.md.
+
+    Example::
+
+        spark.dataSource.register(PaimonGroupDataSource)
+        df = (spark.readStream.format("paimon-group").option("group", "orders")
+              .option("warehouse", "/data/wh").option("table", "db.orders").load())
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return "paimon-group"
+
+    def __init__(self, options: Any) -> None:
+        super().__init__(options)
+        self.source_options = SourceOptions.parse(dict(options))
+
+    def schema(self) -> StructType:
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        return from_arrow_schema(arrow_schema(self.source_options))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        extra = {"_row_kind", *(name for name, _ in _METADATA_TYPES)}
+        columns = tuple(n for n in schema.fieldNames() if n not in extra)
+        return PaimonGroupStreamReader(self.source_options, columns)
+
+
+class ShardPartition(InputPartition):
+    """One shard's pieces of one micro-batch (read by one task, in snapshot order)."""
+
+    def __init__(self, shard: int, epoch: int, pieces: list[Piece]) -> None:
+        super().__init__(shard)
+        self.shard = shard
+        self.epoch = epoch
+        self.pieces = pieces
+
+    def __repr__(self) -> str:
+        snapshots = [p.snapshot for p in self.pieces]
+        return f"ShardPartition(shard={self.shard}, epoch={self.epoch}, snapshots={snapshots})"
+
+
+class PaimonGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Offsets, partitions and commits of one query; see the module docstring."""
+
+    def __init__(self, options: SourceOptions, columns: tuple[str, ...] | None = None) -> None:
+        self.options = options
+        # The table's columns when the query was defined: a column added to
+        # the table later is not read (Spark's schema of a running query is
+        # fixed); restart the query to get it.
+        self.columns = columns
+        self._driver: GroupDriver | None = None
+        # Trigger.AvailableNow: no snapshot after this one is read.
+        self._target: int | None = None
+        # Pieces planned by latestOffset, for the partitions() call that follows.
+        self._planned: dict[str, dict[int, list[Piece]]] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"options": self.options, "columns": self.columns, "_driver": None,
+                "_planned": {}, "_target": None}
+
+    # -- the group ---------------------------------------------------------
+
+    @property
+    def driver(self) -> GroupDriver:
+        if self._driver is None:
+            driver = GroupDriver(self.options)
+            driver.start()
+            self._driver = driver
+        return self._driver
+
+    def initialOffset(self) -> dict[str, Any]:
+        self.driver  # noqa: B018  (join now: a bad coordinator fails the query at start)
+        return encode_offset({})
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Read up to the table's latest snapshot now, then report nothing new."""
+        self._target = self.driver.planner.table.latest_snapshot_id() or 0
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_rows_per_batch is not None:
+            return ReadMaxRows(self.options.max_rows_per_batch)
+        if self.options.max_snapshots_per_batch is not None:
+            # No snapshot limit in Spark's vocabulary: a snapshot is the "file" here.
+            return ReadMaxFiles(self.options.max_snapshots_per_batch)
+        return ReadAllAvailable()
+
+    def _caps(self, limit: ReadLimit | None) -> Caps:
+        if isinstance(limit, ReadAllAvailable):
+            return Caps()  # Spark's contract: the options' caps do not apply
+        if isinstance(limit, ReadMaxRows):
+            return Caps(self.options.max_snapshots_per_batch, limit.max_rows)
+        if isinstance(limit, ReadMaxFiles):
+            return Caps(limit.max_files, self.options.max_rows_per_batch)
+        return Caps(self.options.max_snapshots_per_batch, self.options.max_rows_per_batch)
+
+    def latestOffset(self, start: dict[str, Any] | None = None,
+                     limit: ReadLimit | None = None) -> dict[str, Any]:
+        """The next batch's end offset, or ``start`` itself when nothing is new.
+
+        ``start`` is the end of the previous batch, which Spark has completed
+        (written to its commit log) before asking: its positions are
+        committed now (forward only), so the coordinator is never more than
+        the running batch behind the checkpoint.
+        """
+        driver = self.driver
+        previous = decode_offset(start)
+        if previous and not same_incarnation(start, driver.incarnation):
+            # A checkpoint of an earlier incarnation of the group (deleted and
+            # re-created under the same name): its positions are of other
+            # shards or before another start, and must not move this group's.
+            log.warning("checkpointed offset of an earlier incarnation of group %r: ignored; "
+                        "the shards continue from the group's own positions", driver.group)
+            previous = {}
+        if previous:
+            driver.commit({s: r.to for s, r in previous.items()})
+        owned = driver.owned()
+        cursors = {s: start_cursor(cursor, previous.get(s)) for s, (_, cursor) in owned.items()}
+        latest = driver.planner.table.latest_snapshot_id()
+        if self._target is not None and latest is not None:
+            latest = min(latest, self._target)
+        reached, pieces = plan_ranges(driver.planner, cursors, latest=latest,
+                                      caps=self._caps(limit),
+                                      fail_on_data_loss=self.options.fail_on_data_loss)
+        ranges = {s: ShardRange(shard=s, epoch=owned[s][0], next=c.next, full=c.full,
+                                to=reached[s]) for s, c in cursors.items()}
+        if all(r.empty for r in ranges.values()):
+            return start if start is not None else encode_offset({})
+        end = encode_offset(ranges, driver.incarnation)
+        self._planned = {_key(end): pieces}
+        driver.hold({s: r.to for s, r in ranges.items() if not r.empty})
+        return end
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        """One partition per shard with rows, from the plan of ``end`` (re-planned
+        from the offset itself when Spark re-runs a checkpointed batch)."""
+        ranges = {s: r for s, r in decode_offset(end).items() if not r.empty}
+        if start == end or not ranges:
+            return []
+        pieces = self._planned.pop(_key(end), None)
+        if pieces is None:
+            cursors = {s: Cursor(next=r.next, full=r.full) for s, r in ranges.items()}
+            _, pieces = plan_ranges(self.driver.planner, cursors,
+                                    until={s: r.to for s, r in ranges.items()},
+                                    fail_on_data_loss=self.options.fail_on_data_loss)
+        return [ShardPartition(s, ranges[s].epoch, pieces[s])
+                for s in sorted(ranges) if pieces.get(s)]
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """The fenced group commit of the batch ending at ``end`` (see GroupDriver.commit)."""
+        ranges = decode_offset(end)
+        if ranges:
+            self.driver.commit({s: r.to for s, r in ranges.items()})
+
+    def stop(self) -> None:
+        if self._driver is not None:
+            self._driver.stop()
+            self._driver = None
+
+    # -- executors -----------------------------------------------------------
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, ShardPartition)
+        return read_partition(self.options, partition, self.columns)
+
+
+def read_partition(options: SourceOptions, partition: ShardPartition,
+                   columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
+    """The rows of one partition as record batches, through the project's read path
+    (only ``columns`` of the table are decoded, when given)."""
+    from paimon_group.reading.table import ShardedTable
+
+    table = ShardedTable.open(options.warehouse, options.table, options.catalog_options)
+    planner = table.planner(1, include_row_kind=options.include_row_kind,
+                            projection=list(columns) if columns else None)
+    schema = pa.schema([f.with_nullable(True) for f in planner.schema]
+                       + ([pa.field(n, t) for n, t in _METADATA_TYPES]
+                          if options.metadata_columns else []))
+    for piece in partition.pieces:
+        for batch in planner.iter_batches(piece.splits):
+            if batch.num_rows == 0:
+                continue
+            columns = list(batch.columns)
+            if options.metadata_columns:
+                n = batch.num_rows
+                columns += [pa.repeat(pa.scalar(value, typ), n) for value, (_, typ) in zip(
+                    (partition.shard, piece.snapshot, partition.epoch), _METADATA_TYPES,
+                    strict=True)]
+            yield pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def _key(offset: dict[str, Any]) -> str:
+    return json.dumps(offset, sort_keys=True)
