@@ -188,8 +188,12 @@ def test_a_member_skips_its_table_check_only_for_a_fresh_head_naming_its_table()
     view.observe(HeadRecord(4, 3, None, None))  # the leader could not check
     assert not view.vouches_for("schema-0@1")
     view.observe(HeadRecord(4, 4, None, "schema-0@1"))
+    clock.now += 7.4
+    assert view.vouches_for("schema-0@1")
+    clock.now += 0.2  # no beat for 7.5 s: still fresh for reads, no longer for the table
+    assert view.fresh and not view.vouches_for("schema-0@1")
     clock.now += 15.0  # no beat: stale
-    assert not view.vouches_for("schema-0@1")
+    assert not view.fresh and not view.vouches_for("schema-0@1")
 
 
 async def _group(s3: S3Warehouse, tmp_path: Path, members: int, ids: list[int],

@@ -69,8 +69,8 @@ from coordinators.errors import CoordinatorError
 from paimon_group.protocol.names import GroupKeys
 
 __all__ = [
-    "HEAD_BEAT_S", "HEAD_SNAPSHOT_MAX", "HEAD_STALE_S", "TABLE_CHECK_S", "HeadLoop",
-    "HeadPublisher", "HeadRecord", "HeadView", "TablePoll", "TablePoller",
+    "HEAD_BEAT_S", "HEAD_SNAPSHOT_MAX", "HEAD_STALE_S", "HEAD_VOUCH_S", "TABLE_CHECK_S",
+    "HeadLoop", "HeadPublisher", "HeadRecord", "HeadView", "TablePoll", "TablePoller",
 ]
 
 log = logging.getLogger("paimon_group.member")
@@ -88,6 +88,17 @@ HEAD_SNAPSHOT_MAX = 8 * 1024
 TABLE_CHECK_S = 5.0
 """How often the table is checked to exist and be the group's: by the leader
 for the group while the head is fresh, else by each member."""
+
+HEAD_VOUCH_S = 1.5 * HEAD_BEAT_S
+"""How long after its last beat a head record stands for the table's identity
+(shorter than :data:`HEAD_STALE_S`). A leader that stops beating may have
+stopped because it found the table replaced, without saying so (it failed
+in its read loop first); its last identity is up to TABLE_CHECK_S old when
+published. Trusting it for 15 s more put a member's notice of a re-created
+table past 20 s (simulation seed 11431); now the worst case is
+TABLE_CHECK_S + HEAD_VOUCH_S + TABLE_CHECK_S = 17.5 s. A live leader beats
+every HEAD_BEAT_S plus at most one poll interval: with a poll interval up to
+2.5 s the vouching never lapses; beyond it members check now and then."""
 
 
 def _monotonic() -> float:
@@ -150,8 +161,10 @@ class HeadView:
     """What a member knows of the published head (I/O free, injectable clock)."""
 
     def __init__(self, *, stale_after_s: float | None = None,
+                 vouch_s: float | None = None,
                  clock: Callable[[], float] | None = None) -> None:
         self._stale_after_s = HEAD_STALE_S if stale_after_s is None else stale_after_s
+        self._vouch_s = min(self._stale_after_s, HEAD_VOUCH_S if vouch_s is None else vouch_s)
         self._clock = clock or _monotonic
         self.record: HeadRecord | None = None
         self._beat_seen_at = -1e18
@@ -191,11 +204,11 @@ class HeadView:
         return self.record.latest is None or position > self.record.latest
 
     def vouches_for(self, table_id: str) -> bool:
-        """Whether the head is fresh and its leader's last check found the
-        group's table (``table_id``; ``""``: a group of an older version,
-        which knows no identity: any table that exists) in place: then a
-        member need not check it itself."""
-        if not self.fresh:
+        """Whether a beat was seen in the last :data:`HEAD_VOUCH_S` and its
+        leader's last check found the group's table (``table_id``; ``""``: a
+        group of an older version, which knows no identity: any table that
+        exists) in place: then a member need not check it itself."""
+        if self.record is None or self._clock() - self._beat_seen_at >= self._vouch_s:
             return False
         assert self.record is not None
         found = self.record.table_id
