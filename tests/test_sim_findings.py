@@ -442,3 +442,39 @@ def test_a_full_scan_planned_after_the_table_was_recreated_says_so(table: str) -
     make_pk_table(table, "db.t", buckets=4)
     with pytest.raises(TableReplaced, match="dropped and re-created while the group read it"):
         planner.plan_full([0, 1], 1)
+
+
+def test_files_of_an_older_schema_read_after_the_table_was_dropped_say_a_file_is_gone(
+        table: str) -> None:
+    """Simulation seed 35083: a plan held files written with an older schema
+    (a column had been added since), the table was dropped before they were
+    read, and the Arrow reader took the older schema it could not find for a
+    split it cannot read, handing it to pypaimon's reader, which died of an
+    AttributeError the member could not tell from a bug (its consumer died,
+    and the member never said the table was gone). A schema file that is
+    missing is a file that is gone: FileNotFoundError, which the read round
+    turns into TableNotFound / TableReplaced by checking the table."""
+    import shutil
+
+    from paimon_group.reading.table import ShardedTable
+    from tests.test_schema_change import _add_column, _write_with_extra
+
+    _add_column(table, "db.t")
+    _write_with_extra(table, "db.t", range(10, 12))
+    sharded = ShardedTable.open(table, "db.t")
+    planner = sharded.planner(1)
+    latest = sharded.latest_snapshot_id()
+    assert latest is not None
+    splits = planner.plan_full([0], latest).splits[0]
+    # A reader that has not read schema 0 yet (another view of the table).
+    planner = ShardedTable.open(table, "db.t").planner(1)
+    # A drop under way: the table's directory is deleted file by file, and
+    # its schema files may be gone before its data files.
+    shutil.rmtree(Path(table) / "db.db" / "t" / "schema")
+    with pytest.raises(FileNotFoundError, match="schema 0"):
+        planner.read_arrow(splits)
+    with pytest.raises(FileNotFoundError, match="schema 0"):
+        list(planner.iter_batches(splits))
+    shutil.rmtree(Path(table) / "db.db" / "t")  # the drop done
+    with pytest.raises(FileNotFoundError):
+        planner.read_arrow(splits)

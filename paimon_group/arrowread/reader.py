@@ -215,10 +215,15 @@ class ArrowSplitReader:
             return None
         known = self._evolved.get(schema_id)
         if known is None:
+            old = self.table.schema_manager.get_schema(schema_id)
+            if old is None:
+                # Not a split to hand to pypaimon (its reader dies of the same
+                # missing schema with an AttributeError): a file of the table
+                # is gone, as when it is being dropped; the member checks the
+                # table and says so (simulation seed 35083). Not remembered.
+                raise FileNotFoundError(
+                    f"schema {schema_id} of data file {file.file_name} not found")
             try:
-                old = self.table.schema_manager.get_schema(schema_id)
-                if old is None:
-                    raise Unsupported(f"schema {schema_id} of a data file not found")
                 known = file_columns(self.table.fields, old.fields)
             except Unsupported as err:
                 known = err
