@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 from coordinators.protocol import Entry
 from paimon_group.protocol.group import GroupClient
-from paimon_group.protocol.records import Assignment, Owner
+from paimon_group.protocol.group_views import leader_of
+from paimon_group.protocol.records import Assignment
 
 
 @dataclass(frozen=True)
@@ -38,9 +39,6 @@ async def read_round(group: GroupClient, member_id: str) -> RoundView:
     wanted = (keys.member(member_id), keys.leader, keys.assignment)
     got = await group.coordinator.get_many(wanted)
     member_key, leader, assignment = (got.get(k) for k in wanted)
-    leading = None
-    if leader is not None:
-        leading = Owner.decode(leader.key, leader.value).member_id, leader.create_version
     decoded, version = group.assignment_of(assignment)
-    return RoundView(member_key=member_key, leader=leading, assignment=decoded,
+    return RoundView(member_key=member_key, leader=leader_of(leader), assignment=decoded,
                      assignment_version=version)

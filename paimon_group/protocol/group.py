@@ -52,7 +52,7 @@ from collections.abc import Iterable, Mapping
 
 from coordinators.base import Check, Coordinator, Delete, Entry, Put
 from paimon_group.errors import CoordinatorUnavailable, MemberIdInUse, ShardCountMismatch
-from paimon_group.protocol.group_views import GroupState, OwnerView, Removal, owner_view
+from paimon_group.protocol.group_views import GroupState, OwnerView, Removal, leader_of, owner_view
 from paimon_group.protocol.identity import (
     check_group_assignor,
     check_group_warehouse,
@@ -255,10 +255,7 @@ class GroupClient:
         return None
 
     async def leader(self) -> tuple[str, int] | None:
-        entry = await self.coordinator.get(self.keys.leader)
-        if entry is None:
-            return None
-        return Owner.decode(entry.key, entry.value).member_id, entry.create_version
+        return leader_of(await self.coordinator.get(self.keys.leader))
 
     async def resign(self, leader_epoch: int) -> bool:
         return await self.coordinator.commit(

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from coordinators.base import Entry
 from paimon_group.protocol.records import Assignment, GroupMeta, MemberInfo, Owner, Position
 
-__all__ = ["GroupState", "OwnerView", "Removal", "owner_view"]
+__all__ = ["GroupState", "OwnerView", "Removal", "leader_of", "owner_view"]
 
 
 @dataclass(frozen=True)
@@ -21,6 +21,14 @@ class OwnerView:
     epoch: int
     generation: int
     session: str = ""  # the coordinator session that created the key ("" before it was stored)
+
+
+def leader_of(entry: Entry | None) -> tuple[str, int] | None:
+    """The leader's member id and leader epoch (the key's create version) from
+    the leader key's entry; None when there is no leader."""
+    if entry is None:
+        return None
+    return Owner.decode(entry.key, entry.value).member_id, entry.create_version
 
 
 def owner_view(shard: int, entry: Entry) -> OwnerView:
