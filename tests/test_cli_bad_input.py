@@ -291,3 +291,34 @@ def test_bad_admin_input_is_one_line(grouped: Path, tmp_path: Path, etcd_server:
             return [e.key for e in await coord.list("groups/")]
 
     assert asyncio.run(keys()) == []
+
+
+def test_a_sigterm_before_joining_is_a_clean_stop(warehouse: Path, tmp_path: Path) -> None:
+    """A pod stopped while it starts (here: while its coordinator has not answered
+    yet) exits 0 with one line, having joined and created nothing."""
+    import signal
+    import socket
+    import time
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    before = tree(warehouse, scratch)
+    with socket.socket() as silent:  # accepts connections, never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        url = f"etcd://127.0.0.1:{silent.getsockname()[1]}"
+        proc = subprocess.Popen(
+            [*ENTRIES["module"], *run_args(warehouse, "--coordinator", url,
+                                           "--session-timeout-s", "60")],
+            cwd=REPO, stderr=subprocess.PIPE, text=True)
+        assert proc.stderr is not None
+        deadline = time.monotonic() + 60
+        first = proc.stderr.readline()
+        assert "connecting to" in first and time.monotonic() < deadline, first
+        proc.send_signal(signal.SIGTERM)
+        rest = proc.stderr.read()
+        code = proc.wait(timeout=30)
+    assert code == 0, first + rest
+    assert [line for line in rest.splitlines() if line.strip()] == [
+        "stopped before joining the group (SIGTERM)"], rest
+    assert tree(warehouse, scratch) == before

@@ -20,6 +20,7 @@ declared once, in :mod:`~paimon_group.cli.options`; ``describe`` (and
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from typing import Any
 
@@ -147,6 +148,7 @@ def main() -> None:
 @friendly_errors
 def run(**kw: Any) -> None:
     """Run one member of a group until SIGTERM or SIGINT (then hand off and exit 0)."""
+    signal.signal(signal.SIGTERM, _stop_before_joining)  # until the member's own
     setup_logging(kw["log_format"], kw["log_level"])
     if bool(kw["handler"]) == bool(kw["spark_handler"]):
         raise ConfigError("give exactly one of --handler or --spark-handler")
@@ -204,6 +206,21 @@ def run(**kw: Any) -> None:
     preflight.probe_coordinator(cfg.coordinator_url, cfg.connect_options())
     run_until_signalled(cfg, handler, metrics_port=kw["metrics_port"],
                         progress_interval_s=kw["progress_interval_s"], table=table)
+
+
+def _stop_before_joining(signum: int, frame: Any) -> None:
+    """Until the member's own handler takes over (just before it joins), a
+    SIGTERM ends the process with 0: a pod stopped while it starts is a clean
+    stop, not a crash (exit 143). At once: nothing is joined, held or created
+    yet. Not by raising
+    SystemExit, which would land wherever the signal did (inside an event
+    loop being built, a half-closed client): ``os._exit`` after flushing. A
+    Spark session started by ``--spark-handler`` ends with us (its JVM stops
+    when our end of its pipe closes)."""
+    sys.stdout.flush()
+    sys.stderr.write("stopped before joining the group (SIGTERM)\n")
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _kubernetes_pod_name() -> str | None:

@@ -280,8 +280,12 @@ class Demo:
                 self.note(f"describe: {err}")
             live.update(self.view())
             writer_done = writer.poll() is not None
+            # Done when the writer is, the group caught up and stable, and the
+            # restarted victim back in it (stopped sooner, it would be stopped
+            # while it starts: the demo is to show it rejoin).
+            members = {m.get("member_id") for m in self.report.get("members", [])}
             if writer_done and self.report.get("total_lag_snapshots", 1) == 0 and restarted \
-                    and self.report.get("state") == "stable":
+                    and self.report.get("state") == "stable" and victim in members:
                 return
             if elapsed > self.seconds + 90:
                 self.note("timed out waiting for the group to catch up")

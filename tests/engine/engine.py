@@ -413,15 +413,20 @@ class Engine:
         return value
 
     def read(self, warehouse: str) -> pa.Table:
-        """The engine's own batch read of the latest snapshot, read until two
-        reads agree: the bridge once returned a table without one of its keys
-        (a CI run: the next reads had it), and a test compares every row."""
+        """The engine's own batch read of the latest snapshot, one split per
+        read, read until two reads agree. The bridge's reader over many splits
+        opens every split's reader at once on a pool thread while the caller
+        drains the first, all on one shared ``TableRead``: under load in CI it
+        returned tables without one of their keys (a different one each read).
+        One split per read opens one reader at a time."""
         previous: pa.Table | None = None
         for _ in range(4):
             table = self.catalog(warehouse).get_table("db.t")
             builder = table.new_read_builder()
             splits = builder.new_scan().plan().splits()
-            got: pa.Table = builder.new_read().to_arrow(splits)
+            got: pa.Table = pa.concat_tables(
+                [builder.new_read().to_arrow([split]) for split in splits]
+                or [builder.new_read().to_arrow([])])
             if previous is not None and got.equals(previous):
                 return got
             previous = got
