@@ -28,6 +28,8 @@ from coordinators.errors import CoordinatorError, CoordinatorUnavailable, Sessio
 from paimon_group import GroupMember, MemberConfig
 from paimon_group.errors import ShardCountMismatch
 from paimon_group.member import MemberState
+from paimon_group.member.ownership import ShardOwnership
+from paimon_group.member.reader import ReadLoop
 from paimon_group.protocol.group import GroupClient
 from paimon_group.protocol.records import Position
 from tests.support.tables import make_pk_table, write_rows
@@ -253,14 +255,14 @@ async def test_release_after_an_ambiguous_step_commit_never_lowers_the_position(
                   unavailable, applied=True)
     faulty_members(monkeypatch, fault, member="a")
     resume = asyncio.Event()
-    real_plan = GroupMember._plan_next
+    real_plan = ReadLoop._plan_next
 
-    async def plan_next(self: GroupMember, *args: Any) -> Any:
-        if fault.hits and self.member_id == "a":
+    async def plan_next(self: ReadLoop, *args: Any) -> Any:
+        if fault.hits and self._core.member_id == "a":
             await resume.wait()  # a does not read on until b has its shard
         return await real_plan(self, *args)
 
-    monkeypatch.setattr(GroupMember, "_plan_next", plan_next)
+    monkeypatch.setattr(ReadLoop, "_plan_next", plan_next)
     url = memory_url()
     async with GroupMember(config(table, url, "a")) as a:
         batches = a.batches()
@@ -518,14 +520,14 @@ async def test_a_revoke_while_the_session_is_not_confirmed_live_releases_later(
     suspended etcd keep-alive, a ZooKeeper disconnection): the release is not
     attempted then, but once the session is confirmed again."""
     url = memory_url()
-    real_revoke = GroupMember._revoke
+    real_revoke = ShardOwnership.revoke
     blinded: list[str] = []
 
-    async def revoke(self: GroupMember, shards: list[int], *, reason: str) -> None:
-        if self.member_id == "a" and reason == "reassigned" and not blinded:
+    async def revoke(self: ShardOwnership, shards: list[int], *, reason: str) -> None:
+        if self._core.member_id == "a" and reason == "reassigned" and not blinded:
             blinded.append(reason)
-            assert self._coord is not None
-            session = self._coord.session
+            assert self._core._coord is not None
+            session = self._core._coord.session
             real_is_live = session.is_live
             session.is_live = lambda margin_s=0.0: False  # type: ignore[method-assign]
             try:
@@ -535,7 +537,7 @@ async def test_a_revoke_while_the_session_is_not_confirmed_live_releases_later(
             return
         await real_revoke(self, shards, reason=reason)
 
-    monkeypatch.setattr(GroupMember, "_revoke", revoke)
+    monkeypatch.setattr(ShardOwnership, "revoke", revoke)
     async with GroupMember(config(table, url, "a")) as a:
         assert await read_ids(a, 10) == set(range(10))
         async with GroupMember(config(table, url, "b")) as b:

@@ -1,11 +1,11 @@
 """Fenced commits of positions, coalesced per step (the commit lane).
 
-:meth:`Commits._commit` is the one way a member writes a position: one
+:meth:`Commits.commit` is the one way a member writes a position: one
 atomic coordinator commit guarded by each shard's epoch (invariant 1); a
 rejected shard is dropped, an accepted one advances and is mirrored into its
 consumer file (never ahead of the coordinator: invariant 5). A commit that
 raised has an unknown outcome: the shard is marked ``uncertain`` and
-:meth:`Commits._read_back` takes the stored position before it is used again
+:meth:`Commits.read_back` takes the stored position before it is used again
 (invariant 2). :class:`CommitLane` coalesces the commits of one step's shards.
 """
 
@@ -19,8 +19,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from coordinators.errors import CoordinatorError, SessionLost
-from paimon_group.config.member import MemberConfig
-from paimon_group.member.core import MemberCore, RebalanceListener
+from paimon_group.member.core import MemberCore
 from paimon_group.member.state import OwnedShard, Stop
 from paimon_group.protocol.records import position_order
 
@@ -51,7 +50,7 @@ class CommitLane:
 
     Example (inside the member's read round)::
 
-        lane = CommitLane(member._commit, step.next_snapshot, riders=empty, expected=3)
+        lane = CommitLane(member.commits.commit, step.next_snapshot, riders=empty, expected=3)
         await lane.commit(owned_shard)   # after its handler returned
         lane.skipped()                   # a delivery that ended without a commit
         await lane.flush()               # whatever is left, riders included
@@ -139,15 +138,19 @@ class CommitLane:
                     done.set_result(None)
 
 
-class Commits(MemberCore):
-    """The member's fenced commit and its read-back (see the module docstring)."""
+class Commits:
+    """The member's fenced commit and its read-back (see the module docstring).
 
-    def __init__(self, config: MemberConfig, *, listener: RebalanceListener | None = None,
-                 auto_commit: bool = True) -> None:
-        super().__init__(config, listener=listener, auto_commit=auto_commit)
-        self._lanes: set[CommitLane] = set()  # commit lanes of steps being delivered
+    Its interface: :meth:`commit`, :meth:`read_back`, :meth:`mirror_write`,
+    and :attr:`lanes`, the commit lanes of the steps being delivered (a
+    revoke kicks them so a finished batch of a revoked shard commits now).
+    """
 
-    async def _commit(
+    def __init__(self, core: MemberCore) -> None:
+        self._core = core
+        self.lanes: set[CommitLane] = set()  # commit lanes of steps being delivered
+
+    async def commit(
         self, owned: dict[int, OwnedShard], next_snapshot: int, *, full_scan: int | None = None
     ) -> None:
         """Fenced commit of ``next_snapshot`` for ``owned`` (one atomic commit).
@@ -158,20 +161,20 @@ class Commits(MemberCore):
         if not owned:
             return
         try:
-            await self._wait_live(for_commit=True)
+            await self._core._wait_live(for_commit=True)
         except Stop:
             # Refused locally, never sent: the member is leaving and its
             # session is closed (a batch that finished after the graceful
             # leave stopped waiting for it). The next owner reads it again.
             self._record_commits(owned, next_snapshot, outcome="refused")
             raise
-        group = self._group
+        group = self._core._group
         if group is None:
             raise SessionLost("no session")
         updates = {s: (o.epoch, next_snapshot) for s, o in owned.items()}
         try:
             ok = await group.commit_positions(
-                updates, self.member_id,
+                updates, self._core.member_id,
                 full_scan={s: full_scan for s in owned} if full_scan is not None else None)
         except CoordinatorError as err:
             # The outcome is unknown to us; record the attempt so that a
@@ -184,7 +187,7 @@ class Commits(MemberCore):
         if not ok and len(owned) > 1:
             # Find which shards are no longer ours; commit the others.
             for s, o in owned.items():
-                await self._commit({s: o}, next_snapshot, full_scan=full_scan)
+                await self.commit({s: o}, next_snapshot, full_scan=full_scan)
             return
         # Protect the pending full scan's snapshot, if any.
         # (marked as such: a shard resuming from the file must scan it too).
@@ -192,15 +195,15 @@ class Commits(MemberCore):
         mirror_due = self._take_outcome(owned, ok, next_snapshot, full_scan, mirrored)
         if mirror_due:
             # Written after the coordinator accepted them: never ahead of it.
-            await self._in_io(functools.partial(self._mirror_write_all, mirror_due, mirrored,
+            await self._core._in_io(functools.partial(self._mirror_write_all, mirror_due, mirrored,
                                                 full_scan is not None))
 
     def _record_commits(self, owned: dict[int, OwnedShard], next_snapshot: int, *,
                         outcome: str, **details: Any) -> None:
         for s, o in owned.items():
             if outcome == "refused":
-                self.stats.refused_commits += 1
-            self.history.record("commit", shard=s, epoch=o.epoch, next_snapshot=next_snapshot,
+                self._core.stats.refused_commits += 1
+            self._core.history.record("commit", shard=s, epoch=o.epoch, next_snapshot=next_snapshot,
                                 outcome=outcome, **details)
 
     def _take_outcome(self, owned: dict[int, OwnedShard], ok: bool, next_snapshot: int,
@@ -209,15 +212,15 @@ class Commits(MemberCore):
         consumer file is due a write."""
         mirror_due: list[int] = []
         for s, o in owned.items():
-            self.history.record("commit", shard=s, epoch=o.epoch, next_snapshot=next_snapshot,
+            self._core.history.record("commit", shard=s, epoch=o.epoch, next_snapshot=next_snapshot,
                                 outcome="accepted" if ok else "rejected")
             if ok:
-                self.stats.commits += 1
+                self._core.stats.commits += 1
                 o.uncertain = False
                 o.next_snapshot = next_snapshot
                 o.committed = next_snapshot
                 o.full_scan = full_scan
-                if self._mirror is not None and self._mirror.due(
+                if self._core._mirror is not None and self._core._mirror.due(
                         s, mirrored, full_scan_pending=full_scan is not None):
                     mirror_due.append(s)
             else:
@@ -225,24 +228,24 @@ class Commits(MemberCore):
         return mirror_due
 
     def _rejected(self, s: int, o: OwnedShard) -> None:
-        self.stats.rejected_commits += 1
+        self._core.stats.rejected_commits += 1
         log.warning(
             "shard %d: commit rejected, epoch %d is stale: another member owns it now",
-            s, o.epoch, extra={"group": self.group_name, "member": self.member_id,
+            s, o.epoch, extra={"group": self._core.group_name, "member": self._core.member_id,
                                "shard": s, "epoch": o.epoch})
         o.drop()
-        if self._owned.get(s) is o:
+        if self._core._owned.get(s) is o:
             # Our current ownership of the shard is gone. (A commit of an
             # ownership dropped before, e.g. a batch that was in flight when
             # the session was lost, is rejected after the member may have
             # acquired the shard again under a new epoch: that ownership is
             # unaffected, and the old one's end was recorded when it was
             # dropped.)
-            self._owned.pop(s)
-            self.history.record("lost", shards=[s], epochs=[o.epoch], reason="stale epoch")
-            self._notify("on_lost", [s])
+            self._core._owned.pop(s)
+            self._core.history.record("lost", shards=[s], epochs=[o.epoch], reason="stale epoch")
+            self._core._notify("on_lost", [s])
 
-    async def _read_back(self, owned: list[OwnedShard]) -> None:
+    async def read_back(self, owned: list[OwnedShard]) -> None:
         """After a commit with an unknown outcome: take the stored positions.
 
         While we hold a shard's owner key nobody else writes its position (the
@@ -251,7 +254,7 @@ class Commits(MemberCore):
         (nothing is delivered twice) and a release never re-commits the older
         value; if it did not, the stored value is ``committed`` already.
         """
-        group = self._group
+        group = self._core._group
         if not owned or group is None:
             return
         for o in owned:
@@ -273,15 +276,15 @@ class Commits(MemberCore):
                 o.full_scan = position.full_scan
 
     def _mirror_write_all(self, shards: list[int], n: int, full_scan_pending: bool) -> None:
-        assert self._mirror is not None
-        failed = self._mirror.write_many(shards, n, full_scan_pending=full_scan_pending)
+        assert self._core._mirror is not None
+        failed = self._core._mirror.write_many(shards, n, full_scan_pending=full_scan_pending)
         for shard, err in failed.items():
             log.warning("shard %d: consumer file not written: %s", shard, err)
 
-    def _mirror_write(self, shard: int, n: int, force: bool,
+    def mirror_write(self, shard: int, n: int, force: bool,
                       full_scan_pending: bool = False) -> None:
-        assert self._mirror is not None
+        assert self._core._mirror is not None
         try:
-            self._mirror.write(shard, n, force=force, full_scan_pending=full_scan_pending)
+            self._core._mirror.write(shard, n, force=force, full_scan_pending=full_scan_pending)
         except Exception as err:
             log.warning("shard %d: consumer file not written: %s", shard, err)

@@ -28,8 +28,10 @@ from dataclasses import dataclass
 
 from coordinators.errors import PaimonGroupError
 from paimon_group.errors import TableNotFound, TableReplaced
+from paimon_group.member.commits import Commits
+from paimon_group.member.core import MemberCore
 from paimon_group.member.head import TABLE_CHECK_S
-from paimon_group.member.reader import Reader
+from paimon_group.member.reader import ReadLoop
 from paimon_group.member.state import OwnedShard, Stop
 
 log = logging.getLogger("paimon_group.member")
@@ -49,19 +51,27 @@ class ShardPosition:
     full_scan: int | None
 
 
-class Driving(Reader):
-    """The public hooks of a member used without its read loop."""
+class Driving:
+    """The public hooks of a member used without its read loop (the member
+    offers them as its own methods)."""
+
+    def __init__(self, core: MemberCore, commits: Commits, reading: ReadLoop) -> None:
+        self._core = core
+        self._commits = commits
+        self._reading = reading
+        # When a driven member last checked its table (None: not yet; start checked it).
+        self._driven_table_checked: float | None = None
 
     @property
     def incarnation(self) -> str:
         """The incarnation of the group joined (a group deleted and re-created
         under the same name has another); empty before joining, and for groups
         created before incarnations existed."""
-        return self._meta.incarnation if self._meta is not None else ""
+        return self._core._meta.incarnation if self._core._meta is not None else ""
 
     def held_shards(self) -> list[int]:
         """The shards owned now and not being revoked: the ones that may be read."""
-        return sorted(s for s, o in self._owned.items() if o.active)
+        return sorted(s for s, o in self._core._owned.items() if o.active)
 
     async def settle_positions(self) -> dict[int, ShardPosition]:
         """The positions of the held shards, settled as the read loop settles
@@ -74,9 +84,9 @@ class Driving(Reader):
         dropped or acquired anew meanwhile: the next call tries again.
         """
         await self._check_table_now_and_then()
-        held = [o for o in self._owned.values() if o.active]
+        held = [o for o in self._core._owned.values() if o.active]
         try:
-            await self._settle(held)
+            await self._reading.settle(held)
         except Stop:
             # Leaving: no shard may be read any more (the host learns it from
             # an empty answer, as when nothing is held; simulation seed 5877:
@@ -85,17 +95,14 @@ class Driving(Reader):
         except PaimonGroupError as err:
             # Those shards stay out (unresolved or uncertain) this time.
             log.warning("positions not settled this round: %s", err,
-                        extra={"group": self.group_name, "member": self.member_id})
+                        extra={"group": self._core.group_name, "member": self._core.member_id})
         out: dict[int, ShardPosition] = {}
         for o in held:
             if (o.dropped or o.uncertain or o.next_snapshot is None
-                    or self._owned.get(o.shard) is not o):
+                    or self._core._owned.get(o.shard) is not o):
                 continue
             out[o.shard] = ShardPosition(o.shard, o.epoch, o.next_snapshot, o.full_scan)
         return out
-
-    # When a driven member last checked its table (None: not yet; start checked it).
-    _driven_table_checked: float | None = None
 
     async def _check_table_now_and_then(self) -> None:
         """The read loop's table check, for a host that plans itself and so
@@ -111,9 +118,9 @@ class Driving(Reader):
             return
         self._driven_table_checked = now
         try:
-            await self._in_io(self._check_table)
+            await self._core._in_io(self._reading.check_table)
         except (TableNotFound, TableReplaced) as err:
-            self._fail(err)
+            self._core._fail(err)
             raise
 
     def mark_busy(self, shards: Iterable[int]) -> list[int]:
@@ -122,7 +129,7 @@ class Driving(Reader):
         Returns the shards marked (those owned now)."""
         marked: list[int] = []
         for shard in shards:
-            o = self._owned.get(shard)
+            o = self._core._owned.get(shard)
             if o is not None:
                 o.idle.clear()
                 marked.append(shard)
@@ -131,7 +138,7 @@ class Driving(Reader):
     def mark_idle(self, shards: Iterable[int]) -> None:
         """End :meth:`mark_busy` for ``shards`` (a waiting revocation goes on)."""
         for shard in shards:
-            o = self._owned.get(shard)
+            o = self._core._owned.get(shard)
             if o is not None:
                 o.idle.set()
 
@@ -147,7 +154,7 @@ class Driving(Reader):
         result: dict[int, bool] = {}
         by_position: dict[int, dict[int, OwnedShard]] = {}
         for shard, to in positions.items():
-            o = self._owned.get(shard)
+            o = self._core._owned.get(shard)
             if o is None or o.dropped or o.next_snapshot is None:
                 result[shard] = False
                 continue
@@ -158,12 +165,12 @@ class Driving(Reader):
             by_position.setdefault(to, {})[shard] = o
         for to, owned in sorted(by_position.items()):
             try:
-                await self._commit(owned, to)
+                await self._commits.commit(owned, to)
             except Exception as err:  # coordinator errors, or leaving: not committed
                 # Not committing only means that the next owner of these
                 # shards reads them again.
                 log.warning("commit of shards %s at %d failed: %s", sorted(owned), to, err,
-                            extra={"group": self.group_name, "member": self.member_id})
+                            extra={"group": self._core.group_name, "member": self._core.member_id})
             for shard, o in owned.items():
                 result[shard] = (not o.dropped and o.committed == to)
         return result

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable, Mapping
 from types import TracebackType
 from typing import Self
 
@@ -16,9 +16,9 @@ from paimon_group.config.member import MemberConfig
 from paimon_group.config.projection import check_columns
 from paimon_group.errors import HandlerFailed
 from paimon_group.member.core import Handler, RebalanceListener
-from paimon_group.member.driving import Driving
+from paimon_group.member.driving import Driving, ShardPosition
 from paimon_group.member.membership import Membership
-from paimon_group.member.reader import Process
+from paimon_group.member.reader import Process, ReadLoop
 from paimon_group.member.state import MemberState, Stop
 from paimon_group.reading.batch import ShardBatch
 from paimon_group.reading.start import parse_start
@@ -27,7 +27,7 @@ from paimon_group.reading.table import ShardedTable
 log = logging.getLogger("paimon_group.member")
 
 
-class GroupMember(Membership, Driving):
+class GroupMember(Membership):
     """A member of a consumer group over one Paimon table.
 
     See :mod:`paimon_group.member` for what it does and how it is built.
@@ -46,6 +46,8 @@ class GroupMember(Membership, Driving):
         instead of opening the table again (on an object store, requests);
         None: the start opens it."""
         super().__init__(config, listener=listener, auto_commit=auto_commit)
+        self.reading = ReadLoop(self, self.commits)
+        self.driving = Driving(self, self.commits, self.reading)
         self._opened_table = table
         self._queue: asyncio.Queue[tuple[ShardBatch, asyncio.Future[bool]]] = asyncio.Queue(1)
         self._acked: dict[int, asyncio.Future[bool]] = {}
@@ -184,7 +186,7 @@ class GroupMember(Membership, Driving):
         await self._consume(process)
 
     async def _consume(self, process: Process) -> None:
-        reader = asyncio.create_task(self._read_loop_supervised(process), name="pg-read")
+        reader = asyncio.create_task(self.reading.run(process), name="pg-read")
         try:
             while not reader.done():
                 # A failed member stops reading at once; a leaving one lets the
@@ -264,3 +266,32 @@ class GroupMember(Membership, Driving):
             await durable
         else:
             await asyncio.sleep(0)
+
+    # -- driven by a host that reads itself (member/driving.py) -----------
+
+    @property
+    def incarnation(self) -> str:
+        """:attr:`Driving.incarnation <paimon_group.member.driving.Driving.incarnation>`."""
+        return self.driving.incarnation
+
+    def held_shards(self) -> list[int]:
+        """:meth:`Driving.held_shards <paimon_group.member.driving.Driving.held_shards>`."""
+        return self.driving.held_shards()
+
+    async def settle_positions(self) -> dict[int, ShardPosition]:
+        """:meth:`Driving.settle_positions
+        <paimon_group.member.driving.Driving.settle_positions>`."""
+        return await self.driving.settle_positions()
+
+    def mark_busy(self, shards: Iterable[int]) -> list[int]:
+        """:meth:`Driving.mark_busy <paimon_group.member.driving.Driving.mark_busy>`."""
+        return self.driving.mark_busy(shards)
+
+    def mark_idle(self, shards: Iterable[int]) -> None:
+        """:meth:`Driving.mark_idle <paimon_group.member.driving.Driving.mark_idle>`."""
+        self.driving.mark_idle(shards)
+
+    async def commit_positions(self, positions: Mapping[int, int]) -> dict[int, bool]:
+        """:meth:`Driving.commit_positions
+        <paimon_group.member.driving.Driving.commit_positions>`."""
+        return await self.driving.commit_positions(positions)

@@ -21,7 +21,7 @@ import time
 from coordinators.errors import CoordinatorError
 from paimon_group.config.member import MemberConfig
 from paimon_group.member.commits import Commits
-from paimon_group.member.core import RebalanceListener
+from paimon_group.member.core import MemberCore, RebalanceListener
 from paimon_group.member.state import OwnedShard
 from paimon_group.protocol.group import GroupClient
 from paimon_group.protocol.releasing import PendingReleases
@@ -31,40 +31,49 @@ from paimon_group.reading.mirror import MirroredPosition
 log = logging.getLogger("paimon_group.member")
 
 
-class Ownership(Commits):
-    """Acquiring, revoking and checking the shards we own."""
+class ShardOwnership:
+    """Acquiring, revoking and checking the shards we own.
 
-    def __init__(self, config: MemberConfig, *, listener: RebalanceListener | None = None,
-                 auto_commit: bool = True) -> None:
-        super().__init__(config, listener=listener, auto_commit=auto_commit)
-        self._releases = PendingReleases()  # owner keys still to delete (revoke failed)
+    Its interface: :meth:`pending_acquisitions`, :meth:`acquire`,
+    :meth:`revoke`, :meth:`check_ownership`; :attr:`releases` (owner keys
+    still to delete), :attr:`sweep_due`, and when the check last ran
+    (:attr:`checked_at`, every :attr:`check_s`).
+    """
+
+    def __init__(self, core: MemberCore, commits: Commits) -> None:
+        self._core = core
+        self._commits = commits
+        config = core.config
+        self.releases = PendingReleases()  # owner keys still to delete (revoke failed)
         # The ownership check reads our own owner keys, once per interval.
-        self._ownership_check_s = max(2.0, config.session_timeout_s)
-        self._ownership_checked_at = -1e18
+        self.check_s = max(2.0, config.session_timeout_s)
+        self.checked_at = -1e18
         # Listing every owner key is O(shards) (issue 29: 70 % of an idle
         # member's CPU at 2,048 shards when it ran on every check): the sweep
         # that needs it runs only when an orphan can have been left, namely
         # once per session (keys of our member id from an older session) and
         # after a control round that failed (an acquisition or release whose
         # outcome is unknown).
-        self._sweep_due = True
+        self.sweep_due = True
 
-    def _pending_acquisitions(self) -> list[int]:
-        target = set(self._assignment.shards_of(self.member_id)) if self._assignment else set()
-        return sorted(target - set(self._owned))
+    def pending_acquisitions(self) -> list[int]:
+        core = self._core
+        target = set(core._assignment.shards_of(core.member_id)) if core._assignment else set()
+        return sorted(target - set(core._owned))
 
-    async def _acquire(self, shards: list[int], generation: int) -> None:
-        group = self._group
-        assert group is not None and self._mirror is not None
+    async def acquire(self, shards: list[int], generation: int) -> None:
+        group = self._core._group
+        assert group is not None and self._core._mirror is not None
         acquired: list[int] = []
         for shard in shards:
-            if not self._coord or not self._coord.session.is_live(self.config.margin):
+            coord = self._core._coord
+            if not coord or not coord.session.is_live(self._core.config.margin):
                 break
             sent = time.monotonic()  # the history's lower bound of when the create went out
-            epoch = await group.acquire(shard, self.member_id, generation)
+            epoch = await group.acquire(shard, self._core.member_id, generation)
             if epoch is None:
                 continue  # the previous owner has not released yet: its release wakes us
-            self._releases.discard(shard)  # a key of ours still pending release: ours again
+            self.releases.discard(shard)  # a key of ours still pending release: ours again
             owned = OwnedShard(shard=shard, epoch=epoch, generation=generation)
             # Read the position only after the owner key exists: every commit of
             # the previous owner is then visible (or was rejected).
@@ -74,7 +83,7 @@ class Ownership(Commits):
                 owned.committed = position.next_snapshot
                 owned.full_scan = position.full_scan
             else:
-                mirrored = await self._in_io(functools.partial(self._resume_from_file, shard))
+                mirrored = await self._core._in_io(functools.partial(self._resume_from_file, shard))
                 if mirrored is not None and mirrored.full_scan_pending:
                     # A pinned start whose full scan was still due: resume
                     # with that full scan, then the snapshots after it.
@@ -82,51 +91,52 @@ class Ownership(Commits):
                     owned.full_scan = mirrored.next_snapshot
                 elif mirrored is not None:
                     owned.next_snapshot = mirrored.next_snapshot
-            self._owned[shard] = owned
+            self._core._owned[shard] = owned
             acquired.append(shard)
-            self.history.record("acquire", shard=shard, epoch=epoch, generation=generation,
+            self._core.history.record("acquire", shard=shard, epoch=epoch, generation=generation,
                                 next_snapshot=owned.next_snapshot, sent=sent)
         if acquired:
             log.info("acquired shards %s", acquired,
-                     extra={"group": self.group_name, "member": self.member_id,
+                     extra={"group": self._core.group_name, "member": self._core.member_id,
                             "generation": generation})
-            self._notify("on_assigned", acquired)
-            self._wake.set()
+            self._core._notify("on_assigned", acquired)
+            self._core._wake.set()
 
     def _resume_from_file(self, shard: int) -> MirroredPosition | None:
         """The shard's consumer file (with its pending full scan, if marked), if
         the group may resume from it (:func:`paimon_group.reading.consumer_meta.resume_allowed`:
         written under this group's shard count and rule, by this incarnation
         or one it vetted); else None, and the shard starts as configured."""
-        assert self._mirror is not None and self.table is not None and self._meta is not None
-        mirrored = self._mirror.read_position(shard)
+        core = self._core
+        assert core._mirror is not None and core.table is not None and core._meta is not None
+        mirrored = core._mirror.read_position(shard)
         if mirrored is None:
             return None
-        origin = ConsumerFilesOrigin.read(self.table.table.file_io, self.table.table_path,
-                                          self.group_name)
-        if resume_allowed(self._meta, origin):
+        origin = ConsumerFilesOrigin.read(core.table.table.file_io, core.table.table_path,
+                                          core.group_name)
+        if resume_allowed(core._meta, origin):
             return mirrored
         log.warning("shard %d: consumer file (next snapshot %d) not resumed from: it was not "
                     "written under this group's %d shards by this group; starting as "
-                    "configured (%s)", shard, mirrored.next_snapshot, self.num_shards,
-                    self.config.start,
-                    extra={"group": self.group_name, "member": self.member_id, "shard": shard})
+                    "configured (%s)", shard, mirrored.next_snapshot, self._core.num_shards,
+                    self._core.config.start,
+                    extra={"group": core.group_name, "member": core.member_id, "shard": shard})
         return None
 
-    async def _revoke(self, shards: list[int], *, reason: str) -> None:
+    async def revoke(self, shards: list[int], *, reason: str) -> None:
         """Finish (or abandon) in-flight batches, then commit+release in one commit."""
         async def wait_idle(o: OwnedShard) -> bool:
             try:
-                await asyncio.wait_for(o.idle.wait(), timeout=self.config.revoke_timeout_s)
+                await asyncio.wait_for(o.idle.wait(), timeout=self._core.config.revoke_timeout_s)
                 return True
             except TimeoutError:
                 return False
 
-        owned = [self._owned[s] for s in shards if s in self._owned]
-        for lane in list(self._lanes):
+        owned = [self._core._owned[s] for s in shards if s in self._core._owned]
+        for lane in list(self._commits.lanes):
             lane.kick()  # a finished batch of a revoked shard commits now
         results = await asyncio.gather(*(wait_idle(o) for o in owned))
-        group = self._group
+        group = self._core._group
         released: list[int] = []
         lost: list[int] = []
         for o, finished in zip(owned, results, strict=True):
@@ -134,23 +144,23 @@ class Ownership(Commits):
                 continue
             if not finished:
                 log.warning("shard %d: batch in flight abandoned after %.1fs", o.shard,
-                            self.config.revoke_timeout_s)
+                            self._core.config.revoke_timeout_s)
             ok = await self._release(group, o, finished=finished, reason=reason)
             (released if ok else lost).append(o.shard)
         if released:
             # A graceful leave releases; a rebalance revokes. Both hand the
             # shards off cleanly (last position committed, owner key deleted).
             how = "released" if reason == "leaving" else "revoked"
-            self.stats.shards_moved[how] += len(released)
+            self._core.stats.shards_moved[how] += len(released)
             log.info("%s shards %s (%s)", how, released, reason,
-                     extra={"group": self.group_name, "member": self.member_id})
-            self._notify("on_revoked", released)
+                     extra={"group": self._core.group_name, "member": self._core.member_id})
+            self._core._notify("on_revoked", released)
         if lost:
             log.warning("lost shards %s: their release was not confirmed (%s); the next "
                         "owner resumes from the last committed position", lost, reason,
-                        extra={"group": self.group_name, "member": self.member_id})
-            self._notify("on_lost", lost)
-        self._wake.set()
+                        extra={"group": self._core.group_name, "member": self._core.member_id})
+            self._core._notify("on_lost", lost)
+        self._core._wake.set()
 
     async def _release(self, group: GroupClient | None, o: OwnedShard, *, finished: bool,
                        reason: str) -> bool:
@@ -160,19 +170,20 @@ class Ownership(Commits):
         # Whether the owner key may still be ours: until a release
         # commit returns (True: deleted; False: not ours any more).
         undecided = True
-        if group is not None and self._coord is not None and self._coord.session.is_live(
-            self.config.margin
+        coord = self._core._coord
+        if group is not None and coord is not None and coord.session.is_live(
+            self._core.config.margin
         ):
             try:
                 if o.uncertain:
                     # Never release with a value older than what may have
                     # landed; unreadable now: release without a position.
                     with contextlib.suppress(CoordinatorError):
-                        await self._read_back([o])
+                        await self._commits.read_back([o])
                 if (o.committed is not None and o.full_scan is None and finished
                         and not o.uncertain):
                     ok = await group.commit_positions(
-                        {o.shard: (o.epoch, o.committed)}, self.member_id, release=True
+                        {o.shard: (o.epoch, o.committed)}, self._core.member_id, release=True
                     )
                 else:
                     ok = await group.release(o.shard, o.epoch)
@@ -180,43 +191,44 @@ class Ownership(Commits):
             except CoordinatorError as err:
                 log.warning("shard %d: release failed: %s", o.shard, err)
         o.drop()
-        self._owned.pop(o.shard, None)
+        self._core._owned.pop(o.shard, None)
         if undecided:
             # Left bound to our live session, the key would hold the
             # shard from its new assignee for ever: retried every round.
             log.warning("shard %d: owner key (epoch %d) not released yet; retrying every "
                         "control round until it is gone", o.shard, o.epoch,
-                        extra={"group": self.group_name, "member": self.member_id,
+                        extra={"group": self._core.group_name, "member": self._core.member_id,
                                "shard": o.shard, "epoch": o.epoch})
-            self._releases.add(o.shard, o.epoch)
-        self.history.record("release", shard=o.shard, epoch=o.epoch, ok=ok, reason=reason,
+            self.releases.add(o.shard, o.epoch)
+        self._core.history.record("release", shard=o.shard, epoch=o.epoch, ok=ok, reason=reason,
                             next_snapshot=o.committed)
-        if ok and o.committed is not None and self._mirror is not None:
+        if ok and o.committed is not None and self._core._mirror is not None:
             n = o.full_scan if o.full_scan is not None else o.committed
-            await self._in_io(functools.partial(self._mirror_write, o.shard, n, True,
+            await self._core._in_io(functools.partial(self._commits.mirror_write, o.shard, n, True,
                                                 o.full_scan is not None))
         return ok
 
-    async def _check_ownership(self, group: GroupClient) -> None:
+    async def check_ownership(self, group: GroupClient) -> None:
         """Drop shards whose owner key is no longer ours (deleted by an operator:
         ``members remove``, ``reset --force``). Our commits would be rejected
         anyway; this makes the member notice at once instead of at its next
         commit, which on an idle table can be much later.
 
         Reads only the owner keys of the shards held (O(own shards)); when a
-        sweep is due (see ``_sweep_due``) it lists every owner key instead and
+        sweep is due (see ``sweep_due``) it lists every owner key instead and
         also releases those that are ours but not owned
         (:mod:`paimon_group.protocol.releasing`)."""
-        self._ownership_checked_at = time.monotonic()
-        held = [o for o in self._owned.values() if o.active]
-        if self._sweep_due:
+        self.checked_at = time.monotonic()
+        held = [o for o in self._core._owned.values() if o.active]
+        if self.sweep_due:
             owners = await group.owners()
-            assigned = (set(self._assignment.shards_of(self.member_id))
-                        if self._assignment else set())
-            await self._releases.sweep(
-                group, self.member_id, owned={s: o.epoch for s, o in self._owned.items()},
+            assigned = (set(self._core._assignment.shards_of(self._core.member_id))
+                        if self._core._assignment else set())
+            await self.releases.sweep(
+                group, self._core.member_id,
+                owned={s: o.epoch for s, o in self._core._owned.items()},
                 assigned=assigned, owners=owners)
-            self._sweep_due = False
+            self.sweep_due = False
         else:
             owners = await group.owners_of(o.shard for o in held)
         lost: list[int] = []
@@ -225,12 +237,56 @@ class Ownership(Commits):
             view = owners.get(o.shard)
             if view is None or view.epoch != o.epoch:
                 o.drop()
-                if self._owned.get(o.shard) is o:
-                    self._owned.pop(o.shard)
+                if self._core._owned.get(o.shard) is o:
+                    self._core._owned.pop(o.shard)
                 lost.append(o.shard)
                 epochs.append(o.epoch)
         if lost:
             log.warning("shards %s: owner key gone or re-created by another member", lost,
-                        extra={"group": self.group_name, "member": self.member_id})
-            self.history.record("lost", shards=lost, epochs=epochs, reason="owner key gone")
-            self._notify("on_lost", lost)
+                        extra={"group": self._core.group_name, "member": self._core.member_id})
+            self._core.history.record("lost", shards=lost, epochs=epochs, reason="owner key gone")
+            self._core._notify("on_lost", lost)
+
+
+class Ownership(MemberCore):
+    """The control loop's and membership's way to :class:`ShardOwnership`
+    while they are still stacked on the member's core (the part itself is
+    ``self.ownership``)."""
+
+    def __init__(self, config: MemberConfig, *, listener: RebalanceListener | None = None,
+                 auto_commit: bool = True) -> None:
+        super().__init__(config, listener=listener, auto_commit=auto_commit)
+        self.commits = Commits(self)
+        self.ownership = ShardOwnership(self, self.commits)
+
+    @property
+    def _releases(self) -> PendingReleases:
+        return self.ownership.releases
+
+    @property
+    def _sweep_due(self) -> bool:
+        return self.ownership.sweep_due
+
+    @_sweep_due.setter
+    def _sweep_due(self, due: bool) -> None:
+        self.ownership.sweep_due = due
+
+    @property
+    def _ownership_checked_at(self) -> float:
+        return self.ownership.checked_at
+
+    @property
+    def _ownership_check_s(self) -> float:
+        return self.ownership.check_s
+
+    def _pending_acquisitions(self) -> list[int]:
+        return self.ownership.pending_acquisitions()
+
+    async def _acquire(self, shards: list[int], generation: int) -> None:
+        await self.ownership.acquire(shards, generation)
+
+    async def _revoke(self, shards: list[int], *, reason: str) -> None:
+        await self.ownership.revoke(shards, reason=reason)
+
+    async def _check_ownership(self, group: GroupClient) -> None:
+        await self.ownership.check_ownership(group)

@@ -21,10 +21,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from coordinators.errors import CoordinatorError, PaimonGroupError, SessionLost
-from paimon_group.config.member import MemberConfig
 from paimon_group.errors import HandlerFailed, NotOwner, SnapshotExpired, StaleEpoch
 from paimon_group.member.commits import CommitLane, Commits
-from paimon_group.member.core import RebalanceListener
+from paimon_group.member.core import MemberCore
 from paimon_group.member.data_loss import LostRange, data_loss_error, skip_warning
 from paimon_group.member.head import TABLE_CHECK_S
 from paimon_group.member.state import OwnedShard, Stop
@@ -43,34 +42,39 @@ Process = Callable[[ShardBatch], Awaitable[None]]
 Prefetched = dict[tuple[tuple[int, ...], int], asyncio.Future[Any]]
 
 
-class Reader(Commits):
-    """The read loop (see the module docstring)."""
+class ReadLoop:
+    """The read loop (see the module docstring).
 
-    def __init__(self, config: MemberConfig, *, listener: RebalanceListener | None = None,
-                 auto_commit: bool = True) -> None:
-        super().__init__(config, listener=listener, auto_commit=auto_commit)
+    Its interface: :meth:`run` (the loop, until the member stops or fails),
+    and for a host that plans itself (:mod:`paimon_group.member.driving`)
+    :meth:`settle` and :meth:`check_table`.
+    """
+
+    def __init__(self, core: MemberCore, commits: Commits) -> None:
+        self._core = core
+        self._commits = commits
         # Next steps' plans, started while the current ones are delivered:
         # (shards, position) -> the planning thread's future.
         self._prefetched: Prefetched = {}
 
-    async def _read_loop_supervised(self, process: Process) -> None:
-        while not self._stopping:
-            coord = self._coord
+    async def run(self, process: Process) -> None:
+        while not self._core._stopping:
+            coord = self._core._coord
             try:
                 await self._read_loop(process)
             except Stop:
                 return
             except SessionLost:
                 # The supervisor rejoins; wait for it and carry on.
-                self._wake.set()
+                self._core._wake.set()
                 await asyncio.sleep(0.05)
                 continue
             except HandlerFailed as err:
-                self._fail(err)
+                self._core._fail(err)
                 return
             except PaimonGroupError as err:
                 if (isinstance(err, CoordinatorError) and not err.retriable
-                        and coord is not None and self._coord is not coord):
+                        and coord is not None and self._core._coord is not coord):
                     # A call of a round begun before a rejoin, on the
                     # connection the rejoin has closed since: every backend
                     # refuses it for good, but it is not this member's
@@ -78,25 +82,25 @@ class Reader(Commits):
                     # (simulation seed 10369: the group start was created on
                     # the closed connection, and the member failed).
                     log.info("a read round spanned a rejoin (%s): reading again", err,
-                             extra={"group": self.group_name, "member": self.member_id})
+                             extra={"group": self._core.group_name, "member": self._core.member_id})
                     continue
                 if not err.retriable:
-                    self._fail(err)
+                    self._core._fail(err)
                     return
                 log.warning("coordinator unavailable while reading: %s", err)
                 await asyncio.sleep(0.5)
             except asyncio.CancelledError:
                 raise
             except BaseException as err:
-                self._fail(err)
+                self._core._fail(err)
                 return
 
     async def _read_loop(self, process: Process) -> None:
-        poll = self.config.poll_interval_ms / 1000.0
+        poll = self._core.config.poll_interval_ms / 1000.0
         table_checked = time.monotonic()
         while True:
-            await self._wait_live()
-            self.raise_if_failed()
+            await self._core._wait_live()
+            self._core.raise_if_failed()
             progressed = await self._read_round(process)
             if time.monotonic() - table_checked > TABLE_CHECK_S:
                 # An idle table and a dropped table look alike to the planner
@@ -106,46 +110,47 @@ class Reader(Commits):
                 # is the one the group was created on (TableNotFound,
                 # TableReplaced), so neither is an endless wait or a skip.
                 table_checked = time.monotonic()
-                await self._in_io(self._check_table)
+                await self._core._in_io(self.check_table)
             if not progressed:
                 await self._idle_wait(poll)
 
     async def _idle_wait(self, poll: float) -> None:
         """Until a wake-up, a new snapshot in the published head, or ``poll``."""
-        waiters = [asyncio.ensure_future(self._wake.wait()),
-                   asyncio.ensure_future(self._head_woken.wait())]
+        waiters = [asyncio.ensure_future(self._core._wake.wait()),
+                   asyncio.ensure_future(self._core._head_woken.wait())]
         try:
             await asyncio.wait(waiters, timeout=poll, return_when=asyncio.FIRST_COMPLETED)
         finally:
             for w in waiters:
                 w.cancel()
             await asyncio.gather(*waiters, return_exceptions=True)
-        self._wake.clear()
-        self._head_woken.clear()
+        self._core._wake.clear()
+        self._core._head_woken.clear()
 
-    def _check_table(self) -> None:
+    def check_table(self) -> None:
         """Raise TableNotFound if the table is gone, TableReplaced if it was
         dropped and re-created since the group was created. Skipped while the
         group's fresh head says its leader found the table in place moments
         ago (member/head.py: one check per group, not one per member)."""
-        if self._head.vouches_for(self._meta.table_id if self._meta is not None else ""):
+        meta = self._core._meta
+        if self._core._head.vouches_for(meta.table_id if meta is not None else ""):
             return
         self._check_table_itself()
 
     def _check_table_itself(self) -> None:
-        """:meth:`_check_table`, whatever the head says."""
-        cfg = self.config
-        current = table_identity(self.table.table) if self.table is not None else ""
+        """:meth:`check_table`, whatever the head says."""
+        cfg = self._core.config
+        current = table_identity(self._core.table.table) if self._core.table is not None else ""
         if not current:
             # No first schema to read: the table is gone (TableNotFound) or
             # of a layout read only through the catalog.
             current = table_identity(
                 ShardedTable.open(cfg.warehouse, cfg.table, cfg.catalog_options).table)
-        if self._meta is not None:
-            check_table_identity(self._meta, self.group_name, current)
+        if self._core._meta is not None:
+            check_table_identity(self._core._meta, self._core.group_name, current)
 
     async def _read_round(self, process: Process) -> bool:
-        active = [o for o in self._owned.values() if o.active]
+        active = [o for o in self._core._owned.values() if o.active]
         if not active:
             return False
         # Plans prefetched in the previous round; what this round does not use
@@ -157,17 +162,17 @@ class Reader(Commits):
             # A file the plan names is gone: most likely the table was dropped
             # (or re-created) since the last check, which says so in one line
             # (TableNotFound, TableReplaced); else the error stands.
-            await self._in_io(self._check_table_itself)
+            await self._core._in_io(self._check_table_itself)
             raise
         finally:
             for future in prefetched.values():
                 # Unused: retrieve its outcome so an error is not reported as lost.
                 future.add_done_callback(lambda f: None if f.cancelled() else f.exception())
 
-    async def _settle(self, held: list[OwnedShard]) -> None:
+    async def settle(self, held: list[OwnedShard]) -> None:
         """Read back positions of uncertain commits, and resolve and pin the
         start of shards without a position (before anything is planned)."""
-        await self._read_back([o for o in held if o.uncertain and not o.dropped])
+        await self._commits.read_back([o for o in held if o.uncertain and not o.dropped])
         unresolved = [o for o in held if o.next_snapshot is None and not o.dropped]
         if unresolved:
             await self._resolve_start(unresolved)
@@ -175,9 +180,9 @@ class Reader(Commits):
     async def _read_groups(self, active: list[OwnedShard], prefetched: Prefetched,
                            process: Process) -> bool:
         """One step for every group of active shards at the same position."""
-        planner = self._planner
+        planner = self._core._planner
         assert planner is not None
-        await self._settle(active)
+        await self.settle(active)
         by_position: dict[tuple[int, int | None], list[OwnedShard]] = defaultdict(list)
         for o in active:
             if o.next_snapshot is not None and not o.dropped:
@@ -186,14 +191,14 @@ class Reader(Commits):
         for (position, full_scan), owned in sorted(by_position.items(),
                                                    key=lambda kv: (kv[0][0], kv[0][1] or 0)):
             shards = [o.shard for o in owned]
-            if full_scan is None and self._head.nothing_new_at(position):
+            if full_scan is None and self._core._head.nothing_new_at(position):
                 # The leader polled the table moments ago: nothing at
                 # `position` yet (member/head.py); no request to the store.
                 continue
-            await self._wait_live()
+            await self._core._wait_live()
             try:
                 if full_scan is not None:
-                    step: StepPlan | None = await self._in_io(
+                    step: StepPlan | None = await self._core._in_io(
                         functools.partial(planner.plan_full, shards, full_scan))
                 else:
                     step = await self._plan_next(shards, position, prefetched)
@@ -216,47 +221,48 @@ class Reader(Commits):
         """Shards whose next snapshot ``first`` expired: stop with one line
         (``--on-data-loss fail``), or move them on to the earliest retained
         snapshot (``skip``); see :mod:`paimon_group.member.data_loss`."""
-        table = self.table
+        table = self._core.table
         assert table is not None
-        earliest = await self._in_io(table.earliest_snapshot_id)
+        earliest = await self._core._in_io(table.earliest_snapshot_id)
         if earliest is None or earliest <= first:
             raise err  # not a gap this member can name (the table changed under it)
         lost = LostRange(tuple(sorted(o.shard for o in owned)), first, earliest, full_scan)
-        extra = {"group": self.group_name, "member": self.member_id}
-        if self.config.on_data_loss != "skip":
-            raise data_loss_error(self.config, lost) from None
-        log.warning(skip_warning(self.config, lost), extra=extra)
-        self.history.record("skip", shards=list(lost.shards), first=first, earliest=earliest,
+        extra = {"group": self._core.group_name, "member": self._core.member_id}
+        if self._core.config.on_data_loss != "skip":
+            raise data_loss_error(self._core.config, lost) from None
+        log.warning(skip_warning(self._core.config, lost), extra=extra)
+        self._core.history.record("skip", shards=list(lost.shards), first=first, earliest=earliest,
                             full_scan=full_scan)
         if full_scan:
             # A full scan of the earliest snapshot instead: the table as it
             # is there, nothing of it skipped.
-            await self._commit({o.shard: o for o in owned}, earliest + 1, full_scan=earliest)
+            await self._commits.commit({o.shard: o for o in owned}, earliest + 1,
+                                       full_scan=earliest)
             return
         # Counted once committed: the shards really moved past the gap.
-        await self._commit({o.shard: o for o in owned}, earliest)
-        self.stats.skipped_snapshots += lost.count * len(lost.shards)
+        await self._commits.commit({o.shard: o for o in owned}, earliest)
+        self._core.stats.skipped_snapshots += lost.count * len(lost.shards)
 
     def _batches(self, owned: list[OwnedShard], step: StepPlan
                  ) -> tuple[list[tuple[OwnedShard, ShardBatch]], dict[int, OwnedShard]]:
         """The step's batch of each shard still active and ours, and the
         shards without rows in the step."""
-        planner = self._planner
+        planner = self._core._planner
         assert planner is not None
         empty: dict[int, OwnedShard] = {}
         deliveries: list[tuple[OwnedShard, ShardBatch]] = []
         for o in owned:
-            if not o.active or self._owned.get(o.shard) is not o:
+            if not o.active or self._core._owned.get(o.shard) is not o:
                 continue
             splits = step.splits.get(o.shard, ())
             if not splits:
                 empty[o.shard] = o
                 continue
             deliveries.append((o, ShardBatch(
-                group=self.group_name,
-                member_id=self.member_id,
+                group=self._core.group_name,
+                member_id=self._core.member_id,
                 shard=o.shard,
-                num_shards=self.num_shards,
+                num_shards=self._core.num_shards,
                 epoch=o.epoch,
                 plan=step,
                 planner=planner,
@@ -265,12 +271,12 @@ class Reader(Commits):
 
     def _prefetch_plan(self, shards: list[int], position: int) -> None:
         """Start planning ``plan_next(shards, position)`` in the planning thread."""
-        planner = self._planner
+        planner = self._core._planner
         assert planner is not None
-        if self._head.nothing_new_at(position):
+        if self._core._head.nothing_new_at(position):
             return  # the published head wakes the read loop when it is there
         self._prefetched[(tuple(shards), position)] = asyncio.get_running_loop().run_in_executor(
-            self._io, functools.partial(planner.plan_next, shards, position))
+            self._core._io, functools.partial(planner.plan_next, shards, position))
 
     async def _plan_next(
         self,
@@ -284,7 +290,7 @@ class Reader(Commits):
         not trusted: the step is planned again now, so an error is raised
         fresh and a snapshot committed since is seen.
         """
-        planner = self._planner
+        planner = self._core._planner
         assert planner is not None
         future = prefetched.pop((tuple(shards), position), None)
         if future is not None:
@@ -294,8 +300,8 @@ class Reader(Commits):
                 step = None
             if step is not None:
                 return step
-        head = self._head.record if self._head.fresh else None
-        planned: StepPlan | None = await self._in_io(functools.partial(
+        head = self._core._head.record if self._core._head.fresh else None
+        planned: StepPlan | None = await self._core._in_io(functools.partial(
             planner.plan_next, shards, position,
             known_latest=None if head is None else head.latest))
         return planned
@@ -306,27 +312,27 @@ class Reader(Commits):
         Resolved once for all of them (so shards acquired together start from
         the same snapshot) and pinned in one commit.
         """
-        table, group = self.table, self._group
+        table, group = self._core.table, self._core._group
         assert table is not None
         if group is None:
             raise SessionLost("no session")
 
-        meta = self._meta
-        file_io, path, name = table.table.file_io, table.table_path, self.group_name
+        meta = self._core._meta
+        file_io, path, name = table.table.file_io, table.table_path, self._core.group_name
 
         async def resolve() -> GroupStart:
             # A group re-created over its consumer files (a wiped or switched
             # coordinator) keeps the start they were read from: a shard that
             # had no file yet starts where its peers did (issue 21, H4).
-            carried: GroupStart | None = None if meta is None else await self._in_io(
+            carried: GroupStart | None = None if meta is None else await self._core._in_io(
                 functools.partial(carried_start, file_io, path, name, meta))
             if carried is not None:
                 return carried
-            found = await self._in_io(lambda: table.resolve_start(self._start_position))
+            found = await self._core._in_io(lambda: table.resolve_start(self._core._start_position))
             return GroupStart(next_snapshot=found.next_snapshot,
                               full_scan=found.full_scan_snapshot,
-                              start=str(self._start_position), resolved_at=time.time(),
-                              resolved_by=self.member_id)
+                              start=str(self._core._start_position), resolved_at=time.time(),
+                              resolved_by=self._core.member_id)
 
         # One start for the whole group (issue 21, H1): resolved once, by the
         # first member that needs it, and stored; every shard without a
@@ -338,7 +344,7 @@ class Reader(Commits):
             # Beside the consumer files too, once the coordinator holds it
             # (so it outlives a wipe as they do); before anything is pinned.
             try:
-                await self._in_io(functools.partial(record_start, file_io, path, name, meta,
+                await self._core._in_io(functools.partial(record_start, file_io, path, name, meta,
                                                     start))
             except Exception as err:  # as a consumer file that cannot be written
                 log.warning("group start not recorded beside the consumer files: %s", err)
@@ -352,7 +358,7 @@ class Reader(Commits):
         # shards unresolved (and uncertain), so the next round reads back
         # what landed, or resolves and pins again; nothing is read from a
         # start that was never pinned.
-        await self._commit({o.shard: o for o in owned}, resolved.next_snapshot,
+        await self._commits.commit({o.shard: o for o in owned}, resolved.next_snapshot,
                            full_scan=resolved.full_scan_snapshot)
 
     async def _deliver_all(
@@ -375,12 +381,12 @@ class Reader(Commits):
         Every started delivery is awaited before an error is re-raised, so a
         failure of one shard never abandons another shard's finished batch.
         """
-        lane = CommitLane(self._commit, step.next_snapshot, riders=empty,
+        lane = CommitLane(self._commits.commit, step.next_snapshot, riders=empty,
                           expected=len(deliveries))
         if not deliveries:
             await lane.flush()
             return
-        gate = asyncio.Semaphore(max(1, self.config.max_parallel_shards))
+        gate = asyncio.Semaphore(max(1, self._core.config.max_parallel_shards))
 
         async def one(o: OwnedShard, batch: ShardBatch) -> None:
             o.idle.clear()
@@ -401,12 +407,12 @@ class Reader(Commits):
                     self._resolve_durable(batch, NotOwner(f"shard {o.shard} was revoked"))
                 o.idle.set()
 
-        self._lanes.add(lane)
+        self._commits.lanes.add(lane)
         try:
             results = await asyncio.gather(*(one(o, b) for o, b in deliveries),
                                            return_exceptions=True)
         finally:
-            self._lanes.discard(lane)
+            self._commits.lanes.discard(lane)
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors:
             # The most important first: a failed handler, then anything
@@ -438,7 +444,7 @@ class Reader(Commits):
 
     def _resolve_durable(self, batch: ShardBatch, error: BaseException | None) -> None:
         """Tell a caller waiting in ``commit(batch)`` how the batch's commit ended."""
-        waiter = self._durable.pop(id(batch), None)
+        waiter = self._core._durable.pop(id(batch), None)
         if waiter is None or waiter.done():
             return
         if error is None:
@@ -452,21 +458,21 @@ class Reader(Commits):
     async def _handle(self, o: OwnedShard, batch: ShardBatch, step: StepPlan,
                       process: Process) -> None:
         """Run the handler on one batch (nothing is committed here)."""
-        await self._wait_live()
+        await self._core._wait_live()
         started = time.monotonic()
         await process(batch)
-        self.stats.handler_seconds.append(time.monotonic() - started)
-        if len(self.stats.handler_seconds) > 10_000:
+        self._core.stats.handler_seconds.append(time.monotonic() - started)
+        if len(self._core.stats.handler_seconds) > 10_000:
             # Bounded: readers (metrics) start over on a new list.
-            self.stats.handler_seconds = []
-        self.stats.batches += 1
+            self._core.stats.handler_seconds = []
+        self._core.stats.batches += 1
         rows = int(getattr(batch, "rows_read", 0) or 0)
-        self.stats.rows += rows
+        self._core.stats.rows += rows
         log.debug("delivered shard %d %s snapshots %s..%d: %d rows in %.3f s", o.shard,
                   step.kind.value, getattr(batch, "first_snapshot", "?"), step.snapshot_id,
                   rows, time.monotonic() - started,
-                  extra={"group": self.group_name, "member": self.member_id,
+                  extra={"group": self._core.group_name, "member": self._core.member_id,
                          "shard": o.shard, "epoch": o.epoch})
-        self.history.record("deliver", shard=o.shard, epoch=o.epoch,
+        self._core.history.record("deliver", shard=o.shard, epoch=o.epoch,
                             snapshot=step.snapshot_id, next_snapshot=step.next_snapshot,
                             kind=step.kind.value)

@@ -1,0 +1,261 @@
+"""Each part of a member, built alone on a member core (no GroupMember).
+
+The core (:class:`~paimon_group.member.core.MemberCore`) is the state every
+part reads; the parts get it and their sibling parts passed in. Here the core
+talks to a real in-memory coordinator (``memory://``), and a sibling part a
+test does not look at is a small stand-in, so each part's own rules are
+observed directly.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+import pytest_asyncio
+
+from coordinators import open_coordinator
+from coordinators.base import Coordinator
+from paimon_group.config.member import MemberConfig
+from paimon_group.member.commits import Commits
+from paimon_group.member.core import MemberCore
+from paimon_group.member.driving import Driving
+from paimon_group.member.ownership import ShardOwnership
+from paimon_group.member.reader import ReadLoop
+from paimon_group.member.state import OwnedShard
+from paimon_group.protocol.group import GroupClient
+from paimon_group.protocol.records import Assignment
+
+
+class Listener:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, list[int]]] = []
+
+    def on_assigned(self, shards: list[int]) -> None:
+        self.calls.append(("assigned", shards))
+
+    def on_revoked(self, shards: list[int]) -> None:
+        self.calls.append(("revoked", shards))
+
+    def on_lost(self, shards: list[int]) -> None:
+        self.calls.append(("lost", shards))
+
+
+class NoMirror:
+    """A consumer mirror that writes no files."""
+
+    def due(self, shard: int, n: int, *, full_scan_pending: bool) -> bool:
+        return False
+
+
+@pytest.fixture
+def url() -> str:
+    return f"memory://parts-{uuid.uuid4().hex}"
+
+
+@pytest_asyncio.fixture
+async def coordinator(url: str) -> AsyncIterator[Coordinator]:
+    coord = open_coordinator(url)
+    await coord.connect()
+    try:
+        yield coord
+    finally:
+        await coord.close()
+
+
+@pytest_asyncio.fixture
+async def another(url: str) -> AsyncIterator[Coordinator]:
+    """Another member's session on the same coordinator."""
+    coord = open_coordinator(url)
+    await coord.connect()
+    try:
+        yield coord
+    finally:
+        await coord.close()
+
+
+def make_core(coord: Coordinator, member: str = "m", listener: Listener | None = None
+              ) -> MemberCore:
+    """A member core joined to ``coord`` (as the join leaves it), no table."""
+    cfg = MemberConfig(group="g", warehouse="/nonexistent", table="db.t",
+                       coordinator="memory://unused", member_id=member, session_timeout_s=3)
+    core = MemberCore(cfg, listener=listener)
+    core._coord = coord
+    core._group = GroupClient(coord, "g")
+    core._joined.set()
+    core._mirror = NoMirror()  # type: ignore[assignment]
+    return core
+
+
+async def owned_shard(core: MemberCore, shard: int, *, at: int | None = None) -> OwnedShard:
+    """Acquire ``shard``'s owner key for the core's member (and commit ``at``)."""
+    assert core._group is not None
+    epoch = await core._group.acquire(shard, core.member_id, 1)
+    assert epoch is not None
+    o = OwnedShard(shard=shard, epoch=epoch, generation=1)
+    if at is not None:
+        assert await core._group.commit_positions({shard: (epoch, at)}, core.member_id)
+        o.next_snapshot = o.committed = at
+    core._owned[shard] = o
+    return o
+
+
+# -- commits ----------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_commits_advance_an_owned_shard_and_drop_a_stale_one(
+        coordinator: Coordinator) -> None:
+    listener = Listener()
+    core = make_core(coordinator, listener=listener)
+    commits = Commits(core)
+    ours = await owned_shard(core, 0, at=1)
+    stale = OwnedShard(shard=1, epoch=999, generation=1)  # nobody gave us this epoch
+    core._owned[1] = stale
+    await commits.commit({0: ours}, 5)
+    assert (ours.committed, ours.next_snapshot, core.stats.commits) == (5, 5, 1)
+    await commits.commit({1: stale}, 5)
+    assert stale.dropped and 1 not in core._owned
+    assert core.stats.rejected_commits == 1
+    assert listener.calls == [("lost", [1])]
+    assert core._group is not None
+    position, _ = await core._group.position(0)
+    assert position is not None and position.next_snapshot == 5
+
+
+@pytest.mark.asyncio
+async def test_commits_read_back_takes_the_stored_position(coordinator: Coordinator) -> None:
+    core = make_core(coordinator)
+    commits = Commits(core)
+    o = await owned_shard(core, 0, at=3)
+    # A commit that landed although its answer was lost: stored 9, we know 3.
+    assert core._group is not None
+    assert await core._group.commit_positions({0: (o.epoch, 9)}, "m")
+    o.uncertain = True
+    await commits.read_back([o])
+    assert (o.uncertain, o.committed, o.next_snapshot) == (False, 9, 9)
+
+
+# -- ownership --------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_ownership_acquires_free_shards_and_reads_their_positions(
+        coordinator: Coordinator, another: Coordinator) -> None:
+    listener = Listener()
+    core = make_core(coordinator, listener=listener)
+    ownership = ShardOwnership(core, Commits(core))
+    other = GroupClient(another, "g")
+    assert await other.acquire(2, "x", 1) is not None  # held by another member
+    for shard, at in ((0, 7), (1, 4)):  # released by their previous owner
+        epoch = await other.acquire(shard, "x", 1)
+        assert epoch is not None
+        assert await other.commit_positions({shard: (epoch, at)}, "x", release=True)
+    core._assignment = Assignment(generation=3, leader="m", leader_epoch=1,
+                                  shards={"m": [0, 1, 2]})
+    assert ownership.pending_acquisitions() == [0, 1, 2]
+    await ownership.acquire([0, 1, 2], 3)
+    assert sorted(core._owned) == [0, 1]
+    assert (core._owned[0].next_snapshot, core._owned[1].next_snapshot) == (7, 4)
+    assert ownership.pending_acquisitions() == [2]
+    assert listener.calls == [("assigned", [0, 1])]
+
+
+@pytest.mark.asyncio
+async def test_ownership_revoke_commits_and_releases_in_one_step(
+        coordinator: Coordinator) -> None:
+    listener = Listener()
+    core = make_core(coordinator, listener=listener)
+    ownership = ShardOwnership(core, Commits(core))
+    o = await owned_shard(core, 4, at=6)
+    o.revoke()
+    await ownership.revoke([4], reason="reassigned")
+    assert core._owned == {} and o.dropped
+    assert core.stats.shards_moved["revoked"] == 1
+    assert listener.calls == [("revoked", [4])]
+    assert core._group is not None
+    assert (await core._group.owners_of([4])) == {}  # the owner key is gone
+    position, _ = await core._group.position(4)
+    assert position is not None and position.next_snapshot == 6
+    assert not ownership.releases
+
+
+@pytest.mark.asyncio
+async def test_ownership_check_drops_a_shard_whose_key_is_gone(
+        coordinator: Coordinator) -> None:
+    listener = Listener()
+    core = make_core(coordinator, listener=listener)
+    ownership = ShardOwnership(core, Commits(core))
+    kept = await owned_shard(core, 0, at=1)
+    gone = await owned_shard(core, 1, at=1)
+    assert core._group is not None
+    assert await core._group.release(1, gone.epoch)  # as `members remove` would
+    await ownership.check_ownership(core._group)
+    assert sorted(core._owned) == [0] and kept.active and gone.dropped
+    assert listener.calls == [("lost", [1])]
+    assert not ownership.sweep_due  # the first check swept once
+
+
+# -- reading ----------------------------------------------------------------
+
+
+class RecordingCommits(Commits):
+    """The commits part, with its read-back recorded (not sent)."""
+
+    def __init__(self, core: MemberCore) -> None:
+        super().__init__(core)
+        self.read_back_of: list[list[int]] = []
+
+    async def read_back(self, owned: list[OwnedShard]) -> None:
+        self.read_back_of.append([o.shard for o in owned])
+        for o in owned:
+            o.uncertain = False
+
+
+@pytest.mark.asyncio
+async def test_reading_settles_only_uncertain_shards(coordinator: Coordinator) -> None:
+    core = make_core(coordinator)
+    commits = RecordingCommits(core)
+    reading = ReadLoop(core, commits)
+    sure = await owned_shard(core, 0, at=2)
+    unsure = await owned_shard(core, 1, at=2)
+    unsure.uncertain = True
+    await reading.settle([sure, unsure])
+    assert commits.read_back_of == [[1]]
+    assert not unsure.uncertain
+
+
+@pytest.mark.asyncio
+async def test_reading_stops_at_once_when_the_member_leaves(coordinator: Coordinator) -> None:
+    core = make_core(coordinator)
+    reading = ReadLoop(core, Commits(core))
+    await owned_shard(core, 0, at=2)
+    core._stopping = True
+
+    async def process(batch: object) -> None:
+        raise AssertionError("nothing is delivered once the member leaves")
+
+    await reading.run(process)
+    assert core.error is None and core.stats.batches == 0
+
+
+# -- driving ----------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_driving_commits_positions_forward_only(coordinator: Coordinator) -> None:
+    core = make_core(coordinator)
+    commits = Commits(core)
+    driving = Driving(core, commits, ReadLoop(core, commits))
+    await owned_shard(core, 0, at=5)
+    await owned_shard(core, 1, at=5)
+    assert driving.held_shards() == [0, 1]
+    assert driving.mark_busy([0, 7]) == [0]
+    assert not core._owned[0].idle.is_set()
+    driving.mark_idle([0])
+    assert core._owned[0].idle.is_set()
+    result = await driving.commit_positions({0: 3, 1: 8, 9: 8})
+    assert result == {0: True, 1: True, 9: False}
+    assert core._owned[0].committed == 5  # not moved back
+    assert core._owned[1].committed == 8 and core.stats.commits == 1
