@@ -58,7 +58,7 @@ from __future__ import annotations
 import abc
 import enum
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Self
@@ -396,14 +396,20 @@ class Coordinator(abc.ABC):
         """Delete ``key``; True if it existed."""
 
     @abc.abstractmethod
-    def watch(self, prefix: str, *, values: bool = True) -> Watch:
+    def watch(self, prefix: str, *, values: bool = True,
+              children: Collection[str] | None = None) -> Watch:
         """A :class:`Watch` on the direct children of directory ``prefix``.
 
         ``values=False``: the caller needs keys created and deleted only (keys
         that are never updated, as owner keys), so a backend may skip what
         watching each key's value costs it: ZooKeeper then arms no watch per
         key (with 2,048 owner keys, 2,048 requests per member whenever the
-        keys are created again). A watch may always report more than asked.
+        keys are created again). ``children``: the names of the only children
+        the caller cares about (None: all), so a backend may leave the others
+        unwatched: etcd then streams the range of those keys instead of every
+        key under ``prefix`` (a group's directory holds every owner key and
+        position: without it, each commit and owner change of the group went
+        to every member's watch). A watch may always report more than asked.
         """
 
     def __repr__(self) -> str:

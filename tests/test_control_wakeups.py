@@ -1,6 +1,6 @@
 """A change a watch signals is never lost by the control loop (issue 29).
 
-``_wait_for_change`` waits on the three watches and the local wake-up at
+``ControlWatches.wait`` waits on the open watches and the local wake-up at
 once, and cancels the waiters that lost the race. A waiter whose change had
 already arrived when the cancel reached it still finishes its ``wait()``
 (``asyncio.wait_for`` returns a result that is ready rather than raise), and
@@ -12,11 +12,10 @@ members on etcd: a generation first seen by the median member 2.7 s late).
 from __future__ import annotations
 
 import asyncio
-from types import SimpleNamespace
 
 import pytest
 
-from paimon_group.member.control import Control
+from paimon_group.member.watches import ControlWatches
 
 
 class FlagWatch:
@@ -49,13 +48,19 @@ class FiresAndSets(FlagWatch):
         return True
 
 
+def opened(watches: dict[str, FlagWatch]) -> ControlWatches:
+    """A ControlWatches over fakes: ``watches[name]`` is the watch opened for
+    ``name`` (opening it again gives the same fake)."""
+    return ControlWatches(lambda name: watches[name])  # type: ignore[arg-type,return-value]
+
+
 @pytest.mark.asyncio
 async def test_a_change_signalled_while_its_waiter_is_cancelled_is_not_lost() -> None:
     members, owners = FlagWatch(), FlagWatch()
     group = FiresAndSets(members)
-    member = SimpleNamespace(_watches=[group, members, owners], _wake=asyncio.Event(),
-                             WATCH_NAMES=Control.WATCH_NAMES, _pending_acquisitions=lambda: [1])
-    fired = await Control._wait_for_change(member, timeout=5.0)  # type: ignore[arg-type]
+    watches = opened({"group": group, "members": members, "owners": owners})
+    assert await watches.update(leading=True, acquiring=True) == {"members", "owners"}
+    fired = await watches.wait(asyncio.Event(), timeout=5.0)
     await asyncio.sleep(0.01)  # what the cancelled waiter still does, done
     # Reported now, or still pending for the next wait: never consumed unseen.
     assert "members" in fired or members.changed.is_set(), fired
@@ -74,27 +79,62 @@ async def test_a_local_wake_up_during_a_watch_wake_up_is_kept() -> None:
             wake.set()  # the local waiter completes just after the loop woke up for this
             return True
 
-    member = SimpleNamespace(_watches=[SetsWake(), FlagWatch(), FlagWatch()], _wake=wake,
-                             WATCH_NAMES=Control.WATCH_NAMES, _pending_acquisitions=lambda: [1])
-    fired = await Control._wait_for_change(member, timeout=5.0)  # type: ignore[arg-type]
+    watches = opened({"group": SetsWake(), "members": FlagWatch(), "owners": FlagWatch()})
+    await watches.update(leading=True, acquiring=True)
+    fired = await watches.wait(wake, timeout=5.0)
     await asyncio.sleep(0.01)
     assert "local" in fired or wake.is_set(), fired
 
 
+class ClosableWatch(FlagWatch):
+    def __init__(self) -> None:
+        super().__init__()
+        self.closed = False
+
+    async def close(self) -> None:
+        self.closed = True
+
+
 @pytest.mark.asyncio
-async def test_owner_changes_wake_a_member_only_while_it_waits_to_acquire() -> None:
-    """With nothing to acquire, a change of owner keys (every member's, at
-    every move of a rebalance) does not wake the loop; it is taken by the
-    first wait once the member waits to acquire a shard."""
-    group, members, owners = FlagWatch(), FlagWatch(), FlagWatch()
-    pending: list[int] = []
-    member = SimpleNamespace(_watches=[group, members, owners], _wake=asyncio.Event(),
-                             WATCH_NAMES=Control.WATCH_NAMES,
-                             _pending_acquisitions=lambda: list(pending))
-    owners.changed.set()
-    fired = await Control._wait_for_change(member, timeout=0.2)  # type: ignore[arg-type]
+async def test_owner_changes_reach_a_member_only_while_it_waits_to_acquire() -> None:
+    """With nothing to acquire, the owners watch is closed: no change of owner
+    keys (every member's, at every move of a rebalance) reaches the member.
+    Opened when it waits to acquire, it counts as fired at once: the round
+    then re-reads the owner keys, after the watch was opened, so a release
+    between the last read and the opening is not missed."""
+    made: list[ClosableWatch] = []
+
+    def opener(name: str) -> ClosableWatch:
+        made.append(ClosableWatch())
+        return made[-1]
+
+    watches = ControlWatches(opener)  # type: ignore[arg-type]
+    assert set(watches.names) == {"group"}
+    assert await watches.update(leading=False, acquiring=False) == set()
+    fired = await watches.wait(asyncio.Event(), timeout=0.2)
     assert fired == {"timeout"}
-    assert owners.changed.is_set()  # kept for later
-    pending.append(3)
-    fired = await Control._wait_for_change(member, timeout=5.0)  # type: ignore[arg-type]
-    assert fired == {"owners"}
+    assert await watches.update(leading=False, acquiring=True) == {"owners"}
+    assert set(watches.names) == {"group", "owners"}
+    owners = made[-1]
+    owners.changed.set()
+    assert await watches.update(leading=False, acquiring=True) == set()  # kept open
+    assert await watches.wait(asyncio.Event(), timeout=5.0) == {"owners"}
+    assert await watches.update(leading=False, acquiring=False) == set()
+    assert owners.closed and set(watches.names) == {"group"}
+
+
+@pytest.mark.asyncio
+async def test_the_member_list_is_watched_by_the_leader_alone() -> None:
+    made: dict[str, ClosableWatch] = {}
+
+    def opener(name: str) -> ClosableWatch:
+        made[name] = ClosableWatch()
+        return made[name]
+
+    watches = ControlWatches(opener)  # type: ignore[arg-type]
+    assert await watches.update(leading=True, acquiring=False) == {"members"}
+    assert set(watches.names) == {"group", "members"}
+    await watches.update(leading=False, acquiring=False)
+    assert made["members"].closed and set(watches.names) == {"group"}
+    await watches.close()
+    assert made["group"].closed and not watches.names

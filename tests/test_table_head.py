@@ -5,6 +5,7 @@ store while it is fresh, and poll by themselves when it is not."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -339,7 +340,8 @@ def test_a_head_read_that_fails_is_read_again_without_a_new_watch_event() -> Non
         def __init__(self) -> None:
             self.gets = 0
 
-        def watch(self, prefix: str, *, values: bool = True) -> Watch:
+        def watch(self, prefix: str, *, values: bool = True,
+                  children: Collection[str] | None = None) -> Watch:
             return Watch()
 
         async def get(self, key: str) -> Entry:
@@ -387,7 +389,8 @@ def test_a_stopped_head_loop_ends_without_being_cancelled() -> None:
             pass
 
     class Coordinator:
-        def watch(self, prefix: str, *, values: bool = True) -> Watch:
+        def watch(self, prefix: str, *, values: bool = True,
+                  children: Collection[str] | None = None) -> Watch:
             return Watch()
 
         async def get(self, key: str) -> None:

@@ -63,7 +63,7 @@ import functools
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import Any, TypeVar
 
 import grpc  # type: ignore[import-untyped]
@@ -400,14 +400,15 @@ class EtcdCoordinator(Coordinator):
         self._seen(response.header.revision)
         return bool(response.deleted)
 
-    def watch(self, prefix: str, *, values: bool = True) -> EtcdWatch:
-        # One prefix watch stream reports every change either way: ``values``
-        # saves nothing on etcd.
+    def watch(self, prefix: str, *, values: bool = True,
+              children: Collection[str] | None = None) -> EtcdWatch:
+        # One watch stream reports every change either way: ``values`` saves
+        # nothing on etcd; ``children`` narrows the range it streams.
         validate_dir(prefix)
         self._check_open()
         # Every change after this instant has a revision above the highest one
         # this coordinator has observed (revisions are linearizable).
-        watch = EtcdWatch(self, prefix, self._max_revision + 1)
+        watch = EtcdWatch(self, prefix, self._max_revision + 1, children=children)
         self._watches.add(watch)
         return watch
 

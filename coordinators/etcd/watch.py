@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from typing import Protocol
 
 import grpc  # type: ignore[import-untyped]
@@ -61,10 +61,22 @@ class EtcdWatch(Watch):
             members = await coord.list("groups/g/members/")  # re-read
     """
 
-    def __init__(self, coordinator: _Host, directory: str, start_revision: int) -> None:
+    def __init__(self, coordinator: _Host, directory: str, start_revision: int, *,
+                 children: Collection[str] | None = None) -> None:
         self._coordinator = coordinator
         self._directory = directory
         self._key = coordinator._full(directory)
+        # Only these children wake (None: every direct child). The stream
+        # then covers the key range from the first to the last of them, not
+        # the whole directory: a group's directory holds every owner key and
+        # position, whose changes etcd would otherwise send to every member.
+        self._children = (None if children is None else
+                          frozenset(name.encode() for name in children))
+        if self._children:
+            self._range = (self._key + min(self._children), self._key + max(self._children)
+                           + b"\0")
+        else:
+            self._range = (self._key, _prefix_end(self._key))
         self._next_revision = start_revision
         self._changed = asyncio.Event()
         self._closed = False
@@ -150,8 +162,8 @@ class EtcdWatch(Watch):
             await call.write(
                 rpc.WatchRequest(
                     create_request=rpc.WatchCreateRequest(
-                        key=self._key,
-                        range_end=_prefix_end(self._key),
+                        key=self._range[0],
+                        range_end=self._range[1],
                         start_revision=self._next_revision,
                         progress_notify=True,
                     )
@@ -185,7 +197,8 @@ class EtcdWatch(Watch):
                     self._next_revision = max(self._next_revision, revision + 1)
                     # Deeper keys (``dir/sub/x``) are in the watched range but
                     # are not children: they advance the revision, never wake.
-                    if b"/" not in event.kv.key[depth:]:
+                    name = event.kv.key[depth:]
+                    if b"/" not in name and (self._children is None or name in self._children):
                         changed = True
                 if not response.events and not response.created and response.header.revision:
                     # Progress notification: every event up to here was sent.

@@ -89,7 +89,7 @@ import functools
 import logging
 import sqlite3
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Final, TypeVar
 
 import tenacity
@@ -425,7 +425,10 @@ class SqliteCoordinator(Coordinator):
     async def delete(self, key: str) -> bool:
         return await self._write(functools.partial(_delete, validate_key(key)))
 
-    def watch(self, prefix: str, *, values: bool = True) -> Watch:  # values: nothing to save
+    def watch(self, prefix: str, *, values: bool = True,
+              children: Collection[str] | None = None) -> Watch:
+        # values, children: nothing to save (one poll of the directory's
+        # revisions either way).
         validate_dir(prefix)
         executor, db = self._live()
         # Submitted now, so the snapshot is taken before any operation the

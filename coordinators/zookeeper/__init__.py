@@ -175,7 +175,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 
 from kazoo.security import Id, Permissions
@@ -399,11 +399,12 @@ class ZooKeeperCoordinator(_Keys, _Client, Coordinator):
         if self._session is not None:
             self._session.mark(SessionState.LOST)
 
-    def watch(self, prefix: str, *, values: bool = True) -> Watch:
+    def watch(self, prefix: str, *, values: bool = True,
+              children: Collection[str] | None = None) -> Watch:
         self._check_dir(prefix)
         client = self._live_client()
         watch = _ZkWatch(self, prefix, self._dir_znode(prefix[:-1]), client.last_zxid,
-                         values=values)
+                         values=values, children=children)
         self._watches.add(watch)
         watch.start()
         return watch

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, Protocol
 
 from kazoo.exceptions import NoNodeError
@@ -48,13 +48,16 @@ class _ZkWatch(Watch):
     """A level-triggered watch of a directory's direct children; see the module docstring."""
 
     def __init__(
-        self, coordinator: _Host, prefix: str, directory: str, seen: int, *, values: bool = True
+        self, coordinator: _Host, prefix: str, directory: str, seen: int, *, values: bool = True,
+        children: Collection[str] | None = None,
     ) -> None:
         self.prefix = prefix
         # Without values, only the children watch is armed: a key created or
         # deleted changes the directory's children (and its pzxid, which also
         # catches a delete and re-create between two looks).
         self._values = values
+        # With ``children``, data watches are armed on those children only.
+        self._children = None if children is None else frozenset(children)
         self._coordinator = coordinator
         self._dir = directory
         # Changes with a zxid above this one may be unseen by the caller.
@@ -154,6 +157,8 @@ class _ZkWatch(Watch):
         if not self._values:
             return
         names = {n[len(FLAG_PREFIX) :] for n in children if n.startswith(FLAG_PREFIX)}
+        if self._children is not None:
+            names &= self._children
         self._armed &= names
         fresh = sorted(names - self._armed)
         sent = [

@@ -39,8 +39,6 @@ log = logging.getLogger("paimon_group.member")
 class Control(Ownership):
     """The control loop (see the module docstring)."""
 
-    WATCH_NAMES = ("group", "members", "owners")
-
     def __init__(self, config: MemberConfig, *, listener: RebalanceListener | None = None,
                  auto_commit: bool = True) -> None:
         super().__init__(config, listener=listener, auto_commit=auto_commit)
@@ -77,39 +75,18 @@ class Control(Ownership):
 
     async def _wait_for_change(self, timeout: float) -> set[str]:
         """Which of our watches fired ("group", "members", "owners"), or
-        {"local"} / {"timeout"} for a local wake-up or the periodic tick.
-
-        The waiters that lost the race are cancelled, and then awaited: one
-        whose change had already arrived when the cancel reached it still
-        finishes its ``wait()`` (``asyncio.wait_for`` returns a ready result
-        rather than raise), which clears the watch's flag and returns True.
-        Its result counts; dropped, the change was lost until the next tick
-        (issue 29: a generation seen 2.7 s late). The local flag is cleared
-        only when its waiter saw it, so a wake-up set meanwhile stays set.
-        """
-        # Owner keys matter to a member only while it waits to acquire a
-        # shard (its previous owner's release wakes it). Not waiting on that
-        # watch otherwise spares the wake-up of every member at every owner
-        # change of a rebalance, and on ZooKeeper the listing of every owner
-        # key that re-arming the watch costs. A change met meanwhile is taken
-        # by the next wait on it: one round that finds nothing to do.
-        watched = [(name, w) for name, w in zip(self.WATCH_NAMES, self._watches, strict=False)
-                   if name != "owners" or self._pending_acquisitions()]
-        waiters = [asyncio.ensure_future(w.wait(timeout)) for _, w in watched]
-        local = asyncio.ensure_future(self._wake.wait())
-        everything = [*waiters, local]
-        try:
-            await asyncio.wait(everything, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for w in everything:
-                w.cancel()
-            await asyncio.gather(*everything, return_exceptions=True)
-        fired = {name for (name, _), w in zip(watched, waiters, strict=True)
-                 if not w.cancelled() and w.exception() is None and w.result()}
-        if not local.cancelled() and local.exception() is None:
-            self._wake.clear()
-            fired.add("local")
-        return fired or {"timeout"}
+        {"local"} / {"timeout"} for a local wake-up or the periodic tick
+        (:class:`~paimon_group.member.watches.ControlWatches`: the members
+        watch is open while we lead, the owners watch while we wait to
+        acquire; one opened now counts as fired, the round re-reads)."""
+        watches = self._control_watches
+        if watches is None:
+            raise SessionLost("no session")
+        opened = await watches.update(leading=self._leader_epoch is not None,
+                                      acquiring=bool(self._pending_acquisitions()))
+        if opened:
+            return opened
+        return await watches.wait(self._wake, timeout)
 
     async def _reconcile(self, fired: set[str]) -> None:
         """One level-triggered round, doing only what the wake-up calls for.

@@ -18,13 +18,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from coordinators.base import Coordinator, Watch
+from coordinators.base import Coordinator
 from coordinators.registry import redact_url
 from paimon_group.config.member import MemberConfig
 from paimon_group.member.head import HeadView
 from paimon_group.member.history import HistoryRecorder, NullRecorder
 from paimon_group.member.reachability import Reachability
 from paimon_group.member.state import MemberState, OwnedShard, SessionGate, may_move
+from paimon_group.member.watches import ControlWatches
 from paimon_group.protocol.group import GroupClient
 from paimon_group.protocol.records import Assignment, GroupMeta
 from paimon_group.protocol.sharding import ShardRule
@@ -120,7 +121,7 @@ class MemberCore:
         self._head = HeadView()
         self._head_woken = asyncio.Event()
         self._gate = SessionGate(config)  # also the wake-up and joined events
-        self._watches: list[Watch] = []  # group, members, owners (see Control.WATCH_NAMES)
+        self._control_watches: ControlWatches | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._supervisor: asyncio.Task[None] | None = None
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pg-plan")

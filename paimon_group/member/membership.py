@@ -32,6 +32,7 @@ from paimon_group.member.control import Control
 from paimon_group.member.core import VERSION
 from paimon_group.member.head import HeadLoop, HeadRecord, TablePoller
 from paimon_group.member.state import MemberState
+from paimon_group.member.watches import ControlWatches
 from paimon_group.protocol.group import GroupClient
 from paimon_group.protocol.identity import check_table_identity, table_identity
 from paimon_group.protocol.records import GroupMeta, MemberInfo
@@ -105,12 +106,7 @@ class Membership(Control):
                 self.group_name,
                 mirror_interval(self.config.mirror_interval_s, self.table.table.file_io),
             )
-        self._watches = [
-            coord.watch(group.keys.dir),
-            coord.watch(group.keys.members_dir),
-            # Owner keys are created and deleted, never updated.
-            coord.watch(group.keys.owners_dir, values=False),
-        ]
+        self._control_watches = ControlWatches.of_group(coord, group.keys)
         self._leader_epoch = None
         self._set_state(MemberState.RUNNING)
         self._joined.set()
@@ -337,10 +333,9 @@ class Membership(Control):
                 await self._join(first=False)
 
     async def _close_coordinator(self) -> None:
-        for w in self._watches:
-            with contextlib.suppress(Exception):
-                await w.close()
-        self._watches = []
+        if self._control_watches is not None:
+            await self._control_watches.close()
+            self._control_watches = None
         if self._coord is not None:
             with contextlib.suppress(Exception):
                 await self._coord.close()

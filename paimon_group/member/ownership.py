@@ -17,6 +17,8 @@ import contextlib
 import functools
 import logging
 import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
 
 from coordinators.errors import CoordinatorError
 from paimon_group.config.member import MemberConfig
@@ -29,6 +31,26 @@ from paimon_group.reading.consumer_meta import ConsumerFilesOrigin, resume_allow
 from paimon_group.reading.mirror import MirroredPosition
 
 log = logging.getLogger("paimon_group.member")
+
+T = TypeVar("T")
+
+# Acquisitions and releases of one round in flight at once. Each is still
+# its own fenced operation (a create, a commit); what runs concurrently is
+# only their round trips.
+CONCURRENT_MOVES = 16
+
+
+async def gather_bounded(calls: Sequence[Callable[[], Awaitable[T]]],
+                         limit: int = CONCURRENT_MOVES) -> list[T | BaseException]:
+    """Each call's result or exception, in order, at most ``limit`` running at
+    a time. Cancelled, it cancels the calls still running (``asyncio.gather``)."""
+    semaphore = asyncio.Semaphore(limit)
+
+    async def bounded(call: Callable[[], Awaitable[T]]) -> T:
+        async with semaphore:
+            return await call()
+
+    return await asyncio.gather(*(bounded(c) for c in calls), return_exceptions=True)
 
 
 class ShardOwnership:
@@ -62,45 +84,55 @@ class ShardOwnership:
         return sorted(target - set(core._owned))
 
     async def acquire(self, shards: list[int], generation: int) -> None:
-        group = self._core._group
-        assert group is not None and self._core._mirror is not None
-        acquired: list[int] = []
-        for shard in shards:
-            coord = self._core._coord
-            if not coord or not coord.session.is_live(self._core.config.margin):
-                break
-            sent = time.monotonic()  # the history's lower bound of when the create went out
-            epoch = await group.acquire(shard, self._core.member_id, generation)
-            if epoch is None:
-                continue  # the previous owner has not released yet: its release wakes us
-            self.releases.discard(shard)  # a key of ours still pending release: ours again
-            owned = OwnedShard(shard=shard, epoch=epoch, generation=generation)
-            # Read the position only after the owner key exists: every commit of
-            # the previous owner is then visible (or was rejected).
-            position, _ = await group.position(shard)
-            if position is not None:
-                owned.next_snapshot = position.next_snapshot
-                owned.committed = position.next_snapshot
-                owned.full_scan = position.full_scan
-            else:
-                mirrored = await self._core._in_io(functools.partial(self._resume_from_file, shard))
-                if mirrored is not None and mirrored.full_scan_pending:
-                    # A pinned start whose full scan was still due: resume
-                    # with that full scan, then the snapshots after it.
-                    owned.next_snapshot = mirrored.next_snapshot + 1
-                    owned.full_scan = mirrored.next_snapshot
-                elif mirrored is not None:
-                    owned.next_snapshot = mirrored.next_snapshot
-            self._core._owned[shard] = owned
-            acquired.append(shard)
-            self._core.history.record("acquire", shard=shard, epoch=epoch, generation=generation,
-                                next_snapshot=owned.next_snapshot, sent=sent)
+        """Acquire ``shards``, up to :data:`CONCURRENT_MOVES` at a time (each
+        shard's create and position read are its own, as one by one: in a
+        large group a joiner's ten shards took ten round trips in a row)."""
+        outcomes = await gather_bounded(
+            [functools.partial(self._acquire_one, shard, generation) for shard in shards])
+        acquired = sorted(s for s in outcomes if isinstance(s, int))
         if acquired:
             log.info("acquired shards %s", acquired,
                      extra={"group": self._core.group_name, "member": self._core.member_id,
                             "generation": generation})
             self._core._notify("on_assigned", acquired)
             self._core._wake.set()
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome  # the round failed: retried (the shards acquired stay ours)
+
+    async def _acquire_one(self, shard: int, generation: int) -> int | None:
+        """The shard if we acquired it; None if its previous owner still holds
+        it (its release wakes us) or our session may be about to expire."""
+        group = self._core._group
+        assert group is not None and self._core._mirror is not None
+        if not self._core._coord or not self._core._coord.session.is_live(self._core.config.margin):
+            return None
+        sent = time.monotonic()  # the history's lower bound of when the create went out
+        epoch = await group.acquire(shard, self._core.member_id, generation)
+        if epoch is None:
+            return None  # the previous owner has not released yet: its release wakes us
+        self.releases.discard(shard)  # a key of ours still pending release: ours again
+        owned = OwnedShard(shard=shard, epoch=epoch, generation=generation)
+        # Read the position only after the owner key exists: every commit of
+        # the previous owner is then visible (or was rejected).
+        position, _ = await group.position(shard)
+        if position is not None:
+            owned.next_snapshot = position.next_snapshot
+            owned.committed = position.next_snapshot
+            owned.full_scan = position.full_scan
+        else:
+            mirrored = await self._core._in_io(functools.partial(self._resume_from_file, shard))
+            if mirrored is not None and mirrored.full_scan_pending:
+                # A pinned start whose full scan was still due: resume
+                # with that full scan, then the snapshots after it.
+                owned.next_snapshot = mirrored.next_snapshot + 1
+                owned.full_scan = mirrored.next_snapshot
+            elif mirrored is not None:
+                owned.next_snapshot = mirrored.next_snapshot
+        self._core._owned[shard] = owned
+        self._core.history.record("acquire", shard=shard, epoch=epoch, generation=generation,
+                            next_snapshot=owned.next_snapshot, sent=sent)
+        return shard
 
     def _resume_from_file(self, shard: int) -> MirroredPosition | None:
         """The shard's consumer file (with its pending full scan, if marked), if
@@ -137,16 +169,20 @@ class ShardOwnership:
             lane.kick()  # a finished batch of a revoked shard commits now
         results = await asyncio.gather(*(wait_idle(o) for o in owned))
         group = self._core._group
-        released: list[int] = []
-        lost: list[int] = []
-        for o, finished in zip(owned, results, strict=True):
-            if o.dropped:
-                continue
+        releasing = [(o, finished) for o, finished in zip(owned, results, strict=True)
+                     if not o.dropped]
+        for o, finished in releasing:
             if not finished:
                 log.warning("shard %d: batch in flight abandoned after %.1fs", o.shard,
                             self._core.config.revoke_timeout_s)
-            ok = await self._release(group, o, finished=finished, reason=reason)
-            (released if ok else lost).append(o.shard)
+        # Each shard's release is its own commit, as one by one, but up to
+        # CONCURRENT_MOVES at a time: a member leaving a large group released
+        # its eleven shards in eleven round trips in a row.
+        outcomes = await gather_bounded([
+            functools.partial(self._release, group, o, finished=finished, reason=reason)
+            for o, finished in releasing])
+        released = [o.shard for (o, _), ok in zip(releasing, outcomes, strict=True) if ok is True]
+        lost = [o.shard for (o, _), ok in zip(releasing, outcomes, strict=True) if ok is False]
         if released:
             # A graceful leave releases; a rebalance revokes. Both hand the
             # shards off cleanly (last position committed, owner key deleted).
@@ -161,6 +197,9 @@ class ShardOwnership:
                         extra={"group": self._core.group_name, "member": self._core.member_id})
             self._core._notify("on_lost", lost)
         self._core._wake.set()
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
 
     async def _release(self, group: GroupClient | None, o: OwnedShard, *, finished: bool,
                        reason: str) -> bool:

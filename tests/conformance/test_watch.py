@@ -132,3 +132,32 @@ async def test_watch_wakes_when_an_ephemeral_key_goes_with_its_closed_session(
         await drain(watch)
         await member.close()
         await wait_until_listed(watch, watcher, "eph/", [])
+
+
+async def test_a_watch_of_some_children_wakes_for_them(
+        open_coord: OpenCoordinator, coordinator_url: str) -> None:
+    """``children``: a change of each named child wakes the watch (created,
+    updated, deleted, in one commit with others). On etcd, which then streams
+    only their key range, a change of any other key of the directory does
+    not; the other backends may report it (a watch may report more)."""
+    watcher, writer = await open_coord(), await open_coord()
+    async with watcher.watch("g/", children=("assignment", "leader")) as watch:
+        await drain(watch)
+        await writer.create("g/leader", b"1")
+        assert await watch.wait(timeout=WAKE_LIMIT_S)
+        await drain(watch)
+        assert await writer.commit([], [Put("g/assignment", b"2"), Put("g/start", b"x")])
+        assert await watch.wait(timeout=WAKE_LIMIT_S)
+        await drain(watch)
+        assert await writer.delete("g/leader")
+        assert await watch.wait(timeout=WAKE_LIMIT_S)
+        await drain(watch)
+        if coordinator_url.startswith("etcd"):
+            for key in ("g/start", "g/owners/1", "g/members/m", "g/leaving/m", "g/a"):
+                await writer.create(key, b"")
+            assert await writer.commit([], [Put("g/start", b"y"), Put("g/positions/1", b"")])
+            assert not await watch.wait(timeout=1.0)
+            await writer.create("g/assignmentz", b"")  # in the range, not a child named
+            assert not await watch.wait(timeout=0.5)
+            assert await writer.commit([], [Put("g/assignment", b"3")])
+            assert await watch.wait(timeout=WAKE_LIMIT_S)

@@ -59,7 +59,7 @@ import hashlib
 import json
 import random
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -356,7 +356,8 @@ class SimCoordinator(Coordinator):
         self._check_open()
         return self.store.delete(validate_key(key))
 
-    def watch(self, prefix: str, *, values: bool = True) -> Watch:
+    def watch(self, prefix: str, *, values: bool = True,
+              children: Collection[str] | None = None) -> Watch:
         self._check_open()
         return _SimWatch(self.store, validate_dir(prefix))
 
@@ -619,8 +620,9 @@ class FaultyCoordinator(Coordinator):
         result: bool = await self._call("delete", lambda: self.inner.delete(key), write=True)
         return result
 
-    def watch(self, prefix: str, *, values: bool = True) -> Watch:
-        return _FaultyWatch(self, self.inner.watch(prefix, values=values))
+    def watch(self, prefix: str, *, values: bool = True,
+              children: Collection[str] | None = None) -> Watch:
+        return _FaultyWatch(self, self.inner.watch(prefix, values=values, children=children))
 
 
 class _FaultyWatch(Watch):
