@@ -17,15 +17,18 @@ import pytest_asyncio
 
 from coordinators import open_coordinator
 from coordinators.base import Coordinator
+from coordinators.errors import SessionLost
 from paimon_group.config.member import MemberConfig
 from paimon_group.member.commits import Commits
+from paimon_group.member.control import Control
 from paimon_group.member.core import MemberCore
 from paimon_group.member.driving import Driving
+from paimon_group.member.membership import Membership
 from paimon_group.member.ownership import ShardOwnership
 from paimon_group.member.reader import ReadLoop
 from paimon_group.member.state import OwnedShard
 from paimon_group.protocol.group import GroupClient
-from paimon_group.protocol.records import Assignment
+from paimon_group.protocol.records import Assignment, MemberInfo
 
 
 class Listener:
@@ -259,3 +262,77 @@ async def test_driving_commits_positions_forward_only(coordinator: Coordinator) 
     assert result == {0: True, 1: True, 9: False}
     assert core._owned[0].committed == 5  # not moved back
     assert core._owned[1].committed == 8 and core.stats.commits == 1
+
+
+# -- control ----------------------------------------------------------------
+
+
+class RecordingOwnership(ShardOwnership):
+    """The ownership part, with acquisitions and revocations recorded (not sent)."""
+
+    def __init__(self, core: MemberCore) -> None:
+        super().__init__(core, Commits(core))
+        self.acquired: list[tuple[list[int], int]] = []
+        self.revoked: list[tuple[list[int], str]] = []
+
+    async def acquire(self, shards: list[int], generation: int) -> None:
+        self.acquired.append((list(shards), generation))
+
+    async def revoke(self, shards: list[int], *, reason: str) -> None:
+        self.revoked.append((list(shards), reason))
+
+
+async def register(core: MemberCore, coord: Coordinator) -> None:
+    assert core._group is not None
+    info = MemberInfo(member_id=core.member_id, host="h", pid=1, version="0",
+                      started_at=0.0, session=coord.session.id)
+    assert await core._group.register(info) is not None
+
+
+@pytest.mark.asyncio
+async def test_control_round_leads_publishes_and_follows(coordinator: Coordinator) -> None:
+    core = make_core(coordinator)
+    core.num_shards = 3
+    await register(core, coordinator)
+    ownership = RecordingOwnership(core)
+    control = Control(core, ownership)
+    await control._reconcile({"local"})
+    assert core.is_leader
+    assert core.assignment is not None and core.assignment.shards_of("m") == [0, 1, 2]
+    assert ownership.acquired == [([0, 1, 2], core.assignment.generation)]
+    assert core._group is not None
+    published, _ = await core._group.read_assignment()
+    assert published is not None and published.generation == core.assignment.generation
+
+
+@pytest.mark.asyncio
+async def test_control_round_without_our_member_key_is_a_lost_session(
+        coordinator: Coordinator) -> None:
+    core = make_core(coordinator)
+    core.num_shards = 1
+    ownership = RecordingOwnership(core)
+    with pytest.raises(SessionLost, match="member key"):
+        await Control(core, ownership)._reconcile({"local"})
+    assert not core.is_leader and ownership.acquired == []
+
+
+# -- membership -------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_membership_leave_deregisters_releases_and_resigns(
+        coordinator: Coordinator) -> None:
+    core = make_core(coordinator)
+    await register(core, coordinator)
+    assert core._group is not None
+    core._leader_epoch = await core._group.try_lead("m")
+    assert core._leader_epoch is not None
+    await owned_shard(core, 0, at=1)
+    await owned_shard(core, 2, at=1)
+    ownership = RecordingOwnership(core)
+    membership = Membership(core, ownership, Control(core, ownership))
+    await membership.leave()
+    assert "m" not in await core._group.members()
+    assert ownership.revoked == [([0, 2], "leaving")]
+    assert all(o.revoking for o in core._owned.values())
+    assert await core._group.leader() is None and core._leader_epoch is None

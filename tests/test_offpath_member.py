@@ -28,6 +28,7 @@ from coordinators.errors import CoordinatorError, CoordinatorUnavailable, Sessio
 from paimon_group import GroupMember, MemberConfig
 from paimon_group.errors import ShardCountMismatch
 from paimon_group.member import MemberState
+from paimon_group.member.membership import Membership
 from paimon_group.member.ownership import ShardOwnership
 from paimon_group.member.reader import ReadLoop
 from paimon_group.protocol.group import GroupClient
@@ -89,15 +90,15 @@ def suspended() -> CoordinatorError:
 def faulty_members(monkeypatch: pytest.MonkeyPatch, *faults: Fault,
                    member: str | None = None) -> None:
     """Members (only ``member``, if given) open coordinators with ``faults``."""
-    real_open = GroupMember._open_coordinator
+    real_open = Membership._open_coordinator
 
-    async def open_faulty(self: GroupMember) -> Coordinator:
+    async def open_faulty(self: Membership) -> Coordinator:
         coord = await real_open(self)
-        if member is None or self.member_id == member:
+        if member is None or self._core.member_id == member:
             inject(coord, *faults)
         return coord
 
-    monkeypatch.setattr(GroupMember, "_open_coordinator", open_faulty)
+    monkeypatch.setattr(Membership, "_open_coordinator", open_faulty)
 
 
 def config(wh: str, url: str, member: str, **kw: Any) -> MemberConfig:
@@ -403,14 +404,14 @@ async def test_without_shards_a_group_created_meanwhile_keeps_its_count(
 
         coord.create = create  # type: ignore[method-assign]
 
-    real_open = GroupMember._open_coordinator
+    real_open = Membership._open_coordinator
 
-    async def open_racing(self: GroupMember) -> Coordinator:
+    async def open_racing(self: Membership) -> Coordinator:
         coord = await real_open(self)
         await create_first(coord)
         return coord
 
-    monkeypatch.setattr(GroupMember, "_open_coordinator", open_racing)
+    monkeypatch.setattr(Membership, "_open_coordinator", open_racing)
     caplog.set_level(logging.INFO, logger="paimon_group.member")
     async with GroupMember(config(table, url, "a")) as member:
         assert member.num_shards == 1
@@ -510,7 +511,7 @@ async def test_a_release_that_raised_is_retried_until_the_key_is_gone(
             await until(lambda: _true(len(b.owned_shards) == 1 and len(a.owned_shards) == 1),
                         "the moved shard acquired by b")
             assert await read_ids(b, 1)  # b reads its shard
-            assert not a._releases
+            assert not a.ownership.releases
 
 
 @pytest.mark.asyncio

@@ -168,7 +168,7 @@ async def test_an_orphaned_key_of_ours_is_swept_after_a_failed_round(tmp_path: P
             theirs, "a", a._assignment.generation) is not None
         await _until(lambda: theirs not in b.owned_shards, "b noticed its key gone")
         # One failed control round of a's.
-        real_reconcile = a._reconcile
+        real_reconcile = a.control._reconcile
         failed: list[bool] = []
 
         async def reconcile(fired: set[str]) -> None:
@@ -177,6 +177,6 @@ async def test_an_orphaned_key_of_ours_is_swept_after_a_failed_round(tmp_path: P
                 raise CoordinatorUnavailable("injected: no answer")
             await real_reconcile(fired)
 
-        a._reconcile = reconcile  # type: ignore[method-assign]
+        a.control._reconcile = reconcile  # type: ignore[method-assign]
         await _until(lambda: bool(failed), "a round failed")
         await _until(lambda: theirs in b.owned_shards, "the orphan swept, b took its shard")

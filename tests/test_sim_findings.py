@@ -16,6 +16,7 @@ from coordinators import open_coordinator
 from coordinators.base import SessionState
 from paimon_group import GroupMember, MemberConfig
 from paimon_group.member import MemberState
+from paimon_group.member.membership import Membership
 from tests.support.tables import make_pk_table, write_rows
 
 
@@ -48,14 +49,14 @@ async def test_the_read_loop_does_not_spin_while_the_member_rejoins(
     and nobody cleared it before the rejoin finished, so the loop spun on the
     event loop (a busy CPU; under the simulation's virtual time, no time
     passed at all). Now it waits for the join, or for a new wake-up."""
-    real_join = GroupMember._join
+    real_join = Membership.join
 
-    async def slow_rejoin(self: GroupMember, *, first: bool) -> None:
+    async def slow_rejoin(self: Membership, *, first: bool) -> None:
         if not first:
             await asyncio.sleep(1.0)  # a coordinator slow to answer the new session
         await real_join(self, first=first)
 
-    monkeypatch.setattr(GroupMember, "_join", slow_rejoin)
+    monkeypatch.setattr(Membership, "join", slow_rejoin)
     url = f"memory://spin-{uuid.uuid4().hex}"
     cfg = MemberConfig(group="g", warehouse=table, table="db.t", coordinator=url,
                        member_id="a", session_timeout_s=3, poll_interval_ms=50)
@@ -109,16 +110,16 @@ async def test_a_rejoin_that_cannot_succeed_fails_the_member(
     from coordinators.errors import CoordinatorError
     from paimon_group.errors import TableReplaced
 
-    real_join = GroupMember._join
+    real_join = Membership.join
 
-    async def rejoin_refused(self: GroupMember, *, first: bool) -> None:
+    async def rejoin_refused(self: Membership, *, first: bool) -> None:
         if not first:
             if error == "table_replaced":
                 raise TableReplaced("injected: the table was re-created")
             raise CoordinatorError("injected: refused")
         await real_join(self, first=first)
 
-    monkeypatch.setattr(GroupMember, "_join", rejoin_refused)
+    monkeypatch.setattr(Membership, "join", rejoin_refused)
     url = f"memory://rejoin-{uuid.uuid4().hex}"
     cfg = MemberConfig(group="g", warehouse=table, table="db.t", coordinator=url,
                        member_id="a", session_timeout_s=3, poll_interval_ms=50)
@@ -188,16 +189,16 @@ async def test_a_session_lost_again_while_rejoining_is_retried(
     session."""
     from coordinators.errors import SessionLost
 
-    real_join = GroupMember._join
+    real_join = Membership.join
     lost = {"left": 1}
 
-    async def join_once_lost(self: GroupMember, *, first: bool) -> None:
+    async def join_once_lost(self: Membership, *, first: bool) -> None:
         if not first and lost["left"] > 0:
             lost["left"] -= 1
             raise SessionLost("injected: the new session expired while joining")
         await real_join(self, first=first)
 
-    monkeypatch.setattr(GroupMember, "_join", join_once_lost)
+    monkeypatch.setattr(Membership, "join", join_once_lost)
     url = f"memory://rejoin-lost-{uuid.uuid4().hex}"
     cfg = MemberConfig(group="g", warehouse=table, table="db.t", coordinator=url,
                        member_id="a", session_timeout_s=3, poll_interval_ms=50)

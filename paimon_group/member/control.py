@@ -19,11 +19,10 @@ import time
 
 from coordinators.base import SessionState
 from coordinators.errors import CoordinatorError, PaimonGroupError, SessionLost
-from paimon_group.config.member import MemberConfig
 from paimon_group.errors import MemberRemoved
 from paimon_group.member.balance import LeaderLoads, full_scan_pending
-from paimon_group.member.core import RebalanceListener
-from paimon_group.member.ownership import Ownership
+from paimon_group.member.core import MemberCore
+from paimon_group.member.ownership import ShardOwnership
 from paimon_group.member.round_view import RoundView, read_round
 from paimon_group.protocol.assignor import assign
 from paimon_group.protocol.group import GroupClient
@@ -36,26 +35,30 @@ from paimon_group.reading.shard_load import MeasuredLoad, measure
 log = logging.getLogger("paimon_group.member")
 
 
-class Control(Ownership):
-    """The control loop (see the module docstring)."""
+class Control:
+    """The control loop (see the module docstring).
 
-    def __init__(self, config: MemberConfig, *, listener: RebalanceListener | None = None,
-                 auto_commit: bool = True) -> None:
-        super().__init__(config, listener=listener, auto_commit=auto_commit)
+    Its interface: :meth:`run`, the loop itself, until the member stops or
+    the session is lost (then it raises, and membership rejoins).
+    """
+
+    def __init__(self, core: MemberCore, ownership: ShardOwnership) -> None:
+        self._core = core
+        self._ownership = ownership
         self._vanished = VanishedMembers()
         self._full_round_at = -1e18
         self._loads = LeaderLoads()
 
-    async def _control_loop(self) -> None:
+    async def run(self) -> None:
         fired: set[str] = {"start"}
-        while not self._stopping:
-            self._last_loop_tick = time.monotonic()
-            coord = self._coord
+        while not self._core._stopping:
+            self._core._last_loop_tick = time.monotonic()
+            coord = self._core._coord
             if coord is None:
                 raise SessionLost("no session")
             if coord.session.state is SessionState.LOST:
                 raise SessionLost(f"session {coord.session.id} lost")
-            if coord.session.is_live(self.config.margin):
+            if coord.session.is_live(self._core.config.margin):
                 try:
                     await self._reconcile(fired)
                 except PaimonGroupError as err:
@@ -67,11 +70,12 @@ class Control(Ownership):
                         raise
                     # An acquisition or release may have landed unseen: the
                     # next ownership check lists every owner key and sweeps.
-                    self._sweep_due = True
+                    self._ownership.sweep_due = True
                     log.warning("control round failed, retrying: %s", err,
-                                extra={"group": self.group_name, "member": self.member_id})
+                                extra={"group": self._core.group_name,
+                                       "member": self._core.member_id})
             fired = await self._wait_for_change(
-                timeout=max(0.2, self.config.session_timeout_s / 4))
+                timeout=max(0.2, self._core.config.session_timeout_s / 4))
 
     async def _wait_for_change(self, timeout: float) -> set[str]:
         """Which of our watches fired ("group", "members", "owners"), or
@@ -79,14 +83,14 @@ class Control(Ownership):
         (:class:`~paimon_group.member.watches.ControlWatches`: the members
         watch is open while we lead, the owners watch while we wait to
         acquire; one opened now counts as fired, the round re-reads)."""
-        watches = self._control_watches
+        watches = self._core._control_watches
         if watches is None:
             raise SessionLost("no session")
-        opened = await watches.update(leading=self._leader_epoch is not None,
-                                      acquiring=bool(self._pending_acquisitions()))
+        opened = await watches.update(leading=self._core._leader_epoch is not None,
+                                      acquiring=bool(self._ownership.pending_acquisitions()))
         if opened:
             return opened
-        return await watches.wait(self._wake, timeout)
+        return await watches.wait(self._core._wake, timeout)
 
     async def _reconcile(self, fired: set[str]) -> None:
         """One level-triggered round, doing only what the wake-up calls for.
@@ -96,22 +100,22 @@ class Control(Ownership):
         acquisitions; everything is re-read on a group change, a member change
         on the leader, a local wake-up and every tick.
         """
-        group = self._group
+        group = self._core._group
         assert group is not None
-        if self._releases:
-            released = await self._releases.retry(group)
+        if self._ownership.releases:
+            released = await self._ownership.releases.retry(group)
             if released:
                 log.info("owner keys of shards %s released on retry", released,
-                         extra={"group": self.group_name, "member": self.member_id})
+                         extra={"group": self._core.group_name, "member": self._core.member_id})
         if self._owners_only(fired):
-            pending = self._pending_acquisitions()
-            if pending and self._assignment is not None:
-                await self._acquire(pending, self._assignment.generation)
-            if time.monotonic() - self._ownership_checked_at > self._ownership_check_s:
-                await self._check_ownership(group)
+            pending = self._ownership.pending_acquisitions()
+            if pending and self._core._assignment is not None:
+                await self._ownership.acquire(pending, self._core._assignment.generation)
+            if time.monotonic() - self._ownership.checked_at > self._ownership.check_s:
+                await self._ownership.check_ownership(group)
             return
         self._full_round_at = time.monotonic()
-        view = await read_round(group, self.member_id)
+        view = await read_round(group, self._core.member_id)
         await self._check_member_key(group, view)
         await self._maybe_lead(group, view)
         await self._follow_assignment(group, view)
@@ -121,88 +125,91 @@ class Control(Ownership):
         # Owner changes can fire without pause in a large group; a full round
         # still runs at least once per tick, so nothing waits on a missed
         # wake-up for longer than that.
-        tick = max(0.2, self.config.session_timeout_s / 4)
+        tick = max(0.2, self._core.config.session_timeout_s / 4)
         recent = time.monotonic() - self._full_round_at < tick
         # A change of the member list matters to the leader alone (it computes
         # the assignment); a follower learns the outcome when the assignment
         # or the leader changes (the group watch). In a group of N members a
         # join or leave then costs one full round, not N.
         return recent and (fired == {"owners"} or (
-            fired <= {"owners", "members"} and self._leader_epoch is None))
+            fired <= {"owners", "members"} and self._core._leader_epoch is None))
 
     async def _check_member_key(self, group: GroupClient, view: RoundView) -> None:
         """Raise if our member key is gone although our session looked live."""
-        if not self._stopping and view.member_key is None:
+        if not self._core._stopping and view.member_key is None:
             # Either an operator removed us (members remove records the
             # session it removed), or the session expired server-side before
             # we noticed (a paused coordinator or process): then this is a
             # lost session, and we rejoin like any other. The goodbye marker
             # cannot tell the two apart: the leader deletes it as soon as it
             # has moved our shards, which is usually before we look.
-            if await group.removed_session(self.member_id) == group.coordinator.session.id:
+            if await group.removed_session(self._core.member_id) == group.coordinator.session.id:
                 with contextlib.suppress(CoordinatorError):
-                    await group.forget_removed(self.member_id)
+                    await group.forget_removed(self._core.member_id)
                 raise MemberRemoved(
-                    f"member {self.member_id!r} was removed from group {self.group_name!r} "
+                    f"member {self._core.member_id!r} was removed from group "
+                    f"{self._core.group_name!r} "
                     "by an operator; its shards were handed to the others"
                 )
-            raise SessionLost(f"member key of {self.member_id!r} is gone: session expired")
+            raise SessionLost(f"member key of {self._core.member_id!r} is gone: session expired")
 
     async def _follow_assignment(self, group: GroupClient, view: RoundView) -> None:
         """Take the published assignment; revoke what is not ours, acquire the rest."""
         assignment = view.assignment
-        if self._leader_epoch is not None:
+        if self._core._leader_epoch is not None:
             # The leader may have published in this round: it follows its own
             # publication at once rather than at the wake-up it causes.
             assignment, _ = await group.read_assignment()
+        current = self._core._assignment
         if assignment is not None and (
-            self._assignment is None or assignment.generation != self._assignment.generation
+            current is None or assignment.generation != current.generation
         ):
-            if self._assignment is not None:
-                self.stats.rebalances += 1
-            self._assignment = assignment
+            if self._core._assignment is not None:
+                self._core.stats.rebalances += 1
+            self._core._assignment = assignment
             log.info(
                 "generation %d: shards %s",
                 assignment.generation,
-                assignment.shards_of(self.member_id),
-                extra={"group": self.group_name, "member": self.member_id,
+                assignment.shards_of(self._core.member_id),
+                extra={"group": self._core.group_name, "member": self._core.member_id,
                        "generation": assignment.generation},
             )
-        if time.monotonic() - self._ownership_checked_at > self._ownership_check_s:
-            await self._check_ownership(group)
-        target = set(self._assignment.shards_of(self.member_id)) if self._assignment else set()
-        to_revoke = [s for s, o in self._owned.items() if s not in target and not o.revoking]
+        if time.monotonic() - self._ownership.checked_at > self._ownership.check_s:
+            await self._ownership.check_ownership(group)
+        current = self._core._assignment
+        target = set(current.shards_of(self._core.member_id)) if current else set()
+        to_revoke = [s for s, o in self._core._owned.items() if s not in target and not o.revoking]
         if to_revoke:
             for s in to_revoke:
-                self._owned[s].revoke()
+                self._core._owned[s].revoke()
             # Revocations run concurrently with reading and acquiring others.
-            t = asyncio.create_task(self._revoke(to_revoke, reason="reassigned"))
-            self._tasks.append(t)
-        to_acquire = sorted(target - set(self._owned))
-        if to_acquire and self._assignment is not None:
-            await self._acquire(to_acquire, self._assignment.generation)
+            t = asyncio.create_task(self._ownership.revoke(to_revoke, reason="reassigned"))
+            self._core._tasks.append(t)
+        to_acquire = sorted(target - set(self._core._owned))
+        if to_acquire and self._core._assignment is not None:
+            await self._ownership.acquire(to_acquire, self._core._assignment.generation)
 
     async def _maybe_lead(self, group: GroupClient, view: RoundView) -> None:
         leader = view.leader
         if leader is None:
-            epoch = await group.try_lead(self.member_id)
+            epoch = await group.try_lead(self._core.member_id)
             if epoch is not None:
                 log.info("became leader (epoch %d)", epoch,
-                         extra={"group": self.group_name, "member": self.member_id})
-                self._leader_epoch = epoch
-        elif leader[0] == self.member_id and leader[1] == self._leader_epoch:
+                         extra={"group": self._core.group_name, "member": self._core.member_id})
+                self._core._leader_epoch = epoch
+        elif leader[0] == self._core.member_id and leader[1] == self._core._leader_epoch:
             pass
-        elif leader[0] == self.member_id and (
-                epoch := await group.own_leader_epoch(self.member_id)) is not None:
+        elif leader[0] == self._core.member_id and (
+                epoch := await group.own_leader_epoch(self._core.member_id)) is not None:
             # A leader key our session created, though our create raised (its
             # outcome was unknown): we lead, at its create version.
             log.info("adopted leader key (epoch %d)", epoch,
-                     extra={"group": self.group_name, "member": self.member_id})
-            self._leader_epoch = epoch
+                     extra={"group": self._core.group_name, "member": self._core.member_id})
+            self._core._leader_epoch = epoch
         else:
-            self._leader_epoch = None
-        if self._leader_epoch is not None:
-            await self._lead(group, self._leader_epoch)
+            self._core._leader_epoch = None
+        if self._core._leader_epoch is not None:
+            await self._lead(group, self._core._leader_epoch)
 
     async def _lead(self, group: GroupClient, leader_epoch: int) -> None:
         live = set(await group.members())
@@ -213,7 +220,7 @@ class Control(Ownership):
             # Forget a goodbye once an assignment without that member is out.
             if previous is None or not previous.shards.get(gone):
                 await group.forget_leaving(gone)
-        basis, home, away = sticky_basis(previous, members, self.num_shards)
+        basis, home, away = sticky_basis(previous, members, self._core.num_shards)
         wanted, loads = await self._assignment_for(group, members, basis, previous)
         if previous is not None and same_assignment(previous.shards, wanted):
             return
@@ -223,7 +230,7 @@ class Control(Ownership):
                 away.pop(m, None)
         published = await group.publish(
             wanted,
-            leader=self.member_id,
+            leader=self._core.member_id,
             leader_epoch=leader_epoch,
             previous=previous,
             previous_version=version,
@@ -235,10 +242,11 @@ class Control(Ownership):
             self._loads.published()
         if published is None:
             # Deposed, or another publish raced us: re-read on the next round.
-            self._wake.set()
+            self._core._wake.set()
         else:
             log.info("published generation %d for %d members", published.generation,
-                     len(members), extra={"group": self.group_name, "member": self.member_id,
+                     len(members), extra={"group": self._core.group_name,
+                                          "member": self._core.member_id,
                                           "generation": published.generation})
 
     async def _assignment_for(
@@ -247,25 +255,26 @@ class Control(Ownership):
     ) -> tuple[dict[str, list[int]], dict[int, int]]:
         """The next assignment by the group's assignor, and the shard loads it
         used (``{}`` for the count assignor); see :mod:`paimon_group.member.balance`."""
-        if self._meta is None or self._meta.assignor != "load" or not members:
-            return assign(self.num_shards, members, basis), {}
+        if self._core._meta is None or self._core._meta.assignor != "load" or not members:
+            return assign(self._core.num_shards, members, basis), {}
         await self._loads.refresh(functools.partial(self._measure_loads, group))
-        return self._loads.assign(self.num_shards, members, basis, previous)
+        return self._loads.assign(self._core.num_shards, members, basis, previous)
 
     async def _measure_loads(self, group: GroupClient) -> tuple[MeasuredLoad, set[int]] | None:
         """The shards' rows (from the manifests) and which of them still have
         their full scan ahead (from the positions and the group's start)."""
-        table = self.table
+        table = self._core.table
         if table is None:
             return None
-        sharding = Sharding(self.sharding, self.num_shards)
-        measured: MeasuredLoad | None = await self._in_io(functools.partial(
+        sharding = Sharding(self._core.sharding, self._core.num_shards)
+        measured: MeasuredLoad | None = await self._core._in_io(functools.partial(
             measure, table, sharding, known=self._loads.measured))
         if measured is None:
             return None
         positions = await group.positions()
         start = await read_group_start(group)
-        return measured, full_scan_pending(self.num_shards, positions, start, self.config.start)
+        return measured, full_scan_pending(self._core.num_shards, positions, start,
+                                           self._core.config.start)
 
     def _reserved_members(
         self, live: set[str], previous: Assignment | None, leaving: set[str]
@@ -274,7 +283,8 @@ class Control(Ownership):
         members that vanished without a goodbye keep their shards for
         ``rebalance_delay_s``; the round is re-run when a delay runs out."""
         reserved, recheck_after = self._vanished.reserved(
-            live, previous, leaving, delay=self.config.rebalance_delay_s, now=time.monotonic())
+            live, previous, leaving, delay=self._core.config.rebalance_delay_s,
+            now=time.monotonic())
         for after in recheck_after:
-            asyncio.get_running_loop().call_later(after, self._wake.set)
+            asyncio.get_running_loop().call_later(after, self._core._wake.set)
         return reserved

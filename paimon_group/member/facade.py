@@ -15,9 +15,12 @@ from coordinators.errors import CoordinatorError
 from paimon_group.config.member import MemberConfig
 from paimon_group.config.projection import check_columns
 from paimon_group.errors import HandlerFailed
-from paimon_group.member.core import Handler, RebalanceListener
+from paimon_group.member.commits import Commits
+from paimon_group.member.control import Control
+from paimon_group.member.core import Handler, MemberCore, RebalanceListener
 from paimon_group.member.driving import Driving, ShardPosition
 from paimon_group.member.membership import Membership
+from paimon_group.member.ownership import ShardOwnership
 from paimon_group.member.reader import Process, ReadLoop
 from paimon_group.member.state import MemberState, Stop
 from paimon_group.reading.batch import ShardBatch
@@ -27,7 +30,7 @@ from paimon_group.reading.table import ShardedTable
 log = logging.getLogger("paimon_group.member")
 
 
-class GroupMember(Membership):
+class GroupMember(MemberCore):
     """A member of a consumer group over one Paimon table.
 
     See :mod:`paimon_group.member` for what it does and how it is built.
@@ -46,6 +49,12 @@ class GroupMember(Membership):
         instead of opening the table again (on an object store, requests);
         None: the start opens it."""
         super().__init__(config, listener=listener, auto_commit=auto_commit)
+        # The parts, each built with the member's core (this object: the
+        # state every part reads) and the sibling parts it calls.
+        self.commits = Commits(self)
+        self.ownership = ShardOwnership(self, self.commits)
+        self.control = Control(self, self.ownership)
+        self.membership = Membership(self, self.ownership, self.control)
         self.reading = ReadLoop(self, self.commits)
         self.driving = Driving(self, self.commits, self.reading)
         self._opened_table = table
@@ -94,14 +103,14 @@ class GroupMember(Membership):
             self.table = table
             check_columns(table.table.field_names, cfg.columns)
             self._start_position = parse_start(cfg.start)
-            await self._join(first=True)
+            await self.membership.join(first=True)
         except BaseException:
             # A start that fails keeps nothing open for a caller that never
             # calls stop(): not the session (its member key would stand in the
             # group for a session timeout, assigned shards nobody reads), not
             # the history file (a long-lived process restarting members
             # leaked one descriptor per failed start). stop() still works.
-            await self._close_coordinator()
+            await self.membership.close_coordinator()
             self.history.close()
             raise
         if self._stopping:
@@ -109,10 +118,10 @@ class GroupMember(Membership):
             # Registered now, with no control loop to follow, we would be
             # assigned shards nobody reads: end the session (and so the
             # member key) at once.
-            await self._close_coordinator()
+            await self.membership.close_coordinator()
             self._set_state(MemberState.STOPPED)
             return
-        self._supervisor = asyncio.create_task(self._supervise(), name="pg-supervisor")
+        self._supervisor = asyncio.create_task(self.membership.supervise(), name="pg-supervisor")
 
     async def stop(self, *, timeout: float | None = None) -> None:
         """Leave gracefully: stop reading, commit, release every shard, close.
@@ -140,7 +149,7 @@ class GroupMember(Membership):
         if self.state is not MemberState.FAILED:
             self._set_state(MemberState.LEAVING)
         try:
-            await asyncio.wait_for(self._leave(), timeout=max(0.1, timeout))
+            await asyncio.wait_for(self.membership.leave(), timeout=max(0.1, timeout))
         except (TimeoutError, CoordinatorError) as err:
             log.warning("graceful leave incomplete: %s", err)
         for t in [*self._tasks, *( [self._supervisor] if self._supervisor else [])]:
@@ -148,7 +157,7 @@ class GroupMember(Membership):
         for t in [*self._tasks, *([self._supervisor] if self._supervisor else [])]:
             with contextlib.suppress(BaseException):
                 await t
-        await self._close_coordinator()
+        await self.membership.close_coordinator()
         self._io.shutdown(wait=False, cancel_futures=True)
         self.history.close()
         if self.state is not MemberState.FAILED:

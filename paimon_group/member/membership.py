@@ -29,8 +29,9 @@ from coordinators.registry import open_coordinator
 from paimon_group.config.warehouses import normalised_warehouse
 from paimon_group.errors import MemberIdInUse
 from paimon_group.member.control import Control
-from paimon_group.member.core import VERSION
+from paimon_group.member.core import VERSION, MemberCore
 from paimon_group.member.head import HeadLoop, HeadRecord, TablePoller
+from paimon_group.member.ownership import ShardOwnership
 from paimon_group.member.state import MemberState
 from paimon_group.member.watches import ControlWatches
 from paimon_group.protocol.group import GroupClient
@@ -43,11 +44,21 @@ from paimon_group.reading.mirror import ConsumerMirror, mirror_interval
 log = logging.getLogger("paimon_group.member")
 
 
-class Membership(Control):
-    """Joining, rejoining and leaving the group (see the module docstring)."""
+class Membership:
+    """Joining, rejoining and leaving the group (see the module docstring).
+
+    Its interface: :meth:`join`, :meth:`supervise` (the control loop, rejoining
+    after a lost session), :meth:`leave`, :meth:`close_coordinator`.
+    """
+
+    def __init__(self, core: MemberCore, ownership: ShardOwnership, control: Control) -> None:
+        self._core = core
+        self._ownership = ownership
+        self._control = control
 
     async def _open_coordinator(self) -> Coordinator:
-        coord = open_coordinator(self.config.coordinator_url, self.config.connect_options())
+        config = self._core.config
+        coord = open_coordinator(config.coordinator_url, config.connect_options())
         await coord.connect()
         coord.session.add_listener(self._on_session_state)
         return coord
@@ -55,32 +66,34 @@ class Membership(Control):
     def _on_session_state(self, state: SessionState) -> None:
         # Called from the backend (on the loop thread); wake the loops up, and
         # tell the operator in one line when the coordinator stops answering.
-        self._session_changed.set()
-        self._wake.set()
-        coord = self._coord
+        self._core._session_changed.set()
+        self._core._wake.set()
+        coord = self._core._coord
         deadline = coord.session.deadline if coord is not None else time.monotonic()
-        line = self._reachability.on_state(state.value, now=time.monotonic(), deadline=deadline)
-        if line is not None and self.state in (MemberState.LEAVING, MemberState.STOPPED,
+        line = self._core._reachability.on_state(state.value, now=time.monotonic(),
+                                                 deadline=deadline)
+        if line is not None and self._core.state in (MemberState.LEAVING, MemberState.STOPPED,
                                                MemberState.FAILED):
             # Our own close (a stop, or a failure, ends the session): nothing
             # to tell; "rejoins when the coordinator answers" would be wrong.
-            log.debug("%s (while %s)", line, self.state.value)
+            log.debug("%s (while %s)", line, self._core.state.value)
         elif line is not None:
             level = logging.INFO if state is SessionState.CONNECTED else logging.WARNING
-            log.log(level, line, extra={"group": self.group_name, "member": self.member_id})
+            log.log(level, line, extra={"group": self._core.group_name,
+                                        "member": self._core.member_id})
 
-    async def _join(self, *, first: bool) -> None:
+    async def join(self, *, first: bool) -> None:
         """Connect, create or check the group, register our member key."""
-        assert self.table is not None
+        assert self._core.table is not None
         coord = await self._open_coordinator()
-        group = GroupClient(coord, self.group_name)
+        group = GroupClient(coord, self._core.group_name)
         try:
             meta = await self._ensure_meta(group, first=first)
-            self._meta = meta
-            self.num_shards = meta.num_shards
-            self.sharding = ShardRule.parse(meta.sharding)
+            self._core._meta = meta
+            self._core.num_shards = meta.num_shards
+            self._core.sharding = ShardRule.parse(meta.sharding)
             info = MemberInfo(
-                member_id=self.member_id,
+                member_id=self._core.member_id,
                 host=socket.gethostname(),
                 pid=os.getpid(),
                 version=VERSION,
@@ -94,34 +107,35 @@ class Membership(Control):
             with contextlib.suppress(Exception):
                 await coord.close()
             raise
-        self._coord, self._group = coord, group
-        if self._planner is None:
-            self._planner = self.table.planner(
-                self.num_shards, include_row_kind=self.config.include_row_kind,
-                rule=self.sharding, projection=self.config.columns,
+        self._core._coord, self._core._group = coord, group
+        if self._core._planner is None:
+            self._core._planner = self._core.table.planner(
+                self._core.num_shards, include_row_kind=self._core.config.include_row_kind,
+                rule=self._core.sharding, projection=self._core.config.columns,
             )
-            self._mirror = ConsumerMirror(
-                self.table.table.file_io,
-                self.table.table_path,
-                self.group_name,
-                mirror_interval(self.config.mirror_interval_s, self.table.table.file_io),
+            self._core._mirror = ConsumerMirror(
+                self._core.table.table.file_io,
+                self._core.table.table_path,
+                self._core.group_name,
+                mirror_interval(self._core.config.mirror_interval_s,
+                                self._core.table.table.file_io),
             )
-        self._control_watches = ControlWatches.of_group(coord, group.keys)
-        self._leader_epoch = None
-        self._set_state(MemberState.RUNNING)
-        self._joined.set()
-        self._wake.set()
+        self._core._control_watches = ControlWatches.of_group(coord, group.keys)
+        self._core._leader_epoch = None
+        self._core._set_state(MemberState.RUNNING)
+        self._core._joined.set()
+        self._core._wake.set()
 
     async def _ensure_meta(self, group: GroupClient, *, first: bool) -> GroupMeta:
         """The group's metadata; a new group gets the shard count and sharding
         rule of :func:`paimon_group.protocol.sharding.plan_new_group` (checked before
         anything is created)."""
-        assert self.table is not None
-        table = self.table
+        assert self._core.table is not None
+        table = self._core.table
         # The identity of what is at the table's path now (read afresh, not
         # from the table loaded at start): a re-created table is refused here.
-        table_id: str = await self._in_io(functools.partial(table_identity, table.table))
-        warehouse = normalised_warehouse(self.config.warehouse)
+        table_id: str = await self._core._in_io(functools.partial(table_identity, table.table))
+        warehouse = normalised_warehouse(self._core.config.warehouse)
         if not first:
             meta = await group.ensure_meta(None, table.identifier, table_id=table_id,
                                            warehouse=warehouse)
@@ -130,72 +144,72 @@ class Membership(Control):
         if existing is not None:
             # An existing group keeps its shard count and rule; an explicit
             # --shards that contradicts the count is refused by ensure_meta.
-            meta = await group.ensure_meta(self.config.shards, table.identifier,
+            meta = await group.ensure_meta(self._core.config.shards, table.identifier,
                                            table_id=table_id, warehouse=warehouse,
-                                           assignor=self.config.assignor)
-            if self.config.shards is None:
+                                           assignor=self._core.config.assignor)
+            if self._core.config.shards is None:
                 log.info("group %s keeps its stored shard count %d (sharding %s)",
-                         self.group_name, meta.num_shards, meta.sharding)
+                         self._core.group_name, meta.num_shards, meta.sharding)
             return self._with_table_id(meta, table_id)
-        shards, rule = plan_new_group(table, self.config.shards)
+        shards, rule = plan_new_group(table, self._core.config.shards)
         origin = await self._vet_consumer_files(shards, rule.value)
         # Without --shards the planned count is a default only: if another
         # member created the group meanwhile, its stored count wins.
         meta = await group.ensure_meta(shards, table.identifier, sharding=rule.value,
                                        incarnation=origin.incarnation, table_id=table_id,
                                        warehouse=warehouse,
-                                       explicit=self.config.shards is not None,
-                                       assignor=self.config.assignor)
+                                       explicit=self._core.config.shards is not None,
+                                       assignor=self._core.config.assignor)
         if meta.num_shards != shards:
             log.info("group %s keeps its stored shard count %d (sharding %s): another member "
-                     "created it meanwhile", self.group_name, meta.num_shards, meta.sharding)
+                     "created it meanwhile", self._core.group_name, meta.num_shards, meta.sharding)
         if meta.incarnation != origin.incarnation:
             with contextlib.suppress(Exception):  # then the winner's shards start as configured
-                await self._in_io(functools.partial(
+                await self._core._in_io(functools.partial(
                     adopt_winner, table.table.file_io, table.table_path, origin, meta))
         await self._note_idle_shards(meta)
         return self._with_table_id(meta, table_id)
 
     async def _note_idle_shards(self, meta: GroupMeta) -> None:
         """Warn, once at creation, of shards the table's files do not reach yet."""
-        assert self.table is not None
-        table = self.table
+        assert self._core.table is not None
+        table = self._core.table
         try:
-            note = await self._in_io(lambda: idle_shards_note(
+            note = await self._core._in_io(lambda: idle_shards_note(
                 table, Sharding(ShardRule.parse(meta.sharding), meta.num_shards)))
         except Exception as err:  # a hint only: never a reason not to start
             log.debug("shards with rows not counted: %s", err)
             note = None
         if note:
-            log.warning("group %s: %s", self.group_name, note)
+            log.warning("group %s: %s", self._core.group_name, note)
 
     def _with_table_id(self, meta: GroupMeta, table_id: str) -> GroupMeta:
         """A group created before table identities were stored is checked
         against the identity its member saw at its first join."""
         if not meta.table_id:
-            known = self._meta.table_id if self._meta is not None else ""
+            known = self._core._meta.table_id if self._core._meta is not None else ""
             meta = dataclasses.replace(meta, table_id=known or table_id)
-        check_table_identity(meta, self.group_name, table_id)
-        if self.table is not None:
-            self.table.expected_identity = meta.table_id
+        check_table_identity(meta, self._core.group_name, table_id)
+        if self._core.table is not None:
+            self._core.table.expected_identity = meta.table_id
         return meta
 
     async def _vet_consumer_files(self, num_shards: int, sharding: str) -> ConsumerFilesOrigin:
         """A new group's origin (its new incarnation id), after its consumer
         files were vetted (:func:`paimon_group.reading.consumer_meta.prepare_new_group`)."""
-        assert self.table is not None
-        table = self.table
+        assert self._core.table is not None
+        table = self._core.table
         incarnation = uuid.uuid4().hex
-        origin = ConsumerFilesOrigin(self.group_name, incarnation, num_shards, sharding)
-        mirror = ConsumerMirror(table.table.file_io, table.table_path, self.group_name)
+        origin = ConsumerFilesOrigin(self._core.group_name, incarnation, num_shards, sharding)
+        mirror = ConsumerMirror(table.table.file_io, table.table_path, self._core.group_name)
         try:
-            note = await self._in_io(functools.partial(
+            note = await self._core._in_io(functools.partial(
                 prepare_new_group, mirror, table.table.file_io, table.table_path, origin))
         except Exception as err:
             # Then the origin does not name this incarnation: no shard resumes
             # from a consumer file, each starts as configured.
             log.warning("group %s: consumer files not vetted (%s): shards without a "
-                        "coordinator position start as configured", self.group_name, err)
+                        "coordinator position start as configured", self._core.group_name, err)
             return origin
         if note:
             log.warning("%s", note)
@@ -208,18 +222,18 @@ class Membership(Control):
         out; a restart with the same id (static membership) waits that long.
         A key still held after that belongs to a *live* process: refuse.
         """
-        deadline = time.monotonic() + self.config.session_timeout_s * 1.5 + 1.0
+        deadline = time.monotonic() + self._core.config.session_timeout_s * 1.5 + 1.0
         while True:
             if await group.register(info) is not None:
                 # Back after a goodbye: we are a member again, not leaving. A
                 # removal record names an older session of this id: not ours.
-                await group.forget_leaving(self.member_id)
-                await group.forget_removed(self.member_id)
+                await group.forget_leaving(self._core.member_id)
+                await group.forget_removed(self._core.member_id)
                 return
             if time.monotonic() > deadline:
                 raise MemberIdInUse(
-                    f"member id {self.member_id!r} is held by another live process in group "
-                    f"{self.group_name!r}; stop it or choose another --member-id"
+                    f"member id {self._core.member_id!r} is held by another live process in group "
+                    f"{self._core.group_name!r}; stop it or choose another --member-id"
                 )
             watch = group.coordinator.watch(group.keys.members_dir)
             try:
@@ -227,13 +241,13 @@ class Membership(Control):
             finally:
                 await watch.close()
 
-    async def _supervise(self) -> None:
+    async def supervise(self) -> None:
         """Runs the control loop; on a lost session rejoins with a new one."""
-        while not self._stopping:
-            control = asyncio.create_task(self._control_loop(), name="pg-control")
+        while not self._core._stopping:
+            control = asyncio.create_task(self._control.run(), name="pg-control")
             head_loop = self._new_head_loop()
             head = asyncio.create_task(self._run_head(head_loop), name="pg-head")
-            self._tasks = [control, head]
+            self._core._tasks = [control, head]
             try:
                 try:
                     await control
@@ -243,7 +257,7 @@ class Membership(Control):
                     head.cancel()
                     await asyncio.gather(head, return_exceptions=True)
             except SessionLost:
-                if self._stopping:
+                if self._core._stopping:
                     return
                 try:
                     await self._rejoin()
@@ -254,20 +268,20 @@ class Membership(Control):
                     # error that is not retriable, a coordinator down past the
                     # retries) fails the member; escaping here instead left it
                     # REJOINING for ever, with no error and no exit.
-                    self._fail(err)
+                    self._core._fail(err)
                     return
             except asyncio.CancelledError:
                 raise
             except BaseException as err:
-                self._fail(err)
+                self._core._fail(err)
                 return
 
     def _new_head_loop(self) -> HeadLoop | None:
         """This session's part in one poll per group (member/head.py)."""
-        coord, group, table = self._coord, self._group, self.table
+        coord, group, table = self._core._coord, self._core._group, self._core.table
         if coord is None or group is None or table is None:
             return None
-        self._head.forget()
+        self._core._head.forget()
         poller = TablePoller(latest=table.latest_snapshot_id, snapshot_text=table.snapshot_text,
                              identity=functools.partial(table_identity, table.table),
                              files=table.follow_up_files)
@@ -275,7 +289,7 @@ class Membership(Control):
         def learned(record: HeadRecord) -> None:
             # Only a text the leader read from the group's own table (as its
             # last check found it) is planned from.
-            meta = self._meta
+            meta = self._core._meta
             if record.table_id and (meta is None or not meta.table_id
                                     or record.table_id == meta.table_id):
                 table.remember_snapshot(record.latest, record.snapshot)
@@ -284,10 +298,11 @@ class Membership(Control):
             elif record.table_id is not None:
                 table.forget_snapshots()  # gone or replaced: none of them is ours
 
-        return HeadLoop(coord, group.keys, self._head,
-                        poll_s=self.config.poll_interval_ms / 1000.0,
+        return HeadLoop(coord, group.keys, self._core._head,
+                        poll_s=self._core.config.poll_interval_ms / 1000.0,
                         poll=lambda: asyncio.to_thread(poller.poll),
-                        leader_epoch=lambda: self._leader_epoch, woken=self._head_woken.set,
+                        leader_epoch=lambda: self._core._leader_epoch,
+                        woken=self._core._head_woken.set,
                         learned=learned)
 
     async def _run_head(self, loop: HeadLoop | None) -> None:
@@ -301,22 +316,22 @@ class Membership(Control):
             raise
         except Exception as err:
             log.warning("table head loop stopped (%s): members poll the table themselves", err,
-                        extra={"group": self.group_name, "member": self.member_id})
+                        extra={"group": self._core.group_name, "member": self._core.member_id})
 
     async def _rejoin(self) -> None:
-        lost = self.owned_shards
-        epochs = [self._owned[shard].epoch for shard in lost]
-        for o in self._owned.values():
+        lost = self._core.owned_shards
+        epochs = [self._core._owned[shard].epoch for shard in lost]
+        for o in self._core._owned.values():
             o.drop()
-        self._owned.clear()
-        self._releases.clear()  # the lost session's keys are gone with it
-        self._sweep_due = True  # but keys of our member id may outlive it: sweep once
+        self._core._owned.clear()
+        self._ownership.releases.clear()  # the lost session's keys are gone with it
+        self._ownership.sweep_due = True  # but keys of our member id may outlive it: sweep once
         if lost:
-            self.history.record("lost", shards=lost, epochs=epochs, reason="session lost")
-            self._notify("on_lost", lost)
-        self._set_state(MemberState.REJOINING)
-        self._joined.clear()
-        await self._close_coordinator()
+            self._core.history.record("lost", shards=lost, epochs=epochs, reason="session lost")
+            self._core._notify("on_lost", lost)
+        self._core._set_state(MemberState.REJOINING)
+        self._core._joined.clear()
+        await self.close_coordinator()
         retry = tenacity.AsyncRetrying(
             # A new session lost before the join ended (expired while its
             # keys were created) needs only another new session: retried too.
@@ -325,35 +340,35 @@ class Membership(Control):
                 or (isinstance(e, PaimonGroupError) and e.retriable)
             ),
             wait=tenacity.wait_exponential(multiplier=0.2, max=5),
-            stop=tenacity.stop_after_delay(max(60.0, self.config.session_timeout_s * 6)),
+            stop=tenacity.stop_after_delay(max(60.0, self._core.config.session_timeout_s * 6)),
             reraise=True,
         )
         async for attempt in retry:
             with attempt:
-                await self._join(first=False)
+                await self.join(first=False)
 
-    async def _close_coordinator(self) -> None:
-        if self._control_watches is not None:
-            await self._control_watches.close()
-            self._control_watches = None
-        if self._coord is not None:
+    async def close_coordinator(self) -> None:
+        if self._core._control_watches is not None:
+            await self._core._control_watches.close()
+            self._core._control_watches = None
+        if self._core._coord is not None:
             with contextlib.suppress(Exception):
-                await self._coord.close()
-        self._coord, self._group = None, None
-        self._leader_epoch = None
+                await self._core._coord.close()
+        self._core._coord, self._core._group = None, None
+        self._core._leader_epoch = None
 
-    async def _leave(self) -> None:
-        group = self._group
+    async def leave(self) -> None:
+        group = self._core._group
         if group is None:
             return
         # Leave the member list first so the leader rebalances at once, while
         # we finish the batches in flight.
         with contextlib.suppress(CoordinatorError):
-            await group.deregister(self.member_id)
-        for o in list(self._owned.values()):
+            await group.deregister(self._core.member_id)
+        for o in list(self._core._owned.values()):
             o.revoke()
-        await self._revoke(list(self._owned), reason="leaving")
-        if self._leader_epoch is not None:
+        await self._ownership.revoke(list(self._core._owned), reason="leaving")
+        if self._core._leader_epoch is not None:
             with contextlib.suppress(CoordinatorError):
-                await group.resign(self._leader_epoch)
-            self._leader_epoch = None
+                await group.resign(self._core._leader_epoch)
+            self._core._leader_epoch = None

@@ -21,9 +21,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 from coordinators.errors import CoordinatorError
-from paimon_group.config.member import MemberConfig
 from paimon_group.member.commits import Commits
-from paimon_group.member.core import MemberCore, RebalanceListener
+from paimon_group.member.core import MemberCore
 from paimon_group.member.state import OwnedShard
 from paimon_group.protocol.group import GroupClient
 from paimon_group.protocol.releasing import PendingReleases
@@ -286,46 +285,3 @@ class ShardOwnership:
             self._core.history.record("lost", shards=lost, epochs=epochs, reason="owner key gone")
             self._core._notify("on_lost", lost)
 
-
-class Ownership(MemberCore):
-    """The control loop's and membership's way to :class:`ShardOwnership`
-    while they are still stacked on the member's core (the part itself is
-    ``self.ownership``)."""
-
-    def __init__(self, config: MemberConfig, *, listener: RebalanceListener | None = None,
-                 auto_commit: bool = True) -> None:
-        super().__init__(config, listener=listener, auto_commit=auto_commit)
-        self.commits = Commits(self)
-        self.ownership = ShardOwnership(self, self.commits)
-
-    @property
-    def _releases(self) -> PendingReleases:
-        return self.ownership.releases
-
-    @property
-    def _sweep_due(self) -> bool:
-        return self.ownership.sweep_due
-
-    @_sweep_due.setter
-    def _sweep_due(self, due: bool) -> None:
-        self.ownership.sweep_due = due
-
-    @property
-    def _ownership_checked_at(self) -> float:
-        return self.ownership.checked_at
-
-    @property
-    def _ownership_check_s(self) -> float:
-        return self.ownership.check_s
-
-    def _pending_acquisitions(self) -> list[int]:
-        return self.ownership.pending_acquisitions()
-
-    async def _acquire(self, shards: list[int], generation: int) -> None:
-        await self.ownership.acquire(shards, generation)
-
-    async def _revoke(self, shards: list[int], *, reason: str) -> None:
-        await self.ownership.revoke(shards, reason=reason)
-
-    async def _check_ownership(self, group: GroupClient) -> None:
-        await self.ownership.check_ownership(group)

@@ -40,11 +40,11 @@ def _cpu_s() -> float:
 
 def _count_requests(calls: Counter[str]) -> None:
     """Wrap every member's coordinator so that its requests are counted."""
-    from paimon_group import GroupMember
+    from paimon_group.member.membership import Membership
 
-    real_open = GroupMember._open_coordinator
+    real_open = Membership._open_coordinator
 
-    async def open_counting(self: GroupMember) -> Any:
+    async def open_counting(self: Membership) -> Any:
         coord = await real_open(self)
         for name in COUNTED:
             real = getattr(coord, name)
@@ -58,7 +58,7 @@ def _count_requests(calls: Counter[str]) -> None:
             setattr(coord, name, counting())
         return coord
 
-    GroupMember._open_coordinator = open_counting  # type: ignore[method-assign]
+    Membership._open_coordinator = open_counting  # type: ignore[method-assign]
 
 
 def _worker(conn: Connection, settings: dict[str, Any]) -> None:
