@@ -29,19 +29,24 @@ shard's epoch in the coordinator, so a member that was paused, partitioned or
 expired can never commit over the new owner (a rejected commit drops the
 shard locally and is counted).
 
-Layout: one module per idea, each a class stacked on the one below it, so
-every part works on the same member and calls the parts below it:
+Layout: one module per idea. :class:`GroupMember` is the member's core (the
+state every part reads) and owns its parts, each an object with a small
+interface, built with the core and the sibling parts it calls:
 
 * ``state``: MemberState and its transitions, ShardState and OwnedShard, the
   session gate;
 * ``core``: the shared state, views (owned shards, positions, leadership,
-  readiness) and services;
-* ``commits``: the fenced commit, its read-back, the commit lane of a step;
-* ``ownership``: acquire, revoke and release, the ownership check;
-* ``control``: the control loop: leadership, following the assignment;
-* ``membership``: join, rejoin, leave;
-* ``reader``: the read loop;
-* ``driving``: the hooks of a member used without its read loop;
+  readiness) and services (``_set_state``, the planning thread, the listener);
+* ``commits`` (``member.commits``): the fenced commit, its read-back; the
+  commit lane of a step;
+* ``ownership`` (``member.ownership``): acquire, revoke and release, the
+  ownership check;
+* ``control`` (``member.control``): the control loop: leadership, following
+  the assignment (its watches: ``watches``);
+* ``membership`` (``member.membership``): join, supervise and rejoin, leave;
+* ``reader`` (``member.reading``): the read loop;
+* ``driving`` (``member.driving``): the hooks of a member used without its
+  read loop;
 * ``facade``: :class:`GroupMember` itself (start, stop, run, batches).
 
 The static-membership policy is :mod:`paimon_group.protocol.static_membership`; the

@@ -1,11 +1,11 @@
 """What every part of a member shares: its configuration, state and owned shards.
 
 :class:`MemberCore` holds the state the parts of :class:`GroupMember` work
-on (the parts are classes of their own modules, stacked on this one: see
-``paimon_group/member/__init__.py``), the member's read-only views (owned
+on (the parts are objects of their own modules, each built with the core:
+see ``paimon_group/member/__init__.py``), the member's read-only views (owned
 shards, positions, leadership, readiness), and the few services every part
 uses: the state transition, the planning thread, the rebalance listener and
-the session gate.
+the session gate. :class:`GroupMember` is a core that owns its parts.
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ class MemberCore:
         self._last_loop_tick = time.monotonic()
         # Batches whose caller waits until their position is committed
         # (``commit(batch)`` in iterator mode), by ``id(batch)``; resolved by
-        # the read loop once the batch's commit is done (see Reader).
+        # the read loop once the batch's commit is done (see ReadLoop).
         self._durable: dict[int, asyncio.Future[None]] = {}
         self._reachability = Reachability(redact_url(config.coordinator_url),
                                           safety_margin_s=float(config.safety_margin_s or 0.0))
