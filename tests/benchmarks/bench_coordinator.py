@@ -6,6 +6,7 @@ reading, as the Spark source uses them), several per process over one worker
 process per core (:mod:`tests.benchmarks.member_pool`), session timeout 10 s,
 no table reads. Sizes: 200 members x 2,048 shards and 1,000 x 8,192 (20 x 256
 with ``--quick``); ``BENCH_COORDINATOR_SIZES=200x2048`` picks some, and
+``BENCH_COORDINATOR_SERVERS=etcd`` one server, and
 ``BENCH_COORDINATOR_PROFILE=DIR`` profiles the workers' event loops (cProfile)
 during the joins and leaves and prints the top functions.
 
@@ -198,6 +199,12 @@ def sizes(quick: bool) -> list[tuple[int, int]]:
     return [(int(m), int(s)) for m, s in (p.split("x") for p in chosen.split(","))]
 
 
+def servers() -> list[str]:
+    """``BENCH_COORDINATOR_SERVERS=etcd`` picks some (default: both)."""
+    chosen = os.environ.get("BENCH_COORDINATOR_SERVERS", "etcd,zookeeper").split(",")
+    return [s for s in ("etcd", "zookeeper") if s in chosen]
+
+
 def figures_of(server: str, r: dict[str, Any], targets: bool) -> list[Figure]:
     where = f"{server}, {r['members']} members x {r['shards']} shards"
     load = f"load {r['load_avg_steady'][0]:.1f}"
@@ -237,7 +244,7 @@ def run(ctx: Context) -> list[Figure]:
     cycles = 1 if ctx.quick else 3
     try:
         for members, shards in sizes(ctx.quick):
-            for server in ("etcd", "zookeeper"):
+            for server in servers():
                 wh = str(ctx.scratch("wh"))
                 make_append_table(wh, "db.t", buckets=-1)
                 write_rows(wh, "db.t", range(10))
