@@ -24,6 +24,7 @@ from paimon_group.member.balance import LeaderLoads, full_scan_pending
 from paimon_group.member.core import MemberCore
 from paimon_group.member.ownership import ShardOwnership
 from paimon_group.member.round_view import RoundView, read_round
+from paimon_group.member.settle import ArrivalSettle
 from paimon_group.protocol.assignor import assign
 from paimon_group.protocol.group import GroupClient
 from paimon_group.protocol.group_start import read_group_start
@@ -48,6 +49,7 @@ class Control:
         self._vanished = VanishedMembers()
         self._full_round_at = -1e18
         self._loads = LeaderLoads()
+        self._arrivals = ArrivalSettle()
 
     async def run(self) -> None:
         fired: set[str] = {"start"}
@@ -216,6 +218,12 @@ class Control:
         previous, version = await group.read_assignment()
         leaving = await group.leaving()
         members = sorted(live | self._reserved_members(live, previous, leaving))
+        wait = self._arrivals.delay(members, now=time.monotonic())
+        if wait > 0:
+            # A burst of joins or leaves: one publication once it settles
+            # (:mod:`paimon_group.member.settle`).
+            asyncio.get_running_loop().call_later(wait, self._core._wake.set)
+            return
         for gone in leaving - live:
             # Forget a goodbye once an assignment without that member is out.
             if previous is None or not previous.shards.get(gone):
