@@ -33,23 +33,25 @@ log = logging.getLogger("paimon_group.member")
 
 T = TypeVar("T")
 
-# Acquisitions and releases of one round in flight at once. Each is still
-# its own fenced operation (a create, a commit); what runs concurrently is
-# only their round trips.
-CONCURRENT_MOVES = 16
 
+async def one_by_one(calls: Sequence[Callable[[], Awaitable[T]]]
+                     ) -> tuple[list[T], BaseException | None]:
+    """Run ``calls`` in turn until one raises: the results of those before it,
+    and its exception (None if none raised), so that what was done is told
+    (logged, the listener called) before the error ends the round.
 
-async def gather_bounded(calls: Sequence[Callable[[], Awaitable[T]]],
-                         limit: int = CONCURRENT_MOVES) -> list[T | BaseException]:
-    """Each call's result or exception, in order, at most ``limit`` running at
-    a time. Cancelled, it cancels the calls still running (``asyncio.gather``)."""
-    semaphore = asyncio.Semaphore(limit)
-
-    async def bounded(call: Callable[[], Awaitable[T]]) -> T:
-        async with semaphore:
-            return await call()
-
-    return await asyncio.gather(*(bounded(c) for c in calls), return_exceptions=True)
+    In turn, not concurrently: measured at 200 members x 2,048 shards in two
+    processes (docs/benchmarks.md (14)), 16 moves at a time made the start
+    of the group slower on etcd (the last ``start()`` returned after 7.7 s,
+    2.4 s in turn) and on ZooKeeper (88 s, 14 s in turn), and joins and
+    leaves no faster: the bound is the members' event loops, not round trips."""
+    done: list[T] = []
+    for call in calls:
+        try:
+            done.append(await call())
+        except Exception as err:
+            return done, err
+    return done, None
 
 
 class ShardOwnership:
@@ -83,21 +85,19 @@ class ShardOwnership:
         return sorted(target - set(core._owned))
 
     async def acquire(self, shards: list[int], generation: int) -> None:
-        """Acquire ``shards``, up to :data:`CONCURRENT_MOVES` at a time (each
-        shard's create and position read are its own, as one by one: in a
-        large group a joiner's ten shards took ten round trips in a row)."""
-        outcomes = await gather_bounded(
+        """Acquire ``shards`` in turn (:func:`one_by_one`); a shard still held
+        by its previous owner is left for its release to wake us."""
+        outcomes, error = await one_by_one(
             [functools.partial(self._acquire_one, shard, generation) for shard in shards])
-        acquired = sorted(s for s in outcomes if isinstance(s, int))
+        acquired = [s for s in outcomes if s is not None]
         if acquired:
             log.info("acquired shards %s", acquired,
                      extra={"group": self._core.group_name, "member": self._core.member_id,
                             "generation": generation})
             self._core._notify("on_assigned", acquired)
             self._core._wake.set()
-        for outcome in outcomes:
-            if isinstance(outcome, BaseException):
-                raise outcome  # the round failed: retried (the shards acquired stay ours)
+        if error is not None:
+            raise error  # the round failed: retried (the shards acquired stay ours)
 
     async def _acquire_one(self, shard: int, generation: int) -> int | None:
         """The shard if we acquired it; None if its previous owner still holds
@@ -174,14 +174,12 @@ class ShardOwnership:
             if not finished:
                 log.warning("shard %d: batch in flight abandoned after %.1fs", o.shard,
                             self._core.config.revoke_timeout_s)
-        # Each shard's release is its own commit, as one by one, but up to
-        # CONCURRENT_MOVES at a time: a member leaving a large group released
-        # its eleven shards in eleven round trips in a row.
-        outcomes = await gather_bounded([
+        outcomes, error = await one_by_one([
             functools.partial(self._release, group, o, finished=finished, reason=reason)
             for o, finished in releasing])
-        released = [o.shard for (o, _), ok in zip(releasing, outcomes, strict=True) if ok is True]
-        lost = [o.shard for (o, _), ok in zip(releasing, outcomes, strict=True) if ok is False]
+        tried = [o.shard for o, _ in releasing[:len(outcomes)]]
+        released = [s for s, ok in zip(tried, outcomes, strict=True) if ok]
+        lost = [s for s, ok in zip(tried, outcomes, strict=True) if not ok]
         if released:
             # A graceful leave releases; a rebalance revokes. Both hand the
             # shards off cleanly (last position committed, owner key deleted).
@@ -196,9 +194,8 @@ class ShardOwnership:
                         extra={"group": self._core.group_name, "member": self._core.member_id})
             self._core._notify("on_lost", lost)
         self._core._wake.set()
-        for outcome in outcomes:
-            if isinstance(outcome, BaseException):
-                raise outcome
+        if error is not None:
+            raise error
 
     async def _release(self, group: GroupClient | None, o: OwnedShard, *, finished: bool,
                        reason: str) -> bool:
