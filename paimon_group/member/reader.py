@@ -27,6 +27,7 @@ from paimon_group.member.core import MemberCore
 from paimon_group.member.data_loss import LostRange, data_loss_error, skip_warning
 from paimon_group.member.head import TABLE_CHECK_S
 from paimon_group.member.state import OwnedShard, Stop
+from paimon_group.member.watches import first_of
 from paimon_group.protocol.group_start import group_start
 from paimon_group.protocol.identity import check_table_identity, table_identity
 from paimon_group.protocol.records import GroupStart
@@ -116,14 +117,8 @@ class ReadLoop:
 
     async def _idle_wait(self, poll: float) -> None:
         """Until a wake-up, a new snapshot in the published head, or ``poll``."""
-        waiters = [asyncio.ensure_future(self._core._wake.wait()),
-                   asyncio.ensure_future(self._core._head_woken.wait())]
-        try:
-            await asyncio.wait(waiters, timeout=poll, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for w in waiters:
-                w.cancel()
-            await asyncio.gather(*waiters, return_exceptions=True)
+        await first_of([asyncio.ensure_future(self._core._wake.wait()),
+                        asyncio.ensure_future(self._core._head_woken.wait())], poll)
         self._core._wake.clear()
         self._core._head_woken.clear()
 

@@ -39,11 +39,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
+from typing import Any
 
 from coordinators.base import Coordinator, Watch
 from paimon_group.protocol.names import GroupKeys
 
 NAMES = ("group", "members", "owners")
+
+
+async def first_of(waiters: list[asyncio.Future[Any]], timeout: float) -> None:
+    """Wait until one of ``waiters`` is done or ``timeout``; then cancel the
+    others and await them all, so that each has finished (a waiter whose
+    result was ready when its cancel came still completes: its result counts)."""
+    try:
+        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waiters:
+            w.cancel()
+        await asyncio.gather(*waiters, return_exceptions=True)
 
 
 class ControlWatches:
@@ -93,13 +106,7 @@ class ControlWatches:
         watched = [(name, self._open[name]) for name in self.names]
         waiters = [asyncio.ensure_future(w.wait(timeout)) for _, w in watched]
         local = asyncio.ensure_future(wake.wait())
-        everything = [*waiters, local]
-        try:
-            await asyncio.wait(everything, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for w in everything:
-                w.cancel()
-            await asyncio.gather(*everything, return_exceptions=True)
+        await first_of([*waiters, local], timeout)
         fired = {name for (name, _), w in zip(watched, waiters, strict=True)
                  if not w.cancelled() and w.exception() is None and w.result()}
         if not local.cancelled() and local.exception() is None:
