@@ -57,25 +57,26 @@ def url() -> str:
     return f"memory://parts-{uuid.uuid4().hex}"
 
 
-@pytest_asyncio.fixture
-async def coordinator(url: str) -> AsyncIterator[Coordinator]:
+async def _session(url: str) -> AsyncIterator[Coordinator]:
     coord = open_coordinator(url)
     await coord.connect()
     try:
         yield coord
     finally:
         await coord.close()
+
+
+@pytest_asyncio.fixture
+async def coordinator(url: str) -> AsyncIterator[Coordinator]:
+    async for coord in _session(url):
+        yield coord
 
 
 @pytest_asyncio.fixture
 async def another(url: str) -> AsyncIterator[Coordinator]:
     """Another member's session on the same coordinator."""
-    coord = open_coordinator(url)
-    await coord.connect()
-    try:
+    async for coord in _session(url):
         yield coord
-    finally:
-        await coord.close()
 
 
 def make_core(coord: Coordinator, member: str = "m", listener: Listener | None = None

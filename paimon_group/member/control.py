@@ -129,12 +129,10 @@ class Control:
         # wake-up for longer than that.
         tick = max(0.2, self._core.config.session_timeout_s / 4)
         recent = time.monotonic() - self._full_round_at < tick
-        # A change of the member list matters to the leader alone (it computes
-        # the assignment); a follower learns the outcome when the assignment
-        # or the leader changes (the group watch). In a group of N members a
-        # join or leave then costs one full round, not N.
-        return recent and (fired == {"owners"} or (
-            fired <= {"owners", "members"} and self._core._leader_epoch is None))
+        # A change of the member list cannot wake a follower: the members
+        # watch is the leader's alone (member/watches.py), so a join or leave
+        # costs a group of N members one full round, not N.
+        return recent and fired == {"owners"}
 
     async def _check_member_key(self, group: GroupClient, view: RoundView) -> None:
         """Raise if our member key is gone although our session looked live."""
