@@ -380,7 +380,10 @@ class EtcdCoordinator(Coordinator):
                 requests.append(
                     rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=full))
                 )
-        what = f"commit of {len(requests)} op(s) on {sorted(final) or 'no keys'}"
+        keys = sorted(final)
+        named = ", ".join(repr(k) for k in keys[:3]) + (f" and {len(keys) - 3} more"
+                                                        if len(keys) > 3 else "")
+        what = f"commit of {len(requests)} op(s) on {named or 'no keys'}"
         response = await self._txn(
             what, rpc.TxnRequest(compare=compares, success=requests), idempotent=False
         )

@@ -24,6 +24,7 @@ from coordinators.errors import CoordinatorError
 from paimon_group.member.commits import Commits
 from paimon_group.member.core import MemberCore
 from paimon_group.member.state import OwnedShard
+from paimon_group.protocol.commit_size import commit_chunks
 from paimon_group.protocol.group import GroupClient
 from paimon_group.protocol.releasing import PendingReleases
 from paimon_group.reading.consumer_meta import ConsumerFilesOrigin, resume_allowed
@@ -34,11 +35,19 @@ log = logging.getLogger("paimon_group.member")
 T = TypeVar("T")
 
 
-async def one_by_one(calls: Sequence[Callable[[], Awaitable[T]]]
+RECHECK_S = 0.5
+"""How long a member acquires shards in turn before it looks whether a newer
+generation was published meanwhile (then it stops, and its next round
+follows that generation)."""
+
+
+async def one_by_one(calls: Sequence[Callable[[], Awaitable[T]]], *,
+                     stop: Callable[[], Awaitable[bool]] | None = None,
                      ) -> tuple[list[T], BaseException | None]:
-    """Run ``calls`` in turn until one raises: the results of those before it,
-    and its exception (None if none raised), so that what was done is told
-    (logged, the listener called) before the error ends the round.
+    """Run ``calls`` in turn until one raises, or ``stop`` (awaited before
+    each call) says so: the results of those run, and the exception (None if
+    none raised), so that what was done is told (logged, the listener
+    called) before the error ends the round.
 
     In turn, not concurrently: measured at 200 members x 2,048 shards in two
     processes (docs/benchmarks.md (14)), 16 moves at a time made the start
@@ -48,6 +57,8 @@ async def one_by_one(calls: Sequence[Callable[[], Awaitable[T]]]
     done: list[T] = []
     for call in calls:
         try:
+            if stop is not None and await stop():
+                break
             done.append(await call())
         except Exception as err:
             return done, err
@@ -86,9 +97,32 @@ class ShardOwnership:
 
     async def acquire(self, shards: list[int], generation: int) -> None:
         """Acquire ``shards`` in turn (:func:`one_by_one`); a shard still held
-        by its previous owner is left for its release to wake us."""
+        by its previous owner is left for its release to wake us.
+
+        Every :data:`RECHECK_S` of acquiring, the assignment is read again and
+        the acquisitions stop if a newer generation is out: the next round
+        follows it at once. Without this, the first member of a starting
+        group, given every shard, went on acquiring shards the arrivals
+        since had taken (thousands of round trips), and then released them.
+        """
+        last_look = time.monotonic()
+
+        async def superseded() -> bool:
+            nonlocal last_look
+            if time.monotonic() - last_look < RECHECK_S:
+                return False
+            group = self._core._group
+            assert group is not None
+            assignment, _ = await group.read_assignment()
+            last_look = time.monotonic()
+            if assignment is None or assignment.generation == generation:
+                return False
+            self._core._wake.set()  # the next round follows it at once
+            return True
+
         outcomes, error = await one_by_one(
-            [functools.partial(self._acquire_one, shard, generation) for shard in shards])
+            [functools.partial(self._acquire_one, shard, generation) for shard in shards],
+            stop=superseded)
         acquired = [s for s in outcomes if s is not None]
         if acquired:
             log.info("acquired shards %s", acquired,
@@ -174,12 +208,9 @@ class ShardOwnership:
             if not finished:
                 log.warning("shard %d: batch in flight abandoned after %.1fs", o.shard,
                             self._core.config.revoke_timeout_s)
-        outcomes, error = await one_by_one([
-            functools.partial(self._release, group, o, finished=finished, reason=reason)
-            for o, finished in releasing])
-        tried = [o.shard for o, _ in releasing[:len(outcomes)]]
-        released = [s for s, ok in zip(tried, outcomes, strict=True) if ok]
-        lost = [s for s, ok in zip(tried, outcomes, strict=True) if not ok]
+        outcomes, error = await self._release_all(group, releasing, reason=reason)
+        released = [s for s, ok in outcomes if ok]
+        lost = [s for s, ok in outcomes if not ok]
         if released:
             # A graceful leave releases; a rebalance revokes. Both hand the
             # shards off cleanly (last position committed, owner key deleted).
@@ -196,6 +227,79 @@ class ShardOwnership:
         self._core._wake.set()
         if error is not None:
             raise error
+
+    async def _release_all(self, group: GroupClient | None,
+                           releasing: list[tuple[OwnedShard, bool]], *, reason: str
+                           ) -> tuple[list[tuple[int, bool]], BaseException | None]:
+        """Release ``releasing`` (each shard with whether its batch finished):
+        :data:`~paimon_group.protocol.commit_size.SHARDS_PER_COMMIT` shards per
+        commit, and a commit that is refused or raises is done again shard by
+        shard (:meth:`_release`), which tells which shards were not ours and
+        leaves a release of unknown outcome to be retried. A shard whose
+        last commit had an unknown outcome is released alone (its position is
+        read back first). ``(shard, released)`` for each shard tried, and the
+        error that ended the releases, if any.
+
+        Why in one commit: a member that held many shards (the first members
+        of a starting group hold them all) released them one commit each, a
+        round trip apiece through an event loop shared with the other work
+        (docs/benchmarks.md (14), the start of 200 members)."""
+        by_shard = {o.shard: (o, finished) for o, finished in releasing}
+        alone = [o.shard for o, _ in releasing if o.uncertain]
+        together = commit_chunks(s for s in by_shard if s not in set(alone))
+        done: list[tuple[int, bool]] = []
+        for chunk in [*together, *([s] for s in alone)]:
+            pairs = [by_shard[s] for s in chunk]
+            if len(chunk) > 1 and await self._release_chunk(group, pairs, reason=reason):
+                done += [(s, True) for s in chunk]
+                continue
+            outcomes, error = await one_by_one([
+                functools.partial(self._release, group, o, finished=finished, reason=reason)
+                for o, finished in pairs])
+            done += list(zip(chunk, outcomes, strict=False))
+            if error is not None:
+                return done, error
+        return done, None
+
+    async def _release_chunk(self, group: GroupClient | None,
+                             pairs: list[tuple[OwnedShard, bool]], *, reason: str) -> bool:
+        """One commit releasing every shard of ``pairs``, each with its last
+        position where :meth:`_release` would commit it; True if it was
+        accepted (then the shards are no longer ours), False if it was
+        refused, raised or could not be sent (nothing is changed here: the
+        caller releases them one by one)."""
+        coord = self._core._coord
+        if group is None or coord is None or not coord.session.is_live(self._core.config.margin):
+            return False
+        positions = {o.shard: (o.epoch, o.committed) for o, finished in pairs
+                     if o.committed is not None and o.full_scan is None and finished}
+        bare = {o.shard: o.epoch for o, _ in pairs if o.shard not in positions}
+        try:
+            if not await group.release_many(positions, bare, self._core.member_id):
+                return False
+        except CoordinatorError as err:
+            # It may have landed: the shard-by-shard releases then find the
+            # keys gone (not ours: reported lost, which is safe) or deleted.
+            log.warning("shards %s: release in one commit failed (%s); one by one",
+                        sorted(o.shard for o, _ in pairs), err,
+                        extra={"group": self._core.group_name, "member": self._core.member_id})
+            return False
+        mirrored: list[tuple[int, int, bool]] = []
+        for o, _ in pairs:
+            o.drop()
+            self._core._owned.pop(o.shard, None)
+            self._core.history.record("release", shard=o.shard, epoch=o.epoch, ok=True,
+                                      reason=reason, next_snapshot=o.committed)
+            if o.committed is not None:
+                n = o.full_scan if o.full_scan is not None else o.committed
+                mirrored.append((o.shard, n, o.full_scan is not None))
+        if mirrored and self._core._mirror is not None:
+            await self._core._in_io(functools.partial(self._mirror_all, mirrored))
+        return True
+
+    def _mirror_all(self, mirrored: list[tuple[int, int, bool]]) -> None:
+        for shard, n, full_scan_pending in mirrored:
+            self._commits.mirror_write(shard, n, True, full_scan_pending)
 
     async def _release(self, group: GroupClient | None, o: OwnedShard, *, finished: bool,
                        reason: str) -> bool:

@@ -52,6 +52,7 @@ from collections.abc import Iterable, Mapping
 
 from coordinators.base import Check, Coordinator, Delete, Entry, Put
 from paimon_group.errors import CoordinatorUnavailable, MemberIdInUse, ShardCountMismatch
+from paimon_group.protocol.commit_size import SHARDS_PER_COMMIT
 from paimon_group.protocol.group_views import GroupState, OwnerView, Removal, leader_of, owner_view
 from paimon_group.protocol.identity import (
     check_group_assignor,
@@ -59,6 +60,7 @@ from paimon_group.protocol.identity import (
     check_table_identity,
 )
 from paimon_group.protocol.names import GroupKeys, validate_member_id
+from paimon_group.protocol.position_marks import PositionMarks
 from paimon_group.protocol.records import (
     Assignment,
     GroupMeta,
@@ -84,12 +86,7 @@ class GroupClient:
         self.keys = GroupKeys(group)
         self.group = group
         self._assignment_cache: tuple[bytes, Assignment] | None = None
-        # Per shard, under one epoch: the stored position is at least
-        # ``_floor`` (commits acknowledged, or read back); a commit up to
-        # ``_unsure`` raised and may have landed. Only this client writes
-        # positions under its epochs (the commits are fenced by them).
-        self._floor: dict[int, tuple[int, tuple[int, int]]] = {}
-        self._unsure: dict[int, tuple[int, tuple[int, int]]] = {}
+        self._marks = PositionMarks()  # what our commits of positions may have left
         # One position commit at a time: deciding that a position does not
         # lower the stored one (which may read it back) and sending it must
         # not interleave with another commit of this client, or a release
@@ -422,8 +419,22 @@ class GroupClient:
         async with self._commit_lock:
             return await self._commit_positions(updates, member_id, release, full_scan)
 
+    async def release_many(self, positions: Mapping[int, tuple[int, int]],
+                           bare: Mapping[int, int], member_id: str) -> bool:
+        """Release several shards in one fenced commit: ``positions``
+        (``{shard: (epoch, next_snapshot)}``) with their last position, as
+        :meth:`commit_positions` with ``release``; ``bare`` (``{shard: epoch}``)
+        without one. True if every owner key still had its epoch and all were
+        deleted; False if one had not, and then nothing was written.
+        At most :data:`SHARDS_PER_COMMIT` shards in all."""
+        if len(positions) + len(bare) > SHARDS_PER_COMMIT:
+            raise ValueError(f"at most {SHARDS_PER_COMMIT} shards in one release commit")
+        async with self._commit_lock:
+            return await self._commit_positions(positions, member_id, True, None, bare)
+
     async def _commit_positions(self, updates: Mapping[int, tuple[int, int]], member_id: str,
-                                release: bool, full_scan: Mapping[int, int] | None) -> bool:
+                                release: bool, full_scan: Mapping[int, int] | None,
+                                bare: Mapping[int, int] | None = None) -> bool:
         now = time.time()
         scans = full_scan or {}
         checks: list[Check] = []
@@ -441,43 +452,33 @@ class GroupClient:
                 written[shard] = (epoch, order)
             if release:
                 ops.append(Delete(self.keys.owner(shard)))
+        for shard, epoch in sorted((bare or {}).items()):
+            checks.append(Check.created_at(self.keys.owner(shard), epoch))
+            ops.append(Delete(self.keys.owner(shard)))
         try:
             ok = await self.coordinator.commit(checks, ops)
         except BaseException:
             for shard, mark in written.items():
-                self._raise_mark(self._unsure, shard, mark)
+                self._marks.raise_unsure(shard, mark)
             raise
         if ok:
             for shard, mark in written.items():
-                self._raise_mark(self._floor, shard, mark)
+                self._marks.raise_floor(shard, mark)
         return ok
 
     async def _lowers(self, shard: int, epoch: int, order: tuple[int, int]) -> bool:
         """Whether writing ``order`` under ``epoch`` would lower the stored position."""
-        floor = self._floor.get(shard)
-        if floor is not None and floor[0] == epoch and order < floor[1]:
-            return True
-        unsure = self._unsure.get(shard)
-        if unsure is None or unsure[0] != epoch or order >= unsure[1]:
-            return False
+        known = self._marks.lowers(shard, epoch, order)
+        if known is not None:
+            return known
         # A commit of ours that raised may have landed above ``order``: read
         # the stored position back (rare; the common path reads nothing). A
         # commit still in flight on the server lands before anything we send
         # later on the same session (ZooKeeper orders a session's requests),
         # so a later landing of it only moves the position forwards.
         stored, _ = await self.position(shard)
-        self._unsure.pop(shard, None)
-        if stored is None:
-            return False
-        self._raise_mark(self._floor, shard, (epoch, stored.order))
-        return order < stored.order
-
-    @staticmethod
-    def _raise_mark(marks: dict[int, tuple[int, tuple[int, int]]], shard: int,
-                    mark: tuple[int, tuple[int, int]]) -> None:
-        old = marks.get(shard)  # a mark of a newer epoch is never replaced by an older one
-        if old is None or mark[0] > old[0] or (mark[0] == old[0] and mark[1] > old[1]):
-            marks[shard] = mark
+        return self._marks.read_back(shard, epoch, order,
+                                     None if stored is None else stored.order)
 
     # -- operators' commits (paimon_group.ops.admin) ---------------------
 
