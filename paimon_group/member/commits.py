@@ -21,7 +21,7 @@ from typing import Any
 from coordinators.errors import CoordinatorError, SessionLost
 from paimon_group.member.core import MemberCore
 from paimon_group.member.state import OwnedShard, Stop
-from paimon_group.protocol.commit_size import SHARDS_PER_COMMIT, commit_chunks
+from paimon_group.protocol.commit_size import commit_chunks
 from paimon_group.protocol.records import position_order
 
 log = logging.getLogger("paimon_group.member")
@@ -161,12 +161,13 @@ class Commits:
         """
         if not owned:
             return
-        if len(owned) > SHARDS_PER_COMMIT:
+        chunks = commit_chunks(owned)
+        if len(chunks) > 1:
             # More than one transaction may carry (etcd): several commits, in
             # turn, each fenced shard by shard. One that raises ends the
             # step's commit; the shards of the commits not sent keep their
             # last position and go with the next step.
-            for chunk in commit_chunks(owned):
+            for chunk in chunks:
                 await self.commit({s: owned[s] for s in chunk}, next_snapshot,
                                   full_scan=full_scan)
             return

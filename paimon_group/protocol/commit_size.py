@@ -22,5 +22,6 @@ def commit_chunks(shards: Iterable[int]) -> list[list[int]]:
     >>> [len(c) for c in commit_chunks(range(70))]
     [32, 32, 6]
     """
+    size = SHARDS_PER_COMMIT  # read at each call: the simulation varies it by seed
     ordered = sorted(shards)
-    return [ordered[i:i + SHARDS_PER_COMMIT] for i in range(0, len(ordered), SHARDS_PER_COMMIT)]
+    return [ordered[i:i + size] for i in range(0, len(ordered), size)]

@@ -52,7 +52,7 @@ from collections.abc import Iterable, Mapping
 
 from coordinators.base import Check, Coordinator, Delete, Entry, Put
 from paimon_group.errors import CoordinatorUnavailable, MemberIdInUse, ShardCountMismatch
-from paimon_group.protocol.commit_size import SHARDS_PER_COMMIT
+from paimon_group.protocol import commit_size
 from paimon_group.protocol.group_views import GroupState, OwnerView, Removal, leader_of, owner_view
 from paimon_group.protocol.identity import (
     check_group_assignor,
@@ -426,9 +426,9 @@ class GroupClient:
         :meth:`commit_positions` with ``release``; ``bare`` (``{shard: epoch}``)
         without one. True if every owner key still had its epoch and all were
         deleted; False if one had not, and then nothing was written.
-        At most :data:`SHARDS_PER_COMMIT` shards in all."""
-        if len(positions) + len(bare) > SHARDS_PER_COMMIT:
-            raise ValueError(f"at most {SHARDS_PER_COMMIT} shards in one release commit")
+        At most :data:`~paimon_group.protocol.commit_size.SHARDS_PER_COMMIT` shards."""
+        if len(positions) + len(bare) > commit_size.SHARDS_PER_COMMIT:
+            raise ValueError(f"at most {commit_size.SHARDS_PER_COMMIT} shards in one commit")
         async with self._commit_lock:
             return await self._commit_positions(positions, member_id, True, None, bare)
 

@@ -18,6 +18,7 @@ host), before the call returns, so a measurement starts at the event itself.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import cProfile
 import logging
 import multiprocessing
@@ -65,6 +66,7 @@ def _worker(conn: Connection, settings: dict[str, Any]) -> None:
     """Runs members in this process; answers the pool's commands in order."""
     from coordinators.errors import CoordinatorError
     from paimon_group import GroupMember, MemberConfig
+    from paimon_group.member.state import MemberState
 
     calls: Counter[str] = Counter()
     _count_requests(calls)
@@ -97,11 +99,27 @@ def _worker(conn: Connection, settings: dict[str, Any]) -> None:
                 await asyncio.sleep(1.0)
         raise AssertionError("unreachable")
 
+    restarts: list[str] = []
+
+    async def supervise(members: dict[str, GroupMember]) -> None:
+        # A member that failed after its start (a rejoin whose new session
+        # lapsed again on an overloaded machine) is started again under its
+        # name, as a process supervisor (Kubernetes) restarts a pod.
+        while True:
+            await asyncio.sleep(1.0)
+            for name, m in list(members.items()):
+                if m.state is MemberState.FAILED and members.get(name) is m:
+                    with contextlib.suppress(Exception):
+                        await m.stop()
+                    restarts.append(name)
+                    members[name] = await start(name)
+
     async def main() -> None:
         members: dict[str, GroupMember] = {}
         profile: cProfile.Profile | None = None
         profile_path = ""
         loop = asyncio.get_running_loop()
+        supervisor = asyncio.ensure_future(supervise(members))
         while True:
             op, arg = await loop.run_in_executor(None, conn.recv)
             if op == "quit":
@@ -125,6 +143,8 @@ def _worker(conn: Connection, settings: dict[str, Any]) -> None:
                            "calls": dict(calls - before)})
             elif op == "calls":
                 conn.send(dict(calls))
+            elif op == "restarts":
+                conn.send(list(restarts))
             elif op == "profile":  # a path: profile from now; None: write it there
                 if arg is not None:
                     profile, profile_path = cProfile.Profile(), arg
@@ -134,6 +154,7 @@ def _worker(conn: Connection, settings: dict[str, Any]) -> None:
                     profile.dump_stats(profile_path)
                     profile = None
                 conn.send("ok")
+        supervisor.cancel()
         await asyncio.gather(*(m.stop() for m in members.values()), return_exceptions=True)
 
     asyncio.run(main())
@@ -204,6 +225,10 @@ class MemberPool:
             calls.update(r["calls"])
         return {"window_s": max(r["window_s"] for r in results),
                 "cpu_s": sum(r["cpu_s"] for r in results), "calls": dict(calls)}
+
+    def restarts(self) -> list[str]:
+        """The members started again after they failed, in every worker."""
+        return [n for w in range(self.processes) for n in self._ask(w, "restarts", None)]
 
     def requests(self) -> int:
         """Requests made so far by every member of every worker."""

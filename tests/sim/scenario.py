@@ -42,6 +42,7 @@ import tempfile
 import time
 import traceback
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,7 @@ from coordinators import registry
 from coordinators.base import ConnectOptions, Coordinator
 from paimon_group import GroupMember, MemberConfig
 from paimon_group.errors import HandlerFailed, TableNotFound, TableReplaced
+from paimon_group.protocol import commit_size
 from tests.sim.coordinator import (
     FaultPlan,
     FaultyCoordinator,
@@ -200,6 +202,9 @@ class Run:
         self.switch = random.Random(f"switch:{seed}").choices(
             [None, "switch", "wipe"], [5, 2, 3])[0]
         self.eras: list[tuple[SimStore, set[int], int]] = []
+        # Shards per commit, in its own draw: 2 puts a member's 2-4 shards in
+        # several commits (as 32 do a member of more than 32 shards).
+        self.shards_per_commit = random.Random(f"commit:{seed}").choice([2, 32])
         self.plan = FaultPlan(seed, self.fault_rate, self.timeout_s)
         self.world = World(seed, self.store, self.plan)
         self.incarnations: list[Incarnation] = []
@@ -818,6 +823,16 @@ async def _main(run: Run) -> None:
     await run.stop_all()
 
 
+@contextlib.contextmanager
+def _shards_per_commit(size: int) -> Iterator[None]:
+    real = commit_size.SHARDS_PER_COMMIT
+    commit_size.SHARDS_PER_COMMIT = size
+    try:
+        yield
+    finally:
+        commit_size.SHARDS_PER_COMMIT = real
+
+
 def run_seed(seed: int, *, plant: str | None = None, keep: bool = False,
              log_level: int = logging.CRITICAL) -> SeedResult:
     """Run one seed; a pure function of ``seed`` (and ``plant``) under ``PYTHONHASHSEED=0``."""
@@ -838,7 +853,7 @@ def run_seed(seed: int, *, plant: str | None = None, keep: bool = False,
         with virtual_time(loop.clock):
             asyncio.set_event_loop(loop)
             run = Run(seed, root, plant)
-            with _sim_scheme(run.world):
+            with _sim_scheme(run.world), _shards_per_commit(run.shards_per_commit):
                 try:
                     loop.run_until_complete(asyncio.wait_for(_main(run), RUN_LIMIT_S))
                 except SimSpin as err:
@@ -862,7 +877,7 @@ def run_seed(seed: int, *, plant: str | None = None, keep: bool = False,
     assert run is not None
     stats: dict[str, Any] = dict(run.stats)
     stats.update(kind=run.kind, shards=run.shards, timeout_s=run.timeout_s, start=run.start,
-                 rebalance_delay_s=run.rebalance_delay,
+                 rebalance_delay_s=run.rebalance_delay, shards_per_commit=run.shards_per_commit,
                  fault_rate=run.fault_rate, table=run.table_fate,
                  incarnations=len(run.incarnations), deliveries=len(run.deliveries))
     if plant == "stale_fence":
