@@ -50,6 +50,13 @@ SESSION_TIMEOUT_S = 10.0
 LARGE_SESSION_TIMEOUT_S = 30.0  # 1,000 members on 2 cores (Kafka's default: 45 s)
 
 
+def processes(members: int) -> int:
+    """One worker process per core; ``BENCH_COORDINATOR_PROCESSES`` overrides
+    it (to see what the members per process cost, docs/benchmarks.md (14))."""
+    chosen = os.environ.get("BENCH_COORDINATOR_PROCESSES")
+    return min(int(chosen) if chosen else os.cpu_count() or 1, members)
+
+
 def session_timeout_s(members: int) -> float:
     chosen = os.environ.get("BENCH_COORDINATOR_SESSION_S")
     if chosen:
@@ -144,7 +151,7 @@ async def scenario(url: str, wh: str, members: int, shards: int, window_s: float
     async with GroupWatcher(url, GROUP, shards) as watcher:
         pool = MemberPool(url=url, warehouse=wh, table="db.t", group=GROUP, shards=shards,
                           session_timeout_s=session_timeout_s(members),
-                          processes=min(os.cpu_count() or 1, members), history_dir=history)
+                          processes=processes(members), history_dir=history)
         try:
             began = time.monotonic()
             starting = asyncio.ensure_future(asyncio.to_thread(pool.start, names))
