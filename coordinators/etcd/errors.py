@@ -144,6 +144,12 @@ def translate_error(
         )
     if kind is Failure.COMPACTED:
         return CoordinatorError(f"etcd revision compacted during {what} ({detail})")
+    if "too many operations in txn request" in detail:
+        return CoordinatorError(
+            f"etcd at {where} rejected {what}: more operations than its --max-txn-ops "
+            f"(128 by default) allows in one transaction; start etcd with a larger "
+            f"--max-txn-ops (docs/etcd.md, groups of many shards)"
+        )
     return CoordinatorError(f"etcd at {where} rejected {what} ({detail})")
 
 

@@ -68,6 +68,7 @@ from paimon_group.protocol.records import (
     Owner,
     Position,
     RemovedMember,
+    decoded_assignment,
     position_order,
 )
 
@@ -85,7 +86,6 @@ class GroupClient:
         self.coordinator = coordinator
         self.keys = GroupKeys(group)
         self.group = group
-        self._assignment_cache: tuple[bytes, Assignment] | None = None
         self._marks = PositionMarks()  # what our commits of positions may have left
         # One position commit at a time: deciding that a position does not
         # lower the stored one (which may read it back) and sending it must
@@ -266,11 +266,7 @@ class GroupClient:
         """The assignment and its version in the assignment key's ``entry``."""
         if entry is None:
             return None, None
-        # Re-read on every control round; decoded only when it changed (with
-        # thousands of shards the JSON is tens of kilobytes).
-        if self._assignment_cache is None or self._assignment_cache[0] != entry.value:
-            self._assignment_cache = (entry.value, Assignment.decode(entry.key, entry.value))
-        return self._assignment_cache[1], entry.version
+        return decoded_assignment(entry.key, entry.value), entry.version
 
     async def publish(
         self,
