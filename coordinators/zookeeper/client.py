@@ -22,6 +22,7 @@ from coordinators.errors import (
     PaimonGroupError,
 )
 from coordinators.zookeeper.errors import _AUTH_ERRORS, translate
+from coordinators.zookeeper.handler import PollingHandler
 from coordinators.zookeeper.heartbeat import _Heartbeat
 from coordinators.zookeeper.security import kazoo_log
 
@@ -43,6 +44,7 @@ class _Client(_Heartbeat):
             }
         client = KazooClient(
             hosts=self._target.hosts_string(),
+            handler=PollingHandler(),
             timeout=self._requested_timeout_s,
             auth_data=credentials.auth_data if credentials else None,
             sasl_options=dict(credentials.sasl_options)

@@ -22,9 +22,10 @@ POLL_INTERVAL_MS = 100
 
 class BenchGroup:
     def __init__(self, base: Path, coordinator: str, *, buckets: int = 16,
-                 write_interval_s: float = 0.1) -> None:
+                 write_interval_s: float = 0.1,
+                 session_timeout_s: float = SESSION_TIMEOUT_S) -> None:
         self.h = GroupHarness(base, coordinator, group="bench", buckets=buckets,
-                              session_timeout_s=SESSION_TIMEOUT_S,
+                              session_timeout_s=session_timeout_s,
                               poll_interval_ms=POLL_INTERVAL_MS, start="latest")
         self.buckets = buckets
         self.write_interval_s = write_interval_s
