@@ -862,3 +862,44 @@ async def test_unreachable_server_fails_with_one_line() -> None:
     assert "\n" not in str(caught.value)
     with pytest.raises(CoordinatorError):
         await coordinator.get("k")
+
+
+# -- kazoo's handler ----------------------------------------------------------
+
+
+def test_the_handler_waits_with_poll_and_never_builds_an_epoll(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """kazoo's own select semantics (ready lists, timeout), over poll(2): the
+    default selector (an epoll instance per wait) is never made."""
+    import selectors
+    import socket
+
+    from coordinators.zookeeper.handler import PollingHandler
+
+    def no_epoll(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a DefaultSelector was made")
+
+    monkeypatch.setattr(selectors, "DefaultSelector", no_epoll)
+    a, b = socket.socketpair()
+    try:
+        handler = PollingHandler()
+        started = time.monotonic()
+        readable, writable, _ = handler.select([a], [b], [], 0.2)
+        assert readable == [] and writable == [b]
+        readable, _, _ = handler.select([a], [], [], 0.2)
+        assert readable == [] and time.monotonic() - started >= 0.15  # waited
+        b.send(b"\0")
+        readable, _, _ = handler.select([a], [], [], 5)
+        assert readable == [a]
+    finally:
+        a.close()
+        b.close()
+
+
+@pytest.mark.asyncio
+async def test_every_kazoo_client_gets_the_polling_handler(zk_url: str) -> None:
+    from coordinators.zookeeper.handler import PollingHandler
+
+    async with open_coordinator(zk_url) as coord:
+        assert isinstance(coord._client.handler, PollingHandler)  # type: ignore[attr-defined]
+        assert await coord.create("k", b"v") is not None
