@@ -271,8 +271,16 @@ def run(ctx: Context) -> list[Figure]:
                     url, count = ctx.etcd_url(), etcd_messages(ctx.etcd().endpoint)
                 else:
                     url, count = zk.unique_url(), zookeeper_packets(zk)
-                r = asyncio.run(scenario(url, wh, members, shards, window, cycles,
-                                         ctx.scratch("history"), count))
+                try:
+                    r = asyncio.run(scenario(url, wh, members, shards, window, cycles,
+                                             ctx.scratch("history"), count))
+                except (TimeoutError, RuntimeError) as err:
+                    # Not stable within the limit (or a worker gave up): said,
+                    # and the other sizes and servers still run.
+                    print(f"   {server} {members}x{shards}: {err}", flush=True)
+                    figures.append(Figure(TITLE, f"{server}, {members} members x {shards} "
+                                          f"shards: {err}", None, ""))
+                    continue
                 print(f"   {server} {members}x{shards}: {json.dumps(r)}", flush=True)
                 figures += figures_of(server, r, targets=(members, shards) == (200, 2048))
     finally:
