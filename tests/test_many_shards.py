@@ -33,7 +33,7 @@ from paimon_group.protocol.commit_size import SHARDS_PER_COMMIT, commit_chunks
 from paimon_group.protocol.group import GroupClient
 from paimon_group.protocol.records import Assignment
 from tests.support.tables import make_pk_table, write_rows
-from tests.test_member_parts import Listener, _session, make_core, owned_shard
+from tests.test_member_parts import _session, make_core, owned_shard, ownership_part
 
 
 @pytest_asyncio.fixture
@@ -116,9 +116,7 @@ async def test_a_member_of_150_shards_reads_and_commits_them_all(
 
 @pytest.mark.asyncio
 async def test_a_release_of_70_shards_takes_three_commits(coordinator: Coordinator) -> None:
-    listener = Listener()
-    core = make_core(coordinator, listener=listener)
-    ownership = ShardOwnership(core, Commits(core))
+    core, listener, ownership = ownership_part(coordinator)
     owned = [await owned_shard(core, s, at=5 if s % 2 else None) for s in range(70)]
     deletions = count_commits(coordinator)
     for o in owned:
@@ -137,9 +135,7 @@ async def test_a_release_of_70_shards_takes_three_commits(coordinator: Coordinat
 @pytest.mark.asyncio
 async def test_a_refused_release_commit_is_done_again_shard_by_shard(
         coordinator: Coordinator) -> None:
-    listener = Listener()
-    core = make_core(coordinator, listener=listener)
-    ownership = ShardOwnership(core, Commits(core))
+    core, listener, ownership = ownership_part(coordinator)
     owned = [await owned_shard(core, s, at=3) for s in range(40)]
     assert core._group is not None
     # Shard 7's owner key was deleted meanwhile (``members remove``): the

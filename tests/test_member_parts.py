@@ -92,6 +92,13 @@ def make_core(coord: Coordinator, member: str = "m", listener: Listener | None =
     return core
 
 
+def ownership_part(coord: Coordinator) -> tuple[MemberCore, Listener, ShardOwnership]:
+    """The ownership part on a core joined to ``coord``, and the core's listener."""
+    listener = Listener()
+    core = make_core(coord, listener=listener)
+    return core, listener, ShardOwnership(core, Commits(core))
+
+
 async def owned_shard(core: MemberCore, shard: int, *, at: int | None = None) -> OwnedShard:
     """Acquire ``shard``'s owner key for the core's member (and commit ``at``)."""
     assert core._group is not None
@@ -147,9 +154,7 @@ async def test_commits_read_back_takes_the_stored_position(coordinator: Coordina
 @pytest.mark.asyncio
 async def test_ownership_acquires_free_shards_and_reads_their_positions(
         coordinator: Coordinator, another: Coordinator) -> None:
-    listener = Listener()
-    core = make_core(coordinator, listener=listener)
-    ownership = ShardOwnership(core, Commits(core))
+    core, listener, ownership = ownership_part(coordinator)
     other = GroupClient(another, "g")
     assert await other.acquire(2, "x", 1) is not None  # held by another member
     for shard, at in ((0, 7), (1, 4)):  # released by their previous owner
@@ -169,9 +174,7 @@ async def test_ownership_acquires_free_shards_and_reads_their_positions(
 @pytest.mark.asyncio
 async def test_ownership_revoke_commits_and_releases_in_one_step(
         coordinator: Coordinator) -> None:
-    listener = Listener()
-    core = make_core(coordinator, listener=listener)
-    ownership = ShardOwnership(core, Commits(core))
+    core, listener, ownership = ownership_part(coordinator)
     o = await owned_shard(core, 4, at=6)
     o.revoke()
     await ownership.revoke([4], reason="reassigned")
@@ -188,9 +191,7 @@ async def test_ownership_revoke_commits_and_releases_in_one_step(
 @pytest.mark.asyncio
 async def test_ownership_check_drops_a_shard_whose_key_is_gone(
         coordinator: Coordinator) -> None:
-    listener = Listener()
-    core = make_core(coordinator, listener=listener)
-    ownership = ShardOwnership(core, Commits(core))
+    core, listener, ownership = ownership_part(coordinator)
     kept = await owned_shard(core, 0, at=1)
     gone = await owned_shard(core, 1, at=1)
     assert core._group is not None
