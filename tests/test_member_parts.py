@@ -9,6 +9,7 @@ observed directly.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 
@@ -17,7 +18,7 @@ import pytest_asyncio
 
 from coordinators import open_coordinator
 from coordinators.base import Coordinator
-from coordinators.errors import SessionLost
+from coordinators.errors import CoordinatorError, SessionLost
 from paimon_group.config.member import MemberConfig
 from paimon_group.member.commits import Commits
 from paimon_group.member.control import Control
@@ -243,6 +244,31 @@ async def test_reading_stops_at_once_when_the_member_leaves(coordinator: Coordin
 
     await reading.run(process)
     assert core.error is None and core.stats.batches == 0
+
+
+@pytest.mark.asyncio
+async def test_reading_ends_quietly_when_the_leave_closes_the_coordinator_under_a_round(
+        coordinator: Coordinator) -> None:
+    """A round in flight when the leave closes the coordinator (the shards are
+    released already) ends the reading; the member does not fail (a docs
+    test's member stopped just after acquiring, its pin refused as "closed")."""
+    core = make_core(coordinator)
+    reading = ReadLoop(core, Commits(core))
+    calls = 0
+
+    async def round_under_a_closing_leave(process: object) -> None:
+        nonlocal calls
+        calls += 1
+        core._stopping = True  # the stop arrives while the round runs
+        raise CoordinatorError("etcd coordinator etcd://x/p is closed; open a new one")
+
+    reading._read_loop = round_under_a_closing_leave  # type: ignore[assignment,method-assign]
+
+    async def process(batch: object) -> None:
+        raise AssertionError("nothing is delivered")
+
+    await asyncio.wait_for(reading.run(process), timeout=5)
+    assert calls == 1 and core.error is None
 
 
 # -- driving ----------------------------------------------------------------

@@ -74,6 +74,17 @@ class ReadLoop:
                 self._core._fail(err)
                 return
             except PaimonGroupError as err:
+                if self._core._stopping and isinstance(err, CoordinatorError):
+                    # The member is leaving: it has released its shards and
+                    # closes its coordinator under a round still in flight
+                    # (a pin of shards acquired just before the stop). The
+                    # round's call fails as "closed": the end of reading, not
+                    # a failure (seen once the release became one commit and
+                    # the leave reached the close sooner).
+                    log.info("read round ended by the leave: %s", err,
+                             extra={"group": self._core.group_name,
+                                    "member": self._core.member_id})
+                    return
                 if (isinstance(err, CoordinatorError) and not err.retriable
                         and coord is not None and self._core._coord is not coord):
                     # A call of a round begun before a rejoin, on the
