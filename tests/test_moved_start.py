@@ -19,7 +19,6 @@ import types
 import uuid
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import pytest
 

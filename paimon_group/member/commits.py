@@ -158,21 +158,19 @@ class Commits:
         """Fenced commit of ``next_snapshot`` for ``owned`` (one atomic commit).
 
         With ``full_scan`` the position is a pinned start whose full scan of
-        that snapshot is still to be delivered; with ``start_moves`` the
-        position derives from the group start of that many moves (a pin),
-        else from the one each shard's position derives from already.
+        that snapshot is still to be delivered; ``start_moves``: the moves of
+        the group start it derives from (a pin; else each shard's own).
         """
         if not owned:
             return
-        chunks = commit_chunks(owned)
+        chunks, pin = commit_chunks(owned), {"full_scan": full_scan, "start_moves": start_moves}
         if len(chunks) > 1:
             # More than one transaction may carry (etcd): several commits, in
             # turn, each fenced shard by shard. One that raises ends the
             # step's commit; the shards of the commits not sent keep their
             # last position and go with the next step.
             for chunk in chunks:
-                await self.commit({s: owned[s] for s in chunk}, next_snapshot,
-                                  full_scan=full_scan, start_moves=start_moves)
+                await self.commit({s: owned[s] for s in chunk}, next_snapshot, **pin)
             return
         try:
             await self._core._wait_live(for_commit=True)
@@ -186,8 +184,7 @@ class Commits:
         if group is None:
             raise SessionLost("no session")
         updates = {s: (o.epoch, next_snapshot) for s, o in owned.items()}
-        moves = {s: o.start_moves if start_moves is None else start_moves
-                 for s, o in owned.items()}
+        moves = {s: o.start_moves if start_moves is None else start_moves for s, o in owned.items()}
         try:
             ok = await group.commit_positions(
                 updates, self._core.member_id,
@@ -204,11 +201,10 @@ class Commits:
         if not ok and len(owned) > 1:
             # Find which shards are no longer ours; commit the others.
             for s, o in owned.items():
-                await self.commit({s: o}, next_snapshot, full_scan=full_scan,
-                                  start_moves=start_moves)
+                await self.commit({s: o}, next_snapshot, **pin)
             return
-        # Protect the pending full scan's snapshot, if any.
-        # (marked as such: a shard resuming from the file must scan it too).
+        # Protect the pending full scan's snapshot, if any (marked as such: a
+        # shard resuming from the file must scan it too).
         mirrored = full_scan if full_scan is not None else next_snapshot
         mirror_due = self._take_outcome(owned, ok, next_snapshot, full_scan, mirrored, moves)
         if mirror_due:

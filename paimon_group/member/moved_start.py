@@ -81,11 +81,11 @@ async def move_start(core: MemberCore, commits: Commits, owned: list[OwnedShard]
     extra = {"group": core.group_name, "member": core.member_id}
     how = ("moves to" if moved == proposed
            else f"moved already (by member {moved.resolved_by}) to")
-    log.warning("%s: %s: the group's start %s a full scan of snapshot %s, read by every shard "
-                "of the group (those that read the earlier start read their rows again; "
-                "bucket-unaware table: all shards start from one snapshot) "
-                "(--on-data-loss skip)", lost.shards_text(), lost.what(core.config.table), how,
-                moved.full_scan, extra=extra)
+    log.warning("%s: %s: the group's start %s a full scan of snapshot %s for every shard "
+                "(--on-data-loss skip; a bucket-unaware table's shards all read from one full "
+                "scan, so those that read the earlier one read their rows again)",
+                lost.shards_text(), lost.what(core.config.table), how, moved.full_scan,
+                extra=extra)
     core.history.record("skip", shards=list(lost.shards), first=lost.first,
                         earliest=lost.earliest, full_scan=True, moved_to=moved.full_scan,
                         start_moves=moved.moves, moved=moved == proposed)
