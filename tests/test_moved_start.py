@@ -156,3 +156,27 @@ async def test_two_members_moving_the_start_at_once_use_one_move(tmp_path: Path)
         again = GroupStart(next_snapshot=21, full_scan=20, start="latest-full", moves=2,
                            moved_from=moved[0].full_scan)
         assert await move_group_start(GroupClient(one, "g"), 1, again) == again
+
+
+@pytest.mark.parametrize(("file", "lineage"), [
+    ((11, True), 1),    # the pending full scan of the moved start
+    ((12, False), 1),   # past it: read from it
+    ((30, False), 1),
+    ((6, True), 0),     # the pending full scan of the start before
+    ((9, False), 0),    # follow-ups of the start before, short of the moved one
+    ((11, False), 0),
+])
+def test_a_consumer_file_is_judged_against_the_moved_start(
+        file: tuple[int, bool], lineage: int) -> None:
+    """After a switch, a shard resuming from its consumer file scans the
+    moved start unless the file shows it did (issue 37, D2)."""
+    from paimon_group.member.ownership import file_start_moves
+    from paimon_group.reading.mirror import MirroredPosition
+
+    moved = GroupStart(next_snapshot=12, full_scan=11, start="latest-full", moves=1,
+                       moved_from=6)
+    mirrored = MirroredPosition(file[0], full_scan_pending=file[1])
+    assert file_start_moves(mirrored, moved) == lineage
+    first = GroupStart(next_snapshot=7, full_scan=6, start="latest-full")
+    assert file_start_moves(mirrored, first) == 0
+    assert file_start_moves(mirrored, None) == 0
