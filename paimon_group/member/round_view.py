@@ -19,7 +19,8 @@ A member of a group under the file rule (bucket-unaware tables) reads the
 group's start in the same request (``with_start``): that is how it learns
 that the start moved (``--on-data-loss skip``), even on an idle table. One
 more key in the same request: nothing more on etcd and SQLite (one
-transaction), one more read in the pipeline on ZooKeeper.
+transaction), two more reads in the pipeline on ZooKeeper (a key is two
+znodes there).
 """
 
 from __future__ import annotations
