@@ -107,3 +107,43 @@ def test_a_file_that_stays_torn_stops_the_shard_in_one_line(
     message = str(info.value)
     assert "\n" not in message and not info.value.retriable
     assert "shard 1" in message and str(path) in message and "--shard 1" in message
+
+
+@pytest.mark.asyncio
+async def test_a_member_resuming_a_shard_from_a_torn_file_stops_in_one_line(
+        tmp_path: Path) -> None:
+    """A group whose record and origin exist (created by a member that died
+    before it committed a position), over a consumer file that reads ``''``:
+    the member that acquires the shard stops with the one line, and delivers
+    nothing of that shard (before: pypaimon's ``RuntimeError: Retry fail after
+    10 times``, after 2 s)."""
+    import asyncio
+
+    from coordinators import open_coordinator
+    from paimon_group import GroupMember, MemberConfig
+    from paimon_group.protocol.group import GroupClient
+    from paimon_group.protocol.identity import table_identity
+    from paimon_group.reading.consumer_meta import ConsumerFilesOrigin
+    from tests.support.tables import write_rows
+
+    table, mirror = _mirror(tmp_path)
+    wh = str(tmp_path / "wh")
+    write_rows(wh, "db.t", range(20))
+    url = f"sqlite://{tmp_path}/c.sqlite"
+    async with open_coordinator(url) as coord:
+        await GroupClient(coord, "g").ensure_meta(
+            2, "db.t", sharding="bucket", incarnation="first", table_id=table_identity(table),
+            warehouse=wh)
+    ConsumerFilesOrigin("g", "first", 2, "bucket").write(table.file_io, table.table_path)
+    mirror.write(1, 1, force=True, full_scan_pending=True)
+    _file(table, 0).write_text("")
+    got: list[tuple[int, int]] = []
+    cfg = MemberConfig(group="g", warehouse=wh, table="db.t", member_id="m", coordinator=url,
+                       session_timeout_s=5, poll_interval_ms=50)
+    async with GroupMember(cfg) as member:
+        with pytest.raises(UnreadableConsumerFile) as info:
+            await asyncio.wait_for(member.run(lambda b: got.append((b.shard, b.snapshot_id))),
+                                   60)
+    message = str(info.value)
+    assert "\n" not in message and "shard 0: consumer file" in message, message
+    assert 0 not in {shard for shard, _ in got}
