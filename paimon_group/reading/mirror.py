@@ -151,9 +151,10 @@ class ConsumerMirror:
         raise UnreadableConsumerFile(
             f"shard {shard}: consumer file {path} does not parse after {READ_ATTEMPTS} reads "
             f"({problem}): the shard has no coordinator position and its "
-            "file's is unknown, so it is not guessed: set the shard's position (paimon-group "
-            f"reset ... --shard {shard}), or delete the file (the shard then starts as one "
-            "that never had a position), and start the member again")
+            "file's is unknown, so it is not guessed: delete the file (the shard then starts "
+            "as one that never had a position, from the group's start) and, to start it "
+            f"elsewhere, set its position (paimon-group reset ... --shard {shard}); then start "
+            "the member again")
 
     def _path(self, shard: int) -> str:
         return f"{self._table_path.rstrip('/')}/consumer/consumer-{consumer_id(self._group, shard)}"
