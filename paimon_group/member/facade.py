@@ -300,7 +300,8 @@ class GroupMember(MemberCore):
         """:meth:`Driving.mark_idle <paimon_group.member.driving.Driving.mark_idle>`."""
         self.driving.mark_idle(shards)
 
-    async def commit_positions(self, positions: Mapping[int, int]) -> dict[int, bool]:
+    async def commit_positions(self, positions: Mapping[int, int], *,
+                               incarnation: str = "") -> dict[int, bool]:
         """:meth:`Driving.commit_positions
         <paimon_group.member.driving.Driving.commit_positions>`."""
-        return await self.driving.commit_positions(positions)
+        return await self.driving.commit_positions(positions, incarnation=incarnation)

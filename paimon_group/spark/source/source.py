@@ -191,7 +191,7 @@ class PaimonGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
                         "the shards continue from the group's own positions", driver.group)
             previous = {}
         if previous:
-            driver.commit({s: r.to for s, r in previous.items()})
+            driver.commit({s: r.to for s, r in previous.items()}, _incarnation(start))
         owned = driver.owned()
         cursors = {s: start_cursor(cursor, previous.get(s)) for s, (_, cursor) in owned.items()}
         latest = driver.planner.table.latest_snapshot_id()
@@ -225,10 +225,23 @@ class PaimonGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
                 for s in sorted(ranges) if pieces.get(s)]
 
     def commit(self, end: dict[str, Any]) -> None:
-        """The fenced group commit of the batch ending at ``end`` (see GroupDriver.commit)."""
+        """The fenced group commit of the batch ending at ``end`` (see GroupDriver.commit).
+
+        An ``end`` of an earlier incarnation of the group is ignored, as
+        ``latestOffset`` ignores it: restarted from its checkpoint after the
+        group was deleted and re-created, the query gets ``latestOffset(old
+        end)``, then ``commit(old end)`` for the batch before the restart,
+        whose positions written over the new group's pinned full scan
+        skipped every snapshot between (issue 43)."""
         ranges = decode_offset(end)
-        if ranges:
-            self.driver.commit({s: r.to for s, r in ranges.items()})
+        if not ranges:
+            return
+        driver = self.driver
+        if not same_incarnation(end, driver.incarnation):
+            log.info("commit of an offset of an earlier incarnation of group %r ignored",
+                     driver.group)
+            return
+        driver.commit({s: r.to for s, r in ranges.items()}, _incarnation(end))
 
     def stop(self) -> None:
         if self._driver is not None:
@@ -265,6 +278,11 @@ def read_partition(options: SourceOptions, partition: ShardPartition,
                     (partition.shard, piece.snapshot, partition.epoch), _METADATA_TYPES,
                     strict=True)]
             yield pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def _incarnation(offset: dict[str, Any] | None) -> str:
+    """The incarnation of the group an offset records ("" if none)."""
+    return str((offset or {}).get("group") or "")
 
 
 def _key(offset: dict[str, Any]) -> str:
