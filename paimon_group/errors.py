@@ -94,7 +94,7 @@ class SnapshotExpired(PaimonGroupError):
     retriable = False
 
 
-class BatchExpired(SnapshotExpired):
+class BatchExpired(SnapshotExpired, FileNotFoundError):
     """A batch's files were deleted by Paimon's expiry before it was read.
 
     The batch was planned from snapshots ``first .. last``; snapshot ``first``
@@ -102,7 +102,8 @@ class BatchExpired(SnapshotExpired):
     was held, before ``to_arrow()`` or ``iter_batches()`` read it, and the
     expiry deleted a file the batch reads (``file``). Its rows are lost to the
     group: a member handles it as ``--on-data-loss`` says (the one line of
-    ``fail``, or the skip), never by calling the handler again.
+    ``fail``, or the skip), never by calling the handler again. It is a
+    ``FileNotFoundError`` too, as the read's own error was.
     """
 
     def __init__(self, message: str, *, shards: tuple[int, ...], first: int, last: int,
@@ -116,12 +117,14 @@ class BatchExpired(SnapshotExpired):
         self.file = file
 
 
-class DataFileMissing(PaimonGroupError):
+class DataFileMissing(PaimonGroupError, FileNotFoundError):
     """A file a batch reads is missing although its snapshot is still retained.
 
     Not an expiry (which only deletes files of snapshots older than the
     earliest retained one): the file was deleted by something else, or the
-    storage lost it. Never retried and never skipped: one line names the file.
+    storage lost it (or the table is being dropped). Never retried and never
+    skipped: one line names the file. A ``FileNotFoundError`` too, as the
+    read's own error was.
     """
 
     retriable = False

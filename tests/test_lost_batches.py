@@ -86,7 +86,7 @@ def test_a_batch_whose_snapshot_expired_is_data_loss_on_every_read_path(
     with pytest.raises(BatchExpired) as caught:
         READS[read](batch)
     err = caught.value
-    assert isinstance(err, SnapshotExpired)
+    assert isinstance(err, SnapshotExpired) and isinstance(err, FileNotFoundError)
     assert (err.shards, err.first, err.last, err.earliest, err.full_scan) == ((0,), 2, 2, 3,
                                                                               False)
     assert batch.lost is err
@@ -114,6 +114,7 @@ def test_a_missing_file_of_a_retained_snapshot_is_one_line_naming_it(
     with pytest.raises(DataFileMissing) as caught:
         READS[read](batch)
     line = str(caught.value)
+    assert isinstance(caught.value, FileNotFoundError)  # as the read's own error was
     assert "\n" not in line and any(p in line for p in paths), line
     assert line.startswith("shard 0: file ")
     assert ("of snapshot 2 of table db.t is missing although snapshot 2 is still retained "
@@ -162,26 +163,36 @@ def member_config(wh: str, tmp_path: Path, on_data_loss: str) -> MemberConfig:
                         history_path=str(tmp_path / "history.jsonl"))
 
 
-async def hold_and_expire(wh: str, member: GroupMember, handler: Holding) -> asyncio.Task[None]:
-    """Run ``member``; once it holds the batch of snapshot 2, commit 3 and 4,
-    and once the group's head has seen them, expire snapshots 2 and 3 with
-    the batch's files, and let the handler read."""
-    run = asyncio.create_task(member.run(handler))
+async def pinned_then_written(wh: str, member: GroupMember) -> None:
+    """Once the member's shard is pinned at 2 (start ``latest``), commit 2."""
     for _ in range(600):
         if member.shard_positions().get(0) == 2:
             break
         await asyncio.sleep(0.05)
     write_rows(wh, "db.t", range(10, 20))   # snapshot 2
-    assert await asyncio.to_thread(handler.held.wait, 30)
+
+
+async def expire_held(wh: str, member: GroupMember, files: list[str]) -> None:
+    """Commit 3 and 4 and, once the group's head has seen them (as it would
+    at a poll interval), expire snapshots 2 and 3 with the held batch's files."""
     write_rows(wh, "db.t", range(20, 30))   # 3
     write_rows(wh, "db.t", range(30, 40))   # 4
-    for _ in range(600):  # the group's head has seen 4 (as it would at a poll interval)
+    for _ in range(600):
         if member._head.record is not None and member._head.record.latest == 4:
             break
         await asyncio.sleep(0.05)
-    for path in handler.files:
+    for path in files:
         os.remove(path)
     expire_snapshots(wh, "db.t", keep_from=4)
+
+
+async def hold_and_expire(wh: str, member: GroupMember, handler: Holding) -> asyncio.Task[None]:
+    """Run ``member``; once it holds the batch of snapshot 2, expire it
+    (:func:`expire_held`) and let the handler read."""
+    run = asyncio.create_task(member.run(handler))
+    await pinned_then_written(wh, member)
+    assert await asyncio.to_thread(handler.held.wait, 30)
+    await expire_held(wh, member, handler.files)
     handler.go.set()
     return run
 
@@ -210,6 +221,27 @@ async def test_a_member_skips_a_batch_that_expired_in_its_handler(
     skips = [e for e in map(json.loads, (tmp_path / "history.jsonl").read_text().splitlines())
              if e["event"] == "skip"]
     assert [(e["shards"], e["first"], e["earliest"]) for e in skips] == [([0], 2, 4)]
+
+
+@pytest.mark.asyncio
+async def test_an_iterating_member_skips_when_its_loop_goes_on(tmp_path: Path) -> None:
+    """``async for`` over ``batches()``: the body gets BatchExpired from its
+    read; going on to the next batch lets the member skip (``skip``)."""
+    wh = table_of(tmp_path, commits=1)
+    async with GroupMember(member_config(wh, tmp_path, "skip")) as member:
+        batches = member.batches()
+        next_batch = asyncio.ensure_future(batches.__anext__())
+        await pinned_then_written(wh, member)
+        batch = await asyncio.wait_for(next_batch, 30)
+        assert batch.first_snapshot == 2
+        await expire_held(wh, member, [f.file_path for s in batch.splits for f in s.files])
+        with pytest.raises(SnapshotExpired):
+            batch.to_arrow()
+        batch = await asyncio.wait_for(batches.__anext__(), 30)
+        assert batch.first_snapshot == 4
+        assert sorted(batch.to_arrow().column("id").to_pylist()) == list(range(30, 40))
+        assert member.stats.skipped_snapshots == 2
+        await batches.aclose()
 
 
 @pytest.mark.asyncio

@@ -498,12 +498,13 @@ class ReadLoop:
             waiter.add_done_callback(lambda f: f.exception())  # retrieved if nobody waits
 
     async def _files_gone(self, err: BatchExpired | DataFileMissing) -> NoReturn:
-        """Raise what a batch whose files are gone means: data loss
-        (BatchExpired, handled by :meth:`_deliver_all`), or a file missing
-        from a retained snapshot, in one line, unless the table itself is gone
-        or replaced (TableNotFound, TableReplaced say so instead)."""
-        if isinstance(err, DataFileMissing):
-            await self._core._in_io(self._check_table_itself)
+        """Raise what a batch whose files are gone means, once the table is
+        found in place (else TableNotFound, TableReplaced say so: the files
+        of a dropped table are gone too, and a re-created table's snapshots
+        say nothing of the old one's): data loss (BatchExpired, handled by
+        :meth:`_deliver_all`), or a file missing from a retained snapshot, in
+        one line."""
+        await self._core._in_io(self._check_table_itself)
         raise err
 
     async def _handle(self, o: OwnedShard, batch: ShardBatch, step: StepPlan,

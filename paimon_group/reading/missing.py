@@ -53,7 +53,10 @@ def missing_file_error(table: _Table, err: OSError, *, shards: Sequence[int], fi
                        last: int, full_scan: bool) -> BatchExpired | DataFileMissing:
     """What a file missing under a read of snapshots ``first .. last`` means,
     after one look at the table's earliest retained snapshot."""
-    earliest = table.earliest_snapshot_id()
+    try:
+        earliest = table.earliest_snapshot_id()
+    except FileNotFoundError:  # the snapshot directory is gone with the table
+        earliest = None
     file = missing_file_name(err)
     who = ("shard " if len(shards) == 1 else "shards ") + ", ".join(str(s) for s in shards)
     span = f"snapshot {first}" if first == last else f"snapshots {first}..{last}"
