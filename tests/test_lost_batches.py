@@ -31,7 +31,7 @@ from paimon_group import GroupMember, MemberConfig
 from paimon_group.errors import BatchExpired, DataFileMissing, SnapshotExpired
 from paimon_group.reading.batch import ShardBatch
 from paimon_group.reading.table import ShardedTable
-from tests.support.tables import expire_snapshots, make_pk_table, write_rows
+from tests.support.tables import compact, expire_snapshots, make_pk_table, write_rows
 
 
 def table_of(tmp_path: Path, commits: int = 3) -> str:
@@ -126,11 +126,12 @@ def test_a_missing_file_of_a_retained_snapshot_is_one_line_naming_it(
 
 
 class Holding:
-    """A handler holding the batch of snapshot 2 until ``go`` is set, then
-    reading it (``read``); ``swallow``: it catches what the read raises."""
+    """A handler holding the (first) batch of snapshot ``hold_at`` until
+    ``go`` is set, then reading it (``read``); ``swallow``: it catches what
+    the read raises."""
 
-    def __init__(self, read: str, swallow: bool = False) -> None:
-        self.read, self.swallow = read, swallow
+    def __init__(self, read: str, swallow: bool = False, hold_at: int = 2) -> None:
+        self.read, self.swallow, self.hold_at = read, swallow, hold_at
         self.held = threading.Event()
         self.go = threading.Event()
         self.calls: list[int] = []
@@ -139,7 +140,7 @@ class Holding:
 
     def __call__(self, batch: ShardBatch) -> None:
         self.calls.append(batch.first_snapshot)
-        if batch.first_snapshot == 2:
+        if batch.first_snapshot == self.hold_at and not self.held.is_set():
             self.files = [f.file_path for s in batch.splits for f in s.files]
             self.held.set()
             self.go.wait(30)
@@ -155,10 +156,11 @@ class Holding:
         self.ids += table.column("id").to_pylist()
 
 
-def member_config(wh: str, tmp_path: Path, on_data_loss: str) -> MemberConfig:
+def member_config(wh: str, tmp_path: Path, on_data_loss: str, start: str = "latest"
+                  ) -> MemberConfig:
     return MemberConfig(group="g", warehouse=wh, table="db.t",
                         coordinator=f"memory://lost-{uuid.uuid4().hex}", member_id="m",
-                        shards=1, start="latest", poll_interval_ms=50, session_timeout_s=3,
+                        shards=1, start=start, poll_interval_ms=50, session_timeout_s=3,
                         handler_backoff_s=0.01, on_data_loss=on_data_loss,
                         history_path=str(tmp_path / "history.jsonl"))
 
@@ -221,6 +223,41 @@ async def test_a_member_skips_a_batch_that_expired_in_its_handler(
     skips = [e for e in map(json.loads, (tmp_path / "history.jsonl").read_text().splitlines())
              if e["event"] == "skip"]
     assert [(e["shards"], e["first"], e["earliest"]) for e in skips] == [([0], 2, 4)]
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("on_data_loss", ["fail", "skip"])
+async def test_a_held_full_scan_whose_snapshot_expired(tmp_path: Path, on_data_loss: str) -> None:
+    """The pinned full scan of snapshot 1 is held while a compaction (2)
+    rewrites its files and snapshot 1 expires (the old files deleted, as
+    Paimon's expiry does): ``fail`` stops with the full-scan line, ``skip``
+    scans the earliest retained snapshot in full instead."""
+    wh = table_of(tmp_path, commits=1)
+    handler = Holding("to_arrow", hold_at=1)
+    async with GroupMember(member_config(wh, tmp_path, on_data_loss, "latest-full")) as member:
+        run = asyncio.create_task(member.run(handler))
+        assert await asyncio.to_thread(handler.held.wait, 30)
+        assert compact(wh, "db.t") == 2
+        write_rows(wh, "db.t", range(10, 20))  # 3
+        for path in handler.files:
+            os.remove(path)
+        expire_snapshots(wh, "db.t", keep_from=2)
+        handler.go.set()
+        if on_data_loss == "fail":
+            with pytest.raises(SnapshotExpired, match=r"^shard 0: snapshot 1 of table db\.t, "
+                               r"whose full scan was still to be delivered, expired \(earliest "
+                               r"retained: 2\): their rows are lost to group g"):
+                await asyncio.wait_for(run, 30)
+            assert handler.calls == [1]
+            return
+        for _ in range(600):
+            if sorted(handler.ids) == list(range(20)):
+                break
+            await asyncio.sleep(0.05)
+        assert sorted(handler.ids) == list(range(20)), handler.ids  # nothing lost of the table
+        assert handler.calls[:2] == [1, 2]  # the lost batch once, then the full scan of 2
+        await member.stop()
+        run.cancel()
 
 
 @pytest.mark.asyncio
