@@ -37,7 +37,7 @@ from tests.support.tables import compact, expire_snapshots, make_pk_table, write
 @pytest.fixture
 def quick_checks(monkeypatch: pytest.MonkeyPatch) -> None:
     """The earliest retained snapshot asked for again 0.01 s apart (not 0.25 s)."""
-    from paimon_group.reading import missing
+    from paimon_group.reading import expiry as missing
 
     monkeypatch.setattr(missing, "EXPIRY_CHECK_S", 0.01)
 
@@ -117,7 +117,7 @@ def test_a_file_deleted_just_before_its_snapshot_expires_is_data_loss(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Paimon's expiration deletes data files before the snapshot files: a
     read in between sees the file gone and the snapshot still there."""
-    from paimon_group.reading import missing
+    from paimon_group.reading import expiry as missing
 
     monkeypatch.setattr(missing, "EXPIRY_CHECK_S", 0.05)
     wh = table_of(tmp_path)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from paimon_group.errors import BatchExpired, DataFileMissing, PlanInvariantViolated
-from paimon_group.reading.missing import missing_file_error
+from paimon_group.reading.expiry import missing_file_error
 from paimon_group.reading.planner import BatchKind, StepPlan, check_routing
 
 if TYPE_CHECKING:
@@ -168,7 +168,7 @@ class ShardBatch:
             raise self._files_gone(err) from err
 
     def _files_gone(self, err: FileNotFoundError) -> BatchExpired | DataFileMissing:
-        """What a file of this batch found missing means (reading/missing.py);
+        """What a file of this batch found missing means (reading/expiry.py);
         kept in ``lost``."""
         # An expiry is for good; a file missing from a retained snapshot may
         # be found expired at the next read.

@@ -39,7 +39,7 @@ from pyspark.sql.types import StructType
 
 from paimon_group.errors import BatchExpired
 from paimon_group.member.data_loss import LostRange
-from paimon_group.reading.missing import missing_file_error
+from paimon_group.reading.expiry import missing_file_error
 from paimon_group.spark.source.driver import GroupDriver
 from paimon_group.spark.source.offsets import (
     Caps,
