@@ -186,3 +186,61 @@ def test_a_checkpoint_of_an_earlier_incarnation_does_not_move_the_new_groups_pos
         assert end.get("group") == new.driver.incarnation != ""
     finally:
         new.stop()
+
+
+def recreate_group(warehouse: Path) -> None:
+    """Delete group g as `paimon-group delete` does (the coordinator's keys
+    and the group's consumer files); the next member creates it anew."""
+    from coordinators.registry import open_coordinator
+    from paimon_group.config.member import default_coordinator_url
+    from paimon_group.protocol.group import GroupClient
+    from paimon_group.reading.mirror import ConsumerMirror
+    from tests.support.tables import open_table
+
+    async def delete() -> None:
+        async with open_coordinator(default_coordinator_url(str(warehouse))) as coord:
+            assert await GroupClient(coord, "g").delete_all()
+        table = open_table(warehouse, "db.t")
+        ConsumerMirror(table.file_io, table.table_path, "g").delete_all()
+
+    asyncio.run(delete())
+
+
+def test_a_commit_of_an_earlier_incarnations_offset_does_not_move_the_new_groups_positions(
+    tmp_path: Path,
+) -> None:
+    """Issue 43, 1: restarted from its checkpoint after the group was deleted
+    and re-created, a query gets Spark's calls in Spark's order:
+    ``latestOffset(old_end)`` (rightly ignored: a full scan of 1 is planned),
+    then ``commit(old_end)`` for the batch before the restart. That commit
+    must be ignored too: writing 6 over the pinned full scan lost snapshots
+    2-5 (to this query, one snapshot a batch, and to any member)."""
+    make_pk_table(tmp_path, "db.t", buckets=2)
+    for k in range(5):
+        write_rows(tmp_path, "db.t", range(10 * k, 10 * k + 10))
+    old = reader(tmp_path, "q")
+    try:
+        old_end = old.latestOffset(old.initialOffset(), None)
+        old.commit(old_end)
+    finally:
+        old.stop()
+    assert {r.to for r in decode_offset(old_end).values()} == {6}
+    recreate_group(tmp_path)
+    new = reader(tmp_path, "q", start="earliest", max_snapshots_per_batch="1")
+    read: dict[int, list[int]] = {}
+    try:
+        new.initialOffset()
+        start, end = old_end, new.latestOffset(old_end, None)
+        new.commit(old_end)  # Spark commits the previous batch once the next is planned
+        pinned = stored_positions(tmp_path)
+        assert {(p.full_scan, p.next_snapshot) for p in pinned.values()} == {(1, 2)}, pinned
+        while end != start:
+            if start is not old_end:
+                new.commit(start)
+            for part in new.partitions(start, end):
+                read.setdefault(part.shard, []).extend(p.snapshot for p in part.pieces)
+            start, end = end, new.latestOffset(end, None)
+    finally:
+        new.stop()
+    assert read == {0: [1, 2, 3, 4, 5], 1: [1, 2, 3, 4, 5]}, read
+    assert {p.next_snapshot for p in stored_positions(tmp_path).values()} == {6}

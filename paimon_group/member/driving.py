@@ -69,6 +69,12 @@ class Driving:
         created before incarnations existed."""
         return self._core._meta.incarnation if self._core._meta is not None else ""
 
+    def of_this_incarnation(self, incarnation: str) -> bool:
+        """Whether positions planned in ``incarnation`` are of the group
+        joined now (either empty: taken as the same, as before incarnations
+        were recorded)."""
+        return not incarnation or not self.incarnation or incarnation == self.incarnation
+
     def held_shards(self) -> list[int]:
         """The shards owned now and not being revoked: the ones that may be read."""
         return sorted(s for s, o in self._core._owned.items() if o.active)
@@ -142,15 +148,26 @@ class Driving:
             if o is not None:
                 o.idle.set()
 
-    async def commit_positions(self, positions: Mapping[int, int]) -> dict[int, bool]:
+    async def commit_positions(self, positions: Mapping[int, int], *,
+                               incarnation: str = "") -> dict[int, bool]:
         """Fenced commit of ``shard -> next snapshot`` for the shards still ours,
         one coordinator commit per distinct position.
 
         Returns per shard whether the coordinator has that position now
         (False: not ours any more, rejected, or the commit failed; logged).
         Positions only move forward: a shard already at or beyond its
-        position is left alone and reported True.
+        position is left alone and reported True. ``incarnation``: the
+        incarnation of the group the positions were planned in (empty: not
+        known); positions of another one are not committed (all False): a
+        group deleted and re-created has other shards or another start, and
+        a position of the old one written "forward" over a pinned full scan
+        skips rows (issue 43).
         """
+        if not self.of_this_incarnation(incarnation):
+            log.info("positions of another incarnation of group %s not committed: %s",
+                     self._core.group_name, dict(positions),
+                     extra={"group": self._core.group_name, "member": self._core.member_id})
+            return dict.fromkeys(positions, False)
         result: dict[int, bool] = {}
         by_position: dict[int, dict[int, OwnedShard]] = {}
         for shard, to in positions.items():

@@ -367,6 +367,9 @@ class Membership:
         # we finish the batches in flight.
         with contextlib.suppress(CoordinatorError):
             await group.deregister(self._core.member_id)
+        # A control round may be acquiring still: the list of shards to
+        # release is taken once it stopped, with what it acquired meanwhile.
+        await self._ownership.stop_acquiring()
         for o in list(self._core._owned.values()):
             o.revoke()
         await self._ownership.revoke(list(self._core._owned), reason="leaving")

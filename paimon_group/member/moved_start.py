@@ -58,12 +58,14 @@ def moves_group_wide(core: MemberCore) -> bool:
     return core.sharding is ShardRule.FILE
 
 
-async def move_start(core: MemberCore, commits: Commits, owned: list[OwnedShard],
-                     lost: LostRange) -> None:
+async def move_start(core: MemberCore, owned: list[OwnedShard], lost: LostRange) -> None:
     """``owned``'s pinned full scan ``lost.first`` expired: move the group's
     start to a full scan of the latest snapshot (or take the move a
-    concurrent member made), say so in one WARNING line, and re-pin every
-    shard held here at it."""
+    concurrent member made) and say so in one WARNING line. The shards held
+    here are re-pinned at it by the read loop's next settle
+    (:func:`repin_stale`), when no commit of a step is in flight: a rider of
+    a step's commit lane re-pinned now would then be committed at the step's
+    end (a full scan that expired while its batch was held, issue 37, D1)."""
     group, table = core._group, core.table
     assert table is not None
     if group is None:
@@ -90,7 +92,6 @@ async def move_start(core: MemberCore, commits: Commits, owned: list[OwnedShard]
                         earliest=lost.earliest, full_scan=True, moved_to=moved.full_scan,
                         start_moves=moved.moves, moved=moved == proposed)
     await record_moved_start(core, moved)
-    await repin_stale(core, commits, list(core._owned.values()))
 
 
 async def record_moved_start(core: MemberCore, start: GroupStart) -> None:

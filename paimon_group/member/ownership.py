@@ -90,6 +90,12 @@ class ShardOwnership:
         # after a control round that failed (an acquisition or release whose
         # outcome is unknown).
         self.sweep_due = True
+        # The acquisitions under way (at most one control round's), and
+        # whether the leave ended them (:meth:`stop_acquiring`).
+        self._acquiring = 0
+        self._no_acquisition = asyncio.Event()
+        self._no_acquisition.set()
+        self._closed = False
 
     def pending_acquisitions(self) -> list[int]:
         core = self._core
@@ -106,10 +112,35 @@ class ShardOwnership:
         group, given every shard, went on acquiring shards the arrivals
         since had taken (thousands of round trips), and then released them.
         """
+        if self._closed or self._core._stopping:
+            return
+        self._acquiring += 1
+        self._no_acquisition.clear()
+        try:
+            await self._acquire_in_turn(shards, generation)
+        finally:
+            self._acquiring -= 1
+            if not self._acquiring:
+                self._no_acquisition.set()
+
+    async def stop_acquiring(self) -> None:
+        """No acquisition starts from now on, and the one under way (an owner
+        key being created, a position being read) ends first: what it
+        acquired is then among the owned shards, which a leave releases.
+        Without this a leave released the shards held when it began, and a
+        shard acquired by a round still running was neither released nor
+        reported until the session closed (issue 37, D5)."""
+        self._closed = True
+        await self._no_acquisition.wait()
+
+    async def _acquire_in_turn(self, shards: list[int], generation: int) -> None:
+        """:meth:`acquire`, under way."""
         last_look = time.monotonic()
 
         async def superseded() -> bool:
             nonlocal last_look
+            if self._closed or self._core._stopping:
+                return True  # the member leaves: what was acquired is told below
             if time.monotonic() - last_look < RECHECK_S:
                 return False
             group = self._core._group

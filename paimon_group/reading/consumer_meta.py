@@ -59,21 +59,17 @@ Example::
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import logging
-import os
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlparse
 
 from coordinators.errors import PaimonGroupError
 from paimon_group.protocol.names import origin_path
 from paimon_group.protocol.records import GroupStart
-from paimon_group.store.files import read_text, write_text
+from paimon_group.store.files import read_text, write_whole
 
 if TYPE_CHECKING:
     from paimon_group.protocol.records import GroupMeta
@@ -155,32 +151,6 @@ def _read_whole_json(file_io: Any, path: str) -> str | None:
             time.sleep(0.1)
             text = read_text(file_io, path)
     return text
-
-
-def write_whole(file_io: Any, path: str, text: str) -> None:
-    """Write ``path`` so that a reader sees the old content or the new, never
-    a part (members creating a group at once read the origin while others
-    write it: written in place, over 100 "unreadable origin" warnings were
-    seen with 50 members, and an unreadable origin made the consumer files
-    look unvetted). On a local file system: a temporary file in the same
-    directory, renamed over it (``os.replace`` is atomic). An object store's
-    PUT is all or nothing already."""
-    parsed = urlparse(path)
-    if parsed.scheme not in ("", "file"):
-        write_text(file_io, path, text)
-        return
-    target = parsed.path if parsed.scheme == "file" else path
-    directory, name = os.path.split(target)
-    os.makedirs(directory or ".", exist_ok=True)
-    fd, temporary = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory or ".")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(temporary, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
 
 
 def prepare_new_group(

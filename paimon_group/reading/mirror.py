@@ -14,6 +14,19 @@ switched coordinator) that the full scan of ``F`` is still due, not only the
 snapshots after it. Without the marker a resumed shard would skip everything
 the table held before ``F``.
 
+A file is written whole (:func:`paimon_group.store.files.write_whole`: on a
+local file system a temporary ``.consumer-...tmp`` renamed over it, which
+Paimon's listing of ``consumer-*`` files never sees; an object store's upload
+is whole already), so a reader sees the old value or the new, with its
+marker. A read that does not parse (a file torn by a crash, by a writer of an
+older version rewriting it in place, or a foreign one) is read again, up to
+:data:`READ_ATTEMPTS` times; one that still does not parse is never taken as
+a plain position (that would turn a pending full scan into follow-ups and
+skip the table's content before it), nor as no file (the shard would start
+as configured, perhaps at the latest snapshot): :meth:`ConsumerMirror.read_position`
+raises :class:`UnreadableConsumerFile`, and the member stops with that one
+line. Only a shard without a coordinator position reads its file.
+
 Ordering: a value is written here only *after* the coordinator accepted it,
 so the file never runs ahead of the coordinator. It may lag (writes are
 throttled to one per ``interval_s`` per shard, and forced on release), which
@@ -41,8 +54,9 @@ from typing import Any
 from pypaimon.consumer.consumer import Consumer
 from pypaimon.consumer.consumer_manager import ConsumerManager
 
+from coordinators.errors import PaimonGroupError
 from paimon_group.protocol.names import consumer_id, consumer_id_pattern, origin_path
-from paimon_group.store.files import is_object_store, read_text, write_text
+from paimon_group.store.files import is_object_store, read_text, write_whole
 
 PARALLEL_WRITES = 8
 """Consumer files written at once on an object store (:meth:`ConsumerMirror.write_many`)."""
@@ -64,6 +78,17 @@ def mirror_interval(configured: float | None, file_io: Any) -> float:
     return OBJECT_STORE_MIRROR_INTERVAL_S if is_object_store(file_io) else LOCAL_MIRROR_INTERVAL_S
 
 
+READ_ATTEMPTS = 5
+"""Reads of a consumer file that does not parse, 0.1 s apart, before it is
+:class:`UnreadableConsumerFile`."""
+
+
+class UnreadableConsumerFile(PaimonGroupError):
+    """A shard's consumer file exists and does not parse, read after read: its
+    position (and whether a full scan is pending) is unknown. Not retriable:
+    the file does not mend itself."""
+
+
 FULL_SCAN_FIELD = "paimonGroupFullScan"
 """The consumer-file field that marks a pending full scan of ``nextSnapshot``."""
 
@@ -75,6 +100,16 @@ class MirroredPosition:
 
     next_snapshot: int
     full_scan_pending: bool = False
+
+
+def _parse_position(text: str) -> MirroredPosition:
+    """A consumer file's text as a position (raises if it is not one)."""
+    data = json.loads(text)
+    if not isinstance(data, dict):
+        raise TypeError(f"not a JSON object: {type(data).__name__}")
+    next_snapshot = int(data["nextSnapshot"])
+    return MirroredPosition(next_snapshot,
+                            full_scan_pending=data.get(FULL_SCAN_FIELD) == next_snapshot)
 
 
 class ConsumerMirror:
@@ -98,19 +133,28 @@ class ConsumerMirror:
 
     def read_position(self, shard: int) -> MirroredPosition | None:
         """The shard's consumer file with its pending-full-scan marker, or None
-        (one read of the file)."""
-        text = read_text(self._file_io, self._path(shard))
-        if text is None:
-            return None
-        try:
-            data = json.loads(text)
-            next_snapshot = int(data["nextSnapshot"])
-        except (ValueError, KeyError, TypeError):
-            # Half-written or foreign: read it as pypaimon does (it retries).
-            consumer = self._manager.consumer(consumer_id(self._group, shard))
-            return None if consumer is None else MirroredPosition(int(consumer.next_snapshot))
-        pending = isinstance(data, dict) and data.get(FULL_SCAN_FIELD) == next_snapshot
-        return MirroredPosition(next_snapshot, full_scan_pending=pending)
+        (no file). A file that does not parse is read again; raises
+        :class:`UnreadableConsumerFile` if it still does not after
+        :data:`READ_ATTEMPTS` reads (see the module docstring)."""
+        path = self._path(shard)
+        problem = ""
+        for attempt in range(READ_ATTEMPTS):
+            if attempt:
+                time.sleep(0.1)
+            text = read_text(self._file_io, path)
+            if text is None:
+                return None
+            try:
+                return _parse_position(text)
+            except (ValueError, KeyError, TypeError) as err:
+                problem = f"{type(err).__name__}: {err}; content {text[:60]!r}"
+        raise UnreadableConsumerFile(
+            f"shard {shard}: consumer file {path} does not parse after {READ_ATTEMPTS} reads "
+            f"({problem}): the shard has no coordinator position and its "
+            "file's is unknown, so it is not guessed: delete the file (the shard then starts "
+            "as one that never had a position, from the group's start) and, to start it "
+            f"elsewhere, set its position (paimon-group reset ... --shard {shard}); then start "
+            "the member again")
 
     def _path(self, shard: int) -> str:
         return f"{self._table_path.rstrip('/')}/consumer/consumer-{consumer_id(self._group, shard)}"
@@ -146,7 +190,7 @@ class ConsumerMirror:
             if full_scan_pending:
                 content = json.dumps({"nextSnapshot": next_snapshot,
                                       FULL_SCAN_FIELD: next_snapshot})
-            write_text(self._file_io, self._path(shard), content)
+            write_whole(self._file_io, self._path(shard), content)
             with self._lock:
                 self._written[shard] = value
                 self._written_at[shard] = now

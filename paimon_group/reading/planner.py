@@ -70,6 +70,7 @@ from coordinators.errors import PaimonGroupError
 from paimon_group.arrowread import ReadPath
 from paimon_group.errors import SnapshotExpired
 from paimon_group.protocol.sharding import Sharding, ShardRule
+from paimon_group.reading.expiry import expired_if_gone
 from paimon_group.reading.read_view import ReadView
 from paimon_group.reading.steps import (
     BatchKind,
@@ -117,6 +118,8 @@ class PlannedTable(Protocol):
     def earliest_snapshot_id(self) -> int | None: ...
 
     def snapshot(self, snapshot_id: int) -> Any | None: ...
+
+    def snapshot_retained(self, snapshot_id: int) -> bool: ...
 
     def expired_error(self, snapshot_id: int) -> SnapshotExpired: ...
 
@@ -369,7 +372,8 @@ class ShardPlanner:
             self._pt, manifest_scanner, self._bucket_filter(shard_set),
             self._entry_filter(shard_set), file_io=self._manifests.file_io,
         )
-        splits = scanner.scan().splits()
+        with expired_if_gone(self.table, snapshot_id):  # a snapshot planned from memory too
+            splits = scanner.scan().splits()
         return self._step(
             BatchKind.INITIAL, snapshot_id, snapshot_id, self._route(splits, shard_set)
         )
@@ -425,7 +429,8 @@ class ShardPlanner:
         if latest is None or next_snapshot > latest:
             return None
         try:
-            return self._plan_next_to(shard_set, next_snapshot, latest)
+            with expired_if_gone(self.table, next_snapshot):
+                return self._plan_next_to(shard_set, next_snapshot, latest)
         except SnapshotExpired:
             # The latest id may be one confirmed only by the absence of its
             # successor (ShardedTable.latest_snapshot_id): a table rolled back

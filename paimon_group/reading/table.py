@@ -274,6 +274,12 @@ class ShardedTable:
             text = self.snapshot_text(snapshot_id)
         return None if text is None else JSON.from_json(text, Snapshot)
 
+    def snapshot_retained(self, snapshot_id: int) -> bool:
+        """Whether the file of snapshot ``snapshot_id`` is in the store (asked
+        of the store, never of the texts remembered: they outlive an expiry;
+        :mod:`paimon_group.reading.expiry`)."""
+        return self._snapshot_exists(snapshot_id)
+
     def snapshot_text(self, snapshot_id: int) -> str | None:
         """The text of a snapshot's file, read from the store (None: absent)."""
         manager = self._snapshot_manager

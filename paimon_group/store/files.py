@@ -13,19 +13,29 @@ go to pyarrow's file system directly:
 * :func:`file_exists`: open without reading: one HEAD either way;
 * :func:`write_text`: one upload, no directory check (pyarrow below 20, which
   pypaimon requires, uploads even a small file as a three-request multipart
-  upload; that is pyarrow's floor here).
+  upload; that is pyarrow's floor here);
+* :func:`write_whole`: :func:`write_text` such that a reader sees the old
+  content or the new, never a part (an upload is all or nothing already).
 
-On a local file system they do what pypaimon's calls do.
+On a local file system they do what pypaimon's calls do, except
+:func:`write_whole`, which writes a temporary file and renames it over the
+target (pypaimon's overwrite truncates then writes: a reader in between reads
+``''``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import uuid
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
 
-__all__ = ["file_exists", "is_object_store", "is_remote_fs", "read_text", "write_text"]
+__all__ = ["file_exists", "is_object_store", "is_remote_fs", "read_text", "write_text",
+           "write_whole"]
 
 
 def is_remote_fs(fs: Any) -> bool:
@@ -89,3 +99,38 @@ def write_text(file_io: Any, path: str, text: str) -> None:
     fs, to_fs_path = remote
     with fs.open_output_stream(to_fs_path(path)) as sink:
         sink.write(text.encode("utf-8"))
+
+
+def write_whole(file_io: Any, path: str, text: str) -> None:
+    """Write ``path`` so that a reader sees the old content or the new, never
+    a part.
+
+    On a local file system: a temporary file ``.<name>.<random>.tmp`` in the
+    same directory, renamed over ``path`` (``os.replace`` is atomic), created
+    with the mode a plain write gives (0666 less the umask: Paimon's engine,
+    perhaps another user, reads consumer files). Its leading dot keeps it out
+    of every listing by prefix: Paimon's consumer listing (``consumer-*``, in
+    Java and in pypaimon's ``ConsumerManager``), expiration and tools never
+    see it. Elsewhere: :func:`write_text` (an object store's upload is all or
+    nothing; a file system that is neither writes in place, and readers read
+    a file that does not parse again, as :mod:`paimon_group.reading.mirror`
+    does).
+    """
+    parsed = urlparse(path)
+    if _remote(file_io) is not None or parsed.scheme not in ("", "file"):
+        write_text(file_io, path, text)
+        return
+    target = parsed.path if parsed.scheme == "file" else path
+    directory, name = os.path.split(target)
+    directory = directory or "."
+    os.makedirs(directory, exist_ok=True)
+    temporary = os.path.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(temporary, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise

@@ -158,20 +158,24 @@ class GroupDriver:
         for shard in self.member.mark_busy(positions):
             self._busy[shard] = positions[shard]
 
-    def commit(self, positions: Mapping[int, int]) -> dict[int, bool]:
+    def commit(self, positions: Mapping[int, int], incarnation: str = "") -> dict[int, bool]:
         """Fenced commit of ``shard -> next snapshot`` for the shards still ours.
 
         Returns per shard whether the coordinator has the position now (False:
         not ours any more, or rejected). Positions only move forward: a shard
         whose coordinator position is already at or beyond is left alone.
         Busy marks are cleared afterwards, so a waiting revocation goes on.
+        Positions planned in another ``incarnation`` of the group than the
+        one joined now are not committed, and free nothing (all False).
         """
         self.member.raise_if_failed()
-        return self._call(self._commit(dict(positions)))
+        return self._call(self._commit(dict(positions), incarnation))
 
-    async def _commit(self, positions: dict[int, int]) -> dict[int, bool]:
+    async def _commit(self, positions: dict[int, int], incarnation: str) -> dict[int, bool]:
+        if not self.member.driving.of_this_incarnation(incarnation):
+            return dict.fromkeys(positions, False)  # the busy marks are of this one's batches
         try:
-            return await self.member.commit_positions(positions)
+            return await self.member.commit_positions(positions, incarnation=incarnation)
         finally:
             # Spark commits batch N after planning batch N+1: only what was
             # held up to this commit's positions is free now.

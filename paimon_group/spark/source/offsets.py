@@ -252,16 +252,25 @@ def _past_expired(planner: ShardPlanner, shards: list[int], n: int, err: Snapsho
     if earliest is None or earliest <= n:
         raise err
     lost = LostRange(tuple(sorted(shards)), n, earliest)
-    what = f"{lost.shards_text()}: {lost.what(planner.table.identifier)}"
     if fail:
-        raise SnapshotExpired(
-            f"{what}: their rows are lost to the query, so it stops (option "
-            "failOnDataLoss=false skips such gaps); to resume from the earliest retained "
-            "snapshot, reset the group's positions (paimon-group reset --to-earliest, "
-            "docs/operations.md) and restart the query") from None
+        raise query_data_loss(planner.table.identifier, lost) from None
     log.warning("%s: skipping to snapshot %d (failOnDataLoss=false); the rows of %d "
-                "snapshots are lost to the query", what, earliest, lost.count)
+                "snapshots are lost to the query", lost_what(planner.table.identifier, lost),
+                earliest, lost.count)
     return earliest
+
+
+def lost_what(table: str, lost: LostRange) -> str:
+    return f"{lost.shards_text()}: {lost.what(table)}"
+
+
+def query_data_loss(table: str, lost: LostRange) -> SnapshotExpired:
+    """The one line a query stops with (``failOnDataLoss``, the default)."""
+    return SnapshotExpired(
+        f"{lost_what(table, lost)}: their rows are lost to the query, so it stops (option "
+        "failOnDataLoss=false skips such gaps); to resume from the earliest retained "
+        "snapshot, reset the group's positions (paimon-group reset --to-earliest, "
+        "docs/operations.md) and restart the query")
 
 
 def shards_of(pieces: Mapping[int, Sequence[Piece]]) -> list[int]:

@@ -37,6 +37,9 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from paimon_group.errors import BatchExpired
+from paimon_group.member.data_loss import LostRange
+from paimon_group.reading.expiry import missing_file_error
 from paimon_group.spark.source.driver import GroupDriver
 from paimon_group.spark.source.offsets import (
     Caps,
@@ -45,7 +48,9 @@ from paimon_group.spark.source.offsets import (
     ShardRange,
     decode_offset,
     encode_offset,
+    lost_what,
     plan_ranges,
+    query_data_loss,
     same_incarnation,
     start_cursor,
 )
@@ -191,7 +196,7 @@ class PaimonGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
                         "the shards continue from the group's own positions", driver.group)
             previous = {}
         if previous:
-            driver.commit({s: r.to for s, r in previous.items()})
+            driver.commit({s: r.to for s, r in previous.items()}, _incarnation(start))
         owned = driver.owned()
         cursors = {s: start_cursor(cursor, previous.get(s)) for s, (_, cursor) in owned.items()}
         latest = driver.planner.table.latest_snapshot_id()
@@ -225,10 +230,23 @@ class PaimonGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
                 for s in sorted(ranges) if pieces.get(s)]
 
     def commit(self, end: dict[str, Any]) -> None:
-        """The fenced group commit of the batch ending at ``end`` (see GroupDriver.commit)."""
+        """The fenced group commit of the batch ending at ``end`` (see GroupDriver.commit).
+
+        An ``end`` of an earlier incarnation of the group is ignored, as
+        ``latestOffset`` ignores it: restarted from its checkpoint after the
+        group was deleted and re-created, the query gets ``latestOffset(old
+        end)``, then ``commit(old end)`` for the batch before the restart,
+        whose positions written over the new group's pinned full scan
+        skipped every snapshot between (issue 43)."""
         ranges = decode_offset(end)
-        if ranges:
-            self.driver.commit({s: r.to for s, r in ranges.items()})
+        if not ranges:
+            return
+        driver = self.driver
+        if not same_incarnation(end, driver.incarnation):
+            log.info("commit of an offset of an earlier incarnation of group %r ignored",
+                     driver.group)
+            return
+        driver.commit({s: r.to for s, r in ranges.items()}, _incarnation(end))
 
     def stop(self) -> None:
         if self._driver is not None:
@@ -255,16 +273,42 @@ def read_partition(options: SourceOptions, partition: ShardPartition,
                        + ([pa.field(n, t) for n, t in _METADATA_TYPES]
                           if options.metadata_columns else []))
     for piece in partition.pieces:
-        for batch in planner.iter_batches(piece.splits):
-            if batch.num_rows == 0:
-                continue
-            columns = list(batch.columns)
-            if options.metadata_columns:
-                n = batch.num_rows
-                columns += [pa.repeat(pa.scalar(value, typ), n) for value, (_, typ) in zip(
-                    (partition.shard, piece.snapshot, partition.epoch), _METADATA_TYPES,
-                    strict=True)]
-            yield pa.RecordBatch.from_arrays(columns, schema=schema)
+        try:
+            for batch in planner.iter_batches(piece.splits):
+                if batch.num_rows == 0:
+                    continue
+                columns = list(batch.columns)
+                if options.metadata_columns:
+                    n = batch.num_rows
+                    columns += [pa.repeat(pa.scalar(value, typ), n) for value, (_, typ) in zip(
+                        (partition.shard, piece.snapshot, partition.epoch), _METADATA_TYPES,
+                        strict=True)]
+                yield pa.RecordBatch.from_arrays(columns, schema=schema)
+        except FileNotFoundError as err:
+            _piece_gone(options, table, partition.shard, piece, err)
+
+
+def _piece_gone(options: SourceOptions, table: Any, shard: int, piece: Piece,
+                err: FileNotFoundError) -> None:
+    """A file of ``piece`` is missing: snapshot ``piece.snapshot`` expired after
+    the driver planned it (data loss: the query stops with one line, or with
+    ``failOnDataLoss=false`` the piece's rows are skipped with a WARNING), or
+    the file of a retained snapshot is gone (one line naming it)."""
+    gone = missing_file_error(table, err, shards=(shard,), first=piece.snapshot,
+                              last=piece.snapshot, full_scan=piece.kind == "initial")
+    if not isinstance(gone, BatchExpired):
+        raise gone from None
+    lost = LostRange((shard,), piece.snapshot, gone.earliest, gone.full_scan)
+    if options.fail_on_data_loss:
+        raise query_data_loss(table.identifier, lost) from None
+    log.warning("%s: skipping its rows in this micro-batch (failOnDataLoss=false): file %s "
+                "is gone, so they are lost to the query", lost_what(table.identifier, lost),
+                gone.file)
+
+
+def _incarnation(offset: dict[str, Any] | None) -> str:
+    """The incarnation of the group an offset records ("" if none)."""
+    return str((offset or {}).get("group") or "")
 
 
 def _key(offset: dict[str, Any]) -> str:
