@@ -180,3 +180,64 @@ def test_a_consumer_file_is_judged_against_the_moved_start(
     first = GroupStart(next_snapshot=7, full_scan=6, start="latest-full")
     assert file_start_moves(mirrored, first) == 0
     assert file_start_moves(mirrored, None) == 0
+
+
+@pytest.mark.asyncio
+async def test_a_shard_acquired_at_a_position_of_an_earlier_start_scans_the_moved_one(
+        tmp_path: Path) -> None:
+    """Positions record the moves of the start they derive from: a member
+    that acquires a shard whose position derives from a start the group has
+    moved past re-pins it at the moved start and scans it, once; a position
+    an operator wrote (reset: no moves recorded) is taken as it is."""
+    wh = _six_commits_over_both_shards(tmp_path)
+    url = f"sqlite://{tmp_path}/c.sqlite"
+
+    def config(member: str) -> MemberConfig:
+        return MemberConfig(group="d2b", warehouse=wh, table=TABLE, coordinator=url,
+                            member_id=member, session_timeout_s=5, poll_interval_ms=50,
+                            shards=2, on_data_loss="skip")
+
+    first = GroupMember(config("first"), auto_commit=False)
+    await first.start()
+    got: Counter[int] = Counter()
+    tasks = [asyncio.ensure_future(_consume(first, got))]
+    try:
+        await _until(lambda: set(got) >= set(range(60)))
+        await _until(lambda: first.shard_positions() == {0: 7, 1: 7})
+    finally:
+        await _stop_consuming(tasks)
+        await first.stop()
+    assert first.shard_positions() == {} and set(got) == set(range(60))
+    table = open_table(wh, TABLE)
+    write_table(table, _rows(range(60, 70)))  # snapshot 7
+    async with open_coordinator(url) as coord:
+        client = GroupClient(coord, "d2b")
+        stored = await read_group_start(client)
+        assert stored is not None and stored.full_scan == 6
+        # The group's start moved (as a member under skip moves it) to 7;
+        # shard 1's position is an operator's reset to 8 (no moves recorded).
+        moved = GroupStart(next_snapshot=8, full_scan=7, start=stored.start, moves=1,
+                           moved_from=6)
+        assert await move_group_start(client, 0, moved) == moved
+        assert await client.reset_positions({1: 8}, "test")
+    got.clear()
+    second = GroupMember(config("second"), auto_commit=False)
+    await second.start()
+    tasks = [asyncio.ensure_future(_consume(second, got))]
+    try:
+        await _until(lambda: second.shard_positions().get(0) == 8)
+        await asyncio.sleep(1.0)  # a second re-pin, or a read of shard 1, would come now
+    finally:
+        await _stop_consuming(tasks)
+        async with open_coordinator(url) as coord:
+            positions = await GroupClient(coord, "d2b").positions()
+        await second.stop()
+    # Shard 0 scanned the moved start (its rows of snapshot 7, 0..69 held by
+    # its files), once; shard 1 stayed at the reset position (nothing at 8).
+    sharding = Sharding(ShardRule.FILE, 2)
+    shard0 = [e for e in current_entries(table) if sharding.shard_of_entry(e) == 0]
+    want = sum(e.file.row_count for e in shard0)
+    assert sum(got.values()) == want and max(got.values(), default=1) == 1
+    assert (positions[0].next_snapshot, positions[0].full_scan,
+            positions[0].start_moves) == (8, None, 1)
+    assert (positions[1].next_snapshot, positions[1].start_moves) == (8, None)
