@@ -33,6 +33,7 @@ from paimon_group.member.commits import CommitLane, Commits
 from paimon_group.member.core import MemberCore
 from paimon_group.member.data_loss import LostRange, data_loss_error, skip_warning
 from paimon_group.member.head import TABLE_CHECK_S
+from paimon_group.member.moved_start import move_start, moves_group_wide, repin_stale
 from paimon_group.member.state import OwnedShard, Stop
 from paimon_group.member.watches import first_of
 from paimon_group.protocol.group_start import group_start
@@ -186,6 +187,8 @@ class ReadLoop:
         """Read back positions of uncertain commits, and resolve and pin the
         start of shards without a position (before anything is planned)."""
         await self._commits.read_back([o for o in held if o.uncertain and not o.dropped])
+        # Shards of a start the group moved past scan the moved one (file rule).
+        await repin_stale(self._core, self._commits, held)
         unresolved = [o for o in held if o.next_snapshot is None and not o.dropped]
         if unresolved:
             await self._resolve_start(unresolved)
@@ -243,6 +246,12 @@ class ReadLoop:
         extra = {"group": self._core.group_name, "member": self._core.member_id}
         if self._core.config.on_data_loss != "skip":
             raise data_loss_error(self._core.config, lost) from None
+        if full_scan and moves_group_wide(self._core):
+            # Bucket-unaware: the group's start moves, once for every shard
+            # (member/moved_start.py); under the bucket rules a shard alone
+            # re-pinned at the earliest snapshot is consistent with the rest.
+            await move_start(self._core, owned, lost)
+            return
         log.warning(skip_warning(self._core.config, lost), extra=extra)
         self._core.history.record("skip", shards=list(lost.shards), first=first, earliest=earliest,
                             full_scan=full_scan)
@@ -353,6 +362,7 @@ class ReadLoop:
         # bucket-unaware table two shards pinned at different snapshots with a
         # compaction between them would lose or repeat the rows it moved.
         start = await group_start(group, resolve)
+        self._core.observe_start(start)
         if meta is not None:
             # Beside the consumer files too, once the coordinator holds it
             # (so it outlives a wipe as they do); before anything is pinned.
@@ -372,7 +382,7 @@ class ReadLoop:
         # what landed, or resolves and pins again; nothing is read from a
         # start that was never pinned.
         await self._commits.commit({o.shard: o for o in owned}, resolved.next_snapshot,
-                           full_scan=resolved.full_scan_snapshot)
+                           full_scan=resolved.full_scan_snapshot, start_moves=start.moves)
 
     async def _deliver_all(
         self,
