@@ -123,8 +123,8 @@ def test_two_writers_at_once_never_nest_nor_let_the_former_owner_win(
         barrier.mkdir()
         errors: list[BaseException] = []
 
-        def write(rows: list[tuple[Any, ...]], sink: Path = sink, barrier: Path = barrier
-                  ) -> None:
+        def write(rows: list[tuple[Any, ...]], sink: Path = sink, barrier: Path = barrier,
+                  errors: list[BaseException] = errors) -> None:
             try:
                 write_replacing(_frame(spark, rows, barrier), str(sink))
             except BaseException as error:  # reported below
