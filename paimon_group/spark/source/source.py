@@ -37,6 +37,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from paimon_group.arrowread.nullability import relaxed
 from paimon_group.errors import BatchExpired
 from paimon_group.member.data_loss import LostRange
 from paimon_group.reading.expiry import missing_file_error
@@ -63,14 +64,13 @@ log = logging.getLogger("paimon_group.spark_source")
 
 def arrow_schema(options: SourceOptions) -> pa.Schema:
     """The rows' Arrow schema: the table's columns (``_row_kind`` first when asked),
-    then the metadata columns when asked. Every column is nullable: Spark
-    checks the batches a source returns against it, and the read path's
-    batches do not carry Paimon's NOT NULL."""
+    then the metadata columns when asked. Every column, and every field
+    inside one, is nullable (:func:`spark_fields`)."""
     from paimon_group.reading.table import ShardedTable
 
     table = ShardedTable.open(options.warehouse, options.table, options.catalog_options)
     schema = table.planner(1, include_row_kind=options.include_row_kind).schema
-    fields = [f.with_nullable(True) for f in schema]
+    fields = spark_fields(schema)
     if options.metadata_columns:
         fields += [pa.field(name, typ) for name, typ in _METADATA_TYPES]
     return pa.schema(fields)
@@ -78,6 +78,17 @@ def arrow_schema(options: SourceOptions) -> pa.Schema:
 
 _METADATA_TYPES = (("_pg_shard", pa.int32()), ("_pg_snapshot", pa.int64()),
                    ("_pg_epoch", pa.int64()))
+
+
+def spark_fields(schema: pa.Schema) -> list[pa.Field]:
+    """The table's columns as Spark is told of them: nullable, and so is
+    every field inside them. Spark checks the batches a source returns
+    against the schema and trusts its NOT NULL: the read path's batches do
+    not carry Paimon's NOT NULL of a column, and a field inside a ROW made
+    NOT NULL after files were written keeps those files' nulls
+    (``arrowread/nullability.py``), which Spark would read as a NOT NULL
+    value that is not there (a NullPointerException in its executor)."""
+    return [pa.field(f.name, relaxed(f.type), True, f.metadata) for f in schema]
 
 
 class PaimonGroupDataSource(DataSource):
@@ -269,7 +280,7 @@ def read_partition(options: SourceOptions, partition: ShardPartition,
     table = ShardedTable.open(options.warehouse, options.table, options.catalog_options)
     planner = table.planner(1, include_row_kind=options.include_row_kind,
                             projection=list(columns) if columns else None)
-    schema = pa.schema([f.with_nullable(True) for f in planner.schema]
+    schema = pa.schema(spark_fields(planner.schema)
                        + ([pa.field(n, t) for n, t in _METADATA_TYPES]
                           if options.metadata_columns else []))
     for piece in partition.pieces:
@@ -277,7 +288,8 @@ def read_partition(options: SourceOptions, partition: ShardPartition,
             for batch in planner.iter_batches(piece.splits):
                 if batch.num_rows == 0:
                     continue
-                columns = list(batch.columns)
+                columns = [c if c.type == f.type else c.cast(f.type)
+                           for c, f in zip(batch.columns, schema, strict=False)]
                 if options.metadata_columns:
                     n = batch.num_rows
                     columns += [pa.repeat(pa.scalar(value, typ), n) for value, (_, typ) in zip(
