@@ -45,7 +45,8 @@ from paimon_group.spark.source.offsets import (
     ShardRange,
     decode_offset,
     encode_offset,
-    plan_ranges,
+    moved_past_gap,
+    plan_batch,
     same_incarnation,
     start_cursor,
 )
@@ -197,9 +198,9 @@ class PaimonGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         latest = driver.planner.table.latest_snapshot_id()
         if self._target is not None and latest is not None:
             latest = min(latest, self._target)
-        reached, pieces = plan_ranges(driver.planner, cursors, latest=latest,
-                                      caps=self._caps(limit),
-                                      fail_on_data_loss=self.options.fail_on_data_loss)
+        cursors, reached, pieces = plan_batch(
+            driver.planner, cursors, latest=latest, caps=self._caps(limit),
+            fail_on_data_loss=self.options.fail_on_data_loss, config=driver.member.config)
         ranges = {s: ShardRange(shard=s, epoch=owned[s][0], next=c.next, full=c.full,
                                 to=reached[s]) for s, c in cursors.items()}
         if all(r.empty for r in ranges.values()):
@@ -217,12 +218,37 @@ class PaimonGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
             return []
         pieces = self._planned.pop(_key(end), None)
         if pieces is None:
-            cursors = {s: Cursor(next=r.next, full=r.full) for s, r in ranges.items()}
-            _, pieces = plan_ranges(self.driver.planner, cursors,
-                                    until={s: r.to for s, r in ranges.items()},
-                                    fail_on_data_loss=self.options.fail_on_data_loss)
+            pieces = self._replan(ranges)
         return [ShardPartition(s, ranges[s].epoch, pieces[s])
                 for s in sorted(ranges) if pieces.get(s)]
+
+    def _replan(self, ranges: dict[int, ShardRange]) -> dict[int, list[Piece]]:
+        """The pieces of a batch Spark re-runs from its checkpointed offset.
+
+        Its own range, except for shards whose range starts in snapshots that
+        expired since and whose group position moved past them (the
+        ``paimon-group reset`` the data-loss line gives, or a member that
+        skipped the gap): those read from the group's position (see
+        :func:`~paimon_group.spark.source.offsets.moved_past_gap`).
+        """
+        driver = self.driver
+        cursors = {s: Cursor(next=r.next, full=r.full) for s, r in ranges.items()}
+        until = {s: r.to for s, r in ranges.items()}
+        earliest = driver.planner.table.earliest_snapshot_id()
+        if earliest is not None and any(c.done_before < earliest for c in cursors.values()):
+            stored = driver.stored_cursors(
+                [s for s, c in cursors.items() if c.done_before < earliest])
+            cursors, until, moved = moved_past_gap(cursors, until, stored, earliest)
+            if moved:
+                log.warning(
+                    "re-run batch: shards %s: snapshots of table %s that it was to read expired "
+                    "(earliest retained: %d), and the group's positions of these shards moved "
+                    "past them since (paimon-group reset): it reads them from there",
+                    ", ".join(map(str, moved)), driver.planner.table.identifier, earliest)
+        _, _, pieces = plan_batch(driver.planner, cursors, until=until,
+                                  fail_on_data_loss=self.options.fail_on_data_loss,
+                                  config=driver.member.config)
+        return pieces
 
     def commit(self, end: dict[str, Any]) -> None:
         """The fenced group commit of the batch ending at ``end`` (see GroupDriver.commit)."""
