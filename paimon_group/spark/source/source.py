@@ -238,13 +238,16 @@ class PaimonGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         if earliest is not None and any(c.done_before < earliest for c in cursors.values()):
             stored = driver.stored_cursors(
                 [s for s, c in cursors.items() if c.done_before < earliest])
-            cursors, until, moved = moved_past_gap(cursors, until, stored, earliest)
+            planned = cursors
+            cursors, until, moved = moved_past_gap(planned, until, stored, earliest)
             if moved:
                 log.warning(
-                    "re-run batch: shards %s: snapshots of table %s that it was to read expired "
-                    "(earliest retained: %d), and the group's positions of these shards moved "
-                    "past them since (paimon-group reset): it reads them from there",
-                    ", ".join(map(str, moved)), driver.planner.table.identifier, earliest)
+                    "re-run batch: shards %s: snapshots %d..%d of table %s expired before it "
+                    "read them, and the group's positions moved past them since (a reset, or a "
+                    "member that skipped them): it reads these shards from the group's "
+                    "positions; the rows of the expired snapshots are lost to the query",
+                    ", ".join(map(str, moved)), min(planned[s].done_before for s in moved),
+                    earliest - 1, driver.planner.table.identifier)
         _, _, pieces = plan_batch(driver.planner, cursors, until=until,
                                   fail_on_data_loss=self.options.fail_on_data_loss,
                                   config=driver.member.config)
