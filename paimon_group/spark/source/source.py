@@ -50,7 +50,8 @@ from paimon_group.spark.source.offsets import (
     decode_offset,
     encode_offset,
     lost_what,
-    plan_ranges,
+    moved_past_gap,
+    plan_batch,
     query_data_loss,
     same_incarnation,
     start_cursor,
@@ -213,9 +214,9 @@ class PaimonGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         latest = driver.planner.table.latest_snapshot_id()
         if self._target is not None and latest is not None:
             latest = min(latest, self._target)
-        reached, pieces = plan_ranges(driver.planner, cursors, latest=latest,
-                                      caps=self._caps(limit),
-                                      fail_on_data_loss=self.options.fail_on_data_loss)
+        cursors, reached, pieces = plan_batch(
+            driver.planner, cursors, latest=latest, caps=self._caps(limit),
+            fail_on_data_loss=self.options.fail_on_data_loss, config=driver.member.config)
         ranges = {s: ShardRange(shard=s, epoch=owned[s][0], next=c.next, full=c.full,
                                 to=reached[s]) for s, c in cursors.items()}
         if all(r.empty for r in ranges.values()):
@@ -233,12 +234,40 @@ class PaimonGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
             return []
         pieces = self._planned.pop(_key(end), None)
         if pieces is None:
-            cursors = {s: Cursor(next=r.next, full=r.full) for s, r in ranges.items()}
-            _, pieces = plan_ranges(self.driver.planner, cursors,
-                                    until={s: r.to for s, r in ranges.items()},
-                                    fail_on_data_loss=self.options.fail_on_data_loss)
+            pieces = self._replan(ranges)
         return [ShardPartition(s, ranges[s].epoch, pieces[s])
                 for s in sorted(ranges) if pieces.get(s)]
+
+    def _replan(self, ranges: dict[int, ShardRange]) -> dict[int, list[Piece]]:
+        """The pieces of a batch Spark re-runs from its checkpointed offset.
+
+        Its own range, except for shards whose range starts in snapshots that
+        expired since and whose group position moved past them (the
+        ``paimon-group reset`` the data-loss line gives, or a member that
+        skipped the gap): those read from the group's position (see
+        :func:`~paimon_group.spark.source.offsets.moved_past_gap`).
+        """
+        driver = self.driver
+        cursors = {s: Cursor(next=r.next, full=r.full) for s, r in ranges.items()}
+        until = {s: r.to for s, r in ranges.items()}
+        earliest = driver.planner.table.earliest_snapshot_id()
+        if earliest is not None and any(c.done_before < earliest for c in cursors.values()):
+            stored = driver.stored_cursors(
+                [s for s, c in cursors.items() if c.done_before < earliest])
+            planned = cursors
+            cursors, until, moved = moved_past_gap(planned, until, stored, earliest)
+            if moved:
+                log.warning(
+                    "re-run batch: shards %s: snapshots %d..%d of table %s expired before it "
+                    "read them, and the group's positions moved past them since (a reset, or a "
+                    "member that skipped them): it reads these shards from the group's "
+                    "positions; the rows of the expired snapshots are lost to the query",
+                    ", ".join(map(str, moved)), min(planned[s].done_before for s in moved),
+                    earliest - 1, driver.planner.table.identifier)
+        _, _, pieces = plan_batch(driver.planner, cursors, until=until,
+                                  fail_on_data_loss=self.options.fail_on_data_loss,
+                                  config=driver.member.config)
+        return pieces
 
     def commit(self, end: dict[str, Any]) -> None:
         """The fenced group commit of the batch ending at ``end`` (see GroupDriver.commit).
@@ -312,7 +341,7 @@ def _piece_gone(options: SourceOptions, table: Any, shard: int, piece: Piece,
         raise gone from None
     lost = LostRange((shard,), piece.snapshot, gone.earliest, gone.full_scan)
     if options.fail_on_data_loss:
-        raise query_data_loss(table.identifier, lost) from None
+        raise query_data_loss(table.identifier, [lost]) from None
     log.warning("%s: skipping its rows in this micro-batch (failOnDataLoss=false): file %s "
                 "is gone, so they are lost to the query", lost_what(table.identifier, lost),
                 gone.file)
