@@ -59,7 +59,7 @@ import hashlib
 import json
 import random
 from collections import Counter
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -126,6 +126,9 @@ class SimStore:
         # commit whose fence is stale (see tests/sim/test_sim.py).
         self.plant_stale_accept = False
         self.planted_hits = 0
+        # Called with each position write as it is applied (the run's
+        # expiry under a start just pinned, tests.sim.expiry).
+        self.on_position: Callable[[PositionWrite], None] | None = None
 
     # -- sessions
 
@@ -238,6 +241,8 @@ class SimStore:
             fence=fences.get(owner_key),
             owner_create_version=None if owner is None else owner.create_version,
             t=self.now()))
+        if self.on_position is not None:
+            self.on_position(self.position_log[-1])
 
     def delete(self, key: str) -> bool:
         self.reap()

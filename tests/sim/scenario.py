@@ -50,7 +50,7 @@ from typing import Any
 from coordinators import registry
 from coordinators.base import ConnectOptions, Coordinator
 from paimon_group import GroupMember, MemberConfig
-from paimon_group.errors import HandlerFailed, TableNotFound, TableReplaced
+from paimon_group.errors import HandlerFailed, SnapshotExpired, TableNotFound, TableReplaced
 from paimon_group.protocol import commit_size
 from tests.sim.coordinator import (
     FaultPlan,
@@ -60,6 +60,7 @@ from tests.sim.coordinator import (
     SimStore,
 )
 from tests.sim.driver import drive
+from tests.sim.expiry import ExpiryPlan, LossOracle, data_loss_stop, named_snapshot
 from tests.sim.loop import START, SimDeadlock, SimLoop, SimSpin, virtual_time
 from tests.sim.table import (
     ALTER_BEFORE,
@@ -70,6 +71,7 @@ from tests.sim.table import (
     scratch_dir,
     templates,
 )
+from tests.sim.tear import Tears, torn_consumer_writes
 from tests.support import checker
 
 CHAOS_S = 24.0  # virtual seconds of schedule and faults
@@ -167,6 +169,7 @@ class Incarnation:
     start_error: BaseException | None = None
     started_at: float = 0.0
     driven: bool = False  # by tests.sim.driver, as the Spark source drives a member
+    data_loss: BaseException | None = None  # the driven query's data-loss stop
 
 
 class Run:
@@ -218,6 +221,10 @@ class Run:
         self._tasks: set[asyncio.Future[Any]] = set()
         if plant == "stale_fence":
             self.store.plant_stale_accept = True
+        # Snapshot expiry and --on-data-loss, in their own draw (tests/sim/expiry.py).
+        self.expiry = ExpiryPlan.draw(seed)
+        self.store.on_position = self._on_position
+        self.tears: Any = None  # tests.sim.tear.Tears, set by run_seed
 
     # -- members
 
@@ -231,7 +238,34 @@ class Run:
             rebalance_delay_s=self.rebalance_delay,
             shutdown_timeout_s=self.timeout_s * 5, max_handler_attempts=5,
             handler_backoff_s=0.1, max_parallel_shards=self.rng.choice([1, 2]),
-            mirror_interval_s=1.0, history_path=hist)
+            mirror_interval_s=1.0, history_path=hist, on_data_loss=self.expiry.on_data_loss)
+
+    # -- the writer, and its expiry
+
+    def _commit(self) -> int | None:
+        """The writer's next commit, then Paimon's expiry after it."""
+        n = self.wh.commit()
+        self._expire("commit")
+        return n
+
+    def _expire(self, why: str) -> None:
+        if not self.expiry.on:
+            return
+        gone = self.wh.expire(self.expiry.retain, time.monotonic(),
+                              consumer_expiration_s=self.expiry.consumer_expiration_s,
+                              pending=None if self.tears is None else self.tears.texts())
+        if gone:
+            self.stats[f"expired_at_{why}"] += len(gone)
+
+    def _on_position(self, w: Any) -> None:
+        """Sometimes the writer commits and expires soon after a start (a
+        pending full scan) is pinned, before its full scan is read."""
+        if w.full_scan is None or not self.expiry.on:
+            return
+        rng = random.Random(f"pin-bite:{self.seed}:{w.shard}:{w.epoch}:{w.full_scan}")
+        if rng.random() < self.expiry.bite:
+            self.stats["bite_pinned_start"] += 1
+            asyncio.get_running_loop().call_later(rng.uniform(0.0, 2.0), self._commit)
 
     def _record(self, inc: Incarnation, batch: Any) -> None:
         table = batch.to_arrow()
@@ -283,6 +317,13 @@ class Run:
             attempts[key] += 1
             if delay:
                 await asyncio.sleep(delay)
+            bite = random.Random(f"held-bite:{self.seed}:{inc.number}:{key}:{batch.epoch}")
+            if self.expiry.on and attempts[key] == 1 and bite.random() < self.expiry.bite:
+                # The handler waits on its downstream before pulling the rows;
+                # meanwhile the writer commits and expires.
+                self.stats["bite_held_batch"] += 1
+                await asyncio.sleep(bite.uniform(0.2, self.timeout_s * 2))
+                self._commit()
             if inc.crashed:
                 await asyncio.Event().wait()
             self._record(inc, batch)
@@ -314,6 +355,13 @@ class Run:
 
         try:
             await drive(inc.member, record, lambda: inc.crashed)
+        except SnapshotExpired as err:
+            if not data_loss_stop(err):
+                raise
+            # The query stops with its one data-loss line (failOnDataLoss).
+            inc.data_loss = err
+            inc.stopped = True
+            await inc.member.stop()
         except (FileNotFoundError, TableNotFound, TableReplaced):
             if self.dropped_at is None:
                 raise
@@ -414,12 +462,12 @@ class Run:
         loop = asyncio.get_running_loop()
         t0 = loop.time()
         for _ in range(rng.choice([0, 1, 2])):
-            self.wh.commit()
+            self._commit()
         if self.switch is not None:
             # Rows before the group's start, so that a full scan pinned at
             # snapshot F holds rows that no delta from F on has.
             for _ in range(random.Random(f"switch-pre:{self.seed}").choice([0, 2, 3])):
-                self.wh.commit()
+                self._commit()
         events: list[tuple[float, str]] = []
         t = 0.0
         while self.wh.remaining - sum(1 for _, e in events if e == "write") > 0:
@@ -458,7 +506,7 @@ class Run:
         if what in ("switch", "wipe"):
             await self._switch_coordinator(what)
         elif what == "write":
-            self.wh.commit()
+            self._commit()
         elif what == "join" and len(live) < 4:
             mid = self._free_id()
             if mid is not None:
@@ -511,6 +559,7 @@ class Run:
         self.eras.append((self.store, mirrored, len(self.incarnations)))
         self.store = SimStore()
         self.store.plant_stale_accept = self.eras[0][0].plant_stale_accept
+        self.store.on_position = self._on_position
         self.world.store = self.store
         self.stats[f"coordinator_{how}"] += 1
         for member_id in dict.fromkeys(i.member_id for i in live):
@@ -525,6 +574,9 @@ class Run:
         path = self.wh.table_dir / "consumer" / f"consumer-pg-{GROUP}-shard-{shard}"
         try:
             return int(json.loads(path.read_text())["nextSnapshot"])
+        except FileNotFoundError:
+            # Deleted by consumer.expiration-time while the shard sat there.
+            return self.wh.consumers_expired.get(path.name)
         except (OSError, ValueError, KeyError):
             return None
 
@@ -550,7 +602,7 @@ class Run:
             if self.group_before_drop:
                 await self._wait_all_stopped_after_drop()
             return
-        while self.wh.commit() is not None:
+        while self._commit() is not None:
             pass
         if not self.live():
             await self.start_member(self._free_id() or "m0")
@@ -558,14 +610,17 @@ class Run:
         latest = self.wh.committed
         while True:
             missing = self.expected_ids() - {i for d in self.deliveries for i in d["ids"]}
+            missing -= self._excused(missing)
             positions = self._stored_positions()
             behind = {s: p for s, p in positions.items() if p != (latest + 1, None)}
             behind.update({s: None for s in range(self.shards) if s not in positions
                            and self._consumer_file(s) != latest + 1})
             failed = [i for i in self.incarnations if i.member.error is not None
                       and not i.crashed]
-            if failed:
-                return  # reported by the liveness check
+            if failed or self._data_loss_stops():
+                # Reported by the liveness check; a group stopped on data
+                # loss (--on-data-loss fail) waits for an operator's reset.
+                return
             if not missing and not behind:
                 self.stats["settled_after_s"] = round(loop.time() - (deadline - SETTLE_BOUND_S),
                                                       3)
@@ -658,9 +713,13 @@ class Run:
             if task is not None and task.done() and not task.cancelled() \
                     and task.exception() is not None and not inc.crashed \
                     and inc.member.error is None:
+                err = task.exception()
+                assert err is not None
                 v["consumer_died"].append(f"{inc.member_id}#{inc.number}: "
-                                          f"{type(task.exception()).__name__}: "
-                                          f"{task.exception()}")
+                                          f"{type(err).__name__}: {err}"
+                                          f"{_hole_hint(err, self.wh, inc.driven)}")
+            if inc.data_loss is not None and not inc.crashed:
+                self._check_data_loss_stop(inc, inc.data_loss)
             err = inc.member.error
             if err is None or inc.crashed:
                 continue
@@ -669,8 +728,12 @@ class Run:
                 # says so is counted (docs/reliability.md).
                 self.stats[f"stopped_by:{_stop_reason(err)}"] += 1
                 continue
+            if data_loss_stop(err):
+                self._check_data_loss_stop(inc, err)
+                continue
             v["member_failed"].append(f"{inc.member_id}#{inc.number}: {type(err).__name__}: "
-                                      f"{err}")
+                                      f"{err}{_cause_text(err)}"
+                                      f"{_hole_hint(err, self.wh, inc.driven)}")
         if dropped and self.group_before_drop:
             for d in self.deliveries:
                 if d["t"] > self.dropped_at + DROP_NOTICE_BOUND_S:
@@ -679,6 +742,20 @@ class Run:
                         f"t+{d['t'] - self.dropped_at:.1f}s after the table was "
                         f"{self.table_fate}ed")
                     break
+
+    def _check_data_loss_stop(self, inc: Incarnation, err: BaseException) -> None:
+        """A member that stopped with the data-loss line: expected under
+        ``fail`` when the snapshot it names did expire."""
+        first = named_snapshot(err)
+        if self.expiry.on_data_loss == "skip":
+            self.violations["data_loss_stop_under_skip"].append(
+                f"{inc.member_id}#{inc.number} stopped on data loss under --on-data-loss skip: "
+                f"{err}")
+        elif first not in self.wh.expired_at:
+            self.violations["data_loss_unfounded"].append(
+                f"{inc.member_id}#{inc.number}: snapshot {first} did not expire: {err}")
+        else:
+            self.stats["data_loss_stops"] += 1
 
     def expected_ids(self) -> set[int]:
         """The ids the group must deliver: each shard's rows from where its
@@ -764,8 +841,69 @@ class Run:
             for name, items in found.items():
                 results[name].extend(items)
             lo = hi
-        results["lost"] = checker.lost_rows(written, history)
+        results["lost"] = self._lost_rows(written, history)
         return results
+
+    # -- what expiry may cost (tests/sim/expiry.py)
+
+    def oracle(self) -> LossOracle:
+        return LossOracle(self.wh, self.shards,
+                          [w for store in self._stores() for w in store.position_log])
+
+    def _data_loss_stops(self) -> list[Incarnation]:
+        return [i for i in self.incarnations if not i.crashed and (
+            data_loss_stop(i.member.error) or i.data_loss is not None)]
+
+    def _excuse(self, oracle: LossOracle, i: int, snapshots: list[int]) -> str | None:
+        """Why row ``i`` (its versions written in ``snapshots``) may be
+        missing: under skip, a carrier expired before its shard read it;
+        under fail, once a member stopped on data loss, its shard never
+        moved past it. None: it may not."""
+        if self.expiry.on_data_loss == "skip":
+            for s in snapshots:
+                why = oracle.excuse_skip(i, s)
+                if why is not None:
+                    return why
+        return self._unread(oracle, i, snapshots)
+
+    def _unread(self, oracle: LossOracle, i: int, snapshots: list[int]) -> str | None:
+        """A group that stopped (on data loss, or a member failed: reported
+        as such) never read what it had not reached; that is not lost."""
+        stopped = self._data_loss_stops() or [
+            inc for inc in self.incarnations if not inc.crashed and inc.member.error is not None]
+        if stopped and any(oracle.unread_under_fail(i, s) for s in snapshots):
+            return "not read: the group stopped before it"
+        return None
+
+    def _excused(self, ids: set[int]) -> set[int]:
+        if not ids:
+            return set()
+        oracle = self.oracle()
+        return {i for i in ids if i in self.wh.versions and self._excuse(
+            oracle, i, [s for s, _v in self.wh.versions[i]]) is not None}
+
+    def _lost_rows(self, written: set[int], history: checker.History) -> list[str]:
+        """Rows never delivered, each named with its shard and why it is not
+        explained by expiry (``lost``); those explained are counted."""
+        missing = written - set(history.delivered_counts())
+        if not missing:
+            return []
+        excused = self._excused(missing)
+        self.stats["rows_lost_to_expiry"] += len(excused)
+        bad = sorted(missing - excused)
+        if not bad:
+            return []
+        oracle = self.oracle()
+        out = [f"{len(bad)} rows never delivered, e.g. {bad[:10]}"]
+        for i in bad[:8]:
+            first = self.wh.versions[i][0][0] if i in self.wh.versions else None
+            shard = self.wh.shard_of(i, self.shards)
+            why = "no snapshot expired" if not self.wh.expired_at or first is None else \
+                oracle.why_not_excused(i, first)
+            out.append(f"id {i} (shard {shard}, written in snapshot {first}) never delivered, "
+                       f"final position {oracle.final(shard)}, on-data-loss "
+                       f"{self.expiry.on_data_loss}: {why}")
+        return out
 
     def _check_file_shards(self) -> list[str]:
         """Under the file rule a row is delivered by the shard of a file that
@@ -798,8 +936,13 @@ class Run:
                                f"version v={self.wh.versions[i][0][1]}")
         if self.kind == "first-row":
             return bad[:10]
+        oracle = self.oracle()
         for i in sorted(expected):
             want = self.wh.versions[i][-1][1]
+            if seen[i] and want not in seen[i] and self._excuse(
+                    oracle, i, [self.wh.versions[i][-1][0]]) is not None:
+                self.stats["versions_lost_to_expiry"] += 1
+                continue
             if seen[i] and want not in seen[i]:
                 bad.append(f"key {i}: latest version v={want} never delivered (delivered "
                            f"{sorted(seen[i])}; versions {self.wh.versions[i]})")
@@ -853,7 +996,9 @@ def run_seed(seed: int, *, plant: str | None = None, keep: bool = False,
         with virtual_time(loop.clock):
             asyncio.set_event_loop(loop)
             run = Run(seed, root, plant)
-            with _sim_scheme(run.world), _shards_per_commit(run.shards_per_commit):
+            run.tears = Tears(seed, loop.clock, loop)
+            with _sim_scheme(run.world), _shards_per_commit(run.shards_per_commit), \
+                    torn_consumer_writes(run.tears):
                 try:
                     loop.run_until_complete(asyncio.wait_for(_main(run), RUN_LIMIT_S))
                 except SimSpin as err:
@@ -879,12 +1024,52 @@ def run_seed(seed: int, *, plant: str | None = None, keep: bool = False,
     stats.update(kind=run.kind, shards=run.shards, timeout_s=run.timeout_s, start=run.start,
                  rebalance_delay_s=run.rebalance_delay, shards_per_commit=run.shards_per_commit,
                  fault_rate=run.fault_rate, table=run.table_fate,
-                 incarnations=len(run.incarnations), deliveries=len(run.deliveries))
+                 incarnations=len(run.incarnations), deliveries=len(run.deliveries),
+                 expiry=run.expiry.mode, retain=run.expiry.retain,
+                 consumer_expiration_s=run.expiry.consumer_expiration_s,
+                 on_data_loss=run.expiry.on_data_loss, expired=len(run.wh.expired_at),
+                 torn_writes=run.tears.torn if run.tears else 0,
+                 torn_reads=run.tears.torn_reads if run.tears else 0)
     if plant == "stale_fence":
         stats["planted_hits"] = run.store.planted_hits
     return SeedResult(seed, {k: list(v) for k, v in run.violations.items()},
                       Counter(run.plan.counts), stats, virtual,
                       time.perf_counter() - wall, run.digest())
+
+
+def _cause_text(err: BaseException) -> str:
+    """The chain of causes of a member's error (a FileNotFoundError under a
+    HandlerFailed says which file was gone)."""
+    parts = []
+    cause = err.__cause__ or err.__context__
+    while cause is not None and len(parts) < 3:
+        parts.append(f"{type(cause).__name__}: {cause}")
+        cause = cause.__cause__ or cause.__context__
+    return "".join(f" <- {p}" for p in parts)
+
+
+def _hole_hint(err: BaseException, wh: ReplayWarehouse, driven: bool) -> str:
+    """What a member's failure looks like (issue 37's holes), to classify
+    the seeds that find one: a held batch's data file deleted by expiry
+    (D1), a manifest list of an expired snapshot planned from a remembered
+    text (D4)."""
+    chain: list[BaseException] = []
+    e: BaseException | None = err
+    while e is not None and len(chain) < 5:
+        chain.append(e)
+        e = e.__cause__ or e.__context__
+    missing = [c for c in chain if isinstance(c, FileNotFoundError)]
+    if isinstance(err, SnapshotExpired) and not data_loss_stop(err):
+        how = "the Spark source's query" if driven else "the member"
+        return f" [expiry: {how} stopped without the data-loss line nor a skip]"
+    if not missing or not wh.expired_at:
+        return ""
+    text = str(missing[0])
+    if isinstance(err, HandlerFailed) or ".parquet" in text or ".orc" in text:
+        return " [expiry: a data file of a held batch deleted (D1)]"
+    if "manifest" in text:
+        return " [expiry: a manifest (list) of an expired snapshot read (D4)]"
+    return " [expiry: a file of an expired snapshot]"
 
 
 def _stop_reason(err: BaseException) -> str:
