@@ -205,6 +205,12 @@ class Run:
         self.switch = random.Random(f"switch:{seed}").choices(
             [None, "switch", "wipe"], [5, 2, 3])[0]
         self.eras: list[tuple[SimStore, set[int], int]] = []
+        self.era_ends: list[float] = []  # the instant of each switch
+        # Half the wipes come right after the first start is pinned (while
+        # its consumer file is written: tests/sim/tear.py), in its own draw.
+        self.wipe_at_pin = self.switch == "wipe" and \
+            random.Random(f"switch-pin:{seed}").random() < 0.5
+        self.switched_early = False
         # Shards per commit, in its own draw: 2 puts a member's 2-4 shards in
         # several commits (as 32 do a member of more than 32 shards).
         self.shards_per_commit = random.Random(f"commit:{seed}").choice([2, 32])
@@ -258,14 +264,32 @@ class Run:
             self.stats[f"expired_at_{why}"] += len(gone)
 
     def _on_position(self, w: Any) -> None:
-        """Sometimes the writer commits and expires soon after a start (a
-        pending full scan) is pinned, before its full scan is read."""
-        if w.full_scan is None or not self.expiry.on:
+        """Faults timed by the positions the store applies: the writer
+        commits and expires soon after a start (a pending full scan) is
+        pinned, or right after a shard read its start while another shard's
+        start is not pinned yet (their pins straddle the expiry); and a
+        wipe right after a start was pinned, while its consumer file is
+        being written."""
+        loop = asyncio.get_running_loop()
+        if w.full_scan is not None and self.wipe_at_pin and not self.eras \
+                and not self.switched_early:
+            self.switched_early = True
+            self.stats["wipe_at_pin"] += 1
+            loop.call_later(random.Random(f"wipe-at:{self.seed}").uniform(0.005, 0.1),
+                            lambda: self._background(self._switch_coordinator("wipe")))
+        if not self.expiry.on:
             return
-        rng = random.Random(f"pin-bite:{self.seed}:{w.shard}:{w.epoch}:{w.full_scan}")
-        if rng.random() < self.expiry.bite:
-            self.stats["bite_pinned_start"] += 1
-            asyncio.get_running_loop().call_later(rng.uniform(0.0, 2.0), self._commit)
+        rng = random.Random(f"pin-bite:{self.seed}:{w.shard}:{w.epoch}:{w.full_scan}:"
+                            f"{w.next_snapshot}")
+        if w.full_scan is not None:
+            if rng.random() < self.expiry.bite:
+                self.stats["bite_pinned_start"] += 1
+                loop.call_later(rng.uniform(0.0, 2.0), self._commit)
+            return
+        pinned = {x.shard for x in self.store.position_log}
+        if len(pinned) < self.shards and rng.random() < self.expiry.bite:
+            self.stats["bite_unpinned_start"] += 1
+            loop.call_soon(self._commit)
 
     def _record(self, inc: Incarnation, batch: Any) -> None:
         table = batch.to_arrow()
@@ -419,6 +443,9 @@ class Run:
         self._kill(inc)
 
     def _kill(self, inc: Incarnation) -> None:
+        mirror = getattr(inc.member, "_mirror", None)
+        if self.tears is not None and mirror is not None:
+            self.tears.abandon(mirror._file_io)
         inc.member.history.record = lambda *a, **k: None  # type: ignore[method-assign]
         # A killed process's files are closed by the system: without this a
         # worker running thousands of seeds ran out of descriptors (seed 19902
@@ -504,7 +531,8 @@ class Run:
         rng = self.rng
         live = self.live()
         if what in ("switch", "wipe"):
-            await self._switch_coordinator(what)
+            if not self.switched_early:
+                await self._switch_coordinator(what)
         elif what == "write":
             self._commit()
         elif what == "join" and len(live) < 4:
@@ -557,6 +585,7 @@ class Run:
         mirrored = {k for k in range(self.shards)
                     if (consumer_dir / f"consumer-pg-{GROUP}-shard-{k}").exists()}
         self.eras.append((self.store, mirrored, len(self.incarnations)))
+        self.era_ends.append(time.monotonic())
         self.store = SimStore()
         self.store.plant_stale_accept = self.eras[0][0].plant_stale_accept
         self.store.on_position = self._on_position
@@ -610,7 +639,7 @@ class Run:
         latest = self.wh.committed
         while True:
             missing = self.expected_ids() - {i for d in self.deliveries for i in d["ids"]}
-            missing -= self._excused(missing)
+            missing -= set(self._excused(missing))
             positions = self._stored_positions()
             behind = {s: p for s, p in positions.items() if p != (latest + 1, None)}
             behind.update({s: None for s in range(self.shards) if s not in positions
@@ -762,7 +791,13 @@ class Run:
         start was first pinned (``latest`` skips what came before; a full
         scan of snapshot F holds every row of the snapshots up to F)."""
         first: dict[int, tuple[int, int | None]] = {}
-        for store, mirrored, _n in self.eras:
+        for k, (store, mirrored, _n) in enumerate(self.eras):
+            if not self._files_left(k, mirrored):
+                # Every consumer file of the group expired (consumer.expiration-
+                # time) before the group was created again: it is a new group,
+                # which starts as configured; what came before is forgotten.
+                first = {}
+                continue
             # A pin the switch lost with the coordinator (no consumer file
             # yet) did not happen: the shard starts anew, as configured.
             for w in store.position_log:
@@ -780,6 +815,15 @@ class Run:
             if full is not None or any(snapshot >= start for snapshot, _v in versions):
                 out.add(i)
         return out
+
+    def _files_left(self, era: int, mirrored: set[int]) -> bool:
+        """Whether a consumer file of the group was left when the group was
+        created again after switch ``era`` (its next store's first position)."""
+        after = self._stores()[era + 1].position_log
+        created = after[0].t if after else float("inf")
+        gone = {int(name.rsplit("-", 1)[1]) for t, name in self.wh.consumers_deleted
+                if self.era_ends[era] <= t <= created and name.rsplit("-", 1)[1].isdigit()}
+        return bool(mirrored - gone)
 
     def _check_truth(self) -> list[str]:
         """Each store's own log of applied positions (a fresh store after a
@@ -875,12 +919,18 @@ class Run:
             return "not read: the group stopped before it"
         return None
 
-    def _excused(self, ids: set[int]) -> set[int]:
+    def _excused(self, ids: set[int]) -> dict[int, str]:
+        """The ids of ``ids`` that may be missing, with why."""
         if not ids:
-            return set()
+            return {}
         oracle = self.oracle()
-        return {i for i in ids if i in self.wh.versions and self._excuse(
-            oracle, i, [s for s, _v in self.wh.versions[i]]) is not None}
+        out = {}
+        for i in ids:
+            if i in self.wh.versions:
+                why = self._excuse(oracle, i, [s for s, _v in self.wh.versions[i]])
+                if why is not None:
+                    out[i] = why
+        return out
 
     def _lost_rows(self, written: set[int], history: checker.History) -> list[str]:
         """Rows never delivered, each named with its shard and why it is not
@@ -889,8 +939,10 @@ class Run:
         if not missing:
             return []
         excused = self._excused(missing)
-        self.stats["rows_lost_to_expiry"] += len(excused)
-        bad = sorted(missing - excused)
+        for why in excused.values():
+            self.stats["rows_lost_to_expiry" if why.startswith("snapshot")
+                       else "rows_unread_group_stopped"] += 1
+        bad = sorted(missing - set(excused))
         if not bad:
             return []
         oracle = self.oracle()
@@ -900,9 +952,11 @@ class Run:
             shard = self.wh.shard_of(i, self.shards)
             why = "no snapshot expired" if not self.wh.expired_at or first is None else \
                 oracle.why_not_excused(i, first)
+            torn = " [its shard's consumer file was read torn while it marked a pending full " \
+                "scan (D3)]" if self.tears and shard in self.tears.torn_full_scans else ""
             out.append(f"id {i} (shard {shard}, written in snapshot {first}) never delivered, "
                        f"final position {oracle.final(shard)}, on-data-loss "
-                       f"{self.expiry.on_data_loss}: {why}")
+                       f"{self.expiry.on_data_loss}: {why}{torn}")
         return out
 
     def _check_file_shards(self) -> list[str]:
@@ -1025,11 +1079,12 @@ def run_seed(seed: int, *, plant: str | None = None, keep: bool = False,
                  rebalance_delay_s=run.rebalance_delay, shards_per_commit=run.shards_per_commit,
                  fault_rate=run.fault_rate, table=run.table_fate,
                  incarnations=len(run.incarnations), deliveries=len(run.deliveries),
-                 expiry=run.expiry.mode, retain=run.expiry.retain,
+                 expiry=run.expiry.mode, retain=str(run.expiry.retain),
                  consumer_expiration_s=run.expiry.consumer_expiration_s,
                  on_data_loss=run.expiry.on_data_loss, expired=len(run.wh.expired_at),
                  torn_writes=run.tears.torn if run.tears else 0,
-                 torn_reads=run.tears.torn_reads if run.tears else 0)
+                 torn_reads=run.tears.torn_reads if run.tears else 0,
+                 torn_left_empty=run.tears.abandoned if run.tears else 0)
     if plant == "stale_fence":
         stats["planted_hits"] = run.store.planted_hits
     return SeedResult(seed, {k: list(v) for k, v in run.violations.items()},
@@ -1040,7 +1095,7 @@ def run_seed(seed: int, *, plant: str | None = None, keep: bool = False,
 def _cause_text(err: BaseException) -> str:
     """The chain of causes of a member's error (a FileNotFoundError under a
     HandlerFailed says which file was gone)."""
-    parts = []
+    parts: list[str] = []
     cause = err.__cause__ or err.__context__
     while cause is not None and len(parts) < 3:
         parts.append(f"{type(cause).__name__}: {cause}")
@@ -1051,14 +1106,17 @@ def _cause_text(err: BaseException) -> str:
 def _hole_hint(err: BaseException, wh: ReplayWarehouse, driven: bool) -> str:
     """What a member's failure looks like (issue 37's holes), to classify
     the seeds that find one: a held batch's data file deleted by expiry
-    (D1), a manifest list of an expired snapshot planned from a remembered
-    text (D4)."""
+    (D1), a consumer file torn by an in-place rewrite (D3), a manifest list
+    of an expired snapshot planned from a remembered text (D4), an expired
+    snapshot that stopped a member without the data-loss line."""
     chain: list[BaseException] = []
     e: BaseException | None = err
     while e is not None and len(chain) < 5:
         chain.append(e)
         e = e.__cause__ or e.__context__
     missing = [c for c in chain if isinstance(c, FileNotFoundError)]
+    if any("Retry fail after" in str(c) for c in chain):
+        return " [a consumer file left empty by a rewrite killed midway, unreadable (D3)]"
     if isinstance(err, SnapshotExpired) and not data_loss_stop(err):
         how = "the Spark source's query" if driven else "the member"
         return f" [expiry: {how} stopped without the data-loss line nor a skip]"

@@ -244,14 +244,17 @@ def _build(root: Path, kind: str, *, first_id: int, snapshots: int,
             compactions.append(snapshot)
     table = open_table(root, TABLE)
     rule = choose_rule(table, table_kind(table, TABLE))
-    refs, live = _snapshot_files(table)
+    refs, live = _snapshot_files(table, locs)
     return Template(root, kind, ids, values, first, locs, extra_from, rule, tuple(compactions),
                     refs, live)
 
 
-def _snapshot_files(table: Any) -> tuple[dict[int, frozenset[str]], dict[int, frozenset[Location]]]:
+def _snapshot_files(table: Any, ids: dict[int, set[Location]]
+                    ) -> tuple[dict[int, frozenset[str]], dict[int, frozenset[Location]]]:
     """What each snapshot of ``table`` references, as Paimon's expiry sees it
-    (a file no retained snapshot references is deleted with the snapshots)."""
+    (a file no retained snapshot references is deleted with the snapshots);
+    the ids of files written by a compaction are added to ``ids``."""
+    import pyarrow.parquet as pq
     from pypaimon.manifest.manifest_file_manager import ManifestFileManager
     from pypaimon.manifest.manifest_list_manager import ManifestListManager
 
@@ -268,9 +271,15 @@ def _snapshot_files(table: Any) -> tuple[dict[int, frozenset[str]], dict[int, fr
         manifests = lists.read_all(snapshot)
         out |= {f"manifest/{m.file_name}" for m in manifests}
         locs: set[Location] = set()
+        known = {loc for held in ids.values() for loc in held}
         for e in files.read_entries_parallel(manifests, drop_stats=False):
             out.add(_data_path(table, e)[len(base) + 1:])
-            locs.add((tuple(e.partition.values), int(e.bucket), str(e.file.file_name)))
+            loc = (tuple(e.partition.values), int(e.bucket), str(e.file.file_name))
+            locs.add(loc)
+            if loc not in known:  # a compaction's output
+                path = _data_path(table, e)
+                for i in pq.ParquetFile(path).read(columns=["id"]).column("id").to_pylist():
+                    ids.setdefault(int(i), set()).add(loc)
         refs[n], live[n] = frozenset(out), frozenset(locs)
         n += 1
     return refs, live
@@ -351,6 +360,7 @@ class ReplayWarehouse:
     _consumer_seen: dict[str, tuple[tuple[int, int, int], float]] = field(default_factory=dict)
     # consumer file name -> its nextSnapshot when consumer expiration deleted it
     consumers_expired: dict[str, int] = field(default_factory=dict)
+    consumers_deleted: list[tuple[float, str]] = field(default_factory=list)  # (instant, name)
 
     def __post_init__(self) -> None:
         self.current = self.main
@@ -457,6 +467,7 @@ class ReplayWarehouse:
                 path.unlink(missing_ok=True)
                 self._consumer_seen.pop(path.name, None)
                 self.consumers_expired[path.name] = value
+                self.consumers_deleted.append((now, path.name))
                 continue
             self.consumers_expired.pop(path.name, None)
             least = value if least is None else min(least, value)

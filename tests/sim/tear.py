@@ -10,8 +10,8 @@ resuming meanwhile reads the empty file. ``time.sleep`` on the loop's thread
 moves the virtual clock (pypaimon's consumer reader retries after 0.2 s) and
 completes the rewrites that are due. A rewrite that another replaces first
 is dropped; the rewrite of a file deleted meanwhile (consumer expiration, a
-dropped table) does not bring it back. The process that wrote is treated as
-having finished its write even if it crashes in the window.
+dropped table) does not bring it back. A process killed in the window
+(:meth:`Tears.abandon`) never writes the text: the file stays empty.
 
 A writer that writes atomically (a temporary file renamed over the old one)
 never passes through ``overwrite_file_utf8`` on the consumer file's own
@@ -32,7 +32,8 @@ from typing import Any
 
 from tests.sim.loop import SimClock
 
-CONSUMER_FILE = re.compile(r"/consumer/consumer-[^/]+$")
+CONSUMER_FILE = re.compile(r"/consumer/consumer-pg-[^/]+-shard-\d+$")
+FULL_SCAN_MARK = "paimonGroupFullScan"  # paimon_group.reading.mirror.FULL_SCAN_FIELD
 
 
 class Tears:
@@ -40,15 +41,18 @@ class Tears:
         self.rng = random.Random(f"tear:{seed}")
         self.clock = clock
         self.loop = loop
-        # path -> (due, text, token)
-        self.pending: dict[str, tuple[float, str, int]] = {}
+        # path -> (due, text, token, writer: the id of the writing member's FileIO)
+        self.pending: dict[str, tuple[float, str, int, int]] = {}
         self._token = 0
         self.torn = 0  # rewrites split
         self.torn_reads = 0  # reads that saw a torn file
+        self.abandoned = 0  # rewrites whose writer was killed in the window: left empty
+        # shards whose file was read torn while its text marked a pending full scan
+        self.torn_full_scans: set[int] = set()
 
     def texts(self) -> dict[str, str]:
         """Path (on the file system) -> the text being written."""
-        return {p: text for p, (_due, text, _t) in self.pending.items()}
+        return {p: text for p, (_due, text, _t, _w) in self.pending.items()}
 
     def write(self, real: Callable[..., Any], file_io: Any, path: str, content: str) -> None:
         fs_path = str(file_io.to_filesystem_path(path))
@@ -61,7 +65,7 @@ class Tears:
         self._token += 1
         token = self._token
         due = self.clock.now + self.rng.uniform(0.001, 0.3)
-        self.pending[fs_path] = (due, content, token)
+        self.pending[fs_path] = (due, content, token, id(file_io))
         self.torn += 1
         self.loop.call_at(due, self._finish, fs_path, token)
 
@@ -74,15 +78,27 @@ class Tears:
             with open(fs_path, "w", encoding="utf-8") as f:
                 f.write(entry[1])
 
+    def abandon(self, file_io: Any) -> None:
+        """The writing process was killed: its rewrites in flight never
+        complete (the files stay truncated, empty)."""
+        for fs_path, entry in list(self.pending.items()):
+            if entry[3] == id(file_io):
+                del self.pending[fs_path]
+                self.abandoned += 1
+
     def flush(self) -> None:
-        for fs_path, (due, _text, token) in list(self.pending.items()):
+        for fs_path, (due, _text, token, _w) in list(self.pending.items()):
             if due <= self.clock.now:
                 self._finish(fs_path, token)
 
     def read(self, real: Callable[..., Any], file_io: Any, path: str) -> Any:
         fs_path = str(file_io.to_filesystem_path(path))
-        if fs_path in self.pending:
+        entry = self.pending.get(fs_path)
+        if entry is not None:
             self.torn_reads += 1
+            if FULL_SCAN_MARK in entry[1]:
+                shard = fs_path.rsplit("-", 1)[1]
+                self.torn_full_scans.add(int(shard) if shard.isdigit() else -1)
         return real(file_io, path)
 
     def sleep(self, real: Callable[[float], None], seconds: float) -> None:
@@ -100,14 +116,14 @@ def torn_consumer_writes(tears: Tears) -> Iterator[None]:
     real_write = FileIO.overwrite_file_utf8
     real_read = FileIO.read_file_utf8
     real_sleep = time.sleep
-    FileIO.overwrite_file_utf8 = (  # type: ignore[method-assign]
+    FileIO.overwrite_file_utf8 = (
         lambda self, path, content: tears.write(real_write, self, path, content))
-    FileIO.read_file_utf8 = (  # type: ignore[method-assign]
+    FileIO.read_file_utf8 = (
         lambda self, path: tears.read(real_read, self, path))
-    time.sleep = lambda s: tears.sleep(real_sleep, s)
+    time.sleep = lambda s: tears.sleep(real_sleep, float(s))
     try:
         yield
     finally:
-        FileIO.overwrite_file_utf8 = real_write  # type: ignore[method-assign]
-        FileIO.read_file_utf8 = real_read  # type: ignore[method-assign]
+        FileIO.overwrite_file_utf8 = real_write
+        FileIO.read_file_utf8 = real_read
         time.sleep = real_sleep
