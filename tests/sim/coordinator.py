@@ -129,6 +129,8 @@ class SimStore:
         # Called with each position write as it is applied (the run's
         # expiry under a start just pinned, tests.sim.expiry).
         self.on_position: Callable[[PositionWrite], None] | None = None
+        # The group's start as created: (instant, next_snapshot, full_scan).
+        self.start_log: list[tuple[float, int, int | None]] = []
 
     # -- sessions
 
@@ -195,6 +197,9 @@ class SimStore:
         row = _Row(value, rev, rev, session)
         self.kv[key] = row
         self._touch(key, rev)
+        if key.endswith("/start") and key.count("/") == 2:  # groups/<g>/start
+            data = json.loads(value)
+            self.start_log.append((self.now(), int(data["next_snapshot"]), data.get("full_scan")))
         return self._entry(key, row)
 
     def _holds(self, check: Check) -> bool:

@@ -20,8 +20,10 @@ missing:
 * under ``skip``: only if a snapshot that *carried* it (whose delta, or full
   scan, would deliver it to a shard) expired while that shard's committed
   position had not passed that snapshot (the position the store held at
-  the expiry's instant): the rows of an expired snapshot are lost to the
-  shards that had not read it, nothing else;
+  the expiry's instant; a shard without one yet is at the group's start
+  once that is stored, ``groups/<g>/start``, since every shard of the group
+  starts from it): the rows of an expired snapshot are lost to the shards
+  that had not read it, nothing else;
 * under ``fail``: only if the shard's committed position never passed it
   (nothing is skipped; the member stops with the one data-loss line).
 
@@ -90,24 +92,32 @@ Position = tuple[int, int | None]  # (next_snapshot, full_scan)
 
 
 class LossOracle:
-    def __init__(self, wh: ReplayWarehouse, shards: int, writes: Iterable[PositionWrite]) -> None:
+    def __init__(self, wh: ReplayWarehouse, shards: int, writes: Iterable[PositionWrite],
+                 starts: Iterable[tuple[float, int, int | None]] = ()) -> None:
         self.wh = wh
         self.shards = shards
         self.log: dict[int, list[tuple[float, Position]]] = defaultdict(list)
         for w in sorted(writes, key=lambda w: w.t):
             self.log[w.shard].append((w.t, (w.next_snapshot, w.full_scan)))
+        self.starts = sorted(starts)
         self._ids_of: dict[Location, set[int]] = defaultdict(set)
         for i, locs in wh.main.locs.items():
             for loc in locs:
                 self._ids_of[loc].add(i)
 
     def position_at(self, shard: int, t: float) -> Position | None:
-        """The shard's committed position at ``t`` (None: never pinned yet)."""
+        """The shard's committed position at ``t``; a shard without one is at
+        the group's start once it is stored (every shard of a group starts
+        from it, whoever pins it and when); None: neither yet."""
         found = None
         for at, pos in self.log.get(shard, ()):
             if at > t:
                 break
             found = pos
+        if found is None:
+            for at, nxt, full in self.starts:
+                if at <= t:
+                    found = (nxt, full)
         return found
 
     def final(self, shard: int) -> Position | None:

@@ -644,9 +644,7 @@ class Run:
             behind = {s: p for s, p in positions.items() if p != (latest + 1, None)}
             behind.update({s: None for s in range(self.shards) if s not in positions
                            and self._consumer_file(s) != latest + 1})
-            failed = [i for i in self.incarnations if i.member.error is not None
-                      and not i.crashed]
-            if failed or self._data_loss_stops():
+            if self._failed() or self._data_loss_stops():
                 # Reported by the liveness check; a group stopped on data
                 # loss (--on-data-loss fail) waits for an operator's reset.
                 return
@@ -891,8 +889,15 @@ class Run:
     # -- what expiry may cost (tests/sim/expiry.py)
 
     def oracle(self) -> LossOracle:
-        return LossOracle(self.wh, self.shards,
-                          [w for store in self._stores() for w in store.position_log])
+        """The oracle over the positions of the group as it is now: a group
+        created anew after every consumer file of it expired starts afresh."""
+        stores = self._stores()
+        forgotten = [k for k, (_s, mirrored, _n) in enumerate(self.eras)
+                     if not self._files_left(k, mirrored)]
+        if forgotten:
+            stores = stores[forgotten[-1] + 1:]
+        return LossOracle(self.wh, self.shards, [w for store in stores for w in store.position_log],
+                          [x for store in stores for x in store.start_log])
 
     def _data_loss_stops(self) -> list[Incarnation]:
         return [i for i in self.incarnations if not i.crashed and (
@@ -913,11 +918,18 @@ class Run:
     def _unread(self, oracle: LossOracle, i: int, snapshots: list[int]) -> str | None:
         """A group that stopped (on data loss, or a member failed: reported
         as such) never read what it had not reached; that is not lost."""
-        stopped = self._data_loss_stops() or [
-            inc for inc in self.incarnations if not inc.crashed and inc.member.error is not None]
+        stopped = self._data_loss_stops() or self._failed()
         if stopped and any(oracle.unread_under_fail(i, s) for s in snapshots):
             return "not read: the group stopped before it"
         return None
+
+    def _failed(self) -> list[Incarnation]:
+        """Members that failed, or whose consumer died (reported as such):
+        what they held was not read on."""
+        return [inc for inc in self.incarnations if not inc.crashed and (
+            inc.member.error is not None or (
+                inc.task is not None and inc.task.done() and not inc.task.cancelled()
+                and inc.task.exception() is not None))]
 
     def _excused(self, ids: set[int]) -> dict[int, str]:
         """The ids of ``ids`` that may be missing, with why."""
@@ -1137,6 +1149,8 @@ def _stop_reason(err: BaseException) -> str:
     error of a read of the vanished table."""
     if isinstance(err, TableNotFound | TableReplaced):
         return type(err).__name__
+    if data_loss_stop(err):
+        return "data loss (--on-data-loss fail)"  # before the table changed
     if isinstance(err, HandlerFailed) and isinstance(err.__cause__, FileNotFoundError):
         return "HandlerFailed(files gone)"
     return f"other:{type(err).__name__}"

@@ -43,6 +43,19 @@ def test_seeds_hold_every_invariant() -> None:
         # Every table kind ran.
         for kind in KINDS:
             assert summary.events[f"kind_{kind}_seeds"] > 0, (kind, summary.events)
+        # Snapshots expired under members holding a batch, a pinned start,
+        # a start not pinned yet, with consumer files protecting or expiring,
+        # under --on-data-loss fail and skip; a wipe came while a start's
+        # consumer file was being rewritten; rows were lost to expiry (and
+        # allowed by the oracle) and members stopped on data loss.
+        for event in ("bite_held_batch", "bite_pinned_start", "bite_unpinned_start",
+                      "wipe_at_pin", "expired", "rows_lost_to_expiry", "data_loss_stops",
+                      "torn_reads"):
+            assert summary.events[event] > 0, (event, summary.events)
+        for mode in ("off", "protect", "consumers"):
+            for on_data_loss in ("fail", "skip"):
+                assert summary.events[f"expiry_{mode}_{on_data_loss}_seeds"] > 0, \
+                    (mode, on_data_loss, summary.events)
         # A member stopped by a dropped or re-created table says so
         # (TableNotFound, TableReplaced), never with a stray error of a file
         # gone under it (seeds 43, 141, 205, 230, when the members first
