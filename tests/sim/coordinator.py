@@ -131,6 +131,7 @@ class SimStore:
         self.on_position: Callable[[PositionWrite], None] | None = None
         # The group's start as created: (instant, next_snapshot, full_scan).
         self.start_log: list[tuple[float, int, int | None]] = []
+        self.group_created_at: float | None = None
 
     # -- sessions
 
@@ -197,6 +198,8 @@ class SimStore:
         row = _Row(value, rev, rev, session)
         self.kv[key] = row
         self._touch(key, rev)
+        if key.count("/") == 1 and self.group_created_at is None:  # groups/<g>
+            self.group_created_at = self.now()
         if key.endswith("/start") and key.count("/") == 2:  # groups/<g>/start
             data = json.loads(value)
             self.start_log.append((self.now(), int(data["next_snapshot"]), data.get("full_scan")))

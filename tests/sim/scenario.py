@@ -816,9 +816,10 @@ class Run:
 
     def _files_left(self, era: int, mirrored: set[int]) -> bool:
         """Whether a consumer file of the group was left when the group was
-        created again after switch ``era`` (its next store's first position)."""
-        after = self._stores()[era + 1].position_log
-        created = after[0].t if after else float("inf")
+        created again after switch ``era`` (its record in the next store)."""
+        created = self._stores()[era + 1].group_created_at
+        if created is None:
+            created = float("inf")
         gone = {int(name.rsplit("-", 1)[1]) for t, name in self.wh.consumers_deleted
                 if self.era_ends[era] <= t <= created and name.rsplit("-", 1)[1].isdigit()}
         return bool(mirrored - gone)
