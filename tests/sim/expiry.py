@@ -21,9 +21,9 @@ missing:
   scan, would deliver it to a shard) expired while that shard's committed
   position had not passed that snapshot (the position the store held at
   the expiry's instant; a shard without one yet is at the group's start
-  once that is stored, ``groups/<g>/start``, since every shard of the group
-  starts from it): the rows of an expired snapshot are lost to the shards
-  that had not read it, nothing else;
+  once that is stored, ``groups/<g>/start``, if it reads deltas: every shard
+  of the group starts from it): the rows of an expired snapshot are lost
+  to the shards that had not read it, nothing else;
 * under ``fail``: only if the shard's committed position never passed it
   (nothing is skipped; the member stops with the one data-loss line).
 
@@ -107,8 +107,12 @@ class LossOracle:
 
     def position_at(self, shard: int, t: float) -> Position | None:
         """The shard's committed position at ``t``; a shard without one is at
-        the group's start once it is stored (every shard of a group starts
-        from it, whoever pins it and when); None: neither yet."""
+        the group's start once it is stored, when that start reads deltas
+        (every shard of a group starts from it, whoever pins it and when);
+        None: neither yet. A group start that is a full scan is not a
+        position: when it expires, the group's shards that had not pinned it
+        scan a later snapshot in full, which holds every row it held (a
+        skipped start moves forward group-wide, once: issue 37, D2)."""
         found = None
         for at, pos in self.log.get(shard, ()):
             if at > t:
@@ -116,7 +120,7 @@ class LossOracle:
             found = pos
         if found is None:
             for at, nxt, full in self.starts:
-                if at <= t:
+                if at <= t and full is None:
                     found = (nxt, full)
         return found
 

@@ -129,6 +129,10 @@ def test_the_oracle_allows_only_losses_that_expiry_explains(scratch: Path) -> No
     assert excuse(at(s + 1)) is None  # read already: a loss of ours
     assert excuse(at(s, t=60.0)) is None  # pinned after the expiry
     assert excuse(at(s, on=other)) is None  # another shard's position explains nothing
+    # A shard not pinned yet is at the group's start when it reads deltas;
+    # a full-scan start that expires moves forward group-wide (nothing lost).
+    assert LossOracle(wh, 4, [], [(30.0, s, None)]).excuse_skip(i, s) is not None
+    assert LossOracle(wh, 4, [], [(30.0, s + 1, s)]).excuse_skip(i, s) is None
     assert "shard" in LossOracle(wh, 4, [at(s + 1)]).why_not_excused(i, s)
     # Under fail: a shard that never moved past the row did not skip it.
     assert LossOracle(wh, 4, [at(s)]).unread_under_fail(i, s)
