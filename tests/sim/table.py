@@ -356,8 +356,8 @@ class ReplayWarehouse:
     earliest: int = 1  # the oldest snapshot of ``current`` not expired
     # snapshot id -> the (virtual) instant it expired (main table only)
     expired_at: dict[int, float] = field(default_factory=dict)
-    # consumer file name -> (its stat when last seen, the virtual instant it changed)
-    _consumer_seen: dict[str, tuple[tuple[int, int, int], float]] = field(default_factory=dict)
+    # consumer file name -> (its text when last seen, the virtual instant it changed)
+    _consumer_seen: dict[str, tuple[str, float]] = field(default_factory=dict)
     # consumer file name -> its nextSnapshot when consumer expiration deleted it
     consumers_expired: dict[str, int] = field(default_factory=dict)
     consumers_deleted: list[tuple[float, str]] = field(default_factory=list)  # (instant, name)
@@ -440,7 +440,7 @@ class ReplayWarehouse:
                      pending: dict[str, str]) -> int | None:
         """The least ``nextSnapshot`` of the table's consumer files, after
         deleting those unchanged for ``expiration_s`` (their modification time
-        is the virtual instant a change of the file was first seen)."""
+        is the virtual instant a change of its text was first seen)."""
         import json
 
         directory = self.table_dir / "consumer"
@@ -451,14 +451,14 @@ class ReplayWarehouse:
             if not path.name.startswith("consumer-"):
                 continue
             try:
-                st = path.stat()
+                text = pending.get(str(path)) or path.read_text()
             except FileNotFoundError:
                 continue
-            stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+            # Its text, not its stat: a file's real modification time would
+            # make a seed depend on the wall clock.
             seen = self._consumer_seen.get(path.name)
-            changed_at = now if seen is None or seen[0] != stamp else seen[1]
-            self._consumer_seen[path.name] = (stamp, changed_at)
-            text = pending.get(str(path)) or path.read_text()
+            changed_at = now if seen is None or seen[0] != text else seen[1]
+            self._consumer_seen[path.name] = (text, changed_at)
             try:
                 value = int(json.loads(text)["nextSnapshot"])
             except (ValueError, KeyError, TypeError):
