@@ -288,8 +288,11 @@ class Run:
             return
         pinned = {x.shard for x in self.store.position_log}
         if len(pinned) < self.shards and rng.random() < self.expiry.bite:
+            # Now, and again past the consumer files' write interval (the
+            # shard that read its start mirrors its new position only then).
             self.stats["bite_unpinned_start"] += 1
-            loop.call_soon(self._commit)
+            for delay in (0.0, 1.1, 2.2):
+                loop.call_later(delay, self._commit)
 
     def _record(self, inc: Incarnation, batch: Any) -> None:
         table = batch.to_arrow()
