@@ -10,7 +10,9 @@ joins, graceful leaves, crashes (a process that dies: no goodbye, its
 session expires) and restarts (same id or a new one), session pauses, the
 writer's commits (a schema change among them) and, for some seeds, a drop or
 a drop-and-re-create of the table; and the fault plan of every member's
-coordinator (:class:`tests.sim.coordinator.FaultPlan`). The members are real
+coordinator (:class:`tests.sim.coordinator.FaultPlan`); the snapshot expiry
+and ``--on-data-loss`` of :mod:`tests.sim.expiry`, and the torn consumer-file
+rewrites of :mod:`tests.sim.tear`. The members are real
 :class:`paimon_group.GroupMember` objects driven through the library API
 (``run(handler)`` with an async handler, or ``async for batch in
 member.batches()``) on real Paimon files (:mod:`tests.sim.table`), against
@@ -26,7 +28,9 @@ the members' ``--history`` files and the handler's deliveries, the store's
 own log of applied positions (the ground truth: no write through a stale
 fence, no two members writing one epoch, never backwards), the schema change
 (rows written after it carry the new column), liveness (nothing failed,
-nothing hung), and for dropped tables: every member stops with one error.
+nothing hung), for dropped tables: every member stops with one error, and
+what expiry may cost (:class:`tests.sim.expiry.LossOracle`: a row is missing
+only with a snapshot that expired before its shard read it).
 """
 
 from __future__ import annotations

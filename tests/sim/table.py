@@ -23,6 +23,9 @@ system; the schema change is the appearance of ``schema-1``. A drop removes
 the table's directory, as pypaimon's ``drop_table`` does; a re-create links
 the second table in under the same name. So the members read real Paimon
 files through the real planner and reader, and each commit costs a link.
+:meth:`ReplayWarehouse.expire` expires snapshots as Paimon's expiry does
+(the files no retained snapshot references deleted with them; what each
+template snapshot references is read once: :attr:`Template.refs`).
 """
 
 from __future__ import annotations

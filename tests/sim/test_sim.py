@@ -4,7 +4,9 @@
 on ``PG_SIM_JOBS`` processes (default 2); ``python -m tests.sim --seeds 20000``
 runs more on demand (docs/reliability.md, "Seeded fault simulation"). The
 other tests show that the checks can fail (a planted fault is reported), that
-a seed reproduces exactly, and that faults of every kind are injected.
+a seed reproduces exactly, that faults of every kind are injected, and
+that the oracle of what snapshot expiry may cost allows exactly the rows an
+expired snapshot carried to a shard that had not read it.
 """
 
 from __future__ import annotations
