@@ -59,7 +59,7 @@ import hashlib
 import json
 import random
 from collections import Counter
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -126,6 +126,12 @@ class SimStore:
         # commit whose fence is stale (see tests/sim/test_sim.py).
         self.plant_stale_accept = False
         self.planted_hits = 0
+        # Called with each position write as it is applied (the run's
+        # expiry under a start just pinned, tests.sim.expiry).
+        self.on_position: Callable[[PositionWrite], None] | None = None
+        # The group's start as created: (instant, next_snapshot, full_scan).
+        self.start_log: list[tuple[float, int, int | None]] = []
+        self.group_created_at: float | None = None
 
     # -- sessions
 
@@ -192,6 +198,11 @@ class SimStore:
         row = _Row(value, rev, rev, session)
         self.kv[key] = row
         self._touch(key, rev)
+        if key.count("/") == 1 and self.group_created_at is None:  # groups/<g>
+            self.group_created_at = self.now()
+        if key.endswith("/start") and key.count("/") == 2:  # groups/<g>/start
+            data = json.loads(value)
+            self.start_log.append((self.now(), int(data["next_snapshot"]), data.get("full_scan")))
         return self._entry(key, row)
 
     def _holds(self, check: Check) -> bool:
@@ -238,6 +249,8 @@ class SimStore:
             fence=fences.get(owner_key),
             owner_create_version=None if owner is None else owner.create_version,
             t=self.now()))
+        if self.on_position is not None:
+            self.on_position(self.position_log[-1])
 
     def delete(self, key: str) -> bool:
         self.reap()

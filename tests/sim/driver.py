@@ -56,7 +56,8 @@ async def drive(member: Any, record: Callable[[dict[str, Any]], None],
         cursors = {s: start_cursor(Cursor(next=p.next_snapshot, full=p.full_scan),
                                    previous.get(s)) for s, p in settled.items()}
         latest = planner.table.latest_snapshot_id()
-        reached, pieces = plan_ranges(planner, cursors, latest=latest)
+        reached, pieces = plan_ranges(planner, cursors, latest=latest,
+                                      fail_on_data_loss=member.config.on_data_loss != "skip")
         ranges = {s: ShardRange(shard=s, epoch=settled[s].epoch, next=c.next, full=c.full,
                                 to=reached[s]) for s, c in cursors.items()}
         ranges = {s: r for s, r in ranges.items() if not r.empty}

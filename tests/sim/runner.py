@@ -45,11 +45,13 @@ class Summary:
         self.faults.update(r.faults)
         for k, v in r.stats.items():
             if isinstance(v, int) and not isinstance(v, bool) and k not in (
-                    "shards", "incarnations", "deliveries", "shards_per_commit"):
+                    "shards", "incarnations", "deliveries", "shards_per_commit",
+                    "torn_writes"):
                 self.events[k] += v
         self.events[f"table_{r.stats.get('table')}_seeds"] += 1
         self.events[f"kind_{r.stats.get('kind')}_seeds"] += 1
         self.events[f"commits_of_{r.stats.get('shards_per_commit')}_shards_seeds"] += 1
+        self.events[f"expiry_{r.stats.get('expiry')}_{r.stats.get('on_data_loss')}_seeds"] += 1
         self.virtual_s += r.virtual_s
         self.slowest = max(self.slowest, (r.wall_s, r.seed))
         if not r.ok:

@@ -23,6 +23,9 @@ system; the schema change is the appearance of ``schema-1``. A drop removes
 the table's directory, as pypaimon's ``drop_table`` does; a re-create links
 the second table in under the same name. So the members read real Paimon
 files through the real planner and reader, and each commit costs a link.
+:meth:`ReplayWarehouse.expire` expires snapshots as Paimon's expiry does
+(the files no retained snapshot references deleted with them; what each
+template snapshot references is read once: :attr:`Template.refs`).
 """
 
 from __future__ import annotations
@@ -72,6 +75,11 @@ class Template:
     extra_from: int | None  # first snapshot whose rows carry ``extra``
     rule: object  # the sharding rule a new group on this table gets (ShardRule)
     compactions: tuple[int, ...] = ()
+    # snapshot id -> every file it references (relative to the table's
+    # directory): manifest lists, manifests, index manifest, live data files
+    refs: dict[int, frozenset[str]] = field(default_factory=dict)
+    # snapshot id -> the data files live in it
+    live: dict[int, frozenset[Location]] = field(default_factory=dict)
 
     @property
     def table_dir(self) -> Path:
@@ -239,7 +247,45 @@ def _build(root: Path, kind: str, *, first_id: int, snapshots: int,
             compactions.append(snapshot)
     table = open_table(root, TABLE)
     rule = choose_rule(table, table_kind(table, TABLE))
-    return Template(root, kind, ids, values, first, locs, extra_from, rule, tuple(compactions))
+    refs, live = _snapshot_files(table, locs)
+    return Template(root, kind, ids, values, first, locs, extra_from, rule, tuple(compactions),
+                    refs, live)
+
+
+def _snapshot_files(table: Any, ids: dict[int, set[Location]]
+                    ) -> tuple[dict[int, frozenset[str]], dict[int, frozenset[Location]]]:
+    """What each snapshot of ``table`` references, as Paimon's expiry sees it
+    (a file no retained snapshot references is deleted with the snapshots);
+    the ids of files written by a compaction are added to ``ids``."""
+    import pyarrow.parquet as pq
+    from pypaimon.manifest.manifest_file_manager import ManifestFileManager
+    from pypaimon.manifest.manifest_list_manager import ManifestListManager
+
+    snapshots = table.snapshot_manager()
+    lists, files = ManifestListManager(table), ManifestFileManager(table)
+    base = str(table.table_path).rstrip("/")
+    refs: dict[int, frozenset[str]] = {}
+    live: dict[int, frozenset[Location]] = {}
+    n = 1
+    while (snapshot := snapshots.get_snapshot_by_id(n)) is not None:
+        names = {snapshot.base_manifest_list, snapshot.delta_manifest_list,
+                 snapshot.changelog_manifest_list, snapshot.index_manifest}
+        out = {f"manifest/{name}" for name in names if name}
+        manifests = lists.read_all(snapshot)
+        out |= {f"manifest/{m.file_name}" for m in manifests}
+        locs: set[Location] = set()
+        known = {loc for held in ids.values() for loc in held}
+        for e in files.read_entries_parallel(manifests, drop_stats=False):
+            out.add(_data_path(table, e)[len(base) + 1:])
+            loc = (tuple(e.partition.values), int(e.bucket), str(e.file.file_name))
+            locs.add(loc)
+            if loc not in known:  # a compaction's output
+                path = _data_path(table, e)
+                for i in pq.ParquetFile(path).read(columns=["id"]).column("id").to_pylist():
+                    ids.setdefault(int(i), set()).add(loc)
+        refs[n], live[n] = frozenset(out), frozenset(locs)
+        n += 1
+    return refs, live
 
 
 def catalog_of(root: Path) -> Any:
@@ -310,6 +356,14 @@ class ReplayWarehouse:
     # id -> [(snapshot, v)] of every version committed so far (main table only)
     versions: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
     _shard_cache: dict[tuple[int, int], int] = field(default_factory=dict)
+    earliest: int = 1  # the oldest snapshot of ``current`` not expired
+    # snapshot id -> the (virtual) instant it expired (main table only)
+    expired_at: dict[int, float] = field(default_factory=dict)
+    # consumer file name -> (its text when last seen, the virtual instant it changed)
+    _consumer_seen: dict[str, tuple[str, float]] = field(default_factory=dict)
+    # consumer file name -> its nextSnapshot when consumer expiration deleted it
+    consumers_expired: dict[str, int] = field(default_factory=dict)
+    consumers_deleted: list[tuple[float, str]] = field(default_factory=list)  # (instant, name)
 
     def __post_init__(self) -> None:
         self.current = self.main
@@ -347,6 +401,81 @@ class ReplayWarehouse:
                 self.versions.setdefault(i, []).append((n, self.main.values[n]))
         return n
 
+    def expire(self, retain: int, now: float, *, consumer_expiration_s: float | None = None,
+               pending: dict[str, str] | None = None) -> list[int]:
+        """Expire snapshots as Paimon's ``ExpireSnapshots`` does after a commit
+        (``snapshot.num-retained.min = max = retain``, no time retention): the
+        consumer files older than ``consumer_expiration_s`` are deleted first
+        (``consumer.expiration-time``, ConsumerManager.expire); every snapshot
+        below ``latest - retain + 1`` and below the least ``nextSnapshot`` of
+        the consumer files left goes, with the data files, manifests and
+        manifest lists no retained snapshot references, then their snapshot
+        files, and the ``EARLIEST`` hint moves. ``pending``: the text a
+        consumer file is being rewritten with (:mod:`tests.sim.tear`), read in
+        its place while the file is torn (Paimon's reader retries). The ids
+        expired (main table only; a re-created table is not expired)."""
+        if self.dropped or self.current is not self.main or self.committed == 0:
+            return []
+        end = self.committed - retain + 1  # exclusive
+        least = self.consumer_min(now, consumer_expiration_s, pending or {})
+        if least is not None:
+            end = min(end, least)
+        end = min(end, self.committed)
+        if end <= self.earliest:
+            return []
+        gone = range(self.earliest, end)
+        keep = frozenset().union(*(self.main.refs[j] for j in range(end, self.committed + 1)))
+        drop = frozenset().union(*(self.main.refs[j] for j in gone)) - keep
+        for rel in sorted(drop):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.table_dir / rel)
+        for j in gone:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.table_dir / "snapshot" / f"snapshot-{j}")
+            self.expired_at[j] = now
+        tmp = self.table_dir / "snapshot" / ".EARLIEST.tmp"
+        tmp.write_text(str(end))
+        os.replace(tmp, self.table_dir / "snapshot" / "EARLIEST")
+        self.earliest = end
+        return list(gone)
+
+    def consumer_min(self, now: float, expiration_s: float | None,
+                     pending: dict[str, str]) -> int | None:
+        """The least ``nextSnapshot`` of the table's consumer files, after
+        deleting those unchanged for ``expiration_s`` (their modification time
+        is the virtual instant a change of its text was first seen)."""
+        import json
+
+        directory = self.table_dir / "consumer"
+        if not directory.is_dir():
+            return None
+        least: int | None = None
+        for path in sorted(directory.iterdir()):
+            if not path.name.startswith("consumer-"):
+                continue
+            try:
+                text = pending.get(str(path)) or path.read_text()
+            except FileNotFoundError:
+                continue
+            # Its text, not its stat: a file's real modification time would
+            # make a seed depend on the wall clock.
+            seen = self._consumer_seen.get(path.name)
+            changed_at = now if seen is None or seen[0] != text else seen[1]
+            self._consumer_seen[path.name] = (text, changed_at)
+            try:
+                value = int(json.loads(text)["nextSnapshot"])
+            except (ValueError, KeyError, TypeError):
+                continue
+            if expiration_s is not None and now - changed_at > expiration_s:
+                path.unlink(missing_ok=True)
+                self._consumer_seen.pop(path.name, None)
+                self.consumers_expired[path.name] = value
+                self.consumers_deleted.append((now, path.name))
+                continue
+            self.consumers_expired.pop(path.name, None)
+            least = value if least is None else min(least, value)
+        return least
+
     def drop(self) -> None:
         shutil.rmtree(self.table_dir, ignore_errors=True)
         self.dropped = True
@@ -356,6 +485,7 @@ class ReplayWarehouse:
         shutil.rmtree(self.table_dir, ignore_errors=True)
         self.current = self.recreated
         self.committed = 0
+        self.earliest = 1
         self.dropped = False
         _link_tree(self.recreated.table_dir, self.table_dir)
 
