@@ -11,10 +11,12 @@ commits the previous batch's ends through the member's fenced commit
 shards' positions (``settle_positions``: a start is pinned here),
 starts each shard from the coordinator's position or the previous batch's
 end, whichever is further (``start_cursor``), plans every shard up to the
-latest snapshot in one batch (``plan_ranges``, with ``NO_CATCH_UP`` as the
-source does), marks the planned shards busy (``mark_busy``: a revocation
-waits for the commit) and reads the pieces (the executors' read path:
-``planner.read_arrow`` of the splits). A crash loses the previous batch's
+latest snapshot in one batch (``plan_batch``, with ``NO_CATCH_UP`` as the
+source does: an expired pending full scan stops with the line or is scanned
+at the earliest snapshot, as ``failOnDataLoss`` says), marks the planned
+shards busy (``mark_busy``: a revocation waits for the commit) and reads
+the pieces (the executors' read path: ``planner.read_arrow`` of the splits;
+a file found missing goes through the executors' ``piece_gone``). A crash loses the previous batch's
 ends (a query restarted without its checkpoint), so what it read and did
 not commit is read again by the next owner: at least once.
 """
@@ -29,7 +31,8 @@ from paimon_group.spark.source.offsets import (
     NO_CATCH_UP,
     Cursor,
     ShardRange,
-    plan_ranges,
+    piece_gone,
+    plan_batch,
     start_cursor,
 )
 
@@ -56,8 +59,9 @@ async def drive(member: Any, record: Callable[[dict[str, Any]], None],
         cursors = {s: start_cursor(Cursor(next=p.next_snapshot, full=p.full_scan),
                                    previous.get(s)) for s, p in settled.items()}
         latest = planner.table.latest_snapshot_id()
-        reached, pieces = plan_ranges(planner, cursors, latest=latest,
-                                      fail_on_data_loss=member.config.on_data_loss != "skip")
+        fail = member.config.on_data_loss != "skip"
+        cursors, reached, pieces = plan_batch(planner, cursors, latest=latest,
+                                              fail_on_data_loss=fail, config=member.config)
         ranges = {s: ShardRange(shard=s, epoch=settled[s].epoch, next=c.next, full=c.full,
                                 to=reached[s]) for s, c in cursors.items()}
         ranges = {s: r for s, r in ranges.items() if not r.empty}
@@ -67,7 +71,12 @@ async def drive(member: Any, record: Callable[[dict[str, Any]], None],
             continue
         member.mark_busy(ranges)
         for s, r in sorted(ranges.items()):
-            tables = [planner.read_arrow(p.splits) for p in pieces.get(s, ()) if p.splits]
+            tables = []
+            for p in pieces.get(s, ()):
+                try:
+                    tables += [planner.read_arrow(p.splits)] if p.splits else []
+                except FileNotFoundError as err:  # an executor's read
+                    piece_gone(fail, planner.table, s, p, err)
             kinds = {p.kind for p in pieces.get(s, ())}
             await asyncio.sleep(0)  # the executors' read
             if crashed():

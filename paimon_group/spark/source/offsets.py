@@ -39,8 +39,9 @@ from typing import Any
 
 from coordinators.errors import PaimonGroupError
 from paimon_group.config.member import MemberConfig
-from paimon_group.errors import SnapshotExpired
+from paimon_group.errors import BatchExpired, SnapshotExpired
 from paimon_group.member.data_loss import LostRange, reset_command
+from paimon_group.reading.expiry import missing_file_error
 from paimon_group.reading.planner import ShardPlanner
 
 log = logging.getLogger("paimon_group.spark_source")
@@ -56,6 +57,7 @@ __all__ = [
     "lost_what",
     "moved_past_gap",
     "past_expired_full_scans",
+    "piece_gone",
     "plan_batch",
     "plan_ranges",
     "query_data_loss",
@@ -397,3 +399,21 @@ def moved_past_gap(cursors: Mapping[int, Cursor], until: Mapping[int, int],
 
 def shards_of(pieces: Mapping[int, Sequence[Piece]]) -> list[int]:
     return sorted(s for s, p in pieces.items() if p)
+
+
+def piece_gone(fail_on_data_loss: bool, table: Any, shard: int, piece: Piece,
+               err: FileNotFoundError) -> None:
+    """A file of ``piece`` is missing: snapshot ``piece.snapshot`` expired after
+    the driver planned it (data loss: the query stops with one line, or with
+    ``failOnDataLoss=false`` the piece's rows are skipped with a WARNING), or
+    the file of a retained snapshot is gone (one line naming it)."""
+    gone = missing_file_error(table, err, shards=(shard,), first=piece.snapshot,
+                              last=piece.snapshot, full_scan=piece.kind == "initial")
+    if not isinstance(gone, BatchExpired):
+        raise gone from None
+    lost = LostRange((shard,), piece.snapshot, gone.earliest, gone.full_scan)
+    if fail_on_data_loss:
+        raise query_data_loss(table.identifier, [lost]) from None
+    log.warning("%s: skipping its rows in this micro-batch (failOnDataLoss=false): file %s "
+                "is gone, so they are lost to the query", lost_what(table.identifier, lost),
+                gone.file)

@@ -38,9 +38,6 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from paimon_group.arrowread.nullability import relaxed
-from paimon_group.errors import BatchExpired
-from paimon_group.member.data_loss import LostRange
-from paimon_group.reading.expiry import missing_file_error
 from paimon_group.spark.source.driver import GroupDriver
 from paimon_group.spark.source.offsets import (
     Caps,
@@ -49,10 +46,9 @@ from paimon_group.spark.source.offsets import (
     ShardRange,
     decode_offset,
     encode_offset,
-    lost_what,
     moved_past_gap,
+    piece_gone,
     plan_batch,
-    query_data_loss,
     same_incarnation,
     start_cursor,
 )
@@ -326,25 +322,7 @@ def read_partition(options: SourceOptions, partition: ShardPartition,
                         strict=True)]
                 yield pa.RecordBatch.from_arrays(columns, schema=schema)
         except FileNotFoundError as err:
-            _piece_gone(options, table, partition.shard, piece, err)
-
-
-def _piece_gone(options: SourceOptions, table: Any, shard: int, piece: Piece,
-                err: FileNotFoundError) -> None:
-    """A file of ``piece`` is missing: snapshot ``piece.snapshot`` expired after
-    the driver planned it (data loss: the query stops with one line, or with
-    ``failOnDataLoss=false`` the piece's rows are skipped with a WARNING), or
-    the file of a retained snapshot is gone (one line naming it)."""
-    gone = missing_file_error(table, err, shards=(shard,), first=piece.snapshot,
-                              last=piece.snapshot, full_scan=piece.kind == "initial")
-    if not isinstance(gone, BatchExpired):
-        raise gone from None
-    lost = LostRange((shard,), piece.snapshot, gone.earliest, gone.full_scan)
-    if options.fail_on_data_loss:
-        raise query_data_loss(table.identifier, [lost]) from None
-    log.warning("%s: skipping its rows in this micro-batch (failOnDataLoss=false): file %s "
-                "is gone, so they are lost to the query", lost_what(table.identifier, lost),
-                gone.file)
+            piece_gone(options.fail_on_data_loss, table, partition.shard, piece, err)
 
 
 def _incarnation(offset: dict[str, Any] | None) -> str:
