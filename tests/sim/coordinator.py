@@ -109,6 +109,7 @@ class PositionWrite:
     fence: int | None  # the create version the commit checked on the owner key
     owner_create_version: int | None  # the owner key's create version when applied
     t: float
+    start_moves: int = 0  # the moves of the group start the position derives from
 
 
 class SimStore:
@@ -248,7 +249,7 @@ class SimStore:
             next_snapshot=int(data["next_snapshot"]), full_scan=data.get("full_scan"),
             fence=fences.get(owner_key),
             owner_create_version=None if owner is None else owner.create_version,
-            t=self.now()))
+            t=self.now(), start_moves=int(data.get("start_moves") or 0)))
         if self.on_position is not None:
             self.on_position(self.position_log[-1])
 

@@ -41,6 +41,7 @@ from coordinators.errors import PaimonGroupError
 from paimon_group.config.member import MemberConfig
 from paimon_group.errors import BatchExpired, SnapshotExpired
 from paimon_group.member.data_loss import LostRange, reset_command
+from paimon_group.protocol.sharding import ShardRule
 from paimon_group.reading.expiry import missing_file_error
 from paimon_group.reading.planner import ShardPlanner
 
@@ -313,8 +314,14 @@ def past_expired_full_scans(planner: ShardPlanner, cursors: Mapping[int, Cursor]
             expired[cursor.full].append(shard)
     losts = [LostRange(tuple(sorted(shards)), snapshot, earliest, full_scan=True)
              for snapshot, shards in sorted(expired.items())]
-    if losts and fail:
-        raise query_data_loss(planner.table.identifier, losts, config)
+    if losts and (fail or planner.rule is ShardRule.FILE):
+        # A bucket-unaware table's shards all read from one full scan: a
+        # shard re-pinned alone at a later one straddles the compactions
+        # between them, and rows are lost that did not expire. Workers move
+        # the group's start for every shard (member/moved_start.py); the
+        # source does not yet, so it stops with the line instead.
+        raise query_data_loss(planner.table.identifier, losts, config,
+                              file_rule=not fail)
     for lost in losts:
         log.warning("%s: scanning snapshot %d in full instead (failOnDataLoss=false)",
                     lost_what(planner.table.identifier, lost), earliest)
@@ -354,9 +361,12 @@ def lost_what(table: str, lost: LostRange) -> str:
 
 
 def query_data_loss(table: str, losts: Sequence[LostRange],
-                    config: MemberConfig | None = None) -> SnapshotExpired:
-    """The one line a query stops with (failOnDataLoss=true): the shards, the
-    lost snapshots and what resumes them (docs/spark.md, failOnDataLoss)."""
+                    config: MemberConfig | None = None, *,
+                    file_rule: bool = False) -> SnapshotExpired:
+    """The one line a query stops with (failOnDataLoss=true, or an expired
+    start of a bucket-unaware table whatever it says: ``file_rule``): the
+    shards, the lost snapshots and what resumes them (docs/spark.md,
+    failOnDataLoss)."""
     what = "; ".join(lost_what(table, lost) for lost in losts)
     shards = sorted({s for lost in losts for s in lost.shards})
     if config is not None:
@@ -366,6 +376,9 @@ def query_data_loss(table: str, losts: Sequence[LostRange],
         reset = "reset the group's positions (paimon-group reset --to-earliest)"
     skip = ("scans the earliest retained snapshot in full instead"
             if all(lost.full_scan for lost in losts) else "skips such gaps")
+    if file_rule:
+        skip = ("cannot skip it here: a bucket-unaware table's shards all read from one "
+                "full scan, and the source does not move the group's start")
     return SnapshotExpired(
         f"{what}: their rows are lost to the query, so it stops (option failOnDataLoss=false "
         f"{skip}); to resume from the earliest retained snapshot, {reset}; then restart the "
