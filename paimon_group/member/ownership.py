@@ -260,22 +260,22 @@ class ShardOwnership:
         ``revoke_timeout_s`` meanwhile; a leave never waits longer than
         ``revoke_timeout_s``)."""
         step = self._core.config.revoke_timeout_s
+        limit = step if leaving or o.hold_limit_s is None else o.hold_limit_s
         waited = 0.0
         while True:
-            limit = step if leaving or o.hold_limit_s is None else o.hold_limit_s
-            if waited >= limit or o.dropped:
-                return False
+            wait = min(step, limit - waited)
             try:
-                await asyncio.wait_for(o.idle.wait(), timeout=min(step, limit - waited))
+                await asyncio.wait_for(o.idle.wait(), timeout=wait)
                 return True
             except TimeoutError:
-                waited += min(step, limit - waited)
-            if o.hold_limit_s is not None and waited < limit and not o.idle.is_set():
-                log.warning("shard %d: its revocation waits for the batch its host planned "
-                            "(%.0fs so far; a Spark query completes it at its next trigger)",
-                            o.shard, waited, extra={"group": self._core.group_name,
-                                                    "member": self._core.member_id,
-                                                    "shard": o.shard})
+                waited += wait
+            if waited >= limit or o.dropped:
+                return False
+            log.warning("shard %d: its revocation waits for the batch its host planned "
+                        "(%.0fs so far; a Spark query completes it at its next trigger)",
+                        o.shard, waited, extra={"group": self._core.group_name,
+                                                "member": self._core.member_id,
+                                                "shard": o.shard})
 
     async def _release_all(self, group: GroupClient | None,
                            releasing: list[tuple[OwnedShard, bool]], *, reason: str
