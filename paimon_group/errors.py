@@ -20,10 +20,12 @@ from coordinators.errors import (
 
 __all__ = [
     "AuthenticationFailed",
+    "BatchExpired",
     "ConfigError",
     "CoordinatorError",
     "CoordinatorUnavailable",
     "CorruptValue",
+    "DataFileMissing",
     "GroupBusy",
     "HandlerFailed",
     "HandlerImportError",
@@ -87,6 +89,42 @@ class SnapshotExpired(PaimonGroupError):
     snapshots are gone for this shard. An operator must reset the shard's
     position explicitly (the Paimon consumer files the group mirrors exist to
     prevent this: check that they are written and not expired).
+    """
+
+    retriable = False
+
+
+class BatchExpired(SnapshotExpired, FileNotFoundError):
+    """A batch's files were deleted by Paimon's expiry before it was read.
+
+    The batch was planned from snapshots ``first .. last``; snapshot ``first``
+    expired (``earliest`` is the earliest retained snapshot) while the batch
+    was held, before ``to_arrow()`` or ``iter_batches()`` read it, and the
+    expiry deleted a file the batch reads (``file``). Its rows are lost to the
+    group: a member handles it as ``--on-data-loss`` says (the one line of
+    ``fail``, or the skip), never by calling the handler again. It is a
+    ``FileNotFoundError`` too, as the read's own error was.
+    """
+
+    def __init__(self, message: str, *, shards: tuple[int, ...], first: int, last: int,
+                 earliest: int, full_scan: bool, file: str) -> None:
+        super().__init__(message)
+        self.shards = shards
+        self.first = first
+        self.last = last
+        self.earliest = earliest
+        self.full_scan = full_scan
+        self.file = file
+
+
+class DataFileMissing(PaimonGroupError, FileNotFoundError):
+    """A file a batch reads is missing although its snapshot is still retained.
+
+    Not an expiry (which only deletes files of snapshots older than the
+    earliest retained one): the file was deleted by something else, or the
+    storage lost it (or the table is being dropped). Never retried and never
+    skipped: one line names the file. A ``FileNotFoundError`` too, as the
+    read's own error was.
     """
 
     retriable = False

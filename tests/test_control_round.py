@@ -4,7 +4,8 @@ the assignment in one request (issue 24).
 After every publication all members of a group run a full round at once; read
 one by one, the three keys were three requests per member per round (600 in
 the same instant at 200 members, each member's round three round trips long),
-and three per member per tick at steady state.
+and three per member per tick at steady state. (Under the file rule the
+group's start is a fourth key of the same request.)
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 
 from paimon_group import GroupMember, MemberConfig
+from paimon_group.protocol.sharding import ShardRule
 from tests.test_ownership_check import _table, _until
 
 
@@ -43,6 +45,9 @@ async def test_a_followers_round_reads_its_three_keys_in_one_request(
         assert follower._coord is not None and follower._group is not None
         coord, keys = follower._coord, follower._group.keys
         round_keys = {keys.member(follower.member_id), keys.leader, keys.assignment}
+        if follower.sharding is ShardRule.FILE:
+            # The group's start too, in the same request (issue 37, D2).
+            round_keys.add(keys.start)
         single: list[str] = []
         together: list[set[str]] = []
         real_get, real_get_many = coord.get, coord.get_many

@@ -345,6 +345,32 @@ async def test_reset_execute_writes_positions_and_consumer_files_together(
 
 
 @pytest.mark.asyncio
+async def test_reset_drops_a_pending_full_scan_even_at_the_same_next_snapshot(
+    coordinator: str, warehouse: str
+) -> None:
+    """A shard pinned at a full scan of 1 (next 2), reset to snapshot 2: the
+    full scan is dropped (as the data-loss lines' reset --to-earliest needs
+    when the earliest retained snapshot follows an expired full scan)."""
+    async with open_coordinator(coordinator) as coord:
+        m = ProtocolMember(coord, "g", "gone-member")
+        await m.join([0, 1, 2, 3])
+        assert await m.client.commit_positions(
+            {s: (e, 2) for s, e in m.epochs.items()}, m.member_id,
+            full_scan=dict.fromkeys(m.epochs, 1))
+        for shard, epoch in m.epochs.items():
+            assert await m.client.release(shard, epoch)
+    result = await cli("reset", *common(coordinator, warehouse), "--to-snapshot", "2",
+                       "--shard", "0", "--execute", "--json")
+    assert result.exit_code == 0, result.output
+    note = json.loads(result.stdout)["shards"][0]["note"]
+    assert note == "pending full scan of snapshot 1 dropped"
+    async with open_coordinator(coordinator) as coord:
+        positions = await GroupClient(coord, "g").positions()
+    assert {s: (p.next_snapshot, p.full_scan) for s, p in positions.items()} == {
+        0: (2, None), 1: (2, 1), 2: (2, 1), 3: (2, 1)}
+
+
+@pytest.mark.asyncio
 async def test_reset_targets(coordinator: str, warehouse: str) -> None:
     await stopped_group(coordinator, "g", {0: 6, 1: 4, 2: 2, 3: 6})
     table = ShardedTable.open(warehouse, TABLE)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import pickle
 from pathlib import Path
 
@@ -18,6 +19,8 @@ from paimon_group.spark.source.offsets import (
     decode_ends,
     decode_offset,
     encode_offset,
+    moved_past_gap,
+    plan_batch,
     plan_ranges,
     start_cursor,
 )
@@ -133,3 +136,75 @@ def test_an_expired_snapshot_fails_the_query_unless_fail_on_data_loss_is_false(
     assert not SourceOptions.parse({**base, "failondataloss": "false"}).fail_on_data_loss
     with pytest.raises(ConfigError, match="failondataloss"):
         SourceOptions.parse({**base, "failondataloss": "maybe"})
+
+
+def test_every_shard_whose_next_snapshot_is_in_the_gap_is_named(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Shard 1 is at snapshot 4, inside the gap 2..4 that shard 0 finds first:
+    it skips 4 too, and the WARNING (or the line) names it with its own range."""
+    make_pk_table(tmp_path, "db.t", buckets=4)
+    for k in range(6):
+        write_rows(tmp_path, "db.t", range(10 * k, 10 * k + 10))
+    table = ShardedTable.open(str(tmp_path), "db.t")
+    planner = table.planner(2, catch_up_threshold=NO_CATCH_UP)
+    cursors = {0: Cursor(next=2), 1: Cursor(next=4)}
+    expire_snapshots(tmp_path, "db.t", keep_from=5)
+    with caplog.at_level(logging.WARNING, logger="paimon_group.spark_source"):
+        reached, _ = plan_ranges(planner, cursors, latest=6, fail_on_data_loss=False)
+    assert reached == {0: 7, 1: 7}
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == [
+        "shard 0: snapshots 2..4 of table db.t expired before they were read (earliest "
+        "retained: 5): skipping to snapshot 5 (failOnDataLoss=false); the rows of 3 "
+        "snapshots are lost to the query",
+        "shard 1: snapshot 4 of table db.t expired before they were read (earliest "
+        "retained: 5): skipping to snapshot 5 (failOnDataLoss=false); the rows of 1 "
+        "snapshots are lost to the query"]
+    config = SourceOptions.parse({"group": "g", "warehouse": str(tmp_path),
+                                  "table": "db.t"}).member_config()
+    with pytest.raises(SnapshotExpired) as caught:
+        plan_ranges(planner, cursors, latest=6, config=config)
+    line = str(caught.value)
+    assert line.startswith("shard 0: snapshots 2..4 of table db.t expired before they were "
+                           "read (earliest retained: 5); shard 1: snapshot 4 of table db.t ")
+    assert "--to-earliest --shard 0 --shard 1 --execute; then restart the query" in line
+
+
+def test_an_expired_pending_full_scan_is_planned_at_the_earliest_snapshot(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    make_pk_table(tmp_path, "db.t", buckets=4)
+    for k in range(6):
+        write_rows(tmp_path, "db.t", range(10 * k, 10 * k + 10))
+    table = ShardedTable.open(str(tmp_path), "db.t")
+    planner = table.planner(2, catch_up_threshold=NO_CATCH_UP)
+    cursors = {0: Cursor(next=3, full=2), 1: Cursor(next=6)}
+    expire_snapshots(tmp_path, "db.t", keep_from=5)
+    with caplog.at_level(logging.WARNING, logger="paimon_group.spark_source"):
+        moved, reached, pieces = plan_batch(planner, cursors, latest=6,
+                                            fail_on_data_loss=False)
+    assert moved == {0: Cursor(next=6, full=5), 1: Cursor(next=6)}
+    assert reached == {0: 7, 1: 7}
+    assert [(p.snapshot, p.kind) for p in pieces[0]] == [(5, "initial"), (6, "delta")]
+    assert [r.getMessage() for r in caplog.records] == [
+        "shard 0: snapshot 2 of table db.t, whose full scan was still to be delivered, "
+        "expired (earliest retained: 5): scanning snapshot 5 in full instead "
+        "(failOnDataLoss=false)"]
+    with pytest.raises(SnapshotExpired, match=r"^shard 0: snapshot 2 of table db\.t, whose "
+                       r"full scan was still to be delivered, expired \(earliest retained: "
+                       r"5\): .*failOnDataLoss=false scans the earliest retained snapshot"):
+        plan_batch(planner, cursors, latest=6)
+
+
+def test_a_rerun_batch_reads_from_the_group_position_moved_past_its_expired_range() -> None:
+    cursors = {0: Cursor(next=2), 1: Cursor(next=2), 2: Cursor(next=3, full=2),
+               3: Cursor(next=6)}
+    until = {0: 7, 1: 4, 2: 7, 3: 7}
+    stored = {0: Cursor(next=5), 1: Cursor(next=5), 2: Cursor(next=3, full=2),
+              3: Cursor(next=6)}
+    moved, limit, shards = moved_past_gap(cursors, until, stored, earliest=5)
+    # 0: reset to 5, reads 5..6; 1: reset beyond its range, reads nothing;
+    # 2: still in the gap (the data-loss line or the skip); 3: not in the gap.
+    assert moved == {0: Cursor(next=5), 2: Cursor(next=3, full=2), 3: Cursor(next=6)}
+    assert limit == {0: 7, 2: 7, 3: 7}
+    assert shards == [0, 1]
+    assert moved_past_gap(cursors, until, stored, None) == (cursors, until, [])

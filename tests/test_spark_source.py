@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from tests.support.requirements import require
@@ -432,3 +433,44 @@ def test_available_now_on_an_s3_warehouse(spark: Any, tmp_path: Path,
     assert query.awaitTermination(180)
     assert query.exception() is None
     assert sorted(recorder.sink_ids(spark)) == list(range(50))
+
+
+def test_a_row_field_made_not_null_keeps_the_old_files_nulls_in_the_query(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Issue 37, D6, in the source: a file written while ``o.q`` was nullable,
+    then ``o.q`` made NOT NULL. Spark is told every nested field is nullable
+    (the old file's nulls reach it as nulls, as the engine reads them), and
+    a query reads the old rows' nulls and the new rows' values."""
+    from pypaimon.schema.schema_change import SchemaChange
+
+    from tests.support.tables import _create, catalog, open_table, write_table
+
+    warehouse = tmp_path / "wh"
+    inner = pa.struct([pa.field("p", pa.int32()), pa.field("q", pa.string())])
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("o", inner)])
+    _create(warehouse, "db.t", schema, primary_keys=["id"],
+            options={"bucket": "2", "alter-column-null-to-not-null.disabled": "false"})
+    old = [{"p": i, "q": None if i % 2 else f"v{i}"} for i in range(6)]
+    write_table(open_table(warehouse, "db.t"), pa.table({"id": range(6), "o": old}, schema))
+    catalog(warehouse).alter_table("db.t", [SchemaChange.update_column_nullability(["o", "q"],
+                                                                                   False)])
+    table = open_table(warehouse, "db.t")
+    new_type = pa.struct([pa.field("p", pa.int32()), pa.field("q", pa.string(), False)])
+    new = [{"p": i, "q": f"v{i}"} for i in range(6, 9)]
+    write_table(table, pa.table({"id": range(6, 9), "o": pa.array(new, new_type)},
+                                pa.schema([schema.field("id"), pa.field("o", new_type)])))
+    seen: list[tuple[int, Any]] = []
+
+    def collect(df: Any, batch_id: int) -> None:
+        seen.extend((r["id"], r["o"]["q"]) for r in df.select("id", "o").collect())
+
+    query = (spark.readStream.format("paimon-group").option("group", "nested")
+             .option("warehouse", str(warehouse)).option("table", "db.t")
+             .option("start", "latest-full").load()
+             .writeStream.foreachBatch(collect)
+             .option("checkpointLocation", str(tmp_path / "ckpt"))
+             .trigger(availableNow=True).start())
+    assert query.awaitTermination(180)
+    assert query.exception() is None
+    assert sorted(seen) == [(i, None if i < 6 and i % 2 else f"v{i}") for i in range(9)]

@@ -44,6 +44,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from paimon_group.arrowread.files import Unsupported
+from paimon_group.arrowread.nullability import cast_column
 
 __all__ = ["Converter", "converter", "same_type"]
 
@@ -142,7 +143,7 @@ def _row(file_type: Any, table_type: Any) -> Converter:
                 children.append(pa.nulls(len(array), target.type))
                 continue
             child = array.field(position)
-            children.append(inner(child) if inner else child)
+            children.append(inner(child) if inner else cast_column(child, target.type))
         fields = [target for _, _, target in plan]
         return pa.StructArray.from_arrays(children, fields=fields, mask=pc.is_null(array))
     return convert

@@ -58,6 +58,7 @@ from paimon_group.arrowread.collect import (
 from paimon_group.arrowread.files import SEQUENCE_NUMBER, VALUE_KIND, Unsupported
 from paimon_group.arrowread.folds import FOLDS
 from paimon_group.arrowread.merge import integer_key_order, key_changes
+from paimon_group.arrowread.nullability import cast_column
 
 __all__ = ["FIELD_MERGE_ENGINES", "field_functions", "field_merge_reason", "list_delimiters",
            "merge_fields", "nested_keys", "sequence_groups"]
@@ -216,7 +217,7 @@ def merge_fields(rows: pa.Table, keys: Sequence[str], functions: Mapping[str, st
     merged = rows.take(pa.array(order[last]))
     for column, value in values.items():
         target = merged.schema.field(column).type
-        value = value if value.type == target else value.cast(target)
+        value = cast_column(value, target)
         merged = merged.set_column(merged.schema.get_field_index(column), column, value)
     kind_index = merged.schema.get_field_index(VALUE_KIND)
     return merged.set_column(kind_index, VALUE_KIND,

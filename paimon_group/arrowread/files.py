@@ -42,6 +42,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from paimon_group.arrowread.fetch import open_source
+from paimon_group.arrowread.nullability import cast_column
 from paimon_group.arrowread.parquet_rows import engine_parquet_rows
 
 __all__ = [
@@ -146,7 +147,7 @@ def iter_file(
                     column = engine_parquet_rows(column)
                 if field.name in convert:  # its type changed since (convert.py)
                     column = convert[field.name][1](column)
-                column = column if column.type == field.type else column.cast(field.type)
+                column = cast_column(column, field.type)
                 if fmt == "orc" and field.name in trim:
                     column = pc.utf8_rtrim(column, characters=" ")
                 arrays.append(column)
@@ -211,8 +212,8 @@ def _decode_avro(
     for field in schema:
         if field.name in convert:
             file_type, conversion = convert[field.name]
-            arrays.append(conversion(pa.array(data[field.name], type=file_type)).cast(
-                field.type))
+            arrays.append(cast_column(conversion(pa.array(data[field.name], type=file_type)),
+                                      field.type))
         else:
             arrays.append(pa.array(data[field.name], type=field.type))
     return pa.Table.from_arrays(arrays, schema=schema)

@@ -57,6 +57,7 @@ from paimon_group.arrowread.files import (
 )
 from paimon_group.arrowread.levels import lookup_level_drops, merges_by_lookup
 from paimon_group.arrowread.merge import adds_only, merge_indices, row_kind_strings
+from paimon_group.arrowread.nullability import cast_column
 
 __all__ = ["ArrowSplitReader", "Piece", "Unit", "decode_pool"]
 
@@ -424,7 +425,7 @@ class ArrowSplitReader:
             fields = fields[1:]
         for field in fields:
             column = rows.column(field.name)
-            arrays.append(column if column.type == field.type else column.cast(field.type))
+            arrays.append(cast_column(column, field.type))
         return pa.Table.from_arrays(arrays, schema=self.schema)
 
     def tables(self, pieces: Iterable[Piece]) -> list[pa.Table]:

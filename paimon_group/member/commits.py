@@ -152,24 +152,25 @@ class Commits:
         self.lanes: set[CommitLane] = set()  # commit lanes of steps being delivered
 
     async def commit(
-        self, owned: dict[int, OwnedShard], next_snapshot: int, *, full_scan: int | None = None
+        self, owned: dict[int, OwnedShard], next_snapshot: int, *, full_scan: int | None = None,
+        start_moves: int | None = None,
     ) -> None:
         """Fenced commit of ``next_snapshot`` for ``owned`` (one atomic commit).
 
         With ``full_scan`` the position is a pinned start whose full scan of
-        that snapshot is still to be delivered.
+        that snapshot is still to be delivered; ``start_moves``: the moves of
+        the group start it derives from (a pin; else each shard's own).
         """
         if not owned:
             return
-        chunks = commit_chunks(owned)
+        chunks, pin = commit_chunks(owned), {"full_scan": full_scan, "start_moves": start_moves}
         if len(chunks) > 1:
             # More than one transaction may carry (etcd): several commits, in
             # turn, each fenced shard by shard. One that raises ends the
             # step's commit; the shards of the commits not sent keep their
             # last position and go with the next step.
             for chunk in chunks:
-                await self.commit({s: owned[s] for s in chunk}, next_snapshot,
-                                  full_scan=full_scan)
+                await self.commit({s: owned[s] for s in chunk}, next_snapshot, **pin)
             return
         try:
             await self._core._wait_live(for_commit=True)
@@ -183,10 +184,12 @@ class Commits:
         if group is None:
             raise SessionLost("no session")
         updates = {s: (o.epoch, next_snapshot) for s, o in owned.items()}
+        moves = {s: o.start_moves if start_moves is None else start_moves for s, o in owned.items()}
         try:
             ok = await group.commit_positions(
                 updates, self._core.member_id,
-                full_scan={s: full_scan for s in owned} if full_scan is not None else None)
+                full_scan={s: full_scan for s in owned} if full_scan is not None else None,
+                start_moves=moves)
         except CoordinatorError as err:
             # The outcome is unknown to us; record the attempt so that a
             # redelivery of this batch is explained in the history.
@@ -198,12 +201,12 @@ class Commits:
         if not ok and len(owned) > 1:
             # Find which shards are no longer ours; commit the others.
             for s, o in owned.items():
-                await self.commit({s: o}, next_snapshot, full_scan=full_scan)
+                await self.commit({s: o}, next_snapshot, **pin)
             return
-        # Protect the pending full scan's snapshot, if any.
-        # (marked as such: a shard resuming from the file must scan it too).
+        # Protect the pending full scan's snapshot, if any (marked as such: a
+        # shard resuming from the file must scan it too).
         mirrored = full_scan if full_scan is not None else next_snapshot
-        mirror_due = self._take_outcome(owned, ok, next_snapshot, full_scan, mirrored)
+        mirror_due = self._take_outcome(owned, ok, next_snapshot, full_scan, mirrored, moves)
         if mirror_due:
             # Written after the coordinator accepted them: never ahead of it.
             await self._core._in_io(functools.partial(self._mirror_write_all, mirror_due, mirrored,
@@ -218,19 +221,22 @@ class Commits:
                                 outcome=outcome, **details)
 
     def _take_outcome(self, owned: dict[int, OwnedShard], ok: bool, next_snapshot: int,
-                      full_scan: int | None, mirrored: int) -> list[int]:
+                      full_scan: int | None, mirrored: int,
+                      moves: dict[int, int]) -> list[int]:
         """Apply an accepted or rejected commit locally; the shards whose
         consumer file is due a write."""
         mirror_due: list[int] = []
         for s, o in owned.items():
             self._core.history.record("commit", shard=s, epoch=o.epoch, next_snapshot=next_snapshot,
-                                outcome="accepted" if ok else "rejected")
+                                outcome="accepted" if ok else "rejected",
+                                start_moves=moves[s])
             if ok:
                 self._core.stats.commits += 1
                 o.uncertain = False
                 o.next_snapshot = next_snapshot
                 o.committed = next_snapshot
                 o.full_scan = full_scan
+                o.start_moves = moves[s]
                 if self._core._mirror is not None and self._core._mirror.due(
                         s, mirrored, full_scan_pending=full_scan is not None):
                     mirror_due.append(s)
@@ -282,9 +288,12 @@ class Commits:
             if position is None:
                 continue  # a pin that did not land: still unresolved
             stored = position.order
-            if o.committed is None or stored > position_order(o.committed, o.full_scan):
+            if o.committed is None or stored > position_order(o.committed, o.full_scan,
+                                                              o.start_moves):
                 o.next_snapshot = o.committed = position.next_snapshot
                 o.full_scan = position.full_scan
+                o.start_moves = (self._core.start_moves if position.start_moves is None
+                                 else position.start_moves)
 
     def _mirror_write_all(self, shards: list[int], n: int, full_scan_pending: bool) -> None:
         assert self._core._mirror is not None

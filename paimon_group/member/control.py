@@ -29,7 +29,7 @@ from paimon_group.protocol.assignor import assign
 from paimon_group.protocol.group import GroupClient
 from paimon_group.protocol.group_start import read_group_start
 from paimon_group.protocol.records import Assignment
-from paimon_group.protocol.sharding import Sharding
+from paimon_group.protocol.sharding import Sharding, ShardRule
 from paimon_group.protocol.static_membership import VanishedMembers, same_assignment, sticky_basis
 from paimon_group.reading.shard_load import MeasuredLoad, measure
 
@@ -117,7 +117,9 @@ class Control:
                 await self._ownership.check_ownership(group)
             return
         self._full_round_at = time.monotonic()
-        view = await read_round(group, self._core.member_id)
+        view = await read_round(group, self._core.member_id,
+                                with_start=self._core.sharding is ShardRule.FILE)
+        self._core.observe_start(view.start)
         await self._check_member_key(group, view)
         await self._maybe_lead(group, view)
         await self._follow_assignment(group, view)

@@ -27,7 +27,7 @@ from paimon_group.member.reachability import Reachability
 from paimon_group.member.state import MemberState, OwnedShard, SessionGate, may_move
 from paimon_group.member.watches import ControlWatches
 from paimon_group.protocol.group import GroupClient
-from paimon_group.protocol.records import Assignment, GroupMeta
+from paimon_group.protocol.records import Assignment, GroupMeta, GroupStart
 from paimon_group.protocol.sharding import ShardRule
 from paimon_group.reading.batch import ShardBatch
 from paimon_group.reading.mirror import ConsumerMirror
@@ -120,6 +120,10 @@ class MemberCore:
         # that wakes the read loop when it shows a new snapshot.
         self._head = HeadView()
         self._head_woken = asyncio.Event()
+        # The group's start as last read (None: none stored, or not read):
+        # a shard whose position derives from a start it moved past scans the
+        # moved one (member/reader.py, ReadLoop.settle).
+        self.group_start: GroupStart | None = None
         self._gate = SessionGate(config)  # also the wake-up and joined events
         self._control_watches: ControlWatches | None = None
         self._tasks: list[asyncio.Task[Any]] = []
@@ -204,6 +208,22 @@ class MemberCore:
     def raise_if_failed(self) -> None:
         if self.error is not None:
             raise self.error
+
+    def observe_start(self, start: GroupStart | None) -> None:
+        """The group's start as just read; wakes the read loop when it moved
+        further than the start known so far (its shards of the earlier one
+        scan the moved one)."""
+        known = self.group_start
+        if start is None or (known is not None and start.moves < known.moves):
+            return
+        self.group_start = start
+        if known is None or start.moves > known.moves:
+            self._wake.set()
+
+    @property
+    def start_moves(self) -> int:
+        """The moves of the group's start as last read (0: none read)."""
+        return 0 if self.group_start is None else self.group_start.moves
 
     # -- views -----------------------------------------------------------
 

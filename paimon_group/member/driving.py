@@ -129,6 +129,18 @@ class Driving:
             self._core._fail(err)
             raise
 
+    async def stored_positions(self, shards: Iterable[int]) -> dict[int, ShardPosition]:
+        """The stored positions of ``shards``, whoever owns them (one read of
+        the coordinator; ``epoch`` is the one that wrote each, 0 for a reset).
+        A host re-running a batch planned earlier reads them to see whether
+        the group moved past snapshots that expired meanwhile."""
+        group = self._core._group
+        if group is None:
+            raise PaimonGroupError("not joined: no group positions to read")
+        wanted = set(shards)
+        return {s: ShardPosition(s, p.epoch, p.next_snapshot, p.full_scan)
+                for s, p in (await group.positions()).items() if s in wanted}
+
     def mark_busy(self, shards: Iterable[int], *, limit_s: float | None = None) -> list[int]:
         """Mark owned shards busy, as a batch in the handler does: a revocation
         of one waits until :meth:`mark_idle`, up to ``revoke_timeout_s``, or

@@ -171,22 +171,29 @@ class GroupMember(MemberCore):
         The batch's position is committed (fenced) after the handler returns.
         A raising handler is retried with exponential backoff; after
         ``max_handler_attempts`` the member releases its shards and this
-        raises :class:`HandlerFailed`.
+        raises :class:`HandlerFailed`. A batch whose files are gone
+        (``batch.lost``, set by its read) is not retried: the read loop
+        handles it (data loss as ``--on-data-loss`` says, or one line).
         """
         async def process(batch: ShardBatch) -> None:
+            retrying = self._retry_handler.copy(retry=tenacity.retry_if_exception(
+                lambda e: isinstance(e, Exception) and batch.lost is None))
             try:
-                async for attempt in self._retry_handler.copy():
+                async for attempt in retrying:
                     with attempt:
                         try:
                             result = await asyncio.to_thread(handler, batch)
                             if asyncio.iscoroutine(result):
                                 await result
                         except Exception:
-                            self.stats.handler_errors += 1
-                            log.warning("handler raised on shard %d snapshot %d",
-                                        batch.shard, batch.snapshot_id, exc_info=True)
+                            if batch.lost is None:
+                                self.stats.handler_errors += 1
+                                log.warning("handler raised on shard %d snapshot %d",
+                                            batch.shard, batch.snapshot_id, exc_info=True)
                             raise
             except Exception as err:
+                if batch.lost is not None:
+                    raise
                 raise HandlerFailed(
                     f"handler failed {self.config.max_handler_attempts} times on shard "
                     f"{batch.shard} snapshot {batch.snapshot_id}: {type(err).__name__}: {err}"

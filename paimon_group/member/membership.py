@@ -90,6 +90,8 @@ class Membership:
         try:
             meta = await self._ensure_meta(group, first=first)
             self._core._meta = meta
+            # Read again in this session (a group re-created meanwhile starts over).
+            self._core.group_start = None
             self._core.num_shards = meta.num_shards
             self._core.sharding = ShardRule.parse(meta.sharding)
             info = MemberInfo(

@@ -26,6 +26,7 @@ from paimon_group.member.core import MemberCore
 from paimon_group.member.state import OwnedShard
 from paimon_group.protocol.commit_size import commit_chunks
 from paimon_group.protocol.group import GroupClient
+from paimon_group.protocol.records import GroupStart
 from paimon_group.protocol.releasing import PendingReleases
 from paimon_group.reading.consumer_meta import ConsumerFilesOrigin, resume_allowed
 from paimon_group.reading.mirror import MirroredPosition
@@ -184,8 +185,12 @@ class ShardOwnership:
             owned.next_snapshot = position.next_snapshot
             owned.committed = position.next_snapshot
             owned.full_scan = position.full_scan
+            # A position an operator wrote (reset) is taken as of the current start.
+            owned.start_moves = (self._core.start_moves if position.start_moves is None
+                                 else position.start_moves)
         else:
-            mirrored = await self._core._in_io(functools.partial(self._resume_from_file, shard))
+            resumed = await self._core._in_io(functools.partial(self._resume_from_file, shard))
+            mirrored = None if resumed is None else resumed[0]
             if mirrored is not None and mirrored.full_scan_pending:
                 # A pinned start whose full scan was still due: resume
                 # with that full scan, then the snapshots after it.
@@ -193,16 +198,19 @@ class ShardOwnership:
                 owned.full_scan = mirrored.next_snapshot
             elif mirrored is not None:
                 owned.next_snapshot = mirrored.next_snapshot
+            if resumed is not None:
+                owned.start_moves = resumed[1]
         self._core._owned[shard] = owned
         self._core.history.record("acquire", shard=shard, epoch=epoch, generation=generation,
                             next_snapshot=owned.next_snapshot, sent=sent)
         return shard
 
-    def _resume_from_file(self, shard: int) -> MirroredPosition | None:
+    def _resume_from_file(self, shard: int) -> tuple[MirroredPosition, int] | None:
         """The shard's consumer file (with its pending full scan, if marked), if
         the group may resume from it (:func:`paimon_group.reading.consumer_meta.resume_allowed`:
         written under this group's shard count and rule, by this incarnation
-        or one it vetted); else None, and the shard starts as configured."""
+        or one it vetted), with the moves of the group start it derives from
+        (:func:`file_start_moves`); else None, and the shard starts as configured."""
         core = self._core
         assert core._mirror is not None and core.table is not None and core._meta is not None
         mirrored = core._mirror.read_position(shard)
@@ -211,7 +219,7 @@ class ShardOwnership:
         origin = ConsumerFilesOrigin.read(core.table.table.file_io, core.table.table_path,
                                           core.group_name)
         if resume_allowed(core._meta, origin):
-            return mirrored
+            return mirrored, file_start_moves(mirrored, None if origin is None else origin.start)
         log.warning("shard %d: consumer file (next snapshot %d) not resumed from: it was not "
                     "written under this group's %d shards by this group; starting as "
                     "configured (%s)", shard, mirrored.next_snapshot, self._core.num_shards,
@@ -324,7 +332,8 @@ class ShardOwnership:
                      if o.committed is not None and o.full_scan is None and finished}
         bare = {o.shard: o.epoch for o, _ in pairs if o.shard not in positions}
         try:
-            if not await group.release_many(positions, bare, self._core.member_id):
+            if not await group.release_many(positions, bare, self._core.member_id,
+                                            {o.shard: o.start_moves for o, _ in pairs}):
                 return False
         except CoordinatorError as err:
             # It may have landed: the shard-by-shard releases then find the
@@ -338,7 +347,8 @@ class ShardOwnership:
             o.drop()
             self._core._owned.pop(o.shard, None)
             self._core.history.record("release", shard=o.shard, epoch=o.epoch, ok=True,
-                                      reason=reason, next_snapshot=o.committed)
+                                      reason=reason, next_snapshot=o.committed,
+                                      start_moves=o.start_moves)
             if o.committed is not None:
                 n = o.full_scan if o.full_scan is not None else o.committed
                 mirrored.append((o.shard, n, o.full_scan is not None))
@@ -371,8 +381,8 @@ class ShardOwnership:
                 if (o.committed is not None and o.full_scan is None and finished
                         and not o.uncertain):
                     ok = await group.commit_positions(
-                        {o.shard: (o.epoch, o.committed)}, self._core.member_id, release=True
-                    )
+                        {o.shard: (o.epoch, o.committed)}, self._core.member_id, release=True,
+                        start_moves={o.shard: o.start_moves})
                 else:
                     ok = await group.release(o.shard, o.epoch)
                 undecided = False
@@ -389,7 +399,7 @@ class ShardOwnership:
                                "shard": o.shard, "epoch": o.epoch})
             self.releases.add(o.shard, o.epoch)
         self._core.history.record("release", shard=o.shard, epoch=o.epoch, ok=ok, reason=reason,
-                            next_snapshot=o.committed)
+                            next_snapshot=o.committed, start_moves=o.start_moves)
         if ok and o.committed is not None and self._core._mirror is not None:
             n = o.full_scan if o.full_scan is not None else o.committed
             await self._core._in_io(functools.partial(self._commits.mirror_write, o.shard, n, True,
@@ -435,3 +445,17 @@ class ShardOwnership:
             self._core.history.record("lost", shards=lost, epochs=epochs, reason="owner key gone")
             self._core._notify("on_lost", lost)
 
+
+
+def file_start_moves(mirrored: MirroredPosition, start: GroupStart | None) -> int:
+    """The moves of the group start a consumer file's position derives from,
+    judged against the start carried beside the files (``start``: its full
+    scan ``L`` after ``m`` moves): a pending full scan of ``L``, or a position
+    past ``L``, is of that start; any other is of the one before, so the shard
+    scans ``L`` as its peers do. (A position of the start before that reached
+    past ``L`` cannot be told apart: docs/operations.md, "Time to data loss".)"""
+    if start is None or start.full_scan is None or start.moves == 0:
+        return 0 if start is None else start.moves
+    of_it = (mirrored.next_snapshot == start.full_scan if mirrored.full_scan_pending
+             else mirrored.next_snapshot > start.full_scan)
+    return start.moves if of_it else start.moves - 1

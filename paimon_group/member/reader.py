@@ -18,14 +18,22 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from coordinators.errors import CoordinatorError, PaimonGroupError, SessionLost
-from paimon_group.errors import HandlerFailed, NotOwner, SnapshotExpired, StaleEpoch
+from paimon_group.errors import (
+    BatchExpired,
+    DataFileMissing,
+    HandlerFailed,
+    NotOwner,
+    SnapshotExpired,
+    StaleEpoch,
+)
 from paimon_group.member.commits import CommitLane, Commits
 from paimon_group.member.core import MemberCore
 from paimon_group.member.data_loss import LostRange, data_loss_error, skip_warning
 from paimon_group.member.head import TABLE_CHECK_S
+from paimon_group.member.moved_start import move_start, moves_group_wide, repin_stale
 from paimon_group.member.state import OwnedShard, Stop
 from paimon_group.member.watches import first_of
 from paimon_group.protocol.group_start import group_start
@@ -179,6 +187,8 @@ class ReadLoop:
         """Read back positions of uncertain commits, and resolve and pin the
         start of shards without a position (before anything is planned)."""
         await self._commits.read_back([o for o in held if o.uncertain and not o.dropped])
+        # Shards of a start the group moved past scan the moved one (file rule).
+        await repin_stale(self._core, self._commits, held)
         unresolved = [o for o in held if o.next_snapshot is None and not o.dropped]
         if unresolved:
             await self._resolve_start(unresolved)
@@ -236,6 +246,12 @@ class ReadLoop:
         extra = {"group": self._core.group_name, "member": self._core.member_id}
         if self._core.config.on_data_loss != "skip":
             raise data_loss_error(self._core.config, lost) from None
+        if full_scan and moves_group_wide(self._core):
+            # Bucket-unaware: the group's start moves, once for every shard
+            # (member/moved_start.py); under the bucket rules a shard alone
+            # re-pinned at the earliest snapshot is consistent with the rest.
+            await move_start(self._core, owned, lost)
+            return
         log.warning(skip_warning(self._core.config, lost), extra=extra)
         self._core.history.record("skip", shards=list(lost.shards), first=first, earliest=earliest,
                             full_scan=full_scan)
@@ -346,6 +362,7 @@ class ReadLoop:
         # bucket-unaware table two shards pinned at different snapshots with a
         # compaction between them would lose or repeat the rows it moved.
         start = await group_start(group, resolve)
+        self._core.observe_start(start)
         if meta is not None:
             # Beside the consumer files too, once the coordinator holds it
             # (so it outlives a wipe as they do); before anything is pinned.
@@ -365,7 +382,7 @@ class ReadLoop:
         # what landed, or resolves and pins again; nothing is read from a
         # start that was never pinned.
         await self._commits.commit({o.shard: o for o in owned}, resolved.next_snapshot,
-                           full_scan=resolved.full_scan_snapshot)
+                           full_scan=resolved.full_scan_snapshot, start_moves=start.moves)
 
     async def _deliver_all(
         self,
@@ -386,6 +403,8 @@ class ReadLoop:
         its own commit is done.
         Every started delivery is awaited before an error is re-raised, so a
         failure of one shard never abandons another shard's finished batch.
+        Batches whose files expired while their handler held them are the
+        step's data loss, handled once all are back (:meth:`_on_lost_batches`).
         """
         lane = CommitLane(self._commits.commit, step.next_snapshot, riders=empty,
                           expected=len(deliveries))
@@ -393,32 +412,20 @@ class ReadLoop:
             await lane.flush()
             return
         gate = asyncio.Semaphore(max(1, self._core.config.max_parallel_shards))
-
-        async def one(o: OwnedShard, batch: ShardBatch) -> None:
-            o.idle.clear()
-            queued = False
-            try:
-                async with gate:
-                    if not o.active:
-                        return  # revoked while waiting: the next owner reads it
-                    await self._handle(o, batch, step, process)
-                # Commit even if the shard was dropped meanwhile (session lost
-                # and rejoined, or abandoned by a revoke): the coordinator, not
-                # this process, decides, and it rejects a stale epoch.
-                queued = True
-                await self._commit_batch(lane, o, batch, step)
-            finally:
-                if not queued:
-                    lane.skipped()
-                    self._resolve_durable(batch, NotOwner(f"shard {o.shard} was revoked"))
-                o.idle.set()
-
+        lost: list[tuple[OwnedShard, BatchExpired]] = []
         self._commits.lanes.add(lane)
         try:
-            results = await asyncio.gather(*(one(o, b) for o, b in deliveries),
-                                           return_exceptions=True)
+            try:
+                results = await asyncio.gather(
+                    *(self._deliver_one(o, b, step, process, lane, gate, lost)
+                      for o, b in deliveries), return_exceptions=True)
+            finally:
+                self._commits.lanes.discard(lane)
+            if lost:
+                await self._on_lost_batches(lost)
         finally:
-            self._commits.lanes.discard(lane)
+            for o, _ in lost:
+                o.idle.set()
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors:
             # The most important first: a failed handler, then anything
@@ -427,6 +434,45 @@ class ReadLoop:
                         else 2 if isinstance(e, Stop) else 1)
             raise errors[0]
         await lane.flush()
+
+    async def _deliver_one(self, o: OwnedShard, batch: ShardBatch, step: StepPlan,
+                           process: Process, lane: CommitLane, gate: asyncio.Semaphore,
+                           lost: list[tuple[OwnedShard, BatchExpired]]) -> None:
+        """One shard's batch of :meth:`_deliver_all`: handled, then committed
+        through the step's lane; a batch whose files expired goes to ``lost``
+        (the shard stays busy until :meth:`_on_lost_batches` is done)."""
+        o.idle.clear()
+        queued = False
+        gone: BaseException | None = None
+        try:
+            async with gate:
+                if not o.active:
+                    return  # revoked while waiting: the next owner reads it
+                try:
+                    await self._handle(o, batch, step, process)
+                except BatchExpired as err:
+                    gone = err
+                    lost.append((o, err))
+                    return
+            # Commit even if the shard was dropped meanwhile (session lost
+            # and rejoined, or abandoned by a revoke): the coordinator, not
+            # this process, decides, and it rejects a stale epoch.
+            queued = True
+            await self._commit_batch(lane, o, batch, step)
+        finally:
+            if not queued:
+                lane.skipped()
+                self._resolve_durable(batch, gone or NotOwner(f"shard {o.shard} was revoked"))
+            if gone is None:
+                o.idle.set()
+
+    async def _on_lost_batches(self, lost: list[tuple[OwnedShard, BatchExpired]]) -> None:
+        """Shards of one step whose batch's files Paimon's expiry deleted while
+        the handler held it: data loss, as when the step's snapshot had
+        expired before it was planned (:meth:`_on_expired`, once for them
+        all: one line names every shard, or they skip together)."""
+        err = lost[0][1]
+        await self._on_expired([o for o, _ in lost], err.first, err.full_scan, err)
 
     async def _commit_batch(self, lane: CommitLane, o: OwnedShard, batch: ShardBatch,
                             step: StepPlan) -> None:
@@ -461,12 +507,30 @@ class ReadLoop:
             waiter.set_exception(error)
             waiter.add_done_callback(lambda f: f.exception())  # retrieved if nobody waits
 
+    async def _files_gone(self, err: BatchExpired | DataFileMissing) -> NoReturn:
+        """Raise what a batch whose files are gone means, once the table is
+        found in place (else TableNotFound, TableReplaced say so: the files
+        of a dropped table are gone too, and a re-created table's snapshots
+        say nothing of the old one's): data loss (BatchExpired, handled by
+        :meth:`_deliver_all`), or a file missing from a retained snapshot, in
+        one line."""
+        await self._core._in_io(self._check_table_itself)
+        raise err
+
     async def _handle(self, o: OwnedShard, batch: ShardBatch, step: StepPlan,
                       process: Process) -> None:
         """Run the handler on one batch (nothing is committed here)."""
         await self._core._wait_live()
         started = time.monotonic()
-        await process(batch)
+        try:
+            await process(batch)
+        except Exception:
+            if batch.lost is None:
+                raise
+        if batch.lost is not None:
+            # Its files are gone (raised by its read, whatever the handler
+            # did with the error): never a handler failure, never retried.
+            await self._files_gone(batch.lost)
         self._core.stats.handler_seconds.append(time.monotonic() - started)
         if len(self._core.stats.handler_seconds) > 10_000:
             # Bounded: readers (metrics) start over on a new list.

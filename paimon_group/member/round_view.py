@@ -14,6 +14,13 @@ read was already a snapshot that may be stale by the time it is acted on,
 and every write acted on is fenced (the leader's publication by its leader
 epoch and the assignment's version, an acquisition by the owner key's
 absence, a release by its epoch).
+
+A member of a group under the file rule (bucket-unaware tables) reads the
+group's start in the same request (``with_start``): that is how it learns
+that the start moved (``--on-data-loss skip``), even on an idle table. One
+more key in the same request: nothing more on etcd and SQLite (one
+transaction), two more reads in the pipeline on ZooKeeper (a key is two
+znodes there).
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from dataclasses import dataclass
 from coordinators.protocol import Entry
 from paimon_group.protocol.group import GroupClient
 from paimon_group.protocol.group_views import leader_of
-from paimon_group.protocol.records import Assignment
+from paimon_group.protocol.records import Assignment, GroupStart
 
 
 @dataclass(frozen=True)
@@ -32,13 +39,17 @@ class RoundView:
     leader: tuple[str, int] | None  # (member id, leader epoch)
     assignment: Assignment | None
     assignment_version: int | None
+    start: GroupStart | None = None  # read only ``with_start``
 
 
-async def read_round(group: GroupClient, member_id: str) -> RoundView:
+async def read_round(group: GroupClient, member_id: str, *,
+                     with_start: bool = False) -> RoundView:
     keys = group.keys
     wanted = (keys.member(member_id), keys.leader, keys.assignment)
-    got = await group.coordinator.get_many(wanted)
+    got = await group.coordinator.get_many(wanted + ((keys.start,) if with_start else ()))
     member_key, leader, assignment = (got.get(k) for k in wanted)
     decoded, version = group.assignment_of(assignment)
+    start = got.get(keys.start) if with_start else None
     return RoundView(member_key=member_key, leader=leader_of(leader), assignment=decoded,
-                     assignment_version=version)
+                     assignment_version=version,
+                     start=None if start is None else GroupStart.decode(start.key, start.value))

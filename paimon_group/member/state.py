@@ -87,6 +87,8 @@ class OwnedShard:
     # yet (a pending full scan) must never leak (invariant 5).
     committed: int | None = None
     full_scan: int | None = None  # a full scan of this snapshot is due first
+    # The moves of the group start this position derives from (GroupStart.moves).
+    start_moves: int = 0
     # A commit of this ownership raised: it may have landed or not, so the
     # stored position may be ahead of ``committed``. It is read back before
     # ``committed`` is used again (the next step, a release): committing the

@@ -125,10 +125,13 @@ class ShardReset:
     owner: str | None = None
     epoch: int | None = None
     note: str = ""
+    # The current position's pending full scan: a reset drops it, so the
+    # shard changes even when its next snapshot stays the same.
+    full_scan: int | None = None
 
     @property
     def changes(self) -> bool:
-        return self.new is not None and self.new != self.current
+        return self.new is not None and (self.new != self.current or self.full_scan is not None)
 
 
 @dataclass(frozen=True)
@@ -222,12 +225,15 @@ async def plan_reset(
         for s in chosen:
             pos = state.positions.get(s)
             current = pos.next_snapshot if pos else None
+            full = pos.full_scan if pos else None
             new, note = _resolve(table, target, current)
-            if new is not None and new == current and not note:
+            if new is not None and full is not None and not note:
+                note = f"pending full scan of snapshot {full} dropped"
+            elif new is not None and new == current and not note:
                 note = "unchanged"
             owner = state.owners.get(s)
             rows.append(ShardReset(s, current, new, owner.member_id if owner else None,
-                                   owner.epoch if owner else None, note))
+                                   owner.epoch if owner else None, note, full))
         return rows, table.latest_snapshot_id(), table.earliest_snapshot_id()
 
     rows, latest, earliest = await asyncio.to_thread(resolve_all)

@@ -392,6 +392,7 @@ class GroupClient:
         *,
         release: bool = False,
         full_scan: Mapping[int, int] | None = None,
+        start_moves: Mapping[int, int] | None = None,
     ) -> bool:
         """Fenced commit of ``{shard: (epoch, next_snapshot)}`` in one atomic commit.
 
@@ -408,15 +409,18 @@ class GroupClient:
         rejection means "stale epoch" to the caller, which would drop a shard
         it still owns. A position lower than one of our commits that *raised*
         (it may have landed) is first compared with the stored one, read back.
-        This client's position commits run one at a time.
+        This client's position commits run one at a time. ``start_moves``:
+        the moves of the group start each shard's position derives from.
         """
         if not updates:
             return True
         async with self._commit_lock:
-            return await self._commit_positions(updates, member_id, release, full_scan)
+            return await self._commit_positions(updates, member_id, release, full_scan,
+                                                start_moves=start_moves)
 
     async def release_many(self, positions: Mapping[int, tuple[int, int]],
-                           bare: Mapping[int, int], member_id: str) -> bool:
+                           bare: Mapping[int, int], member_id: str,
+                           start_moves: Mapping[int, int] | None = None) -> bool:
         """Release several shards in one fenced commit: ``positions``
         (``{shard: (epoch, next_snapshot)}``) with their last position, as
         :meth:`commit_positions` with ``release``; ``bare`` (``{shard: epoch}``)
@@ -426,23 +430,25 @@ class GroupClient:
         if len(positions) + len(bare) > commit_size.SHARDS_PER_COMMIT:
             raise ValueError(f"at most {commit_size.SHARDS_PER_COMMIT} shards in one commit")
         async with self._commit_lock:
-            return await self._commit_positions(positions, member_id, True, None, bare)
+            return await self._commit_positions(positions, member_id, True, None, bare,
+                                                start_moves=start_moves)
 
     async def _commit_positions(self, updates: Mapping[int, tuple[int, int]], member_id: str,
                                 release: bool, full_scan: Mapping[int, int] | None,
-                                bare: Mapping[int, int] | None = None) -> bool:
+                                bare: Mapping[int, int] | None = None, *,
+                                start_moves: Mapping[int, int] | None = None) -> bool:
         now = time.time()
-        scans = full_scan or {}
+        scans, moves = full_scan or {}, start_moves or {}
         checks: list[Check] = []
         ops: list[Put | Delete] = []
-        written: dict[int, tuple[int, tuple[int, int]]] = {}
+        written: dict[int, tuple[int, tuple[int, ...]]] = {}
         for shard, (epoch, next_snapshot) in sorted(updates.items()):
             checks.append(Check.created_at(self.keys.owner(shard), epoch))
-            order = position_order(next_snapshot, scans.get(shard))
+            order = position_order(next_snapshot, scans.get(shard), moves.get(shard, 0))
             if not await self._lowers(shard, epoch, order):
                 pos = Position(
                     next_snapshot=next_snapshot, epoch=epoch, member_id=member_id,
-                    committed_at=now, full_scan=scans.get(shard),
+                    committed_at=now, full_scan=scans.get(shard), start_moves=moves.get(shard),
                 )
                 ops.append(Put(self.keys.position(shard), pos.encode()))
                 written[shard] = (epoch, order)
@@ -462,7 +468,7 @@ class GroupClient:
                 self._marks.raise_floor(shard, mark)
         return ok
 
-    async def _lowers(self, shard: int, epoch: int, order: tuple[int, int]) -> bool:
+    async def _lowers(self, shard: int, epoch: int, order: tuple[int, ...]) -> bool:
         """Whether writing ``order`` under ``epoch`` would lower the stored position."""
         known = self._marks.lowers(shard, epoch, order)
         if known is not None:

@@ -29,7 +29,7 @@ Example::
 
 from __future__ import annotations
 
-Order = tuple[int, int]
+Order = tuple[int, ...]
 Mark = tuple[int, Order]  # (epoch, position order)
 
 

@@ -210,6 +210,15 @@ class GroupStart(_Record):
     moved. ``full_scan`` is the snapshot to scan in full first (None:
     follow-ups only), ``next_snapshot`` where follow-ups begin; ``start`` the
     ``--start`` text it was resolved from.
+
+    ``moves``: how many times the start moved forward since it was resolved
+    (``--on-data-loss skip`` on a bucket-unaware table, when the full scan of
+    ``moved_from`` expired before a shard delivered it:
+    :func:`~paimon_group.protocol.group_start.move_group_start`); then
+    ``resolved_at`` and ``resolved_by`` say when and by whom it moved. Every
+    shard's position records the ``moves`` of the start its reading derives
+    from (:attr:`Position.start_moves`): a shard of an earlier one scans the
+    moved start again.
     """
 
     next_snapshot: int
@@ -217,15 +226,20 @@ class GroupStart(_Record):
     start: str
     resolved_at: float = 0.0
     resolved_by: str = ""
+    moves: int = 0
+    moved_from: int | None = None
 
     @classmethod
     def _from_dict(cls, data: dict[str, Any]) -> GroupStart:
         full = data.get("full_scan")
+        moved_from = data.get("moved_from")
         return GroupStart(next_snapshot=int(data["next_snapshot"]),
                           full_scan=None if full is None else int(full),
                           start=str(data.get("start", "")),
                           resolved_at=float(data.get("resolved_at", 0.0)),
-                          resolved_by=str(data.get("resolved_by", "")))
+                          resolved_by=str(data.get("resolved_by", "")),
+                          moves=int(data.get("moves") or 0),
+                          moved_from=None if moved_from is None else int(moved_from))
 
 
 @dataclass(frozen=True)
@@ -249,6 +263,10 @@ class Position(_Record):
     # owner scans exactly this snapshot again (so a replay is identical), and
     # then continues at ``next_snapshot``.
     full_scan: int | None = None
+    # The ``moves`` of the group start this shard's reading derives from
+    # (GroupStart.moves); None in positions written by an operator (reset) or
+    # before starts moved: the next owner takes the group's current start's.
+    start_moves: int | None = None
 
     @property
     def effective(self) -> int:
@@ -256,10 +274,10 @@ class Position(_Record):
         return self.full_scan if self.full_scan is not None else self.next_snapshot
 
     @property
-    def order(self) -> tuple[int, int]:
+    def order(self) -> tuple[int, int, int]:
         """Where this position is in the order positions advance (see
         :func:`position_order`)."""
-        return position_order(self.next_snapshot, self.full_scan)
+        return position_order(self.next_snapshot, self.full_scan, self.start_moves or 0)
 
     @classmethod
     def _from_dict(cls, data: dict[str, Any]) -> Position:
@@ -270,15 +288,20 @@ class Position(_Record):
             member_id=str(data["member_id"]),
             committed_at=float(data["committed_at"]),
             full_scan=None if full is None else int(full),
+            start_moves=None if data.get("start_moves") is None else int(data["start_moves"]),
         )
         if pos.next_snapshot < 1:
             raise ValueError("next_snapshot < 1")
         return pos
 
 
-def position_order(next_snapshot: int, full_scan: int | None) -> tuple[int, int]:
-    """Positions in the order they advance: by ``next_snapshot``, and at one
-    ``next_snapshot`` a pending full scan before its delivery (a pinned start
-    ``(n, full_scan=n-1)`` is followed by ``(n, None)`` once the scan is
-    delivered)."""
-    return (next_snapshot, 0 if full_scan is not None else 1)
+def position_order(next_snapshot: int, full_scan: int | None,
+                   start_moves: int = 0) -> tuple[int, int, int]:
+    """Positions in the order they advance: by the moves of the group start
+    they derive from (a shard re-pinned at a moved start is past everything
+    it read from the earlier one, though it scans an earlier snapshot than it
+    may have reached: :class:`GroupStart`), then by ``next_snapshot``, and at
+    one ``next_snapshot`` a pending full scan before its delivery (a pinned
+    start ``(n, full_scan=n-1)`` is followed by ``(n, None)`` once the scan
+    is delivered)."""
+    return (start_moves, next_snapshot, 0 if full_scan is not None else 1)

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from paimon_group.errors import PlanInvariantViolated
+from paimon_group.errors import BatchExpired, DataFileMissing, PlanInvariantViolated
+from paimon_group.reading.expiry import missing_file_error
 from paimon_group.reading.planner import BatchKind, StepPlan, check_routing
 
 if TYPE_CHECKING:
@@ -43,6 +44,16 @@ class ShardBatch:
     ``rows_read`` (the rows :meth:`to_arrow` and :meth:`iter_batches` actually
     produced so far; a handler that reads twice counts twice).
 
+    A file of the batch found missing when it is read means data loss if
+    Paimon's expiry deleted it (snapshot ``first_snapshot`` expired while the
+    batch was held): :meth:`to_arrow` and :meth:`iter_batches` raise
+    :class:`~paimon_group.errors.BatchExpired` (a ``SnapshotExpired``), and
+    the member handles it as ``--on-data-loss`` says (the handler is not
+    called again for it). Otherwise they raise
+    :class:`~paimon_group.errors.DataFileMissing`, one line naming the file.
+    ``lost`` holds that error once raised (None before), whatever the
+    handler did with it.
+
     Built by the member runtime::
 
         ShardBatch(group="g1", member_id="m1", shard=3, num_shards=8, epoch=17,
@@ -61,6 +72,7 @@ class ShardBatch:
         "first_snapshot",
         "group",
         "kind",
+        "lost",
         "member_id",
         "next_snapshot",
         "num_shards",
@@ -103,6 +115,7 @@ class ShardBatch:
         self.next_snapshot = plan.next_snapshot
         self.splits: tuple[Any, ...] = splits
         self.rows_read = 0
+        self.lost: BatchExpired | DataFileMissing | None = None
         self._planner = planner
         # The readers this step was planned with: the planner may switch to a
         # newer schema (ALTER TABLE) while this batch is in the handler, and
@@ -131,7 +144,10 @@ class ShardBatch:
 
     def to_arrow(self) -> pa.Table:
         """Exactly this shard's rows for this step, as one table."""
-        table = self._view.read_arrow(self.splits)
+        try:
+            table = self._view.read_arrow(self.splits)
+        except FileNotFoundError as err:
+            raise self._files_gone(err) from err
         self.rows_read += table.num_rows
         return table
 
@@ -144,9 +160,23 @@ class ShardBatch:
         :meth:`~paimon_group.reading.planner.ShardPlanner.iter_batches`. Rows are
         counted in ``rows_read`` as the batches are produced.
         """
-        for batch in self._view.iter_batches(self.splits):
-            self.rows_read += batch.num_rows
-            yield batch
+        try:
+            for batch in self._view.iter_batches(self.splits):
+                self.rows_read += batch.num_rows
+                yield batch
+        except FileNotFoundError as err:
+            raise self._files_gone(err) from err
+
+    def _files_gone(self, err: FileNotFoundError) -> BatchExpired | DataFileMissing:
+        """What a file of this batch found missing means (reading/expiry.py);
+        kept in ``lost``."""
+        # An expiry is for good; a file missing from a retained snapshot may
+        # be found expired at the next read.
+        if not isinstance(self.lost, BatchExpired):
+            self.lost = missing_file_error(
+                self._planner.table, err, shards=(self.shard,), first=self.first_snapshot,
+                last=self.snapshot_id, full_scan=self.kind is BatchKind.INITIAL)
+        return self.lost
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:
         return self.iter_batches()

@@ -215,12 +215,12 @@ def record_start(file_io: Any, table_path: str, group: str, meta: GroupMeta,
                  start: GroupStart) -> bool:
     """Copy the group's start, once the coordinator accepted it, into the origin
     this incarnation stamped; True if it was written. (Never into another
-    incarnation's origin, nor over another start: a start is fixed for the
-    incarnation, so an equal one is left as it is.)"""
+    incarnation's origin, nor over another start, unless ``start`` moved
+    further than the one recorded: :mod:`paimon_group.member.moved_start`.)"""
     origin = ConsumerFilesOrigin.read(file_io, table_path, group)
     if origin is None or not meta.incarnation or origin.incarnation != meta.incarnation:
         return False
-    if origin.start is not None:
+    if origin.start is not None and origin.start.moves >= start.moves:
         return False
     dataclasses.replace(origin, start=start).write(file_io, table_path)
     return True

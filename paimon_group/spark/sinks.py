@@ -62,21 +62,25 @@ Example::
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import shutil
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 
-from paimon_group.errors import StaleEpoch
 from paimon_group.reading.planner import BatchKind
+from paimon_group.spark.fence import (
+    EpochFence,
+    StaleSinkWrite,
+    fsync_dir,
+    state_dir_of,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -117,15 +121,6 @@ class BatchLike(Protocol):
 
     @property
     def snapshot_id(self) -> int: ...
-
-
-class StaleSinkWrite(StaleEpoch):
-    """A sink refused a write: a newer owner of the shard (higher epoch) has written.
-
-    The batch was not written. A :class:`~paimon_group.spark.handler.SparkBatchHandler`
-    returns normally on it (the member's commit of the batch is rejected by
-    the coordinator for the same reason and the shard is dropped).
-    """
 
 
 @dataclass(frozen=True, order=True)
@@ -200,107 +195,7 @@ def with_batch_key(df: DataFrame, batch: BatchLike, *, epoch_column: bool = Fals
 
 
 # ---------------------------------------------------------------------------
-# Epoch fence
-
-
-class EpochFence:
-    """Highest epoch that has written, per (group, shard), in files under ``directory``.
-
-    :meth:`hold` takes an exclusive lock for the (group, shard) (``flock``:
-    processes on one host, or a shared filesystem whose locks work across
-    hosts), checks the batch's epoch against the recorded one, records it if
-    higher, and keeps the lock while the caller publishes, so the check and
-    the write are one atomic step for every writer of that shard.
-
-    Example::
-
-        fence = EpochFence("/data/out/_fence")
-        with fence.hold(batch):      # raises StaleSinkWrite if a newer epoch wrote
-            publish(batch)
-    """
-
-    def __init__(self, directory: str | os.PathLike[str]) -> None:
-        self.directory = Path(directory)
-
-    def _paths(self, group: str, shard: int) -> tuple[Path, Path]:
-        base = self.directory / f"pg_group={group}"
-        return base / f"pg_shard={shard}.epoch", base / f"pg_shard={shard}.lock"
-
-    def highest(self, group: str, shard: int) -> int | None:
-        """The highest epoch recorded for (group, shard), or None."""
-        path, _ = self._paths(group, shard)
-        try:
-            return int(path.read_text().strip())
-        except FileNotFoundError:
-            return None
-
-    def check(self, batch: BatchLike) -> None:
-        """Raise :class:`StaleSinkWrite` if a newer epoch already wrote (no lock; a hint)."""
-        highest = self.highest(batch.group, int(batch.shard))
-        if highest is not None and int(batch.epoch) < highest:
-            raise self._stale(batch, highest)
-
-    def _stale(self, batch: BatchLike, highest: int) -> StaleSinkWrite:
-        return StaleSinkWrite(
-            f"sink fence {self.directory}: shard {batch.shard} of group {batch.group!r} was "
-            f"written with epoch {highest}; refusing epoch {batch.epoch} (this member no "
-            "longer owns the shard)"
-        )
-
-    @contextlib.contextmanager
-    def shared(self, group: str, shard: int) -> Iterator[None]:
-        """Hold (group, shard)'s lock in shared mode: no publication of the
-        shard happens meanwhile (a reader's consistent view)."""
-        _, lock_path = self._paths(group, int(shard))
-        lock_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(lock_path, "a+b") as lock:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_SH)
-            try:
-                yield
-            finally:
-                fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
-
-    @contextlib.contextmanager
-    def hold(self, batch: BatchLike, *, check_epoch: bool = True) -> Iterator[None]:
-        """Lock (group, shard); unless ``check_epoch`` is False, refuse a stale epoch and
-        record a newer one. Publish inside the ``with`` block."""
-        group, shard, epoch = batch.group, int(batch.shard), int(batch.epoch)
-        path, lock_path = self._paths(group, shard)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(lock_path, "a+b") as lock:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
-            try:
-                if check_epoch:
-                    highest = self.highest(group, shard)
-                    if highest is not None and epoch < highest:
-                        raise self._stale(batch, highest)
-                    if highest is None or epoch > highest:
-                        _write_atomically(path, f"{epoch}\n".encode())
-                yield
-            finally:
-                fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
-
-
-# ---------------------------------------------------------------------------
-# Parquet sink
+# Parquet sink (its epoch fence: paimon_group/spark/fence.py)
 
 
 @dataclass(frozen=True)
@@ -364,7 +259,7 @@ class ParquetBatchSink:
 
     def __init__(self, path: str | os.PathLike[str], *, fence: bool = True) -> None:
         self.root = Path(path).absolute()
-        self.state_dir = _state_dir_of(self.root)
+        self.state_dir = state_dir_of(self.root)
         # The fence's lock serialises publications of a shard even without
         # the epoch check (two renames into one place must not interleave).
         self.fence = EpochFence(self.state_dir / "_fence")
@@ -472,7 +367,7 @@ class ParquetBatchSink:
                         os.rename(other, doomed[-1])
                         superseded.append(int(other.name.partition("=")[2]))
             os.rename(stage, final)
-            _fsync_dir(final.parent)
+            fsync_dir(final.parent)
             publication = Publication(
                 key=key,
                 epoch=int(batch.epoch),
@@ -559,15 +454,3 @@ class ParquetBatchSink:
             dataset = ds.dataset(files, format="parquet", partitioning=partitioning,
                                  partition_base_dir=str(self.root))
             return dataset.to_table()
-
-
-def _state_dir_of(root: Path) -> Path:
-    """Where a sink rooted at ``root`` keeps its staging, fence and log.
-
-    A sink created by an earlier version keeps them inside ``root``
-    (``root/_fence`` exists): they stay there, so its fence's recorded
-    epochs keep refusing stale writers.
-    """
-    if (root / "_fence").is_dir():
-        return root
-    return root.parent / f".{root.name}.pg-sink"

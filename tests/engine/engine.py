@@ -135,8 +135,9 @@ class Engine:
     def alter(self, warehouse: str, *changes: tuple[str, ...]) -> None:
         """ALTER TABLE ``db.t`` through the engine's catalog: each change is
         ``("add", name, type)``, ``("rename", old, new)``, ``("type", name,
-        type)``, ``("drop", name)`` or ``("set", option, value)``, types by SQL
-        name (``INT``, ``BIGINT``)."""
+        type)``, ``("drop", name)``, ``("not null", name)`` (``name`` may be a
+        dotted path through ROWs: ``r.q``) or ``("set", option, value)``,
+        types by SQL name (``INT``, ``BIGINT``)."""
         schema_change = self.jvm.org.apache.paimon.schema.SchemaChange
         j_changes = self.jvm.java.util.ArrayList()
         for change in changes:
@@ -151,6 +152,12 @@ class Engine:
                 j_changes.add(schema_change.dropColumn(name))
             elif what == "set":
                 j_changes.add(schema_change.setOption(name, rest[0]))
+            elif what == "not null":
+                path = name.split(".")
+                names = self.gateway.new_array(self.jvm.java.lang.String, len(path))
+                for i, part in enumerate(path):
+                    names[i] = part
+                j_changes.add(schema_change.updateColumnNullability(names, False))
             else:
                 raise ValueError(f"unknown change {what!r}")
         catalog = self.catalog(warehouse)

@@ -171,6 +171,13 @@ def wrong_shard(history: History, bucket_of: Callable[[int], int], num_shards: i
     return bad[:20]
 
 
+def _advance(w: dict[str, Any]) -> tuple[int, int]:
+    """Where a write is in the order positions advance: a re-pin at a start
+    the group moved (issue 37, D2: more ``start_moves``) is past any position
+    of the earlier start, whatever snapshot it scans."""
+    return (int(w.get("start_moves") or 0), int(w["next_snapshot"]))
+
+
 def positions_regressed(history: History) -> list[str]:
     """Accepted positions (commits and committing releases) never move back.
 
@@ -188,12 +195,12 @@ def positions_regressed(history: History) -> list[str]:
     for shard, ws in sorted(by_shard.items()):
         last: dict[str, Any] | None = None
         for w in sorted(ws, key=lambda w: (w["epoch"], w["t"])):
-            if last is not None and w["next_snapshot"] < last["next_snapshot"]:
+            if last is not None and _advance(w) < _advance(last):
                 bad.append(f"shard {shard}: position moved back {last['next_snapshot']} -> "
                            f"{w['next_snapshot']} ({w['event']} by {w['member']}, epoch "
                            f"{w['epoch']}, after {last['event']} by {last['member']} epoch "
                            f"{last['epoch']})")
-            if last is None or w["next_snapshot"] >= last["next_snapshot"]:
+            if last is None or _advance(w) >= _advance(last):
                 last = w
     return bad
 

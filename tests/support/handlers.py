@@ -8,6 +8,12 @@ member in the middle of a batch). ``$PG_TEST_SLEEP_<MEMBER>`` (seconds, member
 id upper-cased with ``-`` as ``_``) slows that member's handler down, and so does
 a file ``$PG_TEST_OUT/slow-<member>`` holding seconds, for as long as it exists
 (a test can slow a running member down).
+
+``hold_then_record`` is ``record`` for a handler that waits on its downstream
+before it reads: while ``$PG_TEST_OUT/hold-<member>`` exists, each batch
+with rows writes its shard, first snapshot and the paths of its files to
+``$PG_TEST_OUT/held-<member>-<shard>.json`` and waits until
+``$PG_TEST_OUT/release-<member>`` exists, and only then calls ``to_arrow()``.
 """
 
 from __future__ import annotations
@@ -56,6 +62,20 @@ def record(batch: Any) -> None:
             os.unlink(busy)
         except FileNotFoundError:
             pass
+
+
+def hold_then_record(batch: Any) -> None:
+    out = os.environ["PG_TEST_OUT"]
+    if os.path.exists(os.path.join(out, f"hold-{batch.member_id}")) and batch.splits:
+        held = os.path.join(out, f"held-{batch.member_id}-{batch.shard}.json")
+        files = [f.file_path for split in batch.splits for f in split.files]
+        with open(held + ".partial", "w") as f:
+            json.dump({"shard": batch.shard, "first": batch.first_snapshot, "files": files}, f)
+        os.replace(held + ".partial", held)
+        release = os.path.join(out, f"release-{batch.member_id}")
+        while not os.path.exists(release):
+            time.sleep(0.05)
+    record(batch)
 
 
 def fail_always(batch: Any) -> None:

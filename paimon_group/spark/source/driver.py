@@ -32,7 +32,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Mapping, Sequence
 from typing import TypeVar
 
 from paimon_group.member import GroupMember
@@ -155,6 +155,13 @@ class GroupDriver:
         settled = await self.member.settle_positions()
         return {s: (p.epoch, Cursor(next=p.next_snapshot, full=p.full_scan))
                 for s, p in settled.items()}
+
+    def stored_cursors(self, shards: Sequence[int]) -> dict[int, Cursor]:
+        """The group's stored positions of ``shards`` as cursors, whoever owns
+        them (read from the coordinator; a shard without one is left out)."""
+        self.member.raise_if_failed()
+        stored = self._call(self.member.driving.stored_positions(shards))
+        return {s: Cursor(next=p.next_snapshot, full=p.full_scan) for s, p in stored.items()}
 
     def hold(self, positions: Mapping[int, int]) -> None:
         """Mark shards busy until a commit reaches ``shard -> next snapshot``

@@ -46,8 +46,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from coordinators.errors import PaimonGroupError
+from paimon_group.config.member import MemberConfig
 from paimon_group.errors import SnapshotExpired
-from paimon_group.member.data_loss import LostRange
+from paimon_group.member.data_loss import LostRange, reset_command
 from paimon_group.reading.planner import ShardPlanner
 
 log = logging.getLogger("paimon_group.spark_source")
@@ -61,7 +62,12 @@ __all__ = [
     "decode_ends",
     "decode_offset",
     "encode_offset",
+    "lost_what",
+    "moved_past_gap",
+    "past_expired_full_scans",
+    "plan_batch",
     "plan_ranges",
+    "query_data_loss",
     "same_incarnation",
     "start_cursor",
 ]
@@ -209,17 +215,18 @@ def plan_ranges(
     latest: int | None = None,
     caps: Caps = Caps(),
     fail_on_data_loss: bool = True,
+    config: MemberConfig | None = None,
 ) -> tuple[dict[int, int], dict[int, list[Piece]]]:
     """Plan the reads from ``cursors``: returns (``to`` per shard, pieces per shard).
 
     ``until`` (a replay): per shard, stop before this snapshot; no caps.
     Otherwise read up to ``latest`` inclusive within ``caps``. Shards at the
-    same cursor are planned together (one manifest read per step). An
-    expired next snapshot raises :class:`~paimon_group.errors.SnapshotExpired`,
-    or without ``fail_on_data_loss`` is skipped (:func:`_past_expired`).
+    same cursor are planned together (one manifest read per step). Expiry:
+    :func:`_past_expired`; an expired pending full scan: :func:`plan_batch`.
     """
     pieces: dict[int, list[Piece]] = defaultdict(list)
-    steps, rows = _plan_full_scans(planner, cursors, pieces)
+    steps, rows = _plan_full_scans(planner, cursors, pieces, fail=fail_on_data_loss,
+                                   config=config)
     limit = dict(until) if until is not None else {
         s: (latest + 1 if latest is not None else c.next) for s, c in cursors.items()}
     reached = {s: c.next for s, c in cursors.items()}
@@ -238,9 +245,9 @@ def plan_ranges(
         try:
             step = planner.plan_next(active, n)
         except SnapshotExpired as err:
-            # The shards' next snapshot expired unread: stop (failOnDataLoss,
-            # the default), or move them on to the earliest retained one.
-            n = _past_expired(planner, active, n, err, fail=fail_on_data_loss)
+            # Expired unread: stop, or skip (every shard in the gap).
+            n = _past_expired(planner, reached, limit, n, err, fail=fail_on_data_loss,
+                              config=config)
             reached.update({s: n for s in active})
             continue
         if step is None:
@@ -263,15 +270,25 @@ def plan_ranges(
 
 
 def _plan_full_scans(planner: ShardPlanner, cursors: Mapping[int, Cursor],
-                     pieces: dict[int, list[Piece]]) -> tuple[int, int]:
-    """The pending full scans of ``cursors`` into ``pieces``: (steps, rows)."""
+                     pieces: dict[int, list[Piece]], *, fail: bool,
+                     config: MemberConfig | None) -> tuple[int, int]:
+    """The pending full scans of ``cursors`` into ``pieces``: (steps, rows).
+    A full scan whose snapshot expired (since :func:`past_expired_full_scans`
+    looked) raises the one line when ``fail``, else SnapshotExpired."""
     steps = rows = 0
     fulls: dict[int, list[int]] = defaultdict(list)
     for shard, cursor in cursors.items():
         if cursor.full is not None:
             fulls[cursor.full].append(shard)
     for snapshot, shards in sorted(fulls.items()):
-        full_step = planner.plan_full(shards, snapshot)
+        try:
+            full_step = planner.plan_full(shards, snapshot)
+        except SnapshotExpired as err:
+            earliest = planner.table.earliest_snapshot_id()
+            if not fail or earliest is None or earliest <= snapshot:
+                raise
+            lost = LostRange(tuple(sorted(shards)), snapshot, earliest, full_scan=True)
+            raise query_data_loss(planner.table.identifier, [lost], config) from err
         for shard in shards:
             pieces[shard].append(
                 Piece(snapshot, full_step.kind.value, list(full_step.splits.get(shard, ()))))
@@ -280,25 +297,139 @@ def _plan_full_scans(planner: ShardPlanner, cursors: Mapping[int, Cursor],
     return steps, rows
 
 
-def _past_expired(planner: ShardPlanner, shards: list[int], n: int, err: SnapshotExpired, *,
-                  fail: bool) -> int:
-    """The earliest retained snapshot, where ``shards`` go on after their
-    expired snapshot ``n`` (a WARNING names the lost range); raises one line
-    naming it instead when ``fail``."""
+FULL_SCAN_ATTEMPTS = 3
+"""Plans tried when a pending full scan's snapshot expires while it is planned."""
+
+
+def plan_batch(
+    planner: ShardPlanner,
+    cursors: Mapping[int, Cursor],
+    *,
+    fail_on_data_loss: bool = True,
+    config: MemberConfig | None = None,
+    **kwargs: Any,
+) -> tuple[dict[int, Cursor], dict[int, int], dict[int, list[Piece]]]:
+    """:func:`plan_ranges` from ``cursors`` once the pending full scans whose
+    snapshot expired are handled (:func:`past_expired_full_scans`); returns
+    the cursors planned from (what the batch's offset records) with
+    :func:`plan_ranges`' answer. ``kwargs``: ``until``, ``latest``, ``caps``."""
+    for attempt in range(FULL_SCAN_ATTEMPTS):
+        moved = past_expired_full_scans(planner, cursors, fail=fail_on_data_loss,
+                                        config=config)
+        try:
+            reached, pieces = plan_ranges(planner, moved, fail_on_data_loss=fail_on_data_loss,
+                                          config=config, **kwargs)
+        except SnapshotExpired:
+            # Without failOnDataLoss, only a full scan's snapshot that
+            # expired since it was looked at gets here: look again.
+            if fail_on_data_loss or attempt == FULL_SCAN_ATTEMPTS - 1:
+                raise
+            continue
+        return moved, reached, pieces
+    raise AssertionError("unreachable")
+
+
+def past_expired_full_scans(planner: ShardPlanner, cursors: Mapping[int, Cursor], *,
+                            fail: bool, config: MemberConfig | None = None
+                            ) -> dict[int, Cursor]:
+    """``cursors`` with each pending full scan whose snapshot expired replaced
+    by a full scan of the earliest retained snapshot, as a worker does under
+    ``--on-data-loss skip`` (a WARNING names the shards and the snapshot);
+    raises the one line naming them instead when ``fail``."""
+    out = dict(cursors)
+    if all(c.full is None for c in cursors.values()):
+        return out
+    earliest = planner.table.earliest_snapshot_id()
+    if earliest is None:
+        return out
+    expired: dict[int, list[int]] = defaultdict(list)
+    for shard, cursor in cursors.items():
+        if cursor.full is not None and cursor.full < earliest:
+            expired[cursor.full].append(shard)
+    losts = [LostRange(tuple(sorted(shards)), snapshot, earliest, full_scan=True)
+             for snapshot, shards in sorted(expired.items())]
+    if losts and fail:
+        raise query_data_loss(planner.table.identifier, losts, config)
+    for lost in losts:
+        log.warning("%s: scanning snapshot %d in full instead (failOnDataLoss=false)",
+                    lost_what(planner.table.identifier, lost), earliest)
+        out.update({s: Cursor(next=earliest + 1, full=earliest) for s in lost.shards})
+    return out
+
+
+def _past_expired(planner: ShardPlanner, positions: Mapping[int, int], limit: Mapping[int, int],
+                  n: int, err: SnapshotExpired, *, fail: bool,
+                  config: MemberConfig | None) -> int:
+    """The earliest retained snapshot, where the shards go on after their
+    expired snapshot ``n``: every shard whose next snapshot (``positions``)
+    is in the gap and still to be read (below its ``limit``) skips it, with a
+    WARNING naming the shards and their lost range (one per range); raises
+    one line naming them all instead when ``fail``."""
     earliest = planner.table.earliest_snapshot_id()
     if earliest is None or earliest <= n:
         raise err
-    lost = LostRange(tuple(sorted(shards)), n, earliest)
-    what = f"{lost.shards_text()}: {lost.what(planner.table.identifier)}"
+    by_first: dict[int, list[int]] = defaultdict(list)
+    for shard, position in positions.items():
+        if n <= position < earliest and position < limit[shard]:
+            by_first[position].append(shard)
+    losts = [LostRange(tuple(sorted(shards)), first, earliest)
+             for first, shards in sorted(by_first.items())]
     if fail:
-        raise SnapshotExpired(
-            f"{what}: their rows are lost to the query, so it stops (option "
-            "failOnDataLoss=false skips such gaps); to resume from the earliest retained "
-            "snapshot, reset the group's positions (paimon-group reset --to-earliest, "
-            "docs/operations.md) and restart the query") from None
-    log.warning("%s: skipping to snapshot %d (failOnDataLoss=false); the rows of %d "
-                "snapshots are lost to the query", what, earliest, lost.count)
+        raise query_data_loss(planner.table.identifier, losts, config) from None
+    for lost in losts:
+        log.warning("%s: skipping to snapshot %d (failOnDataLoss=false); the rows of %d "
+                    "snapshots are lost to the query", lost_what(planner.table.identifier, lost),
+                    earliest, lost.count)
     return earliest
+
+
+def lost_what(table: str, lost: LostRange) -> str:
+    """The shards and what they lost, as the lines of the query say them."""
+    return f"{lost.shards_text()}: {lost.what(table)}"
+
+
+def query_data_loss(table: str, losts: Sequence[LostRange],
+                    config: MemberConfig | None = None) -> SnapshotExpired:
+    """The one line a query stops with (failOnDataLoss=true): the shards, the
+    lost snapshots and what resumes them (docs/spark.md, failOnDataLoss)."""
+    what = "; ".join(lost_what(table, lost) for lost in losts)
+    shards = sorted({s for lost in losts for s in lost.shards})
+    if config is not None:
+        reset = (f"stop the group's members (this query has stopped) and run: "
+                 f"{reset_command(config, shards)}")
+    else:
+        reset = "reset the group's positions (paimon-group reset --to-earliest)"
+    skip = ("scans the earliest retained snapshot in full instead"
+            if all(lost.full_scan for lost in losts) else "skips such gaps")
+    return SnapshotExpired(
+        f"{what}: their rows are lost to the query, so it stops (option failOnDataLoss=false "
+        f"{skip}); to resume from the earliest retained snapshot, {reset}; then restart the "
+        "query from its checkpoint (docs/spark.md, failOnDataLoss)")
+
+
+def moved_past_gap(cursors: Mapping[int, Cursor], until: Mapping[int, int],
+                   stored: Mapping[int, Cursor], earliest: int | None
+                   ) -> tuple[dict[int, Cursor], dict[int, int], list[int]]:
+    """A batch re-run from its offset whose range starts in expired snapshots,
+    for the shards whose group position (``stored``: the coordinator's) has
+    moved past the gap since (``paimon-group reset``, or a member that
+    skipped it): the batch reads them from that position up to their ``to``
+    (nothing when it is at or beyond). Returns the cursors and ``until`` to
+    re-plan with, and the shards moved."""
+    out, limit = dict(cursors), dict(until)
+    moved: list[int] = []
+    if earliest is None:
+        return out, limit, moved
+    for shard, cursor in cursors.items():
+        group = stored.get(shard)
+        if cursor.done_before >= earliest or group is None or group.done_before < earliest:
+            continue
+        moved.append(shard)
+        if group.done_before >= limit[shard]:
+            del out[shard], limit[shard]
+        else:
+            out[shard] = group
+    return out, limit, sorted(moved)
 
 
 def shards_of(pieces: Mapping[int, Sequence[Piece]]) -> list[int]:

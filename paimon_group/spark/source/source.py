@@ -37,6 +37,10 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from paimon_group.arrowread.nullability import relaxed
+from paimon_group.errors import BatchExpired
+from paimon_group.member.data_loss import LostRange
+from paimon_group.reading.expiry import missing_file_error
 from paimon_group.spark.source.driver import GroupDriver
 from paimon_group.spark.source.offsets import (
     Caps,
@@ -46,7 +50,10 @@ from paimon_group.spark.source.offsets import (
     decode_ends,
     decode_offset,
     encode_offset,
-    plan_ranges,
+    lost_what,
+    moved_past_gap,
+    plan_batch,
+    query_data_loss,
     same_incarnation,
     start_cursor,
 )
@@ -59,14 +66,13 @@ log = logging.getLogger("paimon_group.spark_source")
 
 def arrow_schema(options: SourceOptions) -> pa.Schema:
     """The rows' Arrow schema: the table's columns (``_row_kind`` first when asked),
-    then the metadata columns when asked. Every column is nullable: Spark
-    checks the batches a source returns against it, and the read path's
-    batches do not carry Paimon's NOT NULL."""
+    then the metadata columns when asked. Every column, and every field
+    inside one, is nullable (:func:`spark_fields`)."""
     from paimon_group.reading.table import ShardedTable
 
     table = ShardedTable.open(options.warehouse, options.table, options.catalog_options)
     schema = table.planner(1, include_row_kind=options.include_row_kind).schema
-    fields = [f.with_nullable(True) for f in schema]
+    fields = spark_fields(schema)
     if options.metadata_columns:
         fields += [pa.field(name, typ) for name, typ in _METADATA_TYPES]
     return pa.schema(fields)
@@ -74,6 +80,17 @@ def arrow_schema(options: SourceOptions) -> pa.Schema:
 
 _METADATA_TYPES = (("_pg_shard", pa.int32()), ("_pg_snapshot", pa.int64()),
                    ("_pg_epoch", pa.int64()))
+
+
+def spark_fields(schema: pa.Schema) -> list[pa.Field]:
+    """The table's columns as Spark is told of them: nullable, and so is
+    every field inside them. Spark checks the batches a source returns
+    against the schema and trusts its NOT NULL: the read path's batches do
+    not carry Paimon's NOT NULL of a column, and a field inside a ROW made
+    NOT NULL after files were written keeps those files' nulls
+    (``arrowread/nullability.py``), which Spark would read as a NOT NULL
+    value that is not there (a NullPointerException in its executor)."""
+    return [pa.field(f.name, relaxed(f.type), True, f.metadata) for f in schema]
 
 
 class PaimonGroupDataSource(DataSource):
@@ -201,9 +218,9 @@ class PaimonGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         latest = driver.planner.table.latest_snapshot_id()
         if self._target is not None and latest is not None:
             latest = min(latest, self._target)
-        reached, pieces = plan_ranges(driver.planner, cursors, latest=latest,
-                                      caps=self._caps(limit),
-                                      fail_on_data_loss=self.options.fail_on_data_loss)
+        cursors, reached, pieces = plan_batch(
+            driver.planner, cursors, latest=latest, caps=self._caps(limit),
+            fail_on_data_loss=self.options.fail_on_data_loss, config=driver.member.config)
         ranges = {s: ShardRange(shard=s, epoch=owned[s][0], next=c.next, full=c.full,
                                 to=reached[s]) for s, c in cursors.items()}
         if all(r.empty for r in ranges.values()):
@@ -221,12 +238,40 @@ class PaimonGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
             return []
         pieces = self._planned.pop(_key(end), None)
         if pieces is None:
-            cursors = {s: Cursor(next=r.next, full=r.full) for s, r in ranges.items()}
-            _, pieces = plan_ranges(self.driver.planner, cursors,
-                                    until={s: r.to for s, r in ranges.items()},
-                                    fail_on_data_loss=self.options.fail_on_data_loss)
+            pieces = self._replan(ranges)
         return [ShardPartition(s, ranges[s].epoch, pieces[s])
                 for s in sorted(ranges) if pieces.get(s)]
+
+    def _replan(self, ranges: dict[int, ShardRange]) -> dict[int, list[Piece]]:
+        """The pieces of a batch Spark re-runs from its checkpointed offset.
+
+        Its own range, except for shards whose range starts in snapshots that
+        expired since and whose group position moved past them (the
+        ``paimon-group reset`` the data-loss line gives, or a member that
+        skipped the gap): those read from the group's position (see
+        :func:`~paimon_group.spark.source.offsets.moved_past_gap`).
+        """
+        driver = self.driver
+        cursors = {s: Cursor(next=r.next, full=r.full) for s, r in ranges.items()}
+        until = {s: r.to for s, r in ranges.items()}
+        earliest = driver.planner.table.earliest_snapshot_id()
+        if earliest is not None and any(c.done_before < earliest for c in cursors.values()):
+            stored = driver.stored_cursors(
+                [s for s, c in cursors.items() if c.done_before < earliest])
+            planned = cursors
+            cursors, until, moved = moved_past_gap(planned, until, stored, earliest)
+            if moved:
+                log.warning(
+                    "re-run batch: shards %s: snapshots %d..%d of table %s expired before it "
+                    "read them, and the group's positions moved past them since (a reset, or a "
+                    "member that skipped them): it reads these shards from the group's "
+                    "positions; the rows of the expired snapshots are lost to the query",
+                    ", ".join(map(str, moved)), min(planned[s].done_before for s in moved),
+                    earliest - 1, driver.planner.table.identifier)
+        _, _, pieces = plan_batch(driver.planner, cursors, until=until,
+                                  fail_on_data_loss=self.options.fail_on_data_loss,
+                                  config=driver.member.config)
+        return pieces
 
     def commit(self, end: dict[str, Any]) -> None:
         """The fenced group commit of the batch ending at ``end`` (see GroupDriver.commit).
@@ -268,20 +313,42 @@ def read_partition(options: SourceOptions, partition: ShardPartition,
     table = ShardedTable.open(options.warehouse, options.table, options.catalog_options)
     planner = table.planner(1, include_row_kind=options.include_row_kind,
                             projection=list(columns) if columns else None)
-    schema = pa.schema([f.with_nullable(True) for f in planner.schema]
+    schema = pa.schema(spark_fields(planner.schema)
                        + ([pa.field(n, t) for n, t in _METADATA_TYPES]
                           if options.metadata_columns else []))
     for piece in partition.pieces:
-        for batch in planner.iter_batches(piece.splits):
-            if batch.num_rows == 0:
-                continue
-            columns = list(batch.columns)
-            if options.metadata_columns:
-                n = batch.num_rows
-                columns += [pa.repeat(pa.scalar(value, typ), n) for value, (_, typ) in zip(
-                    (partition.shard, piece.snapshot, partition.epoch), _METADATA_TYPES,
-                    strict=True)]
-            yield pa.RecordBatch.from_arrays(columns, schema=schema)
+        try:
+            for batch in planner.iter_batches(piece.splits):
+                if batch.num_rows == 0:
+                    continue
+                columns = [c if c.type == f.type else c.cast(f.type)
+                           for c, f in zip(batch.columns, schema, strict=False)]
+                if options.metadata_columns:
+                    n = batch.num_rows
+                    columns += [pa.repeat(pa.scalar(value, typ), n) for value, (_, typ) in zip(
+                        (partition.shard, piece.snapshot, partition.epoch), _METADATA_TYPES,
+                        strict=True)]
+                yield pa.RecordBatch.from_arrays(columns, schema=schema)
+        except FileNotFoundError as err:
+            _piece_gone(options, table, partition.shard, piece, err)
+
+
+def _piece_gone(options: SourceOptions, table: Any, shard: int, piece: Piece,
+                err: FileNotFoundError) -> None:
+    """A file of ``piece`` is missing: snapshot ``piece.snapshot`` expired after
+    the driver planned it (data loss: the query stops with one line, or with
+    ``failOnDataLoss=false`` the piece's rows are skipped with a WARNING), or
+    the file of a retained snapshot is gone (one line naming it)."""
+    gone = missing_file_error(table, err, shards=(shard,), first=piece.snapshot,
+                              last=piece.snapshot, full_scan=piece.kind == "initial")
+    if not isinstance(gone, BatchExpired):
+        raise gone from None
+    lost = LostRange((shard,), piece.snapshot, gone.earliest, gone.full_scan)
+    if options.fail_on_data_loss:
+        raise query_data_loss(table.identifier, [lost]) from None
+    log.warning("%s: skipping its rows in this micro-batch (failOnDataLoss=false): file %s "
+                "is gone, so they are lost to the query", lost_what(table.identifier, lost),
+                gone.file)
 
 
 def _incarnation(offset: dict[str, Any] | None) -> str:
