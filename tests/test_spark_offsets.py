@@ -16,6 +16,7 @@ from paimon_group.spark.source.offsets import (
     Caps,
     Cursor,
     ShardRange,
+    decode_ends,
     decode_offset,
     encode_offset,
     moved_past_gap,
@@ -46,6 +47,25 @@ def test_start_cursor_coordinator_wins_unless_the_checkpoint_got_further() -> No
     assert start_cursor(Cursor(next=4, full=3), None) == Cursor(next=4, full=3)
     assert start_cursor(Cursor(next=4, full=3), ShardRange(0, 1, 4, 3, 3)) == Cursor(4, 3)
     assert start_cursor(Cursor(next=4, full=3), ShardRange(0, 1, 4, 3, 6)) == Cursor(next=6)
+
+
+def test_a_shard_that_comes_back_starts_after_the_querys_own_furthest_end() -> None:
+    """Issue 43, 2: offsets keep, per shard, the furthest end the query
+    planned, also while it does not hold the shard."""
+    first = encode_offset({0: ShardRange(0, 1, 2, None, 3), 1: ShardRange(1, 1, 2, None, 3)},
+                          "inc")
+    assert decode_ends(first) == {0: 3, 1: 3}
+    # The next batch holds shard 0 only: shard 1's end is kept.
+    second = encode_offset({0: ShardRange(0, 2, 3, None, 4)}, "inc", decode_ends(first))
+    assert decode_ends(second) == {0: 4, 1: 3}
+    assert sorted(decode_offset(second)) == [0]
+    # Shard 1 comes back at the coordinator's older position: it starts after
+    # what the query delivered, not at snapshot 2 again.
+    assert start_cursor(Cursor(next=2), decode_offset(second).get(1), 3) == Cursor(next=3)
+    # Another member moved it further: its position wins.
+    assert start_cursor(Cursor(next=7), None, 3) == Cursor(next=7)
+    # An offset written before ends existed: its ranges' ends.
+    assert decode_ends({"v": 1, "shards": first["shards"]}) == {0: 3, 1: 3}
 
 
 def test_plan_ranges_caps_and_deterministic_replay(tmp_path: Path) -> None:

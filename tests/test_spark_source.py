@@ -73,20 +73,29 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = 120,
 
 
 class Recorder:
-    """A foreachBatch function: the documented sink, plus a log of every batch's ids."""
+    """A foreachBatch function: the documented sink, plus a log of every batch's
+    ids and (shard, snapshot) pairs; ``fail_at``: raise in that batch (once)."""
 
-    def __init__(self, sink: Path) -> None:
+    def __init__(self, sink: Path, fail_at: int | None = None) -> None:
         self.sink = sink
+        self.fail_at = fail_at
         self.batches: list[tuple[int, list[int]]] = []
+        self.pairs: list[tuple[int, list[tuple[int, int]]]] = []
         # foreachBatch runs on a thread of the query: the test reads the sink
         # between two writes, never while one replaces a partition.
         self.lock = threading.Lock()
 
     def __call__(self, df: Any, batch_id: int) -> None:
-        ids = sorted(r["id"] for r in df.select("id").collect())
+        if batch_id == self.fail_at:
+            self.fail_at = None
+            raise RuntimeError(f"the sink failed in batch {batch_id}")
+        rows = df.select("id", "_pg_shard", "_pg_snapshot").collect()
+        ids = sorted(r["id"] for r in rows)
+        pairs = sorted({(r["_pg_shard"], r["_pg_snapshot"]) for r in rows})
         with self.lock:
             write_replacing(df, str(self.sink))
             self.batches.append((batch_id, ids))
+            self.pairs.append((batch_id, pairs))
 
     def sink_ids(self, spark: Any) -> list[int]:
         with self.lock:
@@ -94,16 +103,16 @@ class Recorder:
 
 
 def start_query(spark: Any, warehouse: Path, recorder: Recorder, checkpoint: Path,
-                **options: str) -> Any:
+                member: str = "q1", trigger: str = "300 milliseconds", **options: str) -> Any:
     reader = (spark.readStream.format("paimon-group")
               .option("group", "g").option("warehouse", str(warehouse))
-              .option("table", "db.t").option("member_id", "q1")
+              .option("table", "db.t").option("member_id", member)
               .option("session_timeout_s", "4").option("metadata_columns", "true"))
     for key, value in options.items():
         reader = reader.option(key, value)
     return (reader.load().writeStream.foreachBatch(recorder)
             .option("checkpointLocation", str(checkpoint))
-            .trigger(processingTime="300 milliseconds").start())
+            .trigger(processingTime=trigger).start())
 
 
 def rewind_positions(warehouse: Path, group: str, next_snapshot: int) -> dict[int, int]:
@@ -234,6 +243,123 @@ def test_a_query_restarted_after_its_group_was_recreated_reads_the_new_group_who
     second = sorted(i for _, batch in recorder.batches[first_run:] for i in batch)
     assert second == list(range(50)), f"the restarted query read {len(second)} of 50 rows"
     assert sorted(recorder.sink_ids(spark)) == list(range(50))
+
+
+def owners(warehouse: Path, group: str) -> dict[int, str | None]:
+    """``{shard: its owner}`` (the coordinator's owner keys)."""
+    from coordinators.registry import open_coordinator
+    from paimon_group.config.member import default_coordinator_url
+    from paimon_group.protocol.group import GroupClient
+
+    async def go() -> dict[int, str | None]:
+        async with open_coordinator(default_coordinator_url(str(warehouse))) as coord:
+            return {s: o.member_id for s, o in (await GroupClient(coord, group).owners()).items()}
+
+    return asyncio.run(go())
+
+
+def batch_ids_of_pairs(*recorders: Recorder) -> dict[tuple[int, int], list[tuple[int, int]]]:
+    """Every (shard, snapshot) delivered: ``[(recorder index, batch id), ...]``."""
+    out: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for index, recorder in enumerate(recorders):
+        for batch_id, pairs in recorder.pairs:
+            for pair in pairs:
+                out.setdefault(pair, []).append((index, batch_id))
+    return out
+
+
+def test_a_shard_that_left_the_query_and_came_back_is_read_under_one_batch_id_only(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Issue 43, 2: batch 1 of the query (both shards, snapshot 2) fails in
+    its sink; another member ("b", which plans nothing: a query whose
+    trigger has not come) holds every shard at the position before it. The
+    query restarts from its checkpoint: Spark re-runs batch 1 (both shards,
+    whoever owns them), the query gets one shard back and plans batch 2 with
+    it alone; then b leaves, and the other shard comes back at b's position,
+    before batch 1. Before, the query started it there: (shard, 2) was
+    delivered in batch 1 and again in batch 3."""
+    from paimon_group.spark.source import PaimonGroupStreamReader, SourceOptions
+
+    warehouse, checkpoint = tmp_path / "wh", tmp_path / "ckpt"
+    make_pk_table(warehouse, "db.t", buckets=2)
+    write_rows(warehouse, "db.t", range(10))
+    recorder = Recorder(tmp_path / "sink", fail_at=1)
+    query = start_query(spark, warehouse, recorder, checkpoint, start="earliest")
+    wait_for("batch 0", lambda: recorder.pairs, query=query)
+    write_rows(warehouse, "db.t", range(10, 20))  # snapshot 2: batch 1 fails in the sink
+    with pytest.raises(Exception, match="the sink failed in batch 1"):
+        query.awaitTermination(120)
+    b = PaimonGroupStreamReader(SourceOptions.parse({
+        "group": "g", "warehouse": str(warehouse), "table": "db.t", "member_id": "b",
+        "session_timeout_s": "4", "ready_timeout_s": "30"}))
+    try:
+        b.initialOffset()
+        wait_for("b holds both shards", lambda: len(b.driver.member.owned_shards) == 2)
+        assert stored_positions(warehouse, "g") == {0: (2, None), 1: (2, None)}
+        query = start_query(spark, warehouse, recorder, checkpoint, start="earliest")
+        wait_for("the re-run of batch 1", lambda: any(i == 1 for i, _ in recorder.pairs)
+                 and len(b.driver.member.owned_shards) == 1, query=query)
+        write_rows(warehouse, "db.t", range(20, 30))  # snapshot 3: the query's shard only
+        wait_for("batch 2", lambda: any(i == 2 for i, _ in recorder.pairs), query=query)
+    finally:
+        b.stop()  # the other shard comes back to the query at b's position (2)
+    try:
+        wait_for("every row", lambda: sorted(recorder.sink_ids(spark)) == list(range(30))
+                 and {n for n, _ in stored_positions(warehouse, "g").values()} == {4},
+                 query=query)
+        time.sleep(1.0)  # a few triggers more
+    finally:
+        query.stop()
+    delivered = batch_ids_of_pairs(recorder)
+    twice = {pair: ids for pair, ids in delivered.items() if len(set(ids)) > 1}
+    assert twice == {}, f"delivered under two batch ids of one query: {twice}"
+    assert sorted(delivered) == [(s, n) for s in (0, 1) for n in (1, 2, 3)]
+
+
+@pytest.mark.slow
+def test_a_rebalance_between_two_queries_never_reads_a_completed_batch_again(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Issue 43, 3: query A (trigger 30 s, revoke_timeout_s 1) completes a
+    batch (snapshot 2 of the 4 shards) at one trigger; query B joins the
+    group before A's next trigger. Spark tells A that the batch is done only
+    at that trigger; before, A's revocation gave up after revoke_timeout_s
+    and released B's shards at the position before the batch, and B read
+    snapshot 2 of them again."""
+    warehouse = tmp_path / "wh"
+    make_pk_table(warehouse, "db.t", buckets=4)
+    write_rows(warehouse, "db.t", range(40))
+    a, b = Recorder(tmp_path / "sink-a"), Recorder(tmp_path / "sink-b")
+    interval = 30.0
+    qa = start_query(spark, warehouse, a, tmp_path / "ckpt-a", trigger="30 seconds",
+                     start="earliest", revoke_timeout_s="1")
+    qb = None
+    try:
+        wait_for("A's first batch", lambda: a.pairs, query=qa)
+        # Spark fires a processing-time trigger at multiples of its interval:
+        # snapshot 2 is there for A's next trigger, B joins right after it.
+        time.sleep((interval - time.time() % interval - 3) % interval)
+        write_rows(warehouse, "db.t", range(40, 80))
+        wait_for("A's batch of snapshot 2", lambda: len(a.pairs) == 2, query=qa)
+        qb = start_query(spark, warehouse, b, tmp_path / "ckpt-b", member="q2",
+                         start="earliest", revoke_timeout_s="1")
+        wait_for("the rebalance", lambda: sorted(owners(warehouse, "g").values())
+                 == ["q1", "q1", "q2", "q2"], query=qb)
+        write_rows(warehouse, "db.t", range(80, 120))
+        wait_for("every row", lambda: set(a.sink_ids(spark) + b.sink_ids(spark))
+                 == set(range(120)), query=qa, timeout=90)
+        time.sleep(1.0)
+    finally:
+        qa.stop()
+        if qb is not None:
+            qb.stop()
+    delivered = batch_ids_of_pairs(a, b)
+    twice = {pair: ids for pair, ids in delivered.items() if len(ids) > 1}
+    assert twice == {}, f"read again by the group: {twice}"
+    assert sorted(delivered) == [(s, n) for s in range(4) for n in (1, 2, 3)]
+    assert sorted(a.sink_ids(spark) + b.sink_ids(spark)) == list(range(120))
+    assert any(pairs for _, pairs in b.pairs), "B never read anything"
 
 
 @pytest.mark.parametrize(

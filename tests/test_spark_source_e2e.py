@@ -158,3 +158,154 @@ def test_two_queries_split_shards_survive_a_sigkill_and_deliver_every_row_once(
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=120)
     assert read_sink_ids(sink) == expected  # each row exactly once
+
+
+def file_sink_ids(sink: Path) -> list[int]:
+    """The ids in the files Spark's file sink committed (its ``_spark_metadata``
+    log; files of failed attempts are not in it)."""
+    import pyarrow.parquet as pq
+
+    log = sink / "_spark_metadata"
+    if not log.is_dir():
+        return []
+    files: set[str] = set()
+    for entry in sorted((f for f in log.iterdir() if not f.name.startswith(".")),
+                        key=lambda f: int(f.name.split(".")[0])):
+        for line in entry.read_text().splitlines()[1:]:
+            action = json.loads(line)
+            if action.get("action") == "add":
+                files.add(action["path"])
+            else:
+                files.discard(action["path"])
+    ids: list[int] = []
+    for uri in files:
+        path = uri.removeprefix("file://")
+        ids.extend(pq.read_table(path, columns=["id"]).column("id").to_pylist())
+    return sorted(ids)
+
+
+def group_view(warehouse: Path) -> tuple[list[str], int]:
+    """(the owners of the shards, sorted; how many shards have a position)."""
+    import asyncio
+
+    from coordinators.registry import open_coordinator
+    from paimon_group.config.member import default_coordinator_url
+    from paimon_group.protocol.group import GroupClient
+
+    async def go() -> tuple[list[str], int]:
+        async with open_coordinator(default_coordinator_url(str(warehouse))) as coord:
+            client = GroupClient(coord, "g")
+            owners = sorted(o.member_id for o in (await client.owners()).values())
+            return owners, len(await client.positions())
+
+    return asyncio.run(go())
+
+
+def delete_group(warehouse: Path) -> None:
+    """Delete group g as `paimon-group delete` does, once no member is left."""
+    import asyncio
+
+    from coordinators.registry import open_coordinator
+    from paimon_group.config.member import default_coordinator_url
+    from paimon_group.protocol.group import GroupClient
+    from paimon_group.reading.mirror import ConsumerMirror
+    from tests.support.tables import open_table
+
+    async def go() -> None:
+        async with open_coordinator(default_coordinator_url(str(warehouse))) as coord:
+            deadline = time.monotonic() + 60
+            while not await GroupClient(coord, "g").delete_all():
+                assert time.monotonic() < deadline, "the stopped queries are still members"
+                await asyncio.sleep(0.3)
+        table = open_table(warehouse, "db.t")
+        ConsumerMirror(table.file_io, table.table_path, "g").delete_all()
+
+    asyncio.run(go())
+
+
+def test_two_queries_with_spark_file_sinks_each_write_every_row_once(
+    tmp_path: Path, procs: dict[str, subprocess.Popen[bytes]]
+) -> None:
+    """Issue 43, end to end: two queries of one group, each with Spark's file
+    sink (docs/spark.md: exactly-once for one query, at-least-once for the
+    group), a writer, a SIGKILL of one driver, its restart from its
+    checkpoint and the rebalance back, then the group deleted and re-created
+    (start latest) under the kept checkpoint. Each query's output holds
+    every row it got once; the outputs together hold every written row."""
+    warehouse, marks, stop = tmp_path / "wh", tmp_path / "m", tmp_path / "stop"
+    marks.mkdir()
+    make_pk_table(warehouse, "db.t", buckets=4)
+    written: list[int] = list(range(100))
+    write_rows(warehouse, "db.t", written)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+    out = {m: tmp_path / f"out-{m}" for m in ("q0", "q1")}
+
+    def start(member: str, start: str = "latest-full") -> subprocess.Popen[bytes]:
+        log = open(tmp_path / f"{member}.log", "ab")
+        return subprocess.Popen(
+            [sys.executable, "-m", "tests.support.spark_source_query", "--warehouse",
+             str(warehouse), "--table", "db.t", "--group", "g", "--member", member,
+             "--checkpoint", str(tmp_path / f"ckpt-{member}"), "--sink", str(out[member]),
+             "--sink-format", "file", "--start", start, "--markers", str(marks),
+             "--stop-file", str(stop)],
+            cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def stop_all() -> None:
+        stop.write_text("stop")
+        for name in list(procs):
+            proc = procs.pop(name)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=120)
+            assert proc.returncode == 0, f"{name} exited with {proc.returncode}"
+        stop.unlink()
+
+    done = threading.Event()
+
+    def writer() -> None:
+        k = 1
+        while not done.is_set():
+            ids = list(range(1000 * k, 1000 * k + 20))
+            write_rows(warehouse, "db.t", ids)
+            written.extend(ids)
+            k += 1
+            time.sleep(1.0)
+
+    thread = threading.Thread(target=writer, daemon=True)
+    procs["q0"], procs["q1"] = start("q0"), start("q1")
+    thread.start()
+    try:
+        wait_for("the two queries to split the shards", lambda: group_view(warehouse)[0]
+                 == ["q0", "q0", "q1", "q1"] and file_sink_ids(out["q0"])
+                 and file_sink_ids(out["q1"]), procs)
+        os.killpg(procs["q0"].pid, signal.SIGKILL)
+        procs.pop("q0").wait(timeout=60)
+        wait_for("q1 to take every shard", lambda: group_view(warehouse)[0] == ["q1"] * 4,
+                 procs)
+        procs["q0"] = start("q0")  # from its checkpoint
+        wait_for("the rebalance back", lambda: group_view(warehouse)[0]
+                 == ["q0", "q0", "q1", "q1"], procs)
+        time.sleep(3.0)
+    finally:
+        done.set()
+        thread.join(timeout=30)
+    expected = sorted(written)
+    wait_for("every written row in the outputs", lambda: set(
+        file_sink_ids(out["q0"]) + file_sink_ids(out["q1"])) == set(expected), procs)
+    stop_all()
+    for member, path in out.items():
+        ids = file_sink_ids(path)
+        assert len(ids) == len(set(ids)), f"{member} wrote rows twice"
+    # The group deleted and re-created under q0's kept checkpoint (start latest).
+    delete_group(warehouse)
+    first = file_sink_ids(out["q0"])
+    procs["q0"] = start("q0", start="latest")
+    wait_for("the new group's positions", lambda: group_view(warehouse)
+             == (["q0"] * 4, 4), procs)
+    later = list(range(9000, 9040))
+    write_rows(warehouse, "db.t", later[:20])
+    write_rows(warehouse, "db.t", later[20:])
+    wait_for("the new group's rows", lambda: set(later) <= set(file_sink_ids(out["q0"])),
+             procs)
+    time.sleep(2.0)
+    stop_all()
+    assert file_sink_ids(out["q0"]) == sorted(first + later)

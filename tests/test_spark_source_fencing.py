@@ -59,7 +59,7 @@ def test_a_shard_revoked_between_planning_and_commit_is_not_committed_over_its_n
 ) -> None:
     make_pk_table(tmp_path, "db.t", buckets=4)
     write_rows(tmp_path, "db.t", range(40))
-    a = reader(tmp_path, "a", revoke_timeout_s="1")
+    a = reader(tmp_path, "a", revoke_timeout_s="1", hold_timeout_s="1")
     b = reader(tmp_path, "b")
     try:
         end_a = a.latestOffset(a.initialOffset(), None)
@@ -111,6 +111,35 @@ def test_a_revocation_waits_for_the_commit_of_the_batch_in_flight(tmp_path: Path
         # b continues after a's batch: nothing of it is planned again.
         end_b = b.latestOffset(b.initialOffset(), None)
         assert end_b == b.initialOffset() or all(r.empty for r in decode_offset(end_b).values())
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_a_revocation_waits_past_revoke_timeout_for_sparks_next_trigger(tmp_path: Path) -> None:
+    """Issue 43, 3, in Spark's call order: a batch is planned, a rebalance
+    comes, and Spark's next trigger (``latestOffset(end)``: the batch is
+    complete) comes after ``revoke_timeout_s``. The shards stay held until
+    then and go at the batch's end; before, they went after 1 s at its
+    start, and the new owner read the batch again."""
+    make_pk_table(tmp_path, "db.t", buckets=4)
+    write_rows(tmp_path, "db.t", range(40))
+    a = reader(tmp_path, "a", revoke_timeout_s="1")
+    b = reader(tmp_path, "b")
+    try:
+        end_a = a.latestOffset(a.initialOffset(), None)
+        b.initialOffset()
+        member_a = a.driver.member
+        wait_until("the rebalance", lambda: member_a.assignment is not None
+                   and len(member_a.assignment.shards_of("a")) == 2)
+        time.sleep(3.0)  # three revoke timeouts: the trigger has not come
+        assert len(member_a.owned_shards) == 4
+        assert a.latestOffset(end_a, None) == end_a  # the next trigger: nothing new
+        wait_until("the handoff", lambda: len(b.driver.member.owned_shards) == 2)
+        positions = stored_positions(tmp_path)
+        for shard in b.driver.member.owned_shards:
+            assert positions[shard].next_snapshot == decode_offset(end_a)[shard].to
+            assert positions[shard].full_scan is None
     finally:
         a.stop()
         b.stop()

@@ -141,15 +141,18 @@ class Driving:
         return {s: ShardPosition(s, p.epoch, p.next_snapshot, p.full_scan)
                 for s, p in (await group.positions()).items() if s in wanted}
 
-    def mark_busy(self, shards: Iterable[int]) -> list[int]:
+    def mark_busy(self, shards: Iterable[int], *, limit_s: float | None = None) -> list[int]:
         """Mark owned shards busy, as a batch in the handler does: a revocation
-        of one waits (up to ``revoke_timeout_s``) until :meth:`mark_idle`.
-        Returns the shards marked (those owned now)."""
+        of one waits until :meth:`mark_idle`, up to ``revoke_timeout_s``, or
+        up to ``limit_s`` when given (``math.inf``: until then; a leave still
+        waits ``revoke_timeout_s`` at most). Returns the shards marked (those
+        owned now)."""
         marked: list[int] = []
         for shard in shards:
             o = self._core._owned.get(shard)
             if o is not None:
                 o.idle.clear()
+                o.hold_limit_s = limit_s
                 marked.append(shard)
         return marked
 
@@ -158,6 +161,7 @@ class Driving:
         for shard in shards:
             o = self._core._owned.get(shard)
             if o is not None:
+                o.hold_limit_s = None
                 o.idle.set()
 
     async def commit_positions(self, positions: Mapping[int, int], *,

@@ -299,9 +299,9 @@ class GroupMember(MemberCore):
         <paimon_group.member.driving.Driving.settle_positions>`."""
         return await self.driving.settle_positions()
 
-    def mark_busy(self, shards: Iterable[int]) -> list[int]:
+    def mark_busy(self, shards: Iterable[int], *, limit_s: float | None = None) -> list[int]:
         """:meth:`Driving.mark_busy <paimon_group.member.driving.Driving.mark_busy>`."""
-        return self.driving.mark_busy(shards)
+        return self.driving.mark_busy(shards, limit_s=limit_s)
 
     def mark_idle(self, shards: Iterable[int]) -> None:
         """:meth:`Driving.mark_idle <paimon_group.member.driving.Driving.mark_idle>`."""

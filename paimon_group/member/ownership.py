@@ -229,17 +229,11 @@ class ShardOwnership:
 
     async def revoke(self, shards: list[int], *, reason: str) -> None:
         """Finish (or abandon) in-flight batches, then commit+release in one commit."""
-        async def wait_idle(o: OwnedShard) -> bool:
-            try:
-                await asyncio.wait_for(o.idle.wait(), timeout=self._core.config.revoke_timeout_s)
-                return True
-            except TimeoutError:
-                return False
-
         owned = [self._core._owned[s] for s in shards if s in self._core._owned]
         for lane in list(self._commits.lanes):
             lane.kick()  # a finished batch of a revoked shard commits now
-        results = await asyncio.gather(*(wait_idle(o) for o in owned))
+        results = await asyncio.gather(*(self._wait_idle(o, leaving=reason == "leaving")
+                                         for o in owned))
         group = self._core._group
         releasing = [(o, finished) for o, finished in zip(owned, results, strict=True)
                      if not o.dropped]
@@ -266,6 +260,30 @@ class ShardOwnership:
         self._core._wake.set()
         if error is not None:
             raise error
+
+    async def _wait_idle(self, o: OwnedShard, *, leaving: bool) -> bool:
+        """Wait until the batch in flight of ``o`` ends: True, or False when
+        it is abandoned (after ``revoke_timeout_s``; or, for a shard a host
+        holds, after its ``hold_limit_s``, with a WARNING at every
+        ``revoke_timeout_s`` meanwhile; a leave never waits longer than
+        ``revoke_timeout_s``)."""
+        step = self._core.config.revoke_timeout_s
+        limit = step if leaving or o.hold_limit_s is None else o.hold_limit_s
+        waited = 0.0
+        while True:
+            wait = min(step, limit - waited)
+            try:
+                await asyncio.wait_for(o.idle.wait(), timeout=wait)
+                return True
+            except TimeoutError:
+                waited += wait
+            if waited >= limit or o.dropped:
+                return False
+            log.warning("shard %d: its revocation waits for the batch its host planned "
+                        "(%.0fs so far; a Spark query completes it at its next trigger)",
+                        o.shard, waited, extra={"group": self._core.group_name,
+                                                "member": self._core.member_id,
+                                                "shard": o.shard})
 
     async def _release_all(self, group: GroupClient | None,
                            releasing: list[tuple[OwnedShard, bool]], *, reason: str

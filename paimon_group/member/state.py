@@ -97,6 +97,10 @@ class OwnedShard:
     state: ShardState = ShardState.ACTIVE
     # Set while no batch of this shard is in flight; a revoke waits for it.
     idle: asyncio.Event = field(default_factory=asyncio.Event)
+    # While a host that plans itself holds the shard for a batch (the Spark
+    # source, until Spark proves the batch done): how long a revocation
+    # (not a leave) waits for it instead of revoke_timeout_s; inf: no limit.
+    hold_limit_s: float | None = None
 
     def __post_init__(self) -> None:
         self.idle.set()

@@ -4,7 +4,8 @@ Used by tests/test_spark_source_e2e.py: reads the group with the source,
 writes every micro-batch to the documented replacing sink
 (:func:`paimon_group.spark.source.sink.write_replacing`) and leaves one
 marker file per batch (member, batch id, the (shard, snapshot) pairs it
-held, when). Stops gracefully when ``--stop-file`` appears.
+held, when); or, with ``--sink-format file``, writes with Spark's file sink.
+Stops gracefully when ``--stop-file`` appears.
 
     python -m tests.support.spark_source_query --warehouse WH --table db.t --group g \\
         --member q0 --checkpoint CKPT --sink SINK --markers DIR --stop-file FILE
@@ -27,6 +28,10 @@ def main(argv: list[str] | None = None) -> int:
                  "stop-file"):
         parser.add_argument(f"--{name}", required=True)
     parser.add_argument("--session-timeout-s", default="4")
+    parser.add_argument("--start", default="latest-full")
+    # "replacing": foreachBatch with write_replacing and markers; "file":
+    # Spark's file sink (Parquet at --sink, its own _spark_metadata log).
+    parser.add_argument("--sink-format", choices=("replacing", "file"), default="replacing")
     args = parser.parse_args(argv)
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from paimon_group.spark.handler import PaimonGroupDataSource, build_spark_session
@@ -51,8 +56,10 @@ def main(argv: list[str] | None = None) -> int:
     df = (spark.readStream.format("paimon-group").option("group", args.group)
           .option("warehouse", args.warehouse).option("table", args.table)
           .option("member_id", args.member).option("session_timeout_s", args.session_timeout_s)
-          .option("metadata_columns", "true").load())
-    query = (df.writeStream.foreachBatch(write).option("checkpointLocation", args.checkpoint)
+          .option("start", args.start).option("metadata_columns", "true").load())
+    writer = (df.writeStream.format("parquet").option("path", args.sink)
+              if args.sink_format == "file" else df.writeStream.foreachBatch(write))
+    query = (writer.option("checkpointLocation", args.checkpoint)
              .trigger(processingTime="500 milliseconds").start())
     print(f"query of {args.member} started", flush=True)
     while not os.path.exists(args.stop_file):

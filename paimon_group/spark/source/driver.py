@@ -10,9 +10,15 @@ that loop and waits for the answer.
 The member does not read here (no ``run``/``batches``): the query plans and
 reads. What the query holds of a shard between planning a batch and
 Spark's commit of it is marked busy (the shard's idle event cleared), so a
-revocation waits for that commit (up to ``revoke_timeout_s``), then
-releases with the position the coordinator has: the protocol of a worker's
-batch in flight. Every commit is the member's fenced commit, under the
+revocation waits for that commit, then releases at the batch's end. Spark
+commits a batch only at its next trigger (``latestOffset(start)`` tells
+that ``start`` is complete; ``commit(end)`` follows the planning of the next
+batch), so the wait is not bounded by ``revoke_timeout_s``, which ends a
+worker's batch in flight: a trigger longer than it made every rebalance
+release a completed batch at its start, and the new owner read it again
+(issue 43). The option ``hold_timeout_s`` bounds it (then a batch held
+longer is abandoned, as a worker's is: released with the position the
+coordinator has). Every commit is the member's fenced commit, under the
 epoch it holds now: the coordinator rejects it if another member owns the
 shard, and the member drops the shard (never committed over a new owner).
 """
@@ -21,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import signal
 import sys
 import threading
@@ -158,11 +165,16 @@ class GroupDriver:
 
     def hold(self, positions: Mapping[int, int]) -> None:
         """Mark shards busy until a commit reaches ``shard -> next snapshot``
-        (the end of the batch just planned): a revocation waits for it."""
+        (the end of the batch just planned): a revocation waits for it, for
+        as long as Spark takes to prove the batch done (its next trigger's
+        ``latestOffset``, or ``commit``), or the query stops; or up to the
+        option ``hold_timeout_s``."""
         self._call(self._hold(dict(positions)))
 
     async def _hold(self, positions: dict[int, int]) -> None:
-        for shard in self.member.mark_busy(positions):
+        limit = self.options.hold_timeout_s
+        for shard in self.member.mark_busy(positions,
+                                           limit_s=math.inf if limit is None else limit):
             self._busy[shard] = positions[shard]
 
     def commit(self, positions: Mapping[int, int], incarnation: str = "") -> dict[int, bool]:

@@ -3,7 +3,15 @@
 An offset (the JSON Spark writes to its checkpoint) is::
 
     {"v": 1, "group": "<incarnation>",
-     "shards": {"<shard>": {"epoch": E, "next": N, "full": F or null, "to": T}}}
+     "shards": {"<shard>": {"epoch": E, "next": N, "full": F or null, "to": T}},
+     "ends": {"<shard>": T}}
+
+``ends`` (per shard, the furthest ``to`` this query has planned in this
+incarnation of the group) is kept in every later offset, also while the
+query does not hold the shard: a shard that left the query and comes back
+starts at that end at the earliest (:func:`start_cursor`), so no (shard,
+snapshot) is delivered under two batch ids of one query, whatever the group
+did in between. Offsets without it take their ranges' ``to``.
 
 ``group`` is the incarnation of the group that planned it (a group deleted
 and re-created under the same name is another incarnation: other shards, another
@@ -53,6 +61,7 @@ __all__ = [
     "Cursor",
     "Piece",
     "ShardRange",
+    "decode_ends",
     "decode_offset",
     "encode_offset",
     "lost_what",
@@ -109,11 +118,19 @@ class ShardRange:
                    full=int(full) if full is not None else None, to=int(data["to"]))
 
 
-def encode_offset(ranges: Mapping[int, ShardRange], incarnation: str = "") -> dict[str, Any]:
+def encode_offset(ranges: Mapping[int, ShardRange], incarnation: str = "",
+                  ends: Mapping[int, int] | None = None) -> dict[str, Any]:
+    """The offset of ``ranges``; ``ends``: the query's furthest ends before
+    this batch (merged with the ranges' own ``to``)."""
     out: dict[str, Any] = {"v": OFFSET_VERSION,
                            "shards": {str(s): r.to_json() for s, r in sorted(ranges.items())}}
     if incarnation:
         out["group"] = incarnation
+    merged = dict(ends or {})
+    for s, r in ranges.items():
+        merged[s] = max(merged.get(s, r.to), r.to)
+    if merged:
+        out["ends"] = {str(s): t for s, t in sorted(merged.items())}
     return out
 
 
@@ -135,7 +152,17 @@ def decode_offset(offset: Mapping[str, Any] | None) -> dict[int, ShardRange]:
     return {int(s): ShardRange.from_json(int(s), r) for s, r in offset["shards"].items()}
 
 
-def start_cursor(coordinator: Cursor, previous: ShardRange | None) -> Cursor:
+def decode_ends(offset: Mapping[str, Any] | None) -> dict[int, int]:
+    """Per shard, the furthest end the query has planned up to ``offset``
+    (its ``ends``, and its ranges' ``to`` for an offset written without them)."""
+    ends = {s: r.to for s, r in decode_offset(offset).items()}
+    for shard, to in ((offset or {}).get("ends") or {}).items():
+        ends[int(shard)] = max(ends.get(int(shard), int(to)), int(to))
+    return ends
+
+
+def start_cursor(coordinator: Cursor, previous: ShardRange | None,
+                 end: int | None = None) -> Cursor:
     """Where a new batch starts reading an owned shard.
 
     The coordinator's position is authoritative, except when the previous
@@ -146,9 +173,19 @@ def start_cursor(coordinator: Cursor, previous: ShardRange | None) -> Cursor:
     Starting from the coordinator's position there would deliver that batch
     twice; starting before it would lose nothing either, but the checkpoint
     proves those rows were written. Positions never go back.
+
+    ``end``, the furthest end the query planned for the shard in any
+    earlier batch (:func:`decode_ends`), counts the same way: a shard that
+    left the query while a batch held it (a revocation, a lost session, a
+    re-run batch of shards owned by others now) and came back before its
+    new owner committed has the coordinator's older position, and starting
+    there delivered the same (shard, snapshot) under two batch ids of one
+    query (issue 43). When another member moved the shard further, its
+    position wins: those rows are the group's, read by that member.
     """
-    if previous is not None and previous.to > coordinator.done_before:
-        return Cursor(next=previous.to)
+    furthest = max(previous.to if previous is not None else 0, end or 0)
+    if furthest > coordinator.done_before:
+        return Cursor(next=furthest)
     return coordinator
 
 

@@ -32,7 +32,8 @@ of the ownership that planned it."""
 
 _KNOWN = {
     "group", "warehouse", "table", "coordinator", "member_id", "session_timeout_s", "start",
-    "shards", "assignor", "revoke_timeout_s", "rebalance_delay_s", "include_row_kind",
+    "shards", "assignor", "revoke_timeout_s", "hold_timeout_s", "rebalance_delay_s",
+    "include_row_kind",
     "metadata_columns", "max_snapshots_per_batch", "max_rows_per_batch", "ready_timeout_s",
     "failondataloss",
     "coordinator_username", "coordinator_password", "path",
@@ -91,6 +92,9 @@ class SourceOptions:
     shards: int | None = None
     assignor: str | None = None
     revoke_timeout_s: float = 10.0
+    # How long a revocation waits for Spark to complete a planned batch (its
+    # next trigger proves it); None: no limit (docs/spark.md, revocation).
+    hold_timeout_s: float | None = None
     rebalance_delay_s: float = 0.0
     include_row_kind: bool = False
     metadata_columns: bool = False
@@ -147,6 +151,7 @@ class SourceOptions:
             shards=int(shards) if shards is not None else None,
             assignor=opts.get("assignor") or None,
             revoke_timeout_s=float(_number(opts, "revoke_timeout_s", 10.0) or 10.0),
+            hold_timeout_s=_number(opts, "hold_timeout_s", None),
             rebalance_delay_s=float(
                 _number(opts, "rebalance_delay_s", 0.0, allow_zero=True) or 0.0),
             include_row_kind=_bool(opts, "include_row_kind"),

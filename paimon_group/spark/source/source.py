@@ -44,6 +44,7 @@ from paimon_group.spark.source.offsets import (
     Cursor,
     Piece,
     ShardRange,
+    decode_ends,
     decode_offset,
     encode_offset,
     moved_past_gap,
@@ -195,18 +196,21 @@ class PaimonGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         the running batch behind the checkpoint.
         """
         driver = self.driver
-        previous = decode_offset(start)
+        previous, ends = decode_offset(start), decode_ends(start)
         if previous and not same_incarnation(start, driver.incarnation):
             # A checkpoint of an earlier incarnation of the group (deleted and
             # re-created under the same name): its positions are of other
             # shards or before another start, and must not move this group's.
             log.warning("checkpointed offset of an earlier incarnation of group %r: ignored; "
                         "the shards continue from the group's own positions", driver.group)
-            previous = {}
-        if previous:
-            driver.commit({s: r.to for s, r in previous.items()}, _incarnation(start))
+            previous, ends = {}, {}
+        if ends:
+            # Every end up to ``start`` is of a batch Spark completed: the
+            # shards held now (also one that came back) move on to it.
+            driver.commit(ends, _incarnation(start))
         owned = driver.owned()
-        cursors = {s: start_cursor(cursor, previous.get(s)) for s, (_, cursor) in owned.items()}
+        cursors = {s: start_cursor(cursor, previous.get(s), ends.get(s))
+                   for s, (_, cursor) in owned.items()}
         latest = driver.planner.table.latest_snapshot_id()
         if self._target is not None and latest is not None:
             latest = min(latest, self._target)
@@ -217,7 +221,7 @@ class PaimonGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
                                 to=reached[s]) for s, c in cursors.items()}
         if all(r.empty for r in ranges.values()):
             return start if start is not None else encode_offset({})
-        end = encode_offset(ranges, driver.incarnation)
+        end = encode_offset(ranges, driver.incarnation, ends)
         self._planned = {_key(end): pieces}
         driver.hold({s: r.to for s, r in ranges.items() if not r.empty})
         return end
@@ -274,15 +278,15 @@ class PaimonGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         end)``, then ``commit(old end)`` for the batch before the restart,
         whose positions written over the new group's pinned full scan
         skipped every snapshot between (issue 43)."""
-        ranges = decode_offset(end)
-        if not ranges:
+        ends = decode_ends(end)
+        if not ends:
             return
         driver = self.driver
         if not same_incarnation(end, driver.incarnation):
             log.info("commit of an offset of an earlier incarnation of group %r ignored",
                      driver.group)
             return
-        driver.commit({s: r.to for s, r in ranges.items()}, _incarnation(end))
+        driver.commit(ends, _incarnation(end))
 
     def stop(self) -> None:
         if self._driver is not None:
