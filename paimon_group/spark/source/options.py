@@ -94,7 +94,7 @@ class SourceOptions:
     revoke_timeout_s: float = 10.0
     # How long a revocation waits for Spark to complete a planned batch (its
     # next trigger proves it); None: no limit (docs/spark.md, revocation).
-    hold_timeout_s: float | None = None
+    hold_timeout_s: float | None = 300.0
     rebalance_delay_s: float = 0.0
     include_row_kind: bool = False
     metadata_columns: bool = False
@@ -151,7 +151,7 @@ class SourceOptions:
             shards=int(shards) if shards is not None else None,
             assignor=opts.get("assignor") or None,
             revoke_timeout_s=float(_number(opts, "revoke_timeout_s", 10.0) or 10.0),
-            hold_timeout_s=_number(opts, "hold_timeout_s", None),
+            hold_timeout_s=_number(opts, "hold_timeout_s", 300.0),
             rebalance_delay_s=float(
                 _number(opts, "rebalance_delay_s", 0.0, allow_zero=True) or 0.0),
             include_row_kind=_bool(opts, "include_row_kind"),
