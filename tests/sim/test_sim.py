@@ -50,9 +50,11 @@ def test_seeds_hold_every_invariant() -> None:
         # under --on-data-loss fail and skip; a wipe came while a start's
         # consumer file was being rewritten; rows were lost to expiry (and
         # allowed by the oracle) and members stopped on data loss.
+        # (No torn read: consumer files are written whole since issue 37's
+        # D3; the tears stay to find a writer that is not, as they find it
+        # with that fix reverted, docs/reliability.md.)
         for event in ("bite_held_batch", "bite_pinned_start", "bite_unpinned_start",
-                      "wipe_at_pin", "expired", "rows_lost_to_expiry", "data_loss_stops",
-                      "torn_reads"):
+                      "wipe_at_pin", "expired", "rows_lost_to_expiry", "data_loss_stops"):
             assert summary.events[event] > 0, (event, summary.events)
         for mode in ("off", "protect", "consumers"):
             for on_data_loss in ("fail", "skip"):
