@@ -77,6 +77,7 @@ import pyarrow as pa
 from paimon_group.reading.planner import BatchKind
 from paimon_group.spark.fence import (
     EpochFence,
+    Fenced,
     StaleSinkWrite,
     fsync_dir,
     state_dir_of,
@@ -101,17 +102,9 @@ KEY_COLUMNS = ("pg_group", "pg_shard", "pg_snapshot")
 """Columns (and Hive partition names) that hold a row's batch key."""
 
 
-class BatchLike(Protocol):
-    """What a sink needs of a :class:`~paimon_group.reading.batch.ShardBatch`."""
-
-    @property
-    def group(self) -> str: ...
-
-    @property
-    def shard(self) -> int: ...
-
-    @property
-    def epoch(self) -> int: ...
+class BatchLike(Fenced, Protocol):
+    """What a sink needs of a :class:`~paimon_group.reading.batch.ShardBatch`
+    (its group, shard and epoch: :class:`~paimon_group.spark.fence.Fenced`)."""
 
     @property
     def kind(self) -> BatchKind: ...
