@@ -122,8 +122,11 @@ async def repin_stale(core: MemberCore, commits: Commits, held: list[OwnedShard]
     log.info("shards %s: re-pinned at the group's moved start, a full scan of snapshot %d "
              "(moved from %s)", sorted(stale), start.full_scan, start.moved_from,
              extra={"group": core.group_name, "member": core.member_id})
+    # ``read_to``: where each shard had read to. It reads the moved start's
+    # full scan and the deltas after it again, up to there (docs/reliability.md).
     core.history.record("repin", shards=sorted(stale), full_scan=start.full_scan,
-                        start_moves=start.moves)
+                        start_moves=start.moves,
+                        read_to={str(s): o.next_snapshot for s, o in sorted(stale.items())})
     await commits.commit(stale, start.next_snapshot, full_scan=start.full_scan,
                          start_moves=start.moves)
     if core._mirror is not None:

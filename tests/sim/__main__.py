@@ -4,6 +4,7 @@
     python -m tests.sim --seeds 1000 --first 50000  # seeds 50000..50999
     python -m tests.sim --seed 1234 -v              # one seed, with the member's log
     python -m tests.sim --seeds 2000 --profile heavy  # 10-30 % faulty calls, static members
+    PG_SIM_DUMP=1 python -m tests.sim --seed 1234     # and each store's positions, the deliveries
 
 Runs under ``PYTHONHASHSEED=0`` (it re-executes itself with it when it is not
 set), so a seed reproduces exactly. Exit status 1 when a seed has a violation;

@@ -72,9 +72,12 @@ async def drive(member: Any, record: Callable[[dict[str, Any]], None],
         member.mark_busy(ranges)
         for s, r in sorted(ranges.items()):
             tables = []
+            parts: list[list[Any]] = []  # [snapshot, kind, rows, next] of each piece read
             for p in pieces.get(s, ()):
                 try:
                     tables += [planner.read_arrow(p.splits)] if p.splits else []
+                    if p.splits:
+                        parts.append([p.snapshot, p.kind, tables[-1].num_rows, p.snapshot + 1])
                 except FileNotFoundError as err:  # an executor's read
                     piece_gone(fail, planner.table, s, p, err)
             kinds = {p.kind for p in pieces.get(s, ())}
@@ -92,5 +95,6 @@ async def drive(member: Any, record: Callable[[dict[str, Any]], None],
             record({"shard": s, "epoch": r.epoch, "snapshot": r.full if r.full is not None
                     else r.next, "next_snapshot": r.to,
                     "kind": kinds.pop() if len(kinds) == 1 else "mixed",
+                    "pieces": parts,
                     "ids": ids, "vs": vs, "extra": extra})
         previous = ranges

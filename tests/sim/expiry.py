@@ -121,15 +121,31 @@ class LossOracle:
         scan a later snapshot in full, which holds every row it held (a
         skipped start moves forward group-wide, once: issue 37, D2)."""
         found = None
+        later = None
         for at, pos in self.log.get(shard, ()):
             if at > t:
+                later = pos
                 break
             found = pos
         if found is None:
             for at, nxt, full in self.starts:
-                if at <= t and full is None:
+                if full is not None:
+                    continue
+                if at <= t:
                     found = (nxt, full)
-        return found
+                elif later is None or at < self._first_at(shard):
+                    later = (nxt, full)
+                    break
+        # Nothing yet at ``t``: where the shard first stood after it bounds
+        # where it was (positions only move on). A start decided before
+        # ``t`` and pinned after it (the pin waited on the coordinator while
+        # its first snapshots expired) is read from there, and the expired
+        # snapshots it begins with are skipped with the line (seed 205949).
+        return found if found is not None else later
+
+    def _first_at(self, shard: int) -> float:
+        entries = self.log.get(shard)
+        return entries[0][0] if entries else float("inf")
 
     def final(self, shard: int) -> Position | None:
         entries = self.log.get(shard)

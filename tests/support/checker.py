@@ -331,6 +331,38 @@ def moved_start_scans(history: History) -> set[int]:
          if e.get("event") == "repin" and e.get("full_scan") is not None}
 
 
+def repin_windows(history: History) -> dict[int, list[tuple[float, int, int]]]:
+    """Per shard, ``(t, full_scan, read_to)`` of each re-pin at a moved start
+    (issue 37, D2): from ``t`` on, the shard reads the full scan of
+    ``full_scan`` again, and the deltas after it up to ``read_to`` (where it
+    had read to), which it had delivered before."""
+    out: dict[int, list[tuple[float, int, int]]] = defaultdict(list)
+    for e in history.events:
+        if e.get("event") == "repin" and e.get("full_scan") is not None:
+            for shard, read_to in (e.get("read_to") or {}).items():
+                out[int(shard)].append((e["t"], e["full_scan"], read_to or e["full_scan"] + 1))
+    return out
+
+
+def _reread_rows(d: dict[str, Any], rereads: set[int],
+                 windows: dict[int, list[tuple[float, int, int]]]) -> list[bool]:
+    """For each row of delivery ``d``: whether it is read again on purpose
+    (a moved start's full scan, or a delta a re-pinned shard had read).
+    A driven member's batch lists its ``pieces`` ([snapshot, kind, rows,
+    next], in row order); a member's batch is one piece."""
+    pieces = d.get("pieces") or [[d["snapshot"], d.get("kind"), len(d["ids"]),
+                                  d["next_snapshot"]]]
+    out: list[bool] = []
+    for snapshot, kind, rows, nxt in pieces:
+        reread = kind == "initial" and snapshot in rereads
+        for t, full, read_to in windows.get(d["shard"], ()):
+            if t <= d["t"] and ((kind == "initial" and snapshot == full)
+                                or (kind != "initial" and full < snapshot and nxt <= read_to)):
+                reread = True
+        out += [reread] * rows
+    return out
+
+
 def unexplained_duplicates(history: History, *, versions: bool = False) -> list[str]:
     """A row delivered twice must come from a batch whose commit was not accepted.
 
@@ -357,14 +389,17 @@ def unexplained_duplicates(history: History, *, versions: bool = False) -> list[
     for d in sorted(history.deliveries, key=lambda d: d["t"]):
         last[(d["member"], d.get("pid", 0), d["shard"], d["epoch"], d["next_snapshot"])] = d
     committed_ids: Counter[Any] = Counter()
+    windows = repin_windows(history)
     for key, d in last.items():
-        if d.get("kind") == "initial" and d["snapshot"] in rereads:
-            continue  # a moved start's full scan: read again on purpose
+        ids, vs = d["ids"], d.get("vs") or []
+        keep = [k for k, reread in enumerate(_reread_rows(d, rereads, windows)) if not reread]
+        ids = [ids[k] for k in keep]
+        vs = [vs[k] for k in keep] if vs else vs
         if any(t > d["t"] for t in accepted.get(key, ())):
             if versions:
-                committed_ids.update(set(zip(d["ids"], d.get("vs") or [], strict=True)))
+                committed_ids.update(set(zip(ids, vs, strict=True)))
             else:
-                committed_ids.update(set(d["ids"]))
+                committed_ids.update(set(ids))
     dup = [i for i, n in committed_ids.items() if n > 1]
     return [f"{len(dup)} rows delivered by two committed batches, e.g. {sorted(dup)[:10]}"] \
         if dup else []
