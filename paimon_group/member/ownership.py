@@ -26,6 +26,7 @@ from paimon_group.member.core import MemberCore
 from paimon_group.member.state import OwnedShard
 from paimon_group.protocol.commit_size import commit_chunks
 from paimon_group.protocol.group import GroupClient
+from paimon_group.protocol.group_start import group_start
 from paimon_group.protocol.records import GroupStart
 from paimon_group.protocol.releasing import PendingReleases
 from paimon_group.reading.consumer_meta import ConsumerFilesOrigin, resume_allowed
@@ -200,17 +201,35 @@ class ShardOwnership:
                 owned.next_snapshot = mirrored.next_snapshot
             if resumed is not None:
                 owned.start_moves = resumed[1]
+                await self._carry_moved_start(group, resumed[2])
         self._core._owned[shard] = owned
         self._core.history.record("acquire", shard=shard, epoch=epoch, generation=generation,
                             next_snapshot=owned.next_snapshot, sent=sent)
         return shard
 
-    def _resume_from_file(self, shard: int) -> tuple[MirroredPosition, int] | None:
+    async def _carry_moved_start(self, group: GroupClient, carried: GroupStart | None) -> None:
+        """A group re-created over its consumer files whose start had moved
+        (``carried``, beside the files): store it, unless a start is stored
+        already, and learn it. A shard resumed from a file of the start
+        before is re-pinned at it by the read loop's settle, as its peers
+        are; without it no member of the new coordinator knew of the move
+        (simulation seed 45: the move was made just before a switch)."""
+        if carried is None or carried.moves == 0:
+            return
+
+        async def resolve() -> GroupStart:
+            return carried
+
+        self._core.observe_start(await group_start(group, resolve))
+
+    def _resume_from_file(self, shard: int
+                          ) -> tuple[MirroredPosition, int, GroupStart | None] | None:
         """The shard's consumer file (with its pending full scan, if marked), if
         the group may resume from it (:func:`paimon_group.reading.consumer_meta.resume_allowed`:
         written under this group's shard count and rule, by this incarnation
         or one it vetted), with the moves of the group start it derives from
-        (:func:`file_start_moves`); else None, and the shard starts as configured."""
+        (:func:`file_start_moves`) and that start; else None, and the shard
+        starts as configured."""
         core = self._core
         assert core._mirror is not None and core.table is not None and core._meta is not None
         mirrored = core._mirror.read_position(shard)
@@ -219,7 +238,8 @@ class ShardOwnership:
         origin = ConsumerFilesOrigin.read(core.table.table.file_io, core.table.table_path,
                                           core.group_name)
         if resume_allowed(core._meta, origin):
-            return mirrored, file_start_moves(mirrored, None if origin is None else origin.start)
+            carried = None if origin is None else origin.start
+            return mirrored, file_start_moves(mirrored, carried), carried
         log.warning("shard %d: consumer file (next snapshot %d) not resumed from: it was not "
                     "written under this group's %d shards by this group; starting as "
                     "configured (%s)", shard, mirrored.next_snapshot, self._core.num_shards,
