@@ -75,13 +75,6 @@ class ExpiryPlan:
                    rng.choice([0.1, 0.3, 0.5]))
 
 
-FILE_RULE_STOP = "a bucket-unaware table's shards all read from one full scan"
-"""Part of the line a Spark-source query stops with under
-``failOnDataLoss=false`` when the start of a bucket-unaware table expired
-(docs/spark.md): it cannot skip that alone, as workers move the group's
-start for every shard and the source does not."""
-
-
 def data_loss_stop(err: BaseException | None) -> bool:
     """Whether a member stopped with the one data-loss line."""
     from paimon_group.errors import SnapshotExpired
