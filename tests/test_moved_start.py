@@ -241,3 +241,57 @@ async def test_a_shard_acquired_at_a_position_of_an_earlier_start_scans_the_move
     assert (positions[0].next_snapshot, positions[0].full_scan,
             positions[0].start_moves) == (8, None, 1)
     assert (positions[1].next_snapshot, positions[1].start_moves) == (8, None)
+
+
+@pytest.mark.asyncio
+async def test_a_driven_member_never_commits_an_end_of_an_earlier_start_over_a_repin(
+        tmp_path: Path) -> None:
+    """Issue 43: the Spark source's member. A batch planned before the group's
+    start moved ends past the moved start's full scan; once the shard is
+    re-pinned at it, that end is not committed over the re-pin (it would skip
+    the scan), and the query's next batch starts from the re-pin, though its
+    own end got further (positions advance by the start's moves first)."""
+    from paimon_group.spark.source.offsets import Cursor, ShardRange, start_cursor
+
+    wh = _six_commits_over_both_shards(tmp_path)
+    url = f"sqlite://{tmp_path}/c.sqlite"
+    member = GroupMember(MemberConfig(group="d2q", warehouse=wh, table=TABLE, coordinator=url,
+                                      member_id="q", session_timeout_s=5, poll_interval_ms=50,
+                                      shards=2, on_data_loss="skip", start="latest-full"),
+                         auto_commit=False)
+    await member.start()
+    try:
+        await _until(lambda: len(member.held_shards()) == 2)
+        settled = await member.settle_positions()
+        assert {s: (p.next_snapshot, p.full_scan, p.start_moves)
+                for s, p in settled.items()} == {0: (7, 6, 0), 1: (7, 6, 0)}
+        member.mark_busy([0, 1])  # a batch planned: the full scan of 6, to 7
+        table = open_table(wh, TABLE)
+        write_table(table, _rows(range(60, 70)))  # snapshot 7
+        async with open_coordinator(url) as coord:
+            client = GroupClient(coord, "d2q")
+            moved = GroupStart(next_snapshot=8, full_scan=7, start="latest-full", moves=1,
+                               moved_from=6)
+            assert await move_group_start(client, 0, moved) == moved
+        # The batch completes: its end commits (the shards were busy: no re-pin yet).
+        assert await member.commit_positions({0: 7, 1: 7}, moves={0: 0, 1: 0}) == {0: True,
+                                                                                   1: True}
+        member.mark_idle([0, 1])
+        await _until(lambda: member.driving._core.group_start == moved)  # a control round
+        settled = await member.settle_positions()  # re-pinned now: idle
+        assert {s: (p.next_snapshot, p.full_scan, p.start_moves)
+                for s, p in settled.items()} == {0: (8, 7, 1), 1: (8, 7, 1)}
+        # An end of the earlier start (a batch planned to 9 before the move)
+        # is refused; the stored positions keep the moved start's full scan.
+        assert await member.commit_positions({0: 9, 1: 9}, moves={0: 0, 1: 0}) == {0: False,
+                                                                                   1: False}
+        async with open_coordinator(url) as coord:
+            stored = await GroupClient(coord, "d2q").positions()
+        assert {s: (p.next_snapshot, p.full_scan, p.start_moves) for s, p in stored.items()} \
+            == {0: (8, 7, 1), 1: (8, 7, 1)}
+        coordinator = Cursor(next=8, full=7, moves=1)
+        assert start_cursor(coordinator, ShardRange(0, 1, 7, None, 9), 9, 0) == coordinator
+        # An end of the moved start commits on.
+        assert await member.commit_positions({0: 9}, moves={0: 1}) == {0: True}
+    finally:
+        await member.stop()

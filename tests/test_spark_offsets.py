@@ -16,6 +16,8 @@ from paimon_group.spark.source.offsets import (
     Caps,
     Cursor,
     ShardRange,
+    at_moved_start,
+    decode_end_moves,
     decode_ends,
     decode_offset,
     encode_offset,
@@ -47,6 +49,25 @@ def test_start_cursor_coordinator_wins_unless_the_checkpoint_got_further() -> No
     assert start_cursor(Cursor(next=4, full=3), None) == Cursor(next=4, full=3)
     assert start_cursor(Cursor(next=4, full=3), ShardRange(0, 1, 4, 3, 3)) == Cursor(4, 3)
     assert start_cursor(Cursor(next=4, full=3), ShardRange(0, 1, 4, 3, 6)) == Cursor(next=6)
+
+
+def test_offsets_carry_the_moves_of_the_group_start_and_order_by_them_first() -> None:
+    """Issue 43: a bucket-unaware table's expired start moves for every shard;
+    a range, and an end, record the moves of the start they derive from, and
+    a re-pin at a moved start is past every end of the earlier one."""
+    ranges = {0: ShardRange(0, 7, 8, 7, 9, moves=1), 1: ShardRange(1, 7, 5, None, 9)}
+    offset = encode_offset(ranges, "inc", {0: 12, 1: 4, 2: 6}, {2: 1})
+    assert decode_offset(offset) == ranges
+    # Shard 0's end of the earlier start (12) gives way to the moved one's (9).
+    assert decode_ends(offset) == {0: 9, 1: 9, 2: 6}
+    assert decode_end_moves(offset) == {0: 1, 1: 0, 2: 1}
+    assert "moves" not in offset["shards"]["1"]  # offsets without moves read as before
+    repin = Cursor(next=8, full=7, moves=1)
+    assert start_cursor(repin, ShardRange(0, 1, 5, None, 12)) == repin
+    assert start_cursor(repin, None, 12, 0) == repin
+    assert start_cursor(repin, None, 10, 1) == Cursor(next=10, moves=1)
+    assert at_moved_start({0: Cursor(12), 1: Cursor(9, moves=1), 2: Cursor(3, 2)}, repin) == {
+        0: repin, 1: Cursor(9, moves=1), 2: repin}
 
 
 def test_a_shard_that_comes_back_starts_after_the_querys_own_furthest_end() -> None:
@@ -193,6 +214,40 @@ def test_an_expired_pending_full_scan_is_planned_at_the_earliest_snapshot(
                        r"full scan was still to be delivered, expired \(earliest retained: "
                        r"5\): .*failOnDataLoss=false scans the earliest retained snapshot"):
         plan_batch(planner, cursors, latest=6)
+
+
+def test_an_expired_pending_full_scan_of_a_bucket_unaware_table_moves_the_group_start(
+        tmp_path: Path) -> None:
+    """Issue 43, 5: the file rule. Without failOnDataLoss the host moves the
+    group's start for every shard (``move_start``) and the batch plans from
+    the cursors it returns; a host that cannot move it stops with the line."""
+    from paimon_group.protocol.sharding import ShardRule
+    from tests.support.tables import make_append_table
+
+    make_append_table(tmp_path, "db.t", buckets=-1)
+    for k in range(6):
+        write_rows(tmp_path, "db.t", range(10 * k, 10 * k + 10))
+    planner = ShardedTable.open(str(tmp_path), "db.t").planner(
+        2, rule=ShardRule.FILE, catch_up_threshold=NO_CATCH_UP)
+    cursors = {0: Cursor(next=3, full=2), 1: Cursor(next=5)}
+    expire_snapshots(tmp_path, "db.t", keep_from=5)
+    asked = []
+
+    def move_start(losts: object, given: dict[int, Cursor]) -> dict[int, Cursor]:
+        asked.append((losts, given))
+        return at_moved_start(given, Cursor(next=7, full=6, moves=1))
+
+    moved, reached, pieces = plan_batch(planner, cursors, latest=6, fail_on_data_loss=False,
+                                        move_start=move_start)
+    [(losts, given)] = asked
+    assert [(lost.shards, lost.first, lost.earliest) for lost in losts] == [((0,), 2, 5)]
+    assert given == cursors
+    assert moved == {0: Cursor(next=7, full=6, moves=1), 1: Cursor(next=7, full=6, moves=1)}
+    assert reached == {0: 7, 1: 7}
+    scanned = sum(len(p.splits) for s in (0, 1) for p in pieces.get(s, ()))
+    assert scanned >= 1 and {p.kind for s in pieces for p in pieces[s]} == {"initial"}
+    with pytest.raises(SnapshotExpired, match="this reader cannot move the group's start"):
+        plan_batch(planner, cursors, latest=6, fail_on_data_loss=False)
 
 
 def test_a_rerun_batch_reads_from_the_group_position_moved_past_its_expired_range() -> None:

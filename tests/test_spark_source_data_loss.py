@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from tests.support.requirements import require
-from tests.support.tables import expire_snapshots, make_pk_table, write_rows
+from tests.support.tables import expire_snapshots, make_append_table, make_pk_table, write_rows
 
 pytestmark = pytest.mark.spark
 
@@ -89,11 +89,16 @@ def follow_the_advice(line: str) -> str:
         time.sleep(1)
 
 
-def group_with_an_expired_full_scan(spark: Any, tmp_path: Path) -> Path:
+def group_with_an_expired_full_scan(spark: Any, tmp_path: Path, *,
+                                    bucket_unaware: bool = False) -> Path:
     """Group ``g`` whose four shards wait for a full scan of snapshot 2,
-    expired (earliest retained: 3; snapshot 3 holds ids 0..29, 4 ids 30..39)."""
+    expired (earliest retained: 3; snapshot 3 holds ids 0..29, 4 ids 30..39);
+    ``bucket_unaware``: of an append table without buckets (the file rule)."""
     warehouse = tmp_path / "wh"
-    make_pk_table(warehouse, "db.t", buckets=4)
+    if bucket_unaware:
+        make_append_table(warehouse, "db.t", buckets=-1)
+    else:
+        make_pk_table(warehouse, "db.t", buckets=4)
     write_rows(warehouse, "db.t", range(10))
     first = Recorder(tmp_path / "sink0")
     query = start_query(spark, warehouse, first, tmp_path / "ckpt0")
@@ -125,6 +130,47 @@ def test_an_expired_pending_full_scan_is_scanned_at_the_earliest_snapshot_withou
     try:
         wait_for("rows after the restart",
                  lambda: sorted(recorder.sink_ids(spark)) == list(range(50)), query=query)
+    finally:
+        query.stop()
+    assert all(i >= 40 for _, ids in recorder.batches[first_run:] for i in ids)
+
+
+def read_start(warehouse: Path, group: str) -> Any:
+    from coordinators.registry import open_coordinator
+    from paimon_group.config.member import default_coordinator_url
+    from paimon_group.protocol.group import GroupClient
+    from paimon_group.protocol.group_start import read_group_start
+
+    async def go() -> Any:
+        async with open_coordinator(default_coordinator_url(str(warehouse))) as coord:
+            return await read_group_start(GroupClient(coord, group))
+
+    return asyncio.run(go())
+
+
+def test_an_expired_start_of_a_bucket_unaware_table_moves_the_group_start_without_fail(
+        spark: Any, tmp_path: Path) -> None:
+    """Issue 43, 5: on a bucket-unaware table the shards all read from one
+    full scan; with failOnDataLoss=false the query moves the group's start
+    for every shard, as workers do (it stopped with the line before)."""
+    warehouse = group_with_an_expired_full_scan(spark, tmp_path, bucket_unaware=True)
+    recorder, checkpoint = Recorder(tmp_path / "sink"), tmp_path / "ckpt"
+    query = start_query(spark, warehouse, recorder, checkpoint, failOnDataLoss="false")
+    try:
+        wait_for("the full scan of the moved start, snapshot 4",
+                 lambda: sorted(set(recorder.sink_ids(spark))) == list(range(40)), query=query)
+    finally:
+        query.stop()
+    start = read_start(warehouse, "g")
+    # Moved once, by the query's member (its WARNING line is the workers'
+    # line; the source's planning runs in Spark's Python worker process).
+    assert (start.moves, start.full_scan, start.moved_from, start.resolved_by) == (1, 4, 2, "q1")
+    first_run = len(recorder.batches)
+    write_rows(warehouse, "db.t", range(40, 50))
+    query = start_query(spark, warehouse, recorder, checkpoint, failOnDataLoss="false")
+    try:
+        wait_for("rows after the restart",
+                 lambda: sorted(set(recorder.sink_ids(spark))) == list(range(50)), query=query)
     finally:
         query.stop()
     assert all(i >= 40 for _, ids in recorder.batches[first_run:] for i in ids)

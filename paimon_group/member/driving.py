@@ -30,9 +30,12 @@ from coordinators.errors import PaimonGroupError
 from paimon_group.errors import TableNotFound, TableReplaced
 from paimon_group.member.commits import Commits
 from paimon_group.member.core import MemberCore
+from paimon_group.member.data_loss import LostRange
 from paimon_group.member.head import TABLE_CHECK_S
+from paimon_group.member.moved_start import move_start
 from paimon_group.member.reader import ReadLoop
 from paimon_group.member.state import OwnedShard, Stop
+from paimon_group.protocol.records import GroupStart
 
 log = logging.getLogger("paimon_group.member")
 
@@ -49,6 +52,7 @@ class ShardPosition:
     epoch: int
     next_snapshot: int
     full_scan: int | None
+    start_moves: int = 0  # of the group start it derives from (member/moved_start.py)
 
 
 class Driving:
@@ -107,7 +111,8 @@ class Driving:
             if (o.dropped or o.uncertain or o.next_snapshot is None
                     or self._core._owned.get(o.shard) is not o):
                 continue
-            out[o.shard] = ShardPosition(o.shard, o.epoch, o.next_snapshot, o.full_scan)
+            out[o.shard] = ShardPosition(o.shard, o.epoch, o.next_snapshot, o.full_scan,
+                                         o.start_moves)
         return out
 
     async def _check_table_now_and_then(self) -> None:
@@ -138,7 +143,7 @@ class Driving:
         if group is None:
             raise PaimonGroupError("not joined: no group positions to read")
         wanted = set(shards)
-        return {s: ShardPosition(s, p.epoch, p.next_snapshot, p.full_scan)
+        return {s: ShardPosition(s, p.epoch, p.next_snapshot, p.full_scan, p.start_moves or 0)
                 for s, p in (await group.positions()).items() if s in wanted}
 
     def mark_busy(self, shards: Iterable[int], *, limit_s: float | None = None) -> list[int]:
@@ -164,8 +169,33 @@ class Driving:
                 o.hold_limit_s = None
                 o.idle.set()
 
+    async def move_group_start(self, losts: Iterable[LostRange], lineage: int,
+                               read_to: Mapping[int, int]) -> GroupStart:
+        """The host found the pending full scans of ``losts`` expired on a
+        bucket-unaware table and skips them: move the group's start to a full
+        scan of the latest snapshot, once for every shard (or take the move
+        made already; one WARNING line says it, as a worker says it:
+        :func:`~paimon_group.member.moved_start.move_start`). ``lineage``:
+        the moves of the start the lost scans derive from. The host re-pins
+        its shards of an earlier start at the returned one (``read_to``:
+        where each had read to, recorded: it reads the snapshots from the
+        moved start up to there again); the member re-pins those it holds
+        idle at its next settle."""
+        moved: GroupStart | None = None
+        for lost in losts:
+            owned = [o for s in lost.shards if (o := self._core._owned.get(s)) is not None]
+            moved = await move_start(self._core, owned, lost, lineage=lineage)
+        if moved is None or moved.full_scan is None:
+            raise PaimonGroupError("no expired full scan to move the group's start past")
+        if read_to:
+            self._core.history.record("repin", shards=sorted(read_to), full_scan=moved.full_scan,
+                                      start_moves=moved.moves,
+                                      read_to={str(s): n for s, n in sorted(read_to.items())})
+        return moved
+
     async def commit_positions(self, positions: Mapping[int, int], *,
-                               incarnation: str = "") -> dict[int, bool]:
+                               incarnation: str = "",
+                               moves: Mapping[int, int] | None = None) -> dict[int, bool]:
         """Fenced commit of ``shard -> next snapshot`` for the shards still ours,
         one coordinator commit per distinct position.
 
@@ -178,6 +208,14 @@ class Driving:
         group deleted and re-created has other shards or another start, and
         a position of the old one written "forward" over a pinned full scan
         skips rows (issue 43).
+
+        ``moves``: per shard, the moves of the group start the position
+        derives from (absent: the shard's own). One of an earlier start than
+        the shard's is not committed (False): the shard was re-pinned at a
+        moved start since, whose full scan it must read first (a position of
+        the earlier start written over it skips that scan). One of a later
+        start (the host re-pinned its cursor at a moved start the member has
+        not re-pinned the shard at) is committed with it.
         """
         if not self.of_this_incarnation(incarnation):
             log.info("positions of another incarnation of group %s not committed: %s",
@@ -185,25 +223,33 @@ class Driving:
                      extra={"group": self._core.group_name, "member": self._core.member_id})
             return dict.fromkeys(positions, False)
         result: dict[int, bool] = {}
-        by_position: dict[int, dict[int, OwnedShard]] = {}
+        by_position: dict[tuple[int, int], dict[int, OwnedShard]] = {}
         for shard, to in positions.items():
             o = self._core._owned.get(shard)
             if o is None or o.dropped or o.next_snapshot is None:
                 result[shard] = False
                 continue
+            lineage = o.start_moves if moves is None else moves.get(shard, o.start_moves)
+            if lineage < o.start_moves:
+                log.info("shard %d: position %d of an earlier group start not committed: the "
+                         "shard scans the moved start first", shard, to,
+                         extra={"group": self._core.group_name, "member": self._core.member_id})
+                result[shard] = False
+                continue
             done = o.full_scan if o.full_scan is not None else o.next_snapshot
-            if to <= done:
+            if to <= done and lineage == o.start_moves:
                 result[shard] = True
                 continue
-            by_position.setdefault(to, {})[shard] = o
-        for to, owned in sorted(by_position.items()):
+            by_position.setdefault((to, lineage), {})[shard] = o
+        for (to, lineage), owned in sorted(by_position.items()):
             try:
-                await self._commits.commit(owned, to)
+                await self._commits.commit(owned, to, start_moves=lineage)
             except Exception as err:  # coordinator errors, or leaving: not committed
                 # Not committing only means that the next owner of these
                 # shards reads them again.
                 log.warning("commit of shards %s at %d failed: %s", sorted(owned), to, err,
                             extra={"group": self._core.group_name, "member": self._core.member_id})
             for shard, o in owned.items():
-                result[shard] = (not o.dropped and o.committed == to)
+                result[shard] = (not o.dropped and o.committed == to
+                                 and o.start_moves == lineage)
         return result

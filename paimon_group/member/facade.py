@@ -308,7 +308,9 @@ class GroupMember(MemberCore):
         self.driving.mark_idle(shards)
 
     async def commit_positions(self, positions: Mapping[int, int], *,
-                               incarnation: str = "") -> dict[int, bool]:
+                               incarnation: str = "",
+                               moves: Mapping[int, int] | None = None) -> dict[int, bool]:
         """:meth:`Driving.commit_positions
         <paimon_group.member.driving.Driving.commit_positions>`."""
-        return await self.driving.commit_positions(positions, incarnation=incarnation)
+        return await self.driving.commit_positions(positions, incarnation=incarnation,
+                                                   moves=moves)

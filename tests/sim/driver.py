@@ -13,7 +13,9 @@ starts each shard from the coordinator's position or the previous batch's
 end, whichever is further (``start_cursor``), plans every shard up to the
 latest snapshot in one batch (``plan_batch``, with ``NO_CATCH_UP`` as the
 source does: an expired pending full scan stops with the line or is scanned
-at the earliest snapshot, as ``failOnDataLoss`` says), marks the planned
+at the earliest snapshot, as ``failOnDataLoss`` says; on a bucket-unaware
+table the group's start moves, ``move_group_start``, and the shards of an
+earlier start are re-pinned at it, ``at_moved_start``), marks the planned
 shards busy (``mark_busy``: a revocation waits for the commit) and reads
 the pieces (the executors' read path: ``planner.read_arrow`` of the splits;
 a file found missing goes through the executors' ``piece_gone``). A crash loses the previous batch's
@@ -24,17 +26,43 @@ not commit is read again by the next owner: at least once.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from paimon_group.member.data_loss import LostRange
 from paimon_group.spark.source.offsets import (
     NO_CATCH_UP,
     Cursor,
     ShardRange,
+    at_moved_start,
     piece_gone,
     plan_batch,
     start_cursor,
 )
+
+
+class _MoveStart(Exception):
+    """The plan found expired full scans of a bucket-unaware table: the
+    group's start is moved on the loop (the source's driver blocks on its
+    own loop for it; here the plan is left and made again)."""
+
+    def __init__(self, losts: Sequence[LostRange], cursors: Mapping[int, Cursor]) -> None:
+        super().__init__("move the group's start")
+        self.losts, self.cursors = list(losts), dict(cursors)
+
+
+def _ask_move(losts: Sequence[LostRange], cursors: Mapping[int, Cursor]) -> dict[int, Cursor]:
+    raise _MoveStart(losts, cursors)
+
+
+async def _moved(member: Any, ask: _MoveStart) -> dict[int, Cursor]:
+    """As ``GroupDriver.move_start``."""
+    lost_shards = {s for lost in ask.losts for s in lost.shards}
+    lineage = min((c.moves for s, c in ask.cursors.items() if s in lost_shards), default=0)
+    start = await member.driving.move_group_start(
+        ask.losts, lineage, {s: c.next for s, c in ask.cursors.items() if c.moves <= lineage})
+    return at_moved_start(ask.cursors, Cursor(next=start.next_snapshot, full=start.full_scan,
+                                              moves=start.moves))
 
 POLL_S = 0.5  # the trigger interval between micro-batches with nothing new
 
@@ -52,18 +80,28 @@ async def drive(member: Any, record: Callable[[dict[str, Any]], None],
             # Spark commits batch N when it plans batch N+1.
             ends = {s: r.to for s, r in previous.items()}
             try:
-                await member.commit_positions(ends)
+                await member.commit_positions(ends, moves={s: r.moves
+                                                           for s, r in previous.items()})
             finally:
                 member.mark_idle(ends)
         settled = await member.settle_positions()
-        cursors = {s: start_cursor(Cursor(next=p.next_snapshot, full=p.full_scan),
-                                   previous.get(s)) for s, p in settled.items()}
+        cursors = {s: start_cursor(Cursor(next=p.next_snapshot, full=p.full_scan,
+                                          moves=p.start_moves), previous.get(s))
+                   for s, p in settled.items()}
         latest = planner.table.latest_snapshot_id()
         fail = member.config.on_data_loss != "skip"
-        cursors, reached, pieces = plan_batch(planner, cursors, latest=latest,
-                                              fail_on_data_loss=fail, config=member.config)
+        for _attempt in range(3):
+            try:
+                cursors, reached, pieces = plan_batch(planner, cursors, latest=latest,
+                                                      fail_on_data_loss=fail,
+                                                      config=member.config, move_start=_ask_move)
+                break
+            except _MoveStart as ask:
+                cursors = await _moved(member, ask)
+        else:
+            raise AssertionError("the group's start moved three times in one plan")
         ranges = {s: ShardRange(shard=s, epoch=settled[s].epoch, next=c.next, full=c.full,
-                                to=reached[s]) for s, c in cursors.items()}
+                                to=reached[s], moves=c.moves) for s, c in cursors.items()}
         ranges = {s: r for s, r in ranges.items() if not r.empty}
         if not ranges:
             previous = {}

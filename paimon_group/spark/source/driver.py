@@ -36,8 +36,9 @@ from collections.abc import Awaitable, Mapping, Sequence
 from typing import TypeVar
 
 from paimon_group.member import GroupMember
+from paimon_group.member.data_loss import LostRange
 from paimon_group.reading.planner import ShardPlanner
-from paimon_group.spark.source.offsets import NO_CATCH_UP, Cursor
+from paimon_group.spark.source.offsets import NO_CATCH_UP, Cursor, at_moved_start
 from paimon_group.spark.source.options import SourceOptions
 
 __all__ = ["GroupDriver", "OwnedCursor"]
@@ -153,15 +154,31 @@ class GroupDriver:
 
     async def _owned(self) -> dict[int, OwnedCursor]:
         settled = await self.member.settle_positions()
-        return {s: (p.epoch, Cursor(next=p.next_snapshot, full=p.full_scan))
+        return {s: (p.epoch, Cursor(next=p.next_snapshot, full=p.full_scan, moves=p.start_moves))
                 for s, p in settled.items()}
+
+    def move_start(self, losts: Sequence[LostRange], cursors: Mapping[int, Cursor]
+                   ) -> dict[int, Cursor]:
+        """The pending full scans of ``losts`` expired on a bucket-unaware
+        table (failOnDataLoss=false): move the group's start for every shard
+        (:meth:`~paimon_group.member.driving.Driving.move_group_start`) and
+        return ``cursors`` re-pinned at it (those of an earlier start)."""
+        self.member.raise_if_failed()
+        lost_shards = {s for lost in losts for s in lost.shards}
+        lineage = min((c.moves for s, c in cursors.items() if s in lost_shards), default=0)
+        start = self._call(self.member.driving.move_group_start(
+            losts, lineage, {s: c.next for s, c in cursors.items() if c.moves <= lineage}))
+        assert start.full_scan is not None
+        return at_moved_start(cursors, Cursor(next=start.next_snapshot, full=start.full_scan,
+                                              moves=start.moves))
 
     def stored_cursors(self, shards: Sequence[int]) -> dict[int, Cursor]:
         """The group's stored positions of ``shards`` as cursors, whoever owns
         them (read from the coordinator; a shard without one is left out)."""
         self.member.raise_if_failed()
         stored = self._call(self.member.driving.stored_positions(shards))
-        return {s: Cursor(next=p.next_snapshot, full=p.full_scan) for s, p in stored.items()}
+        return {s: Cursor(next=p.next_snapshot, full=p.full_scan, moves=p.start_moves)
+                for s, p in stored.items()}
 
     def hold(self, positions: Mapping[int, int]) -> None:
         """Mark shards busy until a commit reaches ``shard -> next snapshot``
@@ -177,7 +194,8 @@ class GroupDriver:
                                            limit_s=math.inf if limit is None else limit):
             self._busy[shard] = positions[shard]
 
-    def commit(self, positions: Mapping[int, int], incarnation: str = "") -> dict[int, bool]:
+    def commit(self, positions: Mapping[int, int], incarnation: str = "",
+               moves: Mapping[int, int] | None = None) -> dict[int, bool]:
         """Fenced commit of ``shard -> next snapshot`` for the shards still ours.
 
         Returns per shard whether the coordinator has the position now (False:
@@ -186,15 +204,19 @@ class GroupDriver:
         Busy marks are cleared afterwards, so a waiting revocation goes on.
         Positions planned in another ``incarnation`` of the group than the
         one joined now are not committed, and free nothing (all False).
+        ``moves``: the moves of the group start each position derives from
+        (one of a start the group moved past is not committed: False).
         """
         self.member.raise_if_failed()
-        return self._call(self._commit(dict(positions), incarnation))
+        return self._call(self._commit(dict(positions), incarnation, moves))
 
-    async def _commit(self, positions: dict[int, int], incarnation: str) -> dict[int, bool]:
+    async def _commit(self, positions: dict[int, int], incarnation: str,
+                      moves: Mapping[int, int] | None) -> dict[int, bool]:
         if not self.member.driving.of_this_incarnation(incarnation):
             return dict.fromkeys(positions, False)  # the busy marks are of this one's batches
         try:
-            return await self.member.commit_positions(positions, incarnation=incarnation)
+            return await self.member.commit_positions(positions, incarnation=incarnation,
+                                                      moves=moves)
         finally:
             # Spark commits batch N after planning batch N+1: only what was
             # held up to this commit's positions is free now.

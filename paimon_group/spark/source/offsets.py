@@ -3,8 +3,8 @@
 An offset (the JSON Spark writes to its checkpoint) is::
 
     {"v": 1, "group": "<incarnation>",
-     "shards": {"<shard>": {"epoch": E, "next": N, "full": F or null, "to": T}},
-     "ends": {"<shard>": T}}
+     "shards": {"<shard>": {"epoch": E, "next": N, "full": F or null, "to": T, "moves": M}},
+     "ends": {"<shard>": T}, "end_moves": {"<shard>": M}}
 
 ``ends`` (per shard, the furthest ``to`` this query has planned in this
 incarnation of the group) is kept in every later offset, also while the
@@ -18,6 +18,14 @@ and re-created under the same name is another incarnation: other shards, another
 start): a checkpoint of an earlier incarnation never moves the new group's
 positions (:func:`same_incarnation`). Offsets written before it was recorded
 have none and are taken as the current incarnation's.
+
+``moves`` (absent: 0) is the number of moves of the group's start the
+range derives from, ``end_moves`` the same for each end (issue 43). On a
+bucket-unaware table an expired start moves forward once for every shard
+(:mod:`paimon_group.member.moved_start`), and a shard of an earlier start
+scans the moved one again: positions advance in the order (moves, snapshot),
+so an end of an earlier start never holds a shard back from the moved
+start's full scan, nor is committed over it.
 
 For each shard the micro-batch reads, in this order: the full content of
 snapshot ``F`` (a pending full scan, when not null), then the increments of
@@ -41,7 +49,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,8 +67,11 @@ __all__ = [
     "NO_CATCH_UP",
     "Caps",
     "Cursor",
+    "MoveStart",
     "Piece",
     "ShardRange",
+    "at_moved_start",
+    "decode_end_moves",
     "decode_ends",
     "decode_offset",
     "encode_offset",
@@ -87,11 +98,17 @@ class Cursor:
 
     next: int
     full: int | None = None
+    moves: int = 0  # of the group's start the cursor derives from
 
     @property
     def done_before(self) -> int:
         """Every snapshot below this one is delivered for the shard."""
         return self.full if self.full is not None else self.next
+
+    @property
+    def order(self) -> tuple[int, int]:
+        """How far the shard is: by the start's moves first, as positions advance."""
+        return (self.moves, self.done_before)
 
 
 @dataclass(frozen=True)
@@ -103,34 +120,45 @@ class ShardRange:
     next: int
     full: int | None
     to: int
+    moves: int = 0
 
     @property
     def empty(self) -> bool:
         return self.full is None and self.to <= self.next
 
     def to_json(self) -> dict[str, Any]:
-        return {"epoch": self.epoch, "next": self.next, "full": self.full, "to": self.to}
+        out: dict[str, Any] = {"epoch": self.epoch, "next": self.next, "full": self.full,
+                               "to": self.to}
+        if self.moves:
+            out["moves"] = self.moves
+        return out
 
     @classmethod
     def from_json(cls, shard: int, data: Mapping[str, Any]) -> ShardRange:
         full = data.get("full")
         return cls(shard=shard, epoch=int(data["epoch"]), next=int(data["next"]),
-                   full=int(full) if full is not None else None, to=int(data["to"]))
+                   full=int(full) if full is not None else None, to=int(data["to"]),
+                   moves=int(data.get("moves") or 0))
 
 
 def encode_offset(ranges: Mapping[int, ShardRange], incarnation: str = "",
-                  ends: Mapping[int, int] | None = None) -> dict[str, Any]:
+                  ends: Mapping[int, int] | None = None,
+                  end_moves: Mapping[int, int] | None = None) -> dict[str, Any]:
     """The offset of ``ranges``; ``ends``: the query's furthest ends before
-    this batch (merged with the ranges' own ``to``)."""
+    this batch, of the starts ``end_moves`` (merged with the ranges' own
+    ``to``: the furthest in the order (moves, snapshot))."""
     out: dict[str, Any] = {"v": OFFSET_VERSION,
                            "shards": {str(s): r.to_json() for s, r in sorted(ranges.items())}}
     if incarnation:
         out["group"] = incarnation
-    merged = dict(ends or {})
+    merged = {s: ((end_moves or {}).get(s, 0), t) for s, t in (ends or {}).items()}
     for s, r in ranges.items():
-        merged[s] = max(merged.get(s, r.to), r.to)
+        merged[s] = max(merged.get(s, (r.moves, r.to)), (r.moves, r.to))
     if merged:
-        out["ends"] = {str(s): t for s, t in sorted(merged.items())}
+        out["ends"] = {str(s): t for s, (_m, t) in sorted(merged.items())}
+        moved = {str(s): m for s, (m, _t) in sorted(merged.items()) if m}
+        if moved:
+            out["end_moves"] = moved
     return out
 
 
@@ -154,15 +182,27 @@ def decode_offset(offset: Mapping[str, Any] | None) -> dict[int, ShardRange]:
 
 def decode_ends(offset: Mapping[str, Any] | None) -> dict[int, int]:
     """Per shard, the furthest end the query has planned up to ``offset``
-    (its ``ends``, and its ranges' ``to`` for an offset written without them)."""
-    ends = {s: r.to for s, r in decode_offset(offset).items()}
+    (its ``ends``, and its ranges' ``to`` for an offset written without them;
+    furthest in the order (moves, snapshot): :func:`decode_end_moves`)."""
+    return {s: t for s, (_m, t) in _ends(offset).items()}
+
+
+def decode_end_moves(offset: Mapping[str, Any] | None) -> dict[int, int]:
+    """Per shard, the moves of the group start its end (:func:`decode_ends`) derives from."""
+    return {s: m for s, (m, _t) in _ends(offset).items()}
+
+
+def _ends(offset: Mapping[str, Any] | None) -> dict[int, tuple[int, int]]:
+    ends = {s: (r.moves, r.to) for s, r in decode_offset(offset).items()}
+    moves = (offset or {}).get("end_moves") or {}
     for shard, to in ((offset or {}).get("ends") or {}).items():
-        ends[int(shard)] = max(ends.get(int(shard), int(to)), int(to))
+        end = (int(moves.get(shard) or 0), int(to))
+        ends[int(shard)] = max(ends.get(int(shard), end), end)
     return ends
 
 
 def start_cursor(coordinator: Cursor, previous: ShardRange | None,
-                 end: int | None = None) -> Cursor:
+                 end: int | None = None, end_moves: int = 0) -> Cursor:
     """Where a new batch starts reading an owned shard.
 
     The coordinator's position is authoritative, except when the previous
@@ -182,10 +222,16 @@ def start_cursor(coordinator: Cursor, previous: ShardRange | None,
     there delivered the same (shard, snapshot) under two batch ids of one
     query (issue 43). When another member moved the shard further, its
     position wins: those rows are the group's, read by that member.
+
+    "Further" is in the order (moves of the group start, snapshot): a
+    coordinator's position re-pinned at a moved start (a bucket-unaware
+    table's expired start, :mod:`paimon_group.member.moved_start`) is past
+    every end of the earlier start, though it scans an earlier snapshot.
     """
-    furthest = max(previous.to if previous is not None else 0, end or 0)
-    if furthest > coordinator.done_before:
-        return Cursor(next=furthest)
+    furthest = max((previous.moves, previous.to) if previous is not None else (0, 0),
+                   (end_moves, end or 0))
+    if furthest > coordinator.order:
+        return Cursor(next=furthest[1], moves=furthest[0])
     return coordinator
 
 
@@ -300,6 +346,21 @@ def _plan_full_scans(planner: ShardPlanner, cursors: Mapping[int, Cursor],
     return steps, rows
 
 
+MoveStart = Callable[[Sequence[LostRange], Mapping[int, Cursor]], Mapping[int, Cursor]]
+"""The host's way to move the group's start past expired full scans of a
+bucket-unaware table (``failOnDataLoss=false``): given what was lost and the
+cursors, it moves the start once for every shard (or takes a move made
+already) and returns the cursors to plan from (:func:`at_moved_start`)."""
+
+
+def at_moved_start(cursors: Mapping[int, Cursor], start: Cursor) -> dict[int, Cursor]:
+    """``cursors`` with every one of an earlier start than ``start`` (a moved
+    group start: its next snapshot, full scan and moves) re-pinned at it: its
+    full scan comes again, and the snapshots after it (a bucket-unaware
+    table's shards all read from one full scan, member/moved_start.py)."""
+    return {s: start if c.moves < start.moves else c for s, c in cursors.items()}
+
+
 FULL_SCAN_ATTEMPTS = 3
 """Plans tried when a pending full scan's snapshot expires while it is planned."""
 
@@ -310,15 +371,17 @@ def plan_batch(
     *,
     fail_on_data_loss: bool = True,
     config: MemberConfig | None = None,
+    move_start: MoveStart | None = None,
     **kwargs: Any,
 ) -> tuple[dict[int, Cursor], dict[int, int], dict[int, list[Piece]]]:
     """:func:`plan_ranges` from ``cursors`` once the pending full scans whose
     snapshot expired are handled (:func:`past_expired_full_scans`); returns
     the cursors planned from (what the batch's offset records) with
     :func:`plan_ranges`' answer. ``kwargs``: ``until``, ``latest``, ``caps``."""
+    moved: Mapping[int, Cursor] = cursors
     for attempt in range(FULL_SCAN_ATTEMPTS):
-        moved = past_expired_full_scans(planner, cursors, fail=fail_on_data_loss,
-                                        config=config)
+        moved = past_expired_full_scans(planner, moved, fail=fail_on_data_loss,
+                                        config=config, move_start=move_start)
         try:
             reached, pieces = plan_ranges(planner, moved, fail_on_data_loss=fail_on_data_loss,
                                           config=config, **kwargs)
@@ -333,12 +396,14 @@ def plan_batch(
 
 
 def past_expired_full_scans(planner: ShardPlanner, cursors: Mapping[int, Cursor], *,
-                            fail: bool, config: MemberConfig | None = None
-                            ) -> dict[int, Cursor]:
+                            fail: bool, config: MemberConfig | None = None,
+                            move_start: MoveStart | None = None) -> dict[int, Cursor]:
     """``cursors`` with each pending full scan whose snapshot expired replaced
     by a full scan of the earliest retained snapshot, as a worker does under
     ``--on-data-loss skip`` (a WARNING names the shards and the snapshot);
-    raises the one line naming them instead when ``fail``."""
+    raises the one line naming them instead when ``fail``. On a
+    bucket-unaware table the group's start moves instead, for every shard
+    (``move_start``; without it, the line)."""
     out = dict(cursors)
     if all(c.full is None for c in cursors.values()):
         return out
@@ -351,12 +416,14 @@ def past_expired_full_scans(planner: ShardPlanner, cursors: Mapping[int, Cursor]
             expired[cursor.full].append(shard)
     losts = [LostRange(tuple(sorted(shards)), snapshot, earliest, full_scan=True)
              for snapshot, shards in sorted(expired.items())]
-    if losts and (fail or planner.rule is ShardRule.FILE):
+    if losts and not fail and planner.rule is ShardRule.FILE and move_start is not None:
         # A bucket-unaware table's shards all read from one full scan: a
         # shard re-pinned alone at a later one straddles the compactions
-        # between them, and rows are lost that did not expire. Workers move
-        # the group's start for every shard (member/moved_start.py); the
-        # source does not yet, so it stops with the line instead.
+        # between them, and rows are lost that did not expire. The group's
+        # start moves for every shard, as workers move it
+        # (member/moved_start.py, which says it in one WARNING line).
+        return dict(move_start(losts, cursors))
+    if losts and (fail or planner.rule is ShardRule.FILE):
         raise query_data_loss(planner.table.identifier, losts, config,
                               file_rule=not fail)
     for lost in losts:
@@ -401,7 +468,8 @@ def query_data_loss(table: str, losts: Sequence[LostRange],
                     config: MemberConfig | None = None, *,
                     file_rule: bool = False) -> SnapshotExpired:
     """The one line a query stops with (failOnDataLoss=true, or an expired
-    start of a bucket-unaware table whatever it says: ``file_rule``): the
+    start of a bucket-unaware table when the group's start cannot be moved
+    from where it was found: ``file_rule``): the
     shards, the lost snapshots and what resumes them (docs/spark.md,
     failOnDataLoss)."""
     what = "; ".join(lost_what(table, lost) for lost in losts)
@@ -415,7 +483,7 @@ def query_data_loss(table: str, losts: Sequence[LostRange],
             if all(lost.full_scan for lost in losts) else "skips such gaps")
     if file_rule:
         skip = ("cannot skip it here: a bucket-unaware table's shards all read from one "
-                "full scan, and the source does not move the group's start")
+                "full scan, and this reader cannot move the group's start")
     return SnapshotExpired(
         f"{what}: their rows are lost to the query, so it stops (option failOnDataLoss=false "
         f"{skip}); to resume from the earliest retained snapshot, {reset}; then restart the "

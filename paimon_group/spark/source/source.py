@@ -44,6 +44,7 @@ from paimon_group.spark.source.offsets import (
     Cursor,
     Piece,
     ShardRange,
+    decode_end_moves,
     decode_ends,
     decode_offset,
     encode_offset,
@@ -197,31 +198,34 @@ class PaimonGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         """
         driver = self.driver
         previous, ends = decode_offset(start), decode_ends(start)
+        end_moves = decode_end_moves(start)
         if previous and not same_incarnation(start, driver.incarnation):
             # A checkpoint of an earlier incarnation of the group (deleted and
             # re-created under the same name): its positions are of other
             # shards or before another start, and must not move this group's.
             log.warning("checkpointed offset of an earlier incarnation of group %r: ignored; "
                         "the shards continue from the group's own positions", driver.group)
-            previous, ends = {}, {}
+            previous, ends, end_moves = {}, {}, {}
         if ends:
             # Every end up to ``start`` is of a batch Spark completed: the
-            # shards held now (also one that came back) move on to it.
-            driver.commit(ends, _incarnation(start))
+            # shards held now (also one that came back) move on to it (not
+            # one re-pinned at a moved start since: it scans that first).
+            driver.commit(ends, _incarnation(start), end_moves)
         owned = driver.owned()
-        cursors = {s: start_cursor(cursor, previous.get(s), ends.get(s))
+        cursors = {s: start_cursor(cursor, previous.get(s), ends.get(s), end_moves.get(s, 0))
                    for s, (_, cursor) in owned.items()}
         latest = driver.planner.table.latest_snapshot_id()
         if self._target is not None and latest is not None:
             latest = min(latest, self._target)
         cursors, reached, pieces = plan_batch(
             driver.planner, cursors, latest=latest, caps=self._caps(limit),
-            fail_on_data_loss=self.options.fail_on_data_loss, config=driver.member.config)
+            fail_on_data_loss=self.options.fail_on_data_loss, config=driver.member.config,
+            move_start=driver.move_start)
         ranges = {s: ShardRange(shard=s, epoch=owned[s][0], next=c.next, full=c.full,
-                                to=reached[s]) for s, c in cursors.items()}
+                                to=reached[s], moves=c.moves) for s, c in cursors.items()}
         if all(r.empty for r in ranges.values()):
             return start if start is not None else encode_offset({})
-        end = encode_offset(ranges, driver.incarnation, ends)
+        end = encode_offset(ranges, driver.incarnation, ends, end_moves)
         self._planned = {_key(end): pieces}
         driver.hold({s: r.to for s, r in ranges.items() if not r.empty})
         return end
@@ -248,7 +252,7 @@ class PaimonGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         :func:`~paimon_group.spark.source.offsets.moved_past_gap`).
         """
         driver = self.driver
-        cursors = {s: Cursor(next=r.next, full=r.full) for s, r in ranges.items()}
+        cursors = {s: Cursor(next=r.next, full=r.full, moves=r.moves) for s, r in ranges.items()}
         until = {s: r.to for s, r in ranges.items()}
         earliest = driver.planner.table.earliest_snapshot_id()
         if earliest is not None and any(c.done_before < earliest for c in cursors.values()):
@@ -266,7 +270,7 @@ class PaimonGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
                     earliest - 1, driver.planner.table.identifier)
         _, _, pieces = plan_batch(driver.planner, cursors, until=until,
                                   fail_on_data_loss=self.options.fail_on_data_loss,
-                                  config=driver.member.config)
+                                  config=driver.member.config, move_start=driver.move_start)
         return pieces
 
     def commit(self, end: dict[str, Any]) -> None:
@@ -286,7 +290,7 @@ class PaimonGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
             log.info("commit of an offset of an earlier incarnation of group %r ignored",
                      driver.group)
             return
-        driver.commit(ends, _incarnation(end))
+        driver.commit(ends, _incarnation(end), decode_end_moves(end))
 
     def stop(self) -> None:
         if self._driver is not None:
