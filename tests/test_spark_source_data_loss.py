@@ -155,24 +155,23 @@ def test_an_expired_start_of_a_bucket_unaware_table_moves_the_group_start_withou
     for every shard, as workers do (it stopped with the line before)."""
     warehouse = group_with_an_expired_full_scan(spark, tmp_path, bucket_unaware=True)
     recorder, checkpoint = Recorder(tmp_path / "sink"), tmp_path / "ckpt"
-    query = start_query(spark, warehouse, recorder, checkpoint, failOnDataLoss="false")
-    try:
-        wait_for("the full scan of the moved start, snapshot 4",
-                 lambda: sorted(set(recorder.sink_ids(spark))) == list(range(40)), query=query)
-    finally:
-        query.stop()
+
+    def run_until(what: str, ids: int) -> None:
+        query = start_query(spark, warehouse, recorder, checkpoint, failOnDataLoss="false")
+        try:
+            wait_for(what, lambda: sorted(set(recorder.sink_ids(spark))) == list(range(ids)),
+                     query=query)
+        finally:
+            query.stop()
+
+    run_until("the full scan of the moved start, snapshot 4", 40)
     start = read_start(warehouse, "g")
     # Moved once, by the query's member (its WARNING line is the workers'
     # line; the source's planning runs in Spark's Python worker process).
     assert (start.moves, start.full_scan, start.moved_from, start.resolved_by) == (1, 4, 2, "q1")
     first_run = len(recorder.batches)
     write_rows(warehouse, "db.t", range(40, 50))
-    query = start_query(spark, warehouse, recorder, checkpoint, failOnDataLoss="false")
-    try:
-        wait_for("rows after the restart",
-                 lambda: sorted(set(recorder.sink_ids(spark))) == list(range(50)), query=query)
-    finally:
-        query.stop()
+    run_until("rows after the restart", 50)
     assert all(i >= 40 for _, ids in recorder.batches[first_run:] for i in ids)
 
 
