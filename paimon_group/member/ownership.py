@@ -212,8 +212,8 @@ class ShardOwnership:
         (``carried``, beside the files): store it, unless a start is stored
         already, and learn it. A shard resumed from a file of the start
         before is re-pinned at it by the read loop's settle, as its peers
-        are; without it no member of the new coordinator knew of the move
-        (simulation seed 45: the move was made just before a switch)."""
+        are; without it no member of the new coordinator learns of a move
+        made just before the switch unless one of its shards needs a start."""
         if carried is None or carried.moves == 0:
             return
 

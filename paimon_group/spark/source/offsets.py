@@ -20,7 +20,7 @@ positions (:func:`same_incarnation`). Offsets written before it was recorded
 have none and are taken as the current incarnation's.
 
 ``moves`` (absent: 0) is the number of moves of the group's start the
-range derives from, ``end_moves`` the same for each end (issue 43). On a
+range derives from, ``end_moves`` the same for each end. On a
 bucket-unaware table an expired start moves forward once for every shard
 (:mod:`paimon_group.member.moved_start`), and a shard of an earlier start
 scans the moved one again: positions advance in the order (moves, snapshot),
