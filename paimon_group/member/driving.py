@@ -26,7 +26,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from coordinators.errors import PaimonGroupError
+from coordinators.errors import CoordinatorError, PaimonGroupError
 from paimon_group.errors import TableNotFound, TableReplaced
 from paimon_group.member.commits import Commits
 from paimon_group.member.core import MemberCore
@@ -170,7 +170,7 @@ class Driving:
                 o.idle.set()
 
     async def move_group_start(self, losts: Iterable[LostRange], lineage: int,
-                               read_to: Mapping[int, int]) -> GroupStart:
+                               read_to: Mapping[int, int]) -> GroupStart | None:
         """The host found the pending full scans of ``losts`` expired on a
         bucket-unaware table and skips them: move the group's start to a full
         scan of the latest snapshot, once for every shard (or take the move
@@ -180,13 +180,20 @@ class Driving:
         its shards of an earlier start at the returned one (``read_to``:
         where each had read to, recorded: it reads the snapshots from the
         moved start up to there again); the member re-pins those it holds
-        idle at its next settle."""
+        idle at its next settle. None: the coordinator failed the move
+        (logged); the host leaves those shards for its next batch."""
         moved: GroupStart | None = None
-        for lost in losts:
-            owned = [o for s in lost.shards if (o := self._core._owned.get(s)) is not None]
-            moved = await move_start(self._core, owned, lost, lineage=lineage)
+        try:
+            for lost in losts:
+                owned = [o for s in lost.shards if (o := self._core._owned.get(s)) is not None]
+                moved = await move_start(self._core, owned, lost, lineage=lineage)
+        except CoordinatorError as err:
+            log.warning("the group's start was not moved this time (%s): the shards wait for "
+                        "the next batch", err,
+                        extra={"group": self._core.group_name, "member": self._core.member_id})
+            return None
         if moved is None or moved.full_scan is None:
-            raise PaimonGroupError("no expired full scan to move the group's start past")
+            return None
         if read_to:
             self._core.history.record("repin", shards=sorted(read_to), full_scan=moved.full_scan,
                                       start_moves=moved.moves,

@@ -119,7 +119,17 @@ class ReadLoop:
         poll = self._core.config.poll_interval_ms / 1000.0
         table_checked = time.monotonic()
         while True:
-            await self._core._wait_live()
+            try:
+                await asyncio.wait_for(self._core._wait_live(), TABLE_CHECK_S)
+            except TimeoutError:
+                # Not live for that long (the coordinator unreachable, a
+                # rejoin pending): the table is checked all the same, from
+                # the warehouse itself, so a dropped or re-created table
+                # stops the member within its bound whatever the coordinator
+                # does meanwhile.
+                table_checked = time.monotonic()
+                await self._core._in_io(self._check_table_itself)
+                continue
             self._core.raise_if_failed()
             progressed = await self._read_round(process)
             if time.monotonic() - table_checked > TABLE_CHECK_S:

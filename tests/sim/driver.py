@@ -34,10 +34,11 @@ from paimon_group.spark.source.offsets import (
     NO_CATCH_UP,
     Cursor,
     ShardRange,
-    at_moved_start,
+    after_start_move,
     piece_gone,
     plan_batch,
     start_cursor,
+    start_move,
 )
 
 
@@ -57,12 +58,9 @@ def _ask_move(losts: Sequence[LostRange], cursors: Mapping[int, Cursor]) -> dict
 
 async def _moved(member: Any, ask: _MoveStart) -> dict[int, Cursor]:
     """As ``GroupDriver.move_start``."""
-    lost_shards = {s for lost in ask.losts for s in lost.shards}
-    lineage = min((c.moves for s, c in ask.cursors.items() if s in lost_shards), default=0)
-    start = await member.driving.move_group_start(
-        ask.losts, lineage, {s: c.next for s, c in ask.cursors.items() if c.moves <= lineage})
-    return at_moved_start(ask.cursors, Cursor(next=start.next_snapshot, full=start.full_scan,
-                                              moves=start.moves))
+    lineage, read_to = start_move(ask.losts, ask.cursors)
+    start = await member.driving.move_group_start(ask.losts, lineage, read_to)
+    return after_start_move(ask.cursors, ask.losts, start)
 
 POLL_S = 0.5  # the trigger interval between micro-batches with nothing new
 

@@ -821,6 +821,10 @@ class Run:
             print(f"  deliv t={d['t']:.3f} {d['member']}#{d.get('pid')} shard {d['shard']} "
                   f"ep {d['epoch']} snap {d['snapshot']} next {d['next_snapshot']} "
                   f"{d['kind']} ids {d['ids']}")
+        for inc in self.incarnations:
+            task = inc.task
+            if task is not None and task.done() and not task.cancelled() and task.exception():
+                traceback.print_exception(task.exception())
         for e in h.events:
             if e.get("event") in ("skip", "repin", "commit"):
                 print("  event", {k: v for k, v in e.items() if k != "ids"})

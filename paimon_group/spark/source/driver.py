@@ -38,7 +38,12 @@ from typing import TypeVar
 from paimon_group.member import GroupMember
 from paimon_group.member.data_loss import LostRange
 from paimon_group.reading.planner import ShardPlanner
-from paimon_group.spark.source.offsets import NO_CATCH_UP, Cursor, at_moved_start
+from paimon_group.spark.source.offsets import (
+    NO_CATCH_UP,
+    Cursor,
+    after_start_move,
+    start_move,
+)
 from paimon_group.spark.source.options import SourceOptions
 
 __all__ = ["GroupDriver", "OwnedCursor"]
@@ -164,13 +169,9 @@ class GroupDriver:
         (:meth:`~paimon_group.member.driving.Driving.move_group_start`) and
         return ``cursors`` re-pinned at it (those of an earlier start)."""
         self.member.raise_if_failed()
-        lost_shards = {s for lost in losts for s in lost.shards}
-        lineage = min((c.moves for s, c in cursors.items() if s in lost_shards), default=0)
-        start = self._call(self.member.driving.move_group_start(
-            losts, lineage, {s: c.next for s, c in cursors.items() if c.moves <= lineage}))
-        assert start.full_scan is not None
-        return at_moved_start(cursors, Cursor(next=start.next_snapshot, full=start.full_scan,
-                                              moves=start.moves))
+        lineage, read_to = start_move(losts, cursors)
+        start = self._call(self.member.driving.move_group_start(losts, lineage, read_to))
+        return after_start_move(cursors, losts, start)
 
     def stored_cursors(self, shards: Sequence[int]) -> dict[int, Cursor]:
         """The group's stored positions of ``shards`` as cursors, whoever owns

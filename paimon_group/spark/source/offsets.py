@@ -57,6 +57,7 @@ from coordinators.errors import PaimonGroupError
 from paimon_group.config.member import MemberConfig
 from paimon_group.errors import BatchExpired, SnapshotExpired
 from paimon_group.member.data_loss import LostRange, reset_command
+from paimon_group.protocol.records import GroupStart
 from paimon_group.protocol.sharding import ShardRule
 from paimon_group.reading.expiry import missing_file_error
 from paimon_group.reading.planner import ShardPlanner
@@ -70,6 +71,7 @@ __all__ = [
     "MoveStart",
     "Piece",
     "ShardRange",
+    "after_start_move",
     "at_moved_start",
     "decode_end_moves",
     "decode_ends",
@@ -84,6 +86,7 @@ __all__ = [
     "query_data_loss",
     "same_incarnation",
     "start_cursor",
+    "start_move",
 ]
 
 NO_CATCH_UP = 2**62
@@ -351,6 +354,29 @@ MoveStart = Callable[[Sequence[LostRange], Mapping[int, Cursor]], Mapping[int, C
 bucket-unaware table (``failOnDataLoss=false``): given what was lost and the
 cursors, it moves the start once for every shard (or takes a move made
 already) and returns the cursors to plan from (:func:`at_moved_start`)."""
+
+
+def start_move(losts: Sequence[LostRange], cursors: Mapping[int, Cursor]
+               ) -> tuple[int, dict[int, int]]:
+    """What a host asks of its member to move the group's start past
+    ``losts``: the moves of the start the lost full scans derive from, and
+    where each of its shards of that start had read to (they read again from
+    the moved start up to there)."""
+    lost = {s for r in losts for s in r.shards}
+    lineage = min((c.moves for s, c in cursors.items() if s in lost), default=0)
+    return lineage, {s: c.next for s, c in cursors.items() if c.moves <= lineage}
+
+
+def after_start_move(cursors: Mapping[int, Cursor], losts: Sequence[LostRange],
+                     start: GroupStart | None) -> dict[int, Cursor]:
+    """``cursors`` once the member moved the group's start to ``start``
+    (:func:`at_moved_start`); None: the coordinator failed the move (logged),
+    and the shards of ``losts`` wait for the next batch."""
+    if start is None or start.full_scan is None:
+        lost = {s for r in losts for s in r.shards}
+        return {s: c for s, c in cursors.items() if s not in lost}
+    return at_moved_start(cursors, Cursor(next=start.next_snapshot, full=start.full_scan,
+                                          moves=start.moves))
 
 
 def at_moved_start(cursors: Mapping[int, Cursor], start: Cursor) -> dict[int, Cursor]:
