@@ -76,8 +76,7 @@ class Control:
                     log.warning("control round failed, retrying: %s", err,
                                 extra={"group": self._core.group_name,
                                        "member": self._core.member_id})
-            fired = await self._wait_for_change(
-                timeout=max(0.2, self._core.config.session_timeout_s / 4))
+            fired = await self._wait_for_change(timeout=self._core.timing.control_tick_s)
 
     async def _wait_for_change(self, timeout: float) -> set[str]:
         """Which of our watches fired ("group", "members", "owners"), or
@@ -129,8 +128,7 @@ class Control:
         # Owner changes can fire without pause in a large group; a full round
         # still runs at least once per tick, so nothing waits on a missed
         # wake-up for longer than that.
-        tick = max(0.2, self._core.config.session_timeout_s / 4)
-        recent = time.monotonic() - self._full_round_at < tick
+        recent = time.monotonic() - self._full_round_at < self._core.timing.control_tick_s
         # A change of the member list cannot wake a follower: the members
         # watch is the leader's alone (member/watches.py), so a join or leave
         # costs a group of N members one full round, not N.

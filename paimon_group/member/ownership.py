@@ -79,10 +79,9 @@ class ShardOwnership:
     def __init__(self, core: MemberCore, commits: Commits) -> None:
         self._core = core
         self._commits = commits
-        config = core.config
         self.releases = PendingReleases()  # owner keys still to delete (revoke failed)
         # The ownership check reads our own owner keys, once per interval.
-        self.check_s = max(2.0, config.session_timeout_s)
+        self.check_s = core.timing.ownership_check_s
         self.checked_at = -1e18
         # Listing every owner key is O(shards) (issue 29: 70 % of an idle
         # member's CPU at 2,048 shards when it ran on every check): the sweep

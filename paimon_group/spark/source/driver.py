@@ -240,7 +240,7 @@ class GroupDriver:
             # (it is not in its commit log): release its shards with the
             # committed positions at once instead of waiting for a commit.
             self._call(self._unhold_all(), timeout=10)
-            self._call(self.member.stop(), timeout=self.options.session_timeout_s * 3 + 30)
+            self._call(self.member.stop(), timeout=self.member.config.timing.host_stop_wait_s)
         except Exception as err:
             log.warning("leaving the group failed: %s", err)
         finally:
