@@ -3,11 +3,13 @@ worked examples, the configuration's own, and that no other module derives them.
 
 from __future__ import annotations
 
+import doctest
 import re
 from pathlib import Path
 
 import pytest
 
+import paimon_group.config.timing as timing_module
 from coordinators.errors import ConfigError
 from paimon_group.config.member import MemberConfig
 from paimon_group.config.timing import MemberTiming, default_margin_s
@@ -55,6 +57,11 @@ def test_the_same_values_as_the_expressions_they_replace(session: float) -> None
     assert t.rejoin_give_up_s == max(60.0, session * 6)  # member/membership.py, rejoining
     assert t.host_stop_wait_s == session * 3 + 30  # spark/source/driver.py, stop
     assert t.stuck_loop_s == max(30.0, 3 * float(session))  # ops/metrics.py, /healthz
+
+
+def test_the_module_example() -> None:
+    failures, tried = doctest.testmod(timing_module, raise_on_error=False)
+    assert failures == 0 and tried > 0
 
 
 def test_a_configured_margin_is_kept() -> None:
