@@ -17,6 +17,7 @@ import prometheus_client
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from paimon_group.config.timing import MemberTiming
 from paimon_group.member import MemberState, MemberStats
 from paimon_group.ops.metrics import MetricsServer, serve_metrics
 from paimon_group.protocol.records import Assignment
@@ -32,7 +33,7 @@ class StandInMember:
     def __init__(self, table: ShardedTable | None = None, num_shards: int = 0) -> None:
         self.group_name = "orders"
         self.member_id = "worker-1"
-        self.config = SimpleNamespace(session_timeout_s=10.0,
+        self.config = SimpleNamespace(timing=MemberTiming.of(10.0),
                                       coordinator="etcd://admin:hunter2@127.0.0.1:2379/pg")
         self.stats = MemberStats()
         self.owned_shards: list[int] = []

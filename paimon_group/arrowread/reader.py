@@ -221,7 +221,7 @@ class ArrowSplitReader:
                 # Not a split to hand to pypaimon (its reader dies of the same
                 # missing schema with an AttributeError): a file of the table
                 # is gone, as when it is being dropped; the member checks the
-                # table and says so (simulation seed 35083). Not remembered.
+                # table and says so. Not remembered.
                 raise FileNotFoundError(
                     f"schema {schema_id} of data file {file.file_name} not found")
             try:

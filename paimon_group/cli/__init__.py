@@ -173,7 +173,7 @@ def run(**kw: Any) -> None:
         columns=kw["columns"],
         max_handler_attempts=kw["max_handler_attempts"],
         max_parallel_shards=kw["max_parallel_shards"],
-        connect=build_connect_options(kw, kw["session_timeout_s"]),
+        connect=build_connect_options(kw),  # its session timeout: the one above
         history_path=kw["history"],
         on_data_loss=kw["on_data_loss"],
     )

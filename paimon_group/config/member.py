@@ -19,6 +19,7 @@ from coordinators.base import ConnectOptions
 from coordinators.credentials import masked_repr
 from coordinators.errors import ConfigError
 from paimon_group.config.projection import parse_columns
+from paimon_group.config.timing import MemberTiming, default_margin_s
 from paimon_group.config.warehouses import (
     LOCAL_COORDINATOR,
     is_remote,
@@ -170,7 +171,7 @@ class MemberConfig:
         self.coordinator = resolve_coordinator(self.warehouse, self.coordinator,
                                                option='coordinator="{}"')
         if self.safety_margin_s is None:
-            self.safety_margin_s = self.session_timeout_s / 4
+            self.safety_margin_s = default_margin_s(self.session_timeout_s)
         if self.safety_margin_s >= self.session_timeout_s:
             raise ConfigError("the safety margin must be below the session timeout")
 
@@ -218,7 +219,14 @@ class MemberConfig:
         assert self.safety_margin_s is not None
         return self.safety_margin_s
 
+    @property
+    def timing(self) -> MemberTiming:
+        """The timings derived from the session timeout (:mod:`paimon_group.config.timing`)."""
+        return MemberTiming.of(self.session_timeout_s, self.margin)
+
     def connect_options(self) -> ConnectOptions:
+        """The coordinator's options (``connect``), with this config's session
+        timeout: the one the member's timings derive from."""
         base = self.connect or ConnectOptions()
         if base.session_timeout_s == self.session_timeout_s:
             return base

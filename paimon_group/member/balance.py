@@ -28,7 +28,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
-from paimon_group.protocol.assignor import assign
+from paimon_group.protocol.assignor import assign, choose_assignor
 from paimon_group.protocol.load_assignor import DEFAULT_MAX_MOVE_SHARE, assign_by_load
 from paimon_group.protocol.records import Assignment, GroupStart, Position
 from paimon_group.reading.shard_load import MeasuredLoad, shard_loads
@@ -71,11 +71,15 @@ class LeaderLoads:
 
     def assign(
         self, num_shards: int, members: Sequence[str], basis: Mapping[str, list[int]],
-        previous: Assignment | None,
+        previous: Assignment | None, *, group_assignor: str | None = "load",
     ) -> tuple[dict[str, list[int]], dict[int, int]]:
-        """The assignment by load (and the loads it used; ``{}``: by count)."""
-        if self.measured is None or len(self.measured.live) != num_shards:
+        """The assignment by load (and the loads it used; ``{}``: by count,
+        when :func:`~paimon_group.protocol.assignor.choose_assignor` says so
+        for what was measured)."""
+        covered = self.measured is not None and len(self.measured.live) == num_shards
+        if choose_assignor(group_assignor, len(members), loads_cover_shards=covered) == "count":
             return assign(num_shards, members, basis), {}
+        assert self.measured is not None  # covered
         loads = shard_loads(self.measured, self.pending)
         held = {s for m in members for s in basis.get(m, ())}
         only_balance = (previous is not None and set(previous.shards) == set(members)

@@ -276,8 +276,8 @@ class Commits:
             return
         for o in owned:
             if o.dropped:
-                # Ended while an earlier shard was read back (simulation seed
-                # 17462): a lost session's rejoin drops every shard, then
+                # Ended while an earlier shard was read back: a lost
+                # session's rejoin drops every shard, then
                 # closes the coordinator ``group`` talks to, and a call on a
                 # closed coordinator fails for good (not retriable): the
                 # member failed. Its position is of no use now: a new

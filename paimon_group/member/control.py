@@ -25,7 +25,7 @@ from paimon_group.member.core import MemberCore
 from paimon_group.member.ownership import ShardOwnership
 from paimon_group.member.round_view import RoundView, read_round
 from paimon_group.member.settle import ArrivalSettle
-from paimon_group.protocol.assignor import assign
+from paimon_group.protocol.assignor import assign, choose_assignor
 from paimon_group.protocol.group import GroupClient
 from paimon_group.protocol.group_start import read_group_start
 from paimon_group.protocol.records import Assignment
@@ -76,8 +76,7 @@ class Control:
                     log.warning("control round failed, retrying: %s", err,
                                 extra={"group": self._core.group_name,
                                        "member": self._core.member_id})
-            fired = await self._wait_for_change(
-                timeout=max(0.2, self._core.config.session_timeout_s / 4))
+            fired = await self._wait_for_change(timeout=self._core.timing.control_tick_s)
 
     async def _wait_for_change(self, timeout: float) -> set[str]:
         """Which of our watches fired ("group", "members", "owners"), or
@@ -129,8 +128,7 @@ class Control:
         # Owner changes can fire without pause in a large group; a full round
         # still runs at least once per tick, so nothing waits on a missed
         # wake-up for longer than that.
-        tick = max(0.2, self._core.config.session_timeout_s / 4)
-        recent = time.monotonic() - self._full_round_at < tick
+        recent = time.monotonic() - self._full_round_at < self._core.timing.control_tick_s
         # A change of the member list cannot wake a follower: the members
         # watch is the leader's alone (member/watches.py), so a join or leave
         # costs a group of N members one full round, not N.
@@ -263,10 +261,12 @@ class Control:
     ) -> tuple[dict[str, list[int]], dict[int, int]]:
         """The next assignment by the group's assignor, and the shard loads it
         used (``{}`` for the count assignor); see :mod:`paimon_group.member.balance`."""
-        if self._core._meta is None or self._core._meta.assignor != "load" or not members:
+        chosen = self._core._meta.assignor if self._core._meta is not None else None
+        if choose_assignor(chosen, len(members)) == "count":
             return assign(self._core.num_shards, members, basis), {}
         await self._loads.refresh(functools.partial(self._measure_loads, group))
-        return self._loads.assign(self._core.num_shards, members, basis, previous)
+        return self._loads.assign(self._core.num_shards, members, basis, previous,
+                                  group_assignor=chosen)
 
     async def _measure_loads(self, group: GroupClient) -> tuple[MeasuredLoad, set[int]] | None:
         """The shards' rows (from the manifests) and which of them still have

@@ -93,6 +93,8 @@ class MemberCore:
         auto_commit: bool = True,
     ) -> None:
         self.config = config
+        # Every timing derived from the session timeout, built once.
+        self.timing = config.timing
         self.member_id = config.id
         self.group_name = config.group
         self.listener = listener
@@ -135,7 +137,7 @@ class MemberCore:
         # the read loop once the batch's commit is done (see ReadLoop).
         self._durable: dict[int, asyncio.Future[None]] = {}
         self._reachability = Reachability(redact_url(config.coordinator_url),
-                                          safety_margin_s=float(config.safety_margin_s or 0.0))
+                                          safety_margin_s=self.timing.margin_s)
 
     # The session gate holds the open coordinator, the stopping flag, and the
     # joined and wake-up events it waits on.

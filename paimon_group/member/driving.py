@@ -99,8 +99,8 @@ class Driving:
             await self._reading.settle(held)
         except Stop:
             # Leaving: no shard may be read any more (the host learns it from
-            # an empty answer, as when nothing is held; simulation seed 5877:
-            # the internal Stop reached the host).
+            # an empty answer, as when nothing is held; the internal Stop
+            # must not reach the host).
             return {}
         except PaimonGroupError as err:
             # Those shards stay out (unresolved or uncertain) this time.
@@ -214,7 +214,7 @@ class Driving:
         known); positions of another one are not committed (all False): a
         group deleted and re-created has other shards or another start, and
         a position of the old one written "forward" over a pinned full scan
-        skips rows (issue 43).
+        skips rows.
 
         ``moves``: per shard, the moves of the group start the position
         derives from (absent: the shard's own). One of an earlier start than

@@ -94,8 +94,8 @@ HEAD_VOUCH_S = 1.5 * HEAD_BEAT_S
 (shorter than :data:`HEAD_STALE_S`). A leader that stops beating may have
 stopped because it found the table replaced, without saying so (it failed
 in its read loop first); its last identity is up to TABLE_CHECK_S old when
-published. Trusting it for 15 s more put a member's notice of a re-created
-table past 20 s (simulation seed 11431); now the worst case is
+published. Trusting it for 15 s more would put a member's notice of a
+re-created table past 20 s; the worst case is
 TABLE_CHECK_S + HEAD_VOUCH_S + TABLE_CHECK_S = 17.5 s. A live leader beats
 every HEAD_BEAT_S plus at most one poll interval: with a poll interval up to
 2.5 s the vouching never lapses; beyond it members check now and then."""
@@ -331,8 +331,8 @@ class HeadLoop:
     def stop(self) -> None:
         """End :meth:`run` at its next tick. Besides cancelling its task: on
         Python 3.11 ``asyncio.wait_for`` can swallow a cancel that arrives as
-        the awaited event fires (simulation seed 418: the loop ran on, and a
-        member's stop waited for it until the run ended)."""
+        the awaited event fires (the loop would run on, and a member's stop
+        would wait for it until the run ended)."""
         self._stopped = True
 
     async def run(self) -> None:
@@ -345,8 +345,7 @@ class HeadLoop:
                     self._publisher.reset()
                     # A read that failed is tried again at the next tick: the
                     # change its watch reported would otherwise be missed
-                    # until the next beat (simulation seed 359, before the
-                    # beat ran on the virtual clock: never).
+                    # until the next beat, or never if no beat comes.
                     if await watch.wait(self._poll_s) or unread:
                         unread = not await self._read()
                     continue

@@ -54,9 +54,9 @@ class HistoryRecorder:
     def close(self) -> None:
         """Close the file, once. A second close must not close the descriptor
         number again: the process may have reused it for another file since
-        (simulation seed 11491: a member stopped twice closed the history of
-        the member started after it, whose next write failed with EBADF; a
-        socket or a database could as well have been closed)."""
+        (a member stopped twice would close the history of a member started
+        after it, whose next write fails with EBADF; a socket or a database
+        could as well be closed)."""
         with self._lock:
             fd, self._fd = self._fd, -1
             if fd >= 0:

@@ -224,7 +224,7 @@ class Membership:
         out; a restart with the same id (static membership) waits that long.
         A key still held after that belongs to a *live* process: refuse.
         """
-        deadline = time.monotonic() + self._core.config.session_timeout_s * 1.5 + 1.0
+        deadline = time.monotonic() + self._core.timing.register_wait_s
         while True:
             if await group.register(info) is not None:
                 # Back after a goodbye: we are a member again, not leaving. A
@@ -342,7 +342,7 @@ class Membership:
                 or (isinstance(e, PaimonGroupError) and e.retriable)
             ),
             wait=tenacity.wait_exponential(multiplier=0.2, max=5),
-            stop=tenacity.stop_after_delay(max(60.0, self._core.config.session_timeout_s * 6)),
+            stop=tenacity.stop_after_delay(self._core.timing.rejoin_give_up_s),
             reraise=True,
         )
         async for attempt in retry:

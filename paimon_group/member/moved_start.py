@@ -3,7 +3,7 @@
 Under the file rule (bucket-unaware append tables) a row's shard is the hash
 of its file, and a compaction moves rows into other files, hence other
 shards; follow-up steps skip compactions. So every shard of the group reads
-from one full scan (the group's start, issue 21, H1): a shard that scanned
+from one full scan (the group's start): a shard that scanned
 ``F`` and then read follow-ups never sees the rows a compaction after ``F``
 moved into its files from another shard's, and a shard that scans a later
 ``L`` instead finds them no longer in its own files.
@@ -66,7 +66,7 @@ async def move_start(core: MemberCore, owned: list[OwnedShard], lost: LostRange,
     here are re-pinned at it by the read loop's next settle
     (:func:`repin_stale`), when no commit of a step is in flight: a rider of
     a step's commit lane re-pinned now would then be committed at the step's
-    end (a full scan that expired while its batch was held, issue 37, D1).
+    end (a full scan that expired while its batch was held).
     ``lineage``: the moves of the start the lost full scan derives from
     (default: the least of ``owned``'s). Returns the start as moved."""
     group, table = core._group, core.table

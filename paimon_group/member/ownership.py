@@ -79,13 +79,12 @@ class ShardOwnership:
     def __init__(self, core: MemberCore, commits: Commits) -> None:
         self._core = core
         self._commits = commits
-        config = core.config
         self.releases = PendingReleases()  # owner keys still to delete (revoke failed)
         # The ownership check reads our own owner keys, once per interval.
-        self.check_s = max(2.0, config.session_timeout_s)
+        self.check_s = core.timing.ownership_check_s
         self.checked_at = -1e18
-        # Listing every owner key is O(shards) (issue 29: 70 % of an idle
-        # member's CPU at 2,048 shards when it ran on every check): the sweep
+        # Listing every owner key is O(shards) (most of an idle member's CPU
+        # in a group of thousands of shards, were it run on every check): the sweep
         # that needs it runs only when an orphan can have been left, namely
         # once per session (keys of our member id from an older session) and
         # after a control round that failed (an acquisition or release whose
@@ -128,9 +127,9 @@ class ShardOwnership:
         """No acquisition starts from now on, and the one under way (an owner
         key being created, a position being read) ends first: what it
         acquired is then among the owned shards, which a leave releases.
-        Without this a leave released the shards held when it began, and a
-        shard acquired by a round still running was neither released nor
-        reported until the session closed (issue 37, D5)."""
+        Without this a leave would release the shards held when it began, and
+        a shard acquired by a round still running would be neither released
+        nor reported until the session closed."""
         self._closed = True
         await self._no_acquisition.wait()
 

@@ -98,9 +98,8 @@ class ReadLoop:
                     # A call of a round begun before a rejoin, on the
                     # connection the rejoin has closed since: every backend
                     # refuses it for good, but it is not this member's
-                    # failure. The round runs again on the new connection
-                    # (simulation seed 10369: the group start was created on
-                    # the closed connection, and the member failed).
+                    # failure (say, the group start created on the closed
+                    # connection). The round runs again on the new connection.
                     log.info("a read round spanned a rejoin (%s): reading again", err,
                              extra={"group": self._core.group_name, "member": self._core.member_id})
                     continue
@@ -355,7 +354,7 @@ class ReadLoop:
         async def resolve() -> GroupStart:
             # A group re-created over its consumer files (a wiped or switched
             # coordinator) keeps the start they were read from: a shard that
-            # had no file yet starts where its peers did (issue 21, H4).
+            # had no file yet starts where its peers did.
             carried: GroupStart | None = None if meta is None else await self._core._in_io(
                 functools.partial(carried_start, file_io, path, name, meta))
             if carried is not None:
@@ -366,7 +365,7 @@ class ReadLoop:
                               start=str(self._core._start_position), resolved_at=time.time(),
                               resolved_by=self._core.member_id)
 
-        # One start for the whole group (issue 21, H1): resolved once, by the
+        # One start for the whole group: resolved once, by the
         # first member that needs it, and stored; every shard without a
         # position starts from it, whichever member and round pins it. On a
         # bucket-unaware table two shards pinned at different snapshots with a

@@ -24,8 +24,8 @@ revision after the last read and would report it anyway; the others may not.)
 Waiting (:meth:`ControlWatches.wait`) never loses a change: the waiters that
 lost the race are cancelled and then awaited, and a waiter whose change had
 arrived when the cancel reached it still finishes its ``wait()``, which
-clears the watch's flag; its result counts (issue 29: dropped, a generation
-was seen 2.7 s late). The local flag is cleared only when its waiter saw it.
+clears the watch's flag; its result counts (dropped, the change would be
+seen only at the next tick). The local flag is cleared only when its waiter saw it.
 
 Example::
 

@@ -83,6 +83,7 @@ from prometheus_client.core import (
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
+from paimon_group.config.timing import MIN_STUCK_LOOP_S, MemberTiming
 from paimon_group.member import VERSION
 from paimon_group.ops.lag import LagSource, OwnedLag
 from paimon_group.protocol.records import Assignment
@@ -93,7 +94,7 @@ HANDLER_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0
                    120.0, 300.0)
 SESSION_STATES = ("connected", "suspended", "lost", "none")
 MEMBER_STATES = ("created", "joining", "running", "rejoining", "leaving", "stopped", "failed")
-DEFAULT_MAX_LOOP_LAG_S = 30.0
+DEFAULT_MAX_LOOP_LAG_S = MIN_STUCK_LOOP_S  # the default is MemberTiming.stuck_loop_s
 
 
 class StatsView(Protocol):
@@ -127,9 +128,9 @@ class StatsView(Protocol):
     def handler_seconds(self) -> list[float]: ...
 
 
-class TimeoutView(Protocol):
+class TimingView(Protocol):
     @property
-    def session_timeout_s(self) -> float: ...
+    def timing(self) -> MemberTiming: ...
 
 
 class MemberView(LagSource, Protocol):
@@ -143,7 +144,7 @@ class MemberView(LagSource, Protocol):
     def member_id(self) -> str: ...
 
     @property
-    def config(self) -> TimeoutView: ...
+    def config(self) -> TimingView: ...
 
     @property
     def stats(self) -> StatsView: ...
@@ -423,10 +424,7 @@ class MetricsServer:
         self.collector = MemberCollector(member, lag_refresh_s=lag_refresh_s)
         self.registry.register(self.collector)
         if max_loop_lag_s is None:
-            timeout = float(member.config.session_timeout_s)
-            # The control loop ticks at least every timeout/4; three timeouts
-            # without a tick is a stuck loop, not a slow one.
-            max_loop_lag_s = max(DEFAULT_MAX_LOOP_LAG_S, 3 * timeout)
+            max_loop_lag_s = member.config.timing.stuck_loop_s
         self.max_loop_lag_s = max_loop_lag_s
         server = self
 

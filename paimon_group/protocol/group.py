@@ -91,7 +91,7 @@ class GroupClient:
         # lower the stored one (which may read it back) and sending it must
         # not interleave with another commit of this client, or a release
         # decided before a step's commit landed writes its older position
-        # over it (simulation seed 6569: 9 landed, then a release wrote 6).
+        # over it (a step commits 9, then the release writes its 6).
         self._commit_lock = asyncio.Lock()
 
     # -- metadata -------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Owner keys a member must release but could not yet (issue 12, finding 4).
+"""Owner keys a member must release but could not yet.
 
 A revoke deletes the shard's owner key, guarded by its epoch. If that delete
 cannot be made (the session was not confirmed live at that moment, or the

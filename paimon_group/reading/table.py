@@ -371,8 +371,8 @@ class ShardedTable:
         another table now (re-created; when the group's identity is known).
         For a planner that finds a snapshot it pinned missing and none after
         it: a dropped or re-created table, not one whose
-        snapshot is still to come (simulation seed 15757: a Spark-source
-        member reported "does not exist yet" for a dropped table)."""
+        snapshot is still to come (which would say "does not exist yet" for
+        a dropped table)."""
         file_io = self._snapshot_manager.file_io
         if not file_io.exists(f"{self.table_path}/schema"):
             raise TableNotFound(
@@ -380,8 +380,8 @@ class ShardedTable:
                 "dropped while the group read it"
             )
         # A table of that name that is another table: dropped and re-created
-        # (simulation seed 13004: a driven member's planner said "does not
-        # exist yet" for a pinned snapshot of the old table, and its host died).
+        # (a pinned snapshot of the old table does not "exist yet": it never
+        # will, and a host waiting for it would wait for ever).
         current = table_identity(self.table) if self.expected_identity else ""
         if current and current != self.expected_identity:
             raise TableReplaced(

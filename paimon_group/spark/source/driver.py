@@ -14,9 +14,9 @@ revocation waits for that commit, then releases at the batch's end. Spark
 commits a batch only at its next trigger (``latestOffset(start)`` tells
 that ``start`` is complete; ``commit(end)`` follows the planning of the next
 batch), so the wait is not bounded by ``revoke_timeout_s``, which ends a
-worker's batch in flight: a trigger longer than it made every rebalance
-release a completed batch at its start, and the new owner read it again
-(issue 43). The option ``hold_timeout_s`` bounds it (then a batch held
+worker's batch in flight: with a trigger longer than it, every rebalance
+would release a completed batch at its start, and the new owner read it
+again. The option ``hold_timeout_s`` bounds it (then a batch held
 longer is abandoned, as a worker's is: released with the position the
 coordinator has). Every commit is the member's fenced commit, under the
 epoch it holds now: the coordinator rejects it if another member owns the
@@ -241,7 +241,7 @@ class GroupDriver:
             # (it is not in its commit log): release its shards with the
             # committed positions at once instead of waiting for a commit.
             self._call(self._unhold_all(), timeout=10)
-            self._call(self.member.stop(), timeout=self.options.session_timeout_s * 3 + 30)
+            self._call(self.member.stop(), timeout=self.member.config.timing.host_stop_wait_s)
         except Exception as err:
             log.warning("leaving the group failed: %s", err)
         finally:

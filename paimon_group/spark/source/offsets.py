@@ -222,8 +222,8 @@ def start_cursor(coordinator: Cursor, previous: ShardRange | None,
     left the query while a batch held it (a revocation, a lost session, a
     re-run batch of shards owned by others now) and came back before its
     new owner committed has the coordinator's older position, and starting
-    there delivered the same (shard, snapshot) under two batch ids of one
-    query (issue 43). When another member moved the shard further, its
+    there would deliver the same (shard, snapshot) under two batch ids of one
+    query. When another member moved the shard further, its
     position wins: those rows are the group's, read by that member.
 
     "Further" is in the order (moves of the group start, snapshot): a

@@ -192,8 +192,7 @@ class SourceOptions:
             catalog_options=dict(self.catalog_options),
             revoke_timeout_s=self.revoke_timeout_s,
             rebalance_delay_s=self.rebalance_delay_s,
-            connect=ConnectOptions(
-                session_timeout_s=self.session_timeout_s,
+            connect=ConnectOptions(  # the session timeout: from the config, above
                 username=self.coordinator_username,
                 password=self.coordinator_password,
                 tls_ca=self.coordinator_ca,

@@ -280,8 +280,8 @@ class PaimonGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         ``latestOffset`` ignores it: restarted from its checkpoint after the
         group was deleted and re-created, the query gets ``latestOffset(old
         end)``, then ``commit(old end)`` for the batch before the restart,
-        whose positions written over the new group's pinned full scan
-        skipped every snapshot between (issue 43)."""
+        whose positions, written over the new group's pinned full scan,
+        would skip every snapshot between."""
         ends = decode_ends(end)
         if not ends:
             return
