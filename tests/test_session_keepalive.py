@@ -163,7 +163,7 @@ async def test_etcd_first_deadline_counts_from_the_grant_send_time(
     fake_time = types.SimpleNamespace(monotonic=clock.monotonic)
     monkeypatch.setattr(coordinators.base, "time", fake_time)
     monkeypatch.setattr(coordinators.etcd, "time", fake_time)
-    monkeypatch.setattr(coordinators.etcd, "_KeepAlive", _NoKeepAlive)
+    monkeypatch.setattr(coordinators.etcd, "KeepAlive", _NoKeepAlive)
     coord = EtcdCoordinator("etcd://127.0.0.1:1/app", ConnectOptions(session_timeout_s=10))
     sent: list[float] = []
 

@@ -79,18 +79,18 @@ from coordinators.errors import (
     ErrorTranslation,
     SessionLost,
 )
-from coordinators.etcd.channel import Metadata, _AioConnection, _ChannelFactory, _Stubs
+from coordinators.etcd.channel import AioConnection, ChannelFactory, Metadata, Stubs
 from coordinators.etcd.errors import (
-    _RETRY_IDEMPOTENT,
-    _RETRY_POLICY,
-    _RETRY_WRITE,
+    RETRY_IDEMPOTENT,
+    RETRY_POLICY,
+    RETRY_WRITE,
     Failure,
     classify,
     translate_error,
 )
-from coordinators.etcd.session import EtcdSession, _KeepAlive
+from coordinators.etcd.session import EtcdSession, KeepAlive
 from coordinators.etcd.url import DEFAULT_PORT, EtcdTarget, parse_etcd_url
-from coordinators.etcd.watch import EtcdWatch, _prefix_end
+from coordinators.etcd.watch import EtcdWatch, prefix_end
 from coordinators.protocol import (
     Check,
     ConnectOptions,
@@ -156,7 +156,7 @@ class EtcdCoordinator(Coordinator):
         if self._options.session_timeout_s <= 0 or self._options.connect_timeout_s <= 0:
             raise ConfigError("session and connect timeouts must be positive")
         self._prefix = self._target.prefix.encode()
-        self._factory = _ChannelFactory(self._target, self._options)
+        self._factory = ChannelFactory(self._target, self._options)
         if (
             self._options.password is not None
             and not self._factory.tls
@@ -169,7 +169,7 @@ class EtcdCoordinator(Coordinator):
             )
         self._budget = self._options.connect_timeout_s
         self._rpc_timeout = max(0.5, self._budget / 2)
-        self._conn = _AioConnection(
+        self._conn = AioConnection(
             self._factory, self._target.endpoints, self._options, self._rpc_timeout
         )
         self._sleep: Sleep = sleep or asyncio.sleep
@@ -182,7 +182,7 @@ class EtcdCoordinator(Coordinator):
             for idempotent in (True, False)
         }
         self._session: EtcdSession | None = None
-        self._keepalive: _KeepAlive | None = None
+        self._keepalive: KeepAlive | None = None
         self._watches: set[EtcdWatch] = set()
         self._max_revision = 0
         self._closed = False
@@ -232,7 +232,7 @@ class EtcdCoordinator(Coordinator):
             int(response.ID), float(response.TTL), asyncio.get_running_loop(), sent_at=sent_at
         )
         self._session = session
-        self._keepalive = _KeepAlive(
+        self._keepalive = KeepAlive(
             session, self._factory, self._target.endpoints, self._conn.index, self._options
         )
         self._keepalive.start()
@@ -305,7 +305,7 @@ class EtcdCoordinator(Coordinator):
         response = await self._call(
             f"list {prefix!r}",
             lambda s, md: s.kv.Range(
-                rpc.RangeRequest(key=full, range_end=_prefix_end(full)),
+                rpc.RangeRequest(key=full, range_end=prefix_end(full)),
                 timeout=self._rpc_timeout,
                 metadata=md,
             ),
@@ -449,7 +449,7 @@ class EtcdCoordinator(Coordinator):
     async def _call(
         self,
         what: str,
-        call: Callable[[_Stubs, Metadata], Awaitable[T]],
+        call: Callable[[Stubs, Metadata], Awaitable[T]],
         *,
         idempotent: bool,
     ) -> T:
@@ -458,10 +458,10 @@ class EtcdCoordinator(Coordinator):
         applied. Every failure leaves through :func:`translate_error`
         (``self._errors``)."""
         self._check_open()
-        policy = _RETRY_POLICY.copy(
+        policy = RETRY_POLICY.copy(
             sleep=self._sleep,
             stop=tenacity.stop_after_delay(self._budget),
-            retry=_RETRY_IDEMPOTENT if idempotent else _RETRY_WRITE,
+            retry=RETRY_IDEMPOTENT if idempotent else RETRY_WRITE,
         )
         try:
             with self._errors[idempotent].translating(what):

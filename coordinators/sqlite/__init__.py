@@ -116,37 +116,37 @@ from coordinators.protocol import (
 )
 from coordinators.session import KeepAliveThread
 from coordinators.sqlite.database import (
-    _acquire_memory,
-    _boot_id,
-    _Database,
-    _open_file,
-    _release_memory,
+    Database,
+    acquire_memory,
+    open_file,
+    read_boot_id,
+    release_memory,
 )
-from coordinators.sqlite.errors import _SQLITE, translate
+from coordinators.sqlite.errors import SQLITE_ERRORS, translate
 from coordinators.sqlite.session import SqliteSession
 from coordinators.sqlite.store import (
-    _commit,
-    _create,
-    _delete,
-    _dir_revisions,
-    _get,
-    _insert_session,
-    _list,
-    _renew_session,
-    _Txn,
-    _write,
+    Txn,
+    commit_ops,
+    create_entry,
+    delete_entry,
     dir_of,
+    dir_revisions,
+    get_entry,
+    insert_session,
+    list_entries,
+    renew_session,
+    run_write,
 )
 from coordinators.sqlite.url import parse_url
-from coordinators.sqlite.watch import _SqliteWatch
+from coordinators.sqlite.watch import SqliteWatch
 from coordinators.urls import redact_url
 
 __all__ = [
     "SqliteCoordinator",
     "SqliteSession",
-    "_boot_id",
     "dir_of",
     "parse_url",
+    "read_boot_id",
     "translate",
 ]
 
@@ -199,10 +199,10 @@ class SqliteCoordinator(Coordinator):
         self._busy_timeout_s = min(max(self._timeout_s / 4, 0.05), 5.0)
         self.scheme = "memory" if self._target.kind == "memory" else "sqlite"
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
-        self._db: _Database | None = None
+        self._db: Database | None = None
         self._session: SqliteSession | None = None
         self._heartbeat: KeepAliveThread | None = None
-        self._watches: set[_SqliteWatch] = set()
+        self._watches: set[SqliteWatch] = set()
         self._poller: asyncio.Task[None] | None = None
         self._closed = False
 
@@ -221,7 +221,7 @@ class SqliteCoordinator(Coordinator):
     def _where(self) -> str:
         return self._target.describe()
 
-    def _live(self) -> tuple[concurrent.futures.ThreadPoolExecutor, _Database]:
+    def _live(self) -> tuple[concurrent.futures.ThreadPoolExecutor, Database]:
         if self._closed:
             raise CoordinatorError(f"{self!r} is closed")
         if self._executor is None or self._db is None or self._session is None:
@@ -237,7 +237,7 @@ class SqliteCoordinator(Coordinator):
         executor, db = self._live()
         return await self._run_on(executor, db, fn)
 
-    async def _register(self, executor: concurrent.futures.ThreadPoolExecutor, db: _Database,
+    async def _register(self, executor: concurrent.futures.ThreadPoolExecutor, db: Database,
                         session: SqliteSession, opening: tenacity.AsyncRetrying) -> None:
         """Insert the session's row (retried like the open: many members
         joining at once may keep the write lock longer than the busy timeout;
@@ -247,7 +247,7 @@ class SqliteCoordinator(Coordinator):
         register = functools.partial(
             self._run_on, executor, db,
             functools.partial(
-                _write, body=functools.partial(_insert_session, session.id, self._timeout_s)
+                run_write, body=functools.partial(insert_session, session.id, self._timeout_s)
             ),
         )
         try:
@@ -262,18 +262,18 @@ class SqliteCoordinator(Coordinator):
             await self._release(executor, db)
             raise
 
-    @_SQLITE.handles(lambda self, *args: self._where())
+    @SQLITE_ERRORS.handles(lambda self, *args: self._where())
     async def _run_on(
         self,
         executor: concurrent.futures.Executor,
-        db: _Database,
+        db: Database,
         fn: Callable[[sqlite3.Connection], T],
     ) -> T:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(executor, db.run, fn)
 
-    async def _write(self, body: Callable[[_Txn], T]) -> T:
-        return await self._run(functools.partial(_write, body=body))
+    async def _write(self, body: Callable[[Txn], T]) -> T:
+        return await self._run(functools.partial(run_write, body=body))
 
     # -- lifecycle
 
@@ -291,7 +291,7 @@ class SqliteCoordinator(Coordinator):
         # (issue 29: 1 in 20 pairs of starts failed).
         opening = retry.OPENS.copy(sleep=asyncio.sleep)
         try:
-            db: _Database = await asyncio.wait_for(
+            db: Database = await asyncio.wait_for(
                 opening(self._open, executor), timeout=self._options.connect_timeout_s
             )
         except TimeoutError as err:
@@ -318,23 +318,23 @@ class SqliteCoordinator(Coordinator):
         self._heartbeat.start()
         log.debug("connected to %s with session %s", self._where(), session.id)
 
-    @_SQLITE.handles(lambda self, *args: self._where())
-    async def _open(self, executor: concurrent.futures.Executor) -> _Database:
+    @SQLITE_ERRORS.handles(lambda self, *args: self._where())
+    async def _open(self, executor: concurrent.futures.Executor) -> Database:
         loop = asyncio.get_running_loop()
-        target, boot_id = self._target, _boot_id()
-        opener: Callable[[], _Database]
+        target, boot_id = self._target, read_boot_id()
+        opener: Callable[[], Database]
         if target.kind == "memory":
-            opener = functools.partial(_acquire_memory, target.location, boot_id)
+            opener = functools.partial(acquire_memory, target.location, boot_id)
         else:
-            opener = functools.partial(_open_file, target.location, self._busy_timeout_s, boot_id)
+            opener = functools.partial(open_file, target.location, self._busy_timeout_s, boot_id)
         return await loop.run_in_executor(executor, opener)
 
     async def _release(
-        self, executor: concurrent.futures.ThreadPoolExecutor, db: _Database
+        self, executor: concurrent.futures.ThreadPoolExecutor, db: Database
     ) -> None:
         closer: Callable[[], None]
         if self._target.kind == "memory":
-            closer = functools.partial(_release_memory, self._target.location)
+            closer = functools.partial(release_memory, self._target.location)
         else:
             closer = db.close
         try:
@@ -368,7 +368,7 @@ class SqliteCoordinator(Coordinator):
             await self._run_on(
                 executor,
                 db,
-                functools.partial(_write, body=lambda txn: txn.end_session(session.id)),
+                functools.partial(run_write, body=lambda txn: txn.end_session(session.id)),
             )
         except CoordinatorError as err:
             # Others reap the session once its timeout passes.
@@ -376,8 +376,8 @@ class SqliteCoordinator(Coordinator):
         session.mark(SessionState.LOST)
         await self._release(executor, db)
 
-    @_SQLITE.handles(lambda self, *args: self._where())
-    def _renew(self, db: _Database, session: SqliteSession) -> bool:
+    @SQLITE_ERRORS.handles(lambda self, *args: self._where())
+    def _renew(self, db: Database, session: SqliteSession) -> bool:
         """One heartbeat, on the heartbeat thread: True if our row was renewed,
         False if it was reaped (LOST); raises CoordinatorError when unknown.
 
@@ -387,16 +387,16 @@ class SqliteCoordinator(Coordinator):
         inside the transaction, after the thread's ``sent_at``, so the local
         deadline ``sent_at + timeout`` is never later than the row's.
         """
-        renew = functools.partial(_renew_session, session.id, self._timeout_s)
-        return db.run(functools.partial(_write, body=renew))
+        renew = functools.partial(renew_session, session.id, self._timeout_s)
+        return db.run(functools.partial(run_write, body=renew))
 
     # -- operations
 
     async def get(self, key: str) -> Entry | None:
-        return await self._run(functools.partial(_get, validate_key(key)))
+        return await self._run(functools.partial(get_entry, validate_key(key)))
 
     async def list(self, prefix: str) -> list[Entry]:
-        return await self._run(functools.partial(_list, validate_dir(prefix)))
+        return await self._run(functools.partial(list_entries, validate_dir(prefix)))
 
     async def create(self, key: str, value: bytes, *, ephemeral: bool = False) -> Entry | None:
         validate_key(key)
@@ -407,7 +407,7 @@ class SqliteCoordinator(Coordinator):
             if session.state is SessionState.LOST:
                 raise SessionLost(f"session {session.id} is lost; open a new coordinator")
             session_id = session.id
-        result = await self._write(functools.partial(_create, key, bytes(value), session_id))
+        result = await self._write(functools.partial(create_entry, key, bytes(value), session_id))
         if isinstance(result, str):  # _LOST: our row was reaped
             self.session.mark(SessionState.LOST)
             raise SessionLost(f"session {self.session.id} expired; open a new coordinator")
@@ -420,10 +420,10 @@ class SqliteCoordinator(Coordinator):
             if not isinstance(op, Put | Delete):
                 raise TypeError(f"commit takes Put and Delete operations, not {op!r}")
             validate_key(op.key)
-        return await self._write(functools.partial(_commit, tuple(checks), tuple(ops)))
+        return await self._write(functools.partial(commit_ops, tuple(checks), tuple(ops)))
 
     async def delete(self, key: str) -> bool:
-        return await self._write(functools.partial(_delete, validate_key(key)))
+        return await self._write(functools.partial(delete_entry, validate_key(key)))
 
     def watch(self, prefix: str, *, values: bool = True,
               children: Collection[str] | None = None) -> Watch:
@@ -434,14 +434,14 @@ class SqliteCoordinator(Coordinator):
         # Submitted now, so the snapshot is taken before any operation the
         # caller issues after watch() returns (the executor is FIFO): a
         # change after the caller's next read is always seen as new.
-        initial = executor.submit(db.run, functools.partial(_dir_revisions, [prefix]))
-        watch = _SqliteWatch(self, prefix, initial)
+        initial = executor.submit(db.run, functools.partial(dir_revisions, [prefix]))
+        watch = SqliteWatch(self, prefix, initial)
         self._watches.add(watch)
         return watch
 
     # -- watch polling
 
-    def _forget(self, watch: _SqliteWatch) -> None:
+    def _forget(self, watch: SqliteWatch) -> None:
         self._watches.discard(watch)
 
     def _ensure_poller(self) -> None:
@@ -458,7 +458,7 @@ class SqliteCoordinator(Coordinator):
                 return
             try:
                 revisions = await self._run(
-                    functools.partial(_dir_revisions, [w.prefix for w in waiting])
+                    functools.partial(dir_revisions, [w.prefix for w in waiting])
                 )
             except CoordinatorError as err:
                 log.debug("watch poll of %s failed: %s", self._where(), err)

@@ -193,31 +193,31 @@ from coordinators.protocol import (
     Watch,
 )
 from coordinators.session import SessionTransitions
-from coordinators.zookeeper.client import _Client
-from coordinators.zookeeper.core import _session_id_of, _start_client, _stop_client
-from coordinators.zookeeper.errors import _AUTH_ERRORS, _translated, translate
-from coordinators.zookeeper.keys import _Keys
+from coordinators.zookeeper.client import ZkClient
+from coordinators.zookeeper.core import session_id_of, start_client, stop_client
+from coordinators.zookeeper.errors import AUTH_ERRORS, translate, translated
+from coordinators.zookeeper.keys import Keys
 from coordinators.zookeeper.layout import EPOCH_PREFIX, FLAG_PREFIX, RESERVED_PREFIX
 from coordinators.zookeeper.security import (
-    _REDACTOR,
-    _credentials,
-    _RedactCredentials,
+    REDACTOR,
+    RedactCredentials,
+    credentials_of,
     kazoo_log,
     parse_acl,
 )
 from coordinators.zookeeper.session import ZooKeeperSession
 from coordinators.zookeeper.url import DEFAULT_PORT, ZkTarget, parse_url
-from coordinators.zookeeper.watch import _ZkWatch
+from coordinators.zookeeper.watch import ZkWatch
 
 __all__ = [
     "DEFAULT_PORT",
     "EPOCH_PREFIX",
     "FLAG_PREFIX",
     "RESERVED_PREFIX",
+    "RedactCredentials",
     "ZkTarget",
     "ZooKeeperCoordinator",
     "ZooKeeperSession",
-    "_RedactCredentials",
     "kazoo_log",
     "parse_acl",
     "parse_url",
@@ -227,7 +227,7 @@ __all__ = [
 log = logging.getLogger("coordinators.zookeeper")  # the backend's one logger
 
 
-class ZooKeeperCoordinator(_Keys, _Client, Coordinator):
+class ZooKeeperCoordinator(Keys, ZkClient, Coordinator):
     """A coordinator on a ZooKeeper ensemble; see the module docstring.
 
     Example::
@@ -263,7 +263,7 @@ class ZooKeeperCoordinator(_Keys, _Client, Coordinator):
         if not options.connect_timeout_s > 0:
             raise ConfigError(f"connect timeout must be positive, got {options.connect_timeout_s}")
         self._options = options
-        self._credentials = _credentials(options)
+        self._credentials = credentials_of(options)
         if (
             self._credentials is not None
             and self._credentials.plaintext
@@ -303,7 +303,7 @@ class ZooKeeperCoordinator(_Keys, _Client, Coordinator):
         self._heartbeat: asyncio.Task[None] | None = None
         self._retiring: asyncio.Task[None] | None = None
         self._heartbeat_kick = asyncio.Event()
-        self._watches: set[_ZkWatch] = set()
+        self._watches: set[ZkWatch] = set()
         self._epochs: collections.OrderedDict[tuple[str, int], str] = collections.OrderedDict()
         self._closed = False
         # Set from kazoo's thread the moment kazoo reports LOST, before the
@@ -334,15 +334,15 @@ class ZooKeeperCoordinator(_Keys, _Client, Coordinator):
         loop = asyncio.get_running_loop()
         self._loop = loop
         if self._credentials is not None:
-            _REDACTOR.add(self._credentials.secrets)
+            REDACTOR.add(self._credentials.secrets)
         client = self._make_client()
         started_at = time.monotonic()
         limit = float(self._options.connect_timeout_s)
         try:
             connected = await loop.run_in_executor(
-                None, _start_client, client, limit, self._handshake_done
+                None, start_client, client, limit, self._handshake_done
             )
-            if not connected or isinstance(self._handshake_error, _AUTH_ERRORS):
+            if not connected or isinstance(self._handshake_error, AUTH_ERRORS):
                 raise await self._connect_failure(client, limit)
             self._client = client
             timeout_s = self._requested_timeout_s
@@ -355,20 +355,20 @@ class ZooKeeperCoordinator(_Keys, _Client, Coordinator):
                     timeout_s,
                 )
                 timeout_s = negotiated
-            self._session = ZooKeeperSession(_session_id_of(client) or 0, timeout_s, started_at)
+            self._session = ZooKeeperSession(session_id_of(client) or 0, timeout_s, started_at)
             self._transitions = SessionTransitions(
                 self._session, self._on_session_state, what="ZooKeeper session", logger=log
             )
-            with _translated(f"prepare the chroot {self._root}"):
+            with translated(f"prepare the chroot {self._root}"):
                 await self._prepare_root()
         except BaseException:
             self._session = None
             self._transitions = None
             self._client = None
-            await loop.run_in_executor(None, _stop_client, client)
+            await loop.run_in_executor(None, stop_client, client)
             self._closed = True
             if self._credentials is not None:
-                _REDACTOR.discard(self._credentials.secrets)
+                REDACTOR.discard(self._credentials.secrets)
             raise
         if any(e.id == Id("world", "anyone") and e.perms & ~Permissions.READ for e in self._acl):
             log.warning("ZooKeeper coordinator %s creates world-writable znodes", self._url)
@@ -393,9 +393,9 @@ class ZooKeeperCoordinator(_Keys, _Client, Coordinator):
             await self._retiring
         client, self._client = self._client, None
         if client is not None and self._loop is not None:
-            await self._loop.run_in_executor(None, _stop_client, client)
+            await self._loop.run_in_executor(None, stop_client, client)
             if self._credentials is not None:
-                _REDACTOR.discard(self._credentials.secrets)
+                REDACTOR.discard(self._credentials.secrets)
         if self._session is not None:
             self._session.mark(SessionState.LOST)
 
@@ -403,7 +403,7 @@ class ZooKeeperCoordinator(_Keys, _Client, Coordinator):
               children: Collection[str] | None = None) -> Watch:
         self._check_dir(prefix)
         client = self._live_client()
-        watch = _ZkWatch(self, prefix, self._dir_znode(prefix[:-1]), client.last_zxid,
+        watch = ZkWatch(self, prefix, self._dir_znode(prefix[:-1]), client.last_zxid,
                          values=values, children=children)
         self._watches.add(watch)
         watch.start()
