@@ -430,7 +430,7 @@ async def test_a_file_locked_while_another_process_sets_it_up_is_retried(
     fails at once with "database is locked" (SQLite does not wait for that
     lock): retriable, and retried within the connect timeout (issue 29: 1 in
     20 pairs of starts failed)."""
-    import coordinators.sqlite as backend
+    import coordinators.sqlite.coordinator as backend
 
     real_open, calls = backend.open_file, []
 
@@ -451,7 +451,7 @@ async def test_a_file_locked_while_another_process_sets_it_up_is_retried(
 @pytest.mark.asyncio
 async def test_a_file_that_stays_locked_fails_within_the_connect_timeout(
         db_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import coordinators.sqlite as backend
+    import coordinators.sqlite.coordinator as backend
     from coordinators.protocol import ConnectOptions
 
     def locked(*args: object) -> object:
