@@ -271,8 +271,8 @@ class SqliteCoordinator(Coordinator):
         )
         # Two processes opening a new file at once: one may find it locked
         # while the other sets WAL mode and the schema (SQLite does not wait
-        # for that lock): retriable, so retried within the connect timeout
-        # (issue 29: 1 in 20 pairs of starts failed).
+        # for that lock): retriable, so retried within the connect timeout,
+        # or members started together would fail to join.
         opening = retry.OPENS.copy(sleep=asyncio.sleep)
         try:
             db: Database = await asyncio.wait_for(
