@@ -1,14 +1,24 @@
-"""The former name of :mod:`coordinators.protocol`, kept for existing imports.
+"""Deprecated name of :mod:`coordinators.protocol`, kept for one release (until 0.2).
 
-``coordinators.base`` *is* ``coordinators.protocol`` (the same module object),
-so an import, an ``isinstance`` check or a patched attribute through either
-name sees the other.
+Importing it warns once (DeprecationWarning) and gives the very objects of
+the new path: ``from coordinators.protocol import Coordinator``.
 """
 
-import sys
+from __future__ import annotations
 
-from coordinators import protocol
-from coordinators.protocol import *  # noqa: F403  (the names, for type checkers)
-from coordinators.protocol import validate_dir, validate_key  # noqa: F401
+import warnings
+from typing import Any
 
-sys.modules[__name__] = protocol
+from coordinators import protocol as _protocol
+
+__all__ = [name for name in vars(_protocol) if not name.startswith("_")]
+
+warnings.warn(
+    "coordinators.base is deprecated and goes in 0.2: import from coordinators.protocol",
+    DeprecationWarning,
+    stacklevel=2,
+)
+
+
+def __getattr__(name: str) -> Any:
+    return getattr(_protocol, name)

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pytest
 
 from coordinators import open_coordinator
-from coordinators.base import Put
+from coordinators.protocol import Put
 from paimon_group.protocol.names import GroupKeys
 from tests.support.group_procs import GroupHarness
 from tests.support.tables import catalog, expire_snapshots, open_table, write_rows

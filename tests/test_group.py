@@ -7,7 +7,7 @@ import uuid
 import pytest
 
 from coordinators import open_coordinator
-from coordinators.base import ConnectOptions
+from coordinators.protocol import ConnectOptions
 from paimon_group.errors import ConfigError, ShardCountMismatch
 from paimon_group.protocol.group import GroupClient
 from paimon_group.protocol.names import GroupKeys, consumer_id, validate_group, validate_member_id

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from coordinators import open_coordinator
-from coordinators.base import Coordinator
 from coordinators.errors import CoordinatorUnavailable
+from coordinators.protocol import Coordinator
 from paimon_group import GroupMember, MemberConfig
 from paimon_group.member.membership import Membership
 from paimon_group.protocol.group import GroupClient

@@ -24,7 +24,7 @@ import pytest
 import pytest_asyncio
 
 from coordinators import open_coordinator
-from coordinators.base import Coordinator, Delete
+from coordinators.protocol import Coordinator, Delete
 from paimon_group import GroupMember, MemberConfig
 from paimon_group.member import ownership as ownership_module
 from paimon_group.member.commits import Commits
@@ -182,7 +182,7 @@ async def test_acquisitions_stop_once_a_newer_generation_is_out(
 
 
 def _put_assignment(group: GroupClient, assignment: Assignment) -> Any:
-    from coordinators.base import Put
+    from coordinators.protocol import Put
 
     return Put(group.keys.assignment, assignment.encode())
 

@@ -17,8 +17,8 @@ import pytest
 import pytest_asyncio
 
 from coordinators import open_coordinator
-from coordinators.base import Coordinator
 from coordinators.errors import CoordinatorError, SessionLost
+from coordinators.protocol import Coordinator
 from paimon_group.config.member import MemberConfig
 from paimon_group.member.commits import Commits
 from paimon_group.member.control import Control

@@ -254,7 +254,7 @@ def test_a_refused_key_is_one_line_without_the_secret(
 
 
 async def _empty_coordinator(url: str) -> None:
-    from coordinators.base import ConnectOptions
+    from coordinators.protocol import ConnectOptions
     from coordinators.registry import open_coordinator
 
     async with open_coordinator(url, ConnectOptions()):

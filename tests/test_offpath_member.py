@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 
 from coordinators import open_coordinator
-from coordinators.base import Coordinator, Delete, Op, Put
 from coordinators.errors import CoordinatorError, CoordinatorUnavailable, SessionSuspended
+from coordinators.protocol import Coordinator, Delete, Op, Put
 from paimon_group import GroupMember, MemberConfig
 from paimon_group.errors import ShardCountMismatch
 from paimon_group.member import MemberState
@@ -182,7 +182,7 @@ async def test_zookeeper_suspension_during_a_control_round_is_retried(
     the member's first owner-key create, so the backend itself raises
     SessionSuspended; the member carries on once the heartbeat confirms the
     session again."""
-    from coordinators.base import SessionState
+    from coordinators.protocol import SessionState
 
     real_acquire = GroupClient.acquire
     state = {"left": 1}

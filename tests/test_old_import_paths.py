@@ -98,3 +98,17 @@ def test_the_data_source_is_the_one_of_the_source_package() -> None:
     require("pyspark", "pip install '.[spark]' (tests/run.sh does)")
     result = probe("paimon_group.spark", "paimon_group.spark.source", ["PaimonGroupDataSource"])
     assert result == {"same": True, "warnings": []}
+
+
+def test_coordinators_base_warns_once_and_gives_the_objects_of_coordinators_protocol() -> None:
+    names = ["Coordinator", "ConnectOptions", "Check", "Put", "Delete", "Entry", "Session",
+             "SessionState", "Watch", "validate_key", "validate_dir"]
+    result = probe("coordinators.base", "coordinators.protocol", names)
+    assert result["same"] is True
+    warned = result["warnings"]
+    assert isinstance(warned, list) and len(warned) == 1, warned
+    category, message, filename = warned[0]
+    assert category == "DeprecationWarning"
+    assert "coordinators.base" in message and "0.2" in message
+    assert "coordinators.protocol" in message
+    assert filename == "<string>", "the warning must point at the importing line"

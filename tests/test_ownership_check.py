@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 from coordinators import open_coordinator
-from coordinators.base import Check, Coordinator, Delete
 from coordinators.errors import CoordinatorUnavailable
+from coordinators.protocol import Check, Coordinator, Delete
 from paimon_group import GroupMember, MemberConfig
 from paimon_group.protocol.group import GroupClient
 from tests.support.tables import make_append_table, write_rows

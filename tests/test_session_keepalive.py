@@ -154,16 +154,16 @@ async def test_etcd_first_deadline_counts_from_the_grant_send_time(
     request: the first local deadline is ``send time + TTL``, not later."""
     import types
 
-    import coordinators.base
-    import coordinators.etcd
+    import coordinators.etcd.coordinator
+    import coordinators.protocol
     from coordinators import ConnectOptions, SessionState
     from coordinators.etcd import EtcdCoordinator
 
     clock = _Clock()
     fake_time = types.SimpleNamespace(monotonic=clock.monotonic)
-    monkeypatch.setattr(coordinators.base, "time", fake_time)
-    monkeypatch.setattr(coordinators.etcd, "time", fake_time)
-    monkeypatch.setattr(coordinators.etcd, "_KeepAlive", _NoKeepAlive)
+    monkeypatch.setattr(coordinators.protocol, "time", fake_time)
+    monkeypatch.setattr(coordinators.etcd.coordinator, "time", fake_time)
+    monkeypatch.setattr(coordinators.etcd.coordinator, "KeepAlive", _NoKeepAlive)
     coord = EtcdCoordinator("etcd://127.0.0.1:1/app", ConnectOptions(session_timeout_s=10))
     sent: list[float] = []
 

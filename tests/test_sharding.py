@@ -495,7 +495,7 @@ async def test_a_group_stored_without_a_rule_keeps_bucket_sharding(warehouse: st
     import asyncio
     import uuid
 
-    from coordinators.base import Put
+    from coordinators.protocol import Put
     from coordinators.registry import open_coordinator
     from paimon_group import GroupMember, MemberConfig
     from paimon_group.protocol.names import GroupKeys

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from coordinators import open_coordinator
-from coordinators.base import SessionState
+from coordinators.protocol import SessionState
 from paimon_group import GroupMember, MemberConfig
 from paimon_group.member import MemberState
 from paimon_group.member.membership import Membership

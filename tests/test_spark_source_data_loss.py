@@ -42,7 +42,7 @@ def pin_full_scans(warehouse: Path, group: str, snapshot: int) -> None:
     """Every shard of ``group`` (no owner) at a pending full scan of ``snapshot``:
     what a member leaves when it pinned the group's start and stopped before
     delivering it."""
-    from coordinators.base import Check, Put
+    from coordinators.protocol import Check, Put
     from coordinators.registry import open_coordinator
     from paimon_group.config.member import default_coordinator_url
     from paimon_group.protocol.group import GroupClient

@@ -25,7 +25,7 @@ from coordinators import (
     SessionState,
     open_coordinator,
 )
-from coordinators.sqlite import SqliteCoordinator, _boot_id, dir_of, parse_url, translate
+from coordinators.sqlite import SqliteCoordinator, dir_of, parse_url, read_boot_id, translate
 from tests.conformance.waiting import drain, eventually, wait_until_listed
 
 
@@ -299,7 +299,7 @@ async def test_any_write_reaps_expired_sessions_and_wakes_watches(
 async def test_sessions_of_an_earlier_boot_are_ended_on_open(
     db_path: Path, raw: sqlite3.Connection
 ) -> None:
-    if _boot_id() is None:
+    if read_boot_id() is None:
         pytest.skip("this host has no boot id")
     async with open_coordinator(sqlite_url(db_path)):
         pass
@@ -307,7 +307,8 @@ async def test_sessions_of_an_earlier_boot_are_ended_on_open(
     raw.execute("UPDATE meta SET value = 'some-earlier-boot' WHERE name = 'boot_id'")
     async with open_coordinator(sqlite_url(db_path)) as coordinator:
         assert await coordinator.get("members/old") is None
-    assert raw.execute("SELECT value FROM meta WHERE name = 'boot_id'").fetchone() == (_boot_id(),)
+    stored = raw.execute("SELECT value FROM meta WHERE name = 'boot_id'").fetchone()
+    assert stored == (read_boot_id(),)
 
 
 @pytest.mark.asyncio
@@ -429,9 +430,9 @@ async def test_a_file_locked_while_another_process_sets_it_up_is_retried(
     fails at once with "database is locked" (SQLite does not wait for that
     lock): retriable, and retried within the connect timeout (issue 29: 1 in
     20 pairs of starts failed)."""
-    import coordinators.sqlite as backend
+    import coordinators.sqlite.coordinator as backend
 
-    real_open, calls = backend._open_file, []
+    real_open, calls = backend.open_file, []
 
     def locked_twice(*args: object) -> object:
         calls.append(1)
@@ -441,7 +442,7 @@ async def test_a_file_locked_while_another_process_sets_it_up_is_retried(
             raise err
         return real_open(*args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(backend, "_open_file", locked_twice)
+    monkeypatch.setattr(backend, "open_file", locked_twice)
     async with open_coordinator(sqlite_url(db_path)) as coordinator:
         assert await coordinator.create("k", b"v") is not None
     assert len(calls) == 3
@@ -450,7 +451,7 @@ async def test_a_file_locked_while_another_process_sets_it_up_is_retried(
 @pytest.mark.asyncio
 async def test_a_file_that_stays_locked_fails_within_the_connect_timeout(
         db_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import coordinators.sqlite as backend
+    import coordinators.sqlite.coordinator as backend
     from coordinators.protocol import ConnectOptions
 
     def locked(*args: object) -> object:
@@ -458,7 +459,7 @@ async def test_a_file_that_stays_locked_fails_within_the_connect_timeout(
         err.sqlite_errorcode = 5
         raise err
 
-    monkeypatch.setattr(backend, "_open_file", locked)
+    monkeypatch.setattr(backend, "open_file", locked)
     coordinator = open_coordinator(sqlite_url(db_path), ConnectOptions(connect_timeout_s=1.0))
     with pytest.raises(CoordinatorUnavailable):
         await coordinator.connect()

@@ -46,8 +46,8 @@ from coordinators.errors import SessionSuspended
 from coordinators.zookeeper import (
     EPOCH_PREFIX,
     FLAG_PREFIX,
+    RedactCredentials,
     ZooKeeperCoordinator,
-    _RedactCredentials,
     parse_acl,
     parse_url,
     translate,
@@ -232,7 +232,7 @@ class TestTranslation:
 
 class TestLogRedaction:
     def test_auth_packets_and_secrets_are_redacted(self) -> None:
-        redactor = _RedactCredentials()
+        redactor = RedactCredentials()
         redactor.add([PASSWORD])
         packet = logging.LogRecord(
             "k", logging.DEBUG, "f", 1, "Sending request(xid=%s): %s",

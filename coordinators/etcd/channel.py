@@ -38,7 +38,7 @@ _CHANNEL_OPTIONS: Final[tuple[tuple[str, int], ...]] = (
 # -- channels ----------------------------------------------------------------
 
 
-class _ChannelFactory:
+class ChannelFactory:
     """Plaintext or TLS channels (asyncio or blocking) to one endpoint."""
 
     def __init__(self, target: EtcdTarget, options: ConnectOptions) -> None:
@@ -81,7 +81,7 @@ def _read_pem(path: str | None, what: str) -> bytes | None:
 
 
 @dataclass(frozen=True)
-class _Stubs:
+class Stubs:
     """The stubs of one channel incarnation (``generation`` detects failovers)."""
 
     generation: int
@@ -92,7 +92,7 @@ class _Stubs:
     auth: Any
 
 
-class _AioConnection:
+class AioConnection:
     """The asyncio channel of a coordinator: endpoint failover and auth token.
 
     One endpoint at a time; on a transport failure the next endpoint is used
@@ -104,7 +104,7 @@ class _AioConnection:
 
     def __init__(
         self,
-        factory: _ChannelFactory,
+        factory: ChannelFactory,
         endpoints: Sequence[str],
         options: ConnectOptions,
         rpc_timeout: float,
@@ -117,7 +117,7 @@ class _AioConnection:
         self._index = 0
         self._generation = 0
         self._channel: Any = None
-        self._stubs: _Stubs | None = None
+        self._stubs: Stubs | None = None
         self._token: str | None = None
         self._auth_lock = asyncio.Lock()
         self._old_channels: set[asyncio.Task[None]] = set()
@@ -127,12 +127,12 @@ class _AioConnection:
     def index(self) -> int:
         return self._index
 
-    def stubs(self) -> _Stubs:
+    def stubs(self) -> Stubs:
         if self._stubs is None:
             endpoint = self._endpoints[self._index]
             self._channel = self._factory.aio(endpoint)
             self._generation += 1
-            self._stubs = _Stubs(
+            self._stubs = Stubs(
                 self._generation,
                 endpoint,
                 rpc.KVStub(self._channel),
@@ -142,7 +142,7 @@ class _AioConnection:
             )
         return self._stubs
 
-    async def metadata(self, stubs: _Stubs) -> Metadata:
+    async def metadata(self, stubs: Stubs) -> Metadata:
         if self._username is None or self._password is None:
             return None
         token = self._token
@@ -160,7 +160,7 @@ class _AioConnection:
                 token = self._token
         return (("token", token),)
 
-    def recover(self, stubs: _Stubs, metadata: Metadata, err: BaseException) -> None:
+    def recover(self, stubs: Stubs, metadata: Metadata, err: BaseException) -> None:
         """React to ``err`` from a call made with ``stubs``/``metadata``."""
         kind = classify(err)
         if kind is Failure.TOKEN:

@@ -85,7 +85,7 @@ def classify(err: BaseException) -> Failure:
     return Failure.FATAL
 
 
-def _describe(err: BaseException) -> str:
+def describe(err: BaseException) -> str:
     """``CODE: details`` of a gRPC error (or the exception), on one line."""
     rpc_error = _rpc_code_and_details(err)
     if rpc_error is None:
@@ -156,7 +156,7 @@ def translate_error(
 # -- retries -----------------------------------------------------------------
 
 # Built once; every call takes a copy with its own stop, retry predicate and sleep.
-_RETRY_POLICY: Final = retry.RPCS
+RETRY_POLICY: Final = retry.RPCS
 
 
 def _retry_predicate(idempotent: bool) -> tenacity.retry_base:
@@ -169,5 +169,5 @@ def _retry_predicate(idempotent: bool) -> tenacity.retry_base:
     return tenacity.retry_if_exception(should_retry)
 
 
-_RETRY_IDEMPOTENT: Final = _retry_predicate(True)
-_RETRY_WRITE: Final = _retry_predicate(False)
+RETRY_IDEMPOTENT: Final = _retry_predicate(True)
+RETRY_WRITE: Final = _retry_predicate(False)

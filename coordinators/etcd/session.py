@@ -13,8 +13,8 @@ from typing import Any, Final
 from aetcd import rpc
 
 from coordinators.errors import CoordinatorUnavailable
-from coordinators.etcd.channel import Metadata, _ChannelFactory
-from coordinators.etcd.errors import Failure, _describe, classify
+from coordinators.etcd.channel import ChannelFactory, Metadata
+from coordinators.etcd.errors import Failure, classify, describe
 from coordinators.protocol import ConnectOptions
 from coordinators.session import KeepAliveThread, Renewal, ThreadedSession
 
@@ -61,7 +61,7 @@ class _LeaseRenewal(Renewal):
     def __init__(
         self,
         session: EtcdSession,
-        factory: _ChannelFactory,
+        factory: ChannelFactory,
         endpoints: Sequence[str],
         start_index: int,
         options: ConnectOptions,
@@ -97,7 +97,7 @@ class _LeaseRenewal(Renewal):
                 self._index = (self._index + 1) % len(self._endpoints)
                 self._channel = None
             raise CoordinatorUnavailable(
-                f"keep-alive failed at {endpoint}: {_describe(err)}"
+                f"keep-alive failed at {endpoint}: {describe(err)}"
             ) from err
 
     def retry_delay(self, failures: int, interval_s: float) -> float:
@@ -148,7 +148,7 @@ class _LeaseRenewal(Renewal):
         return (("token", self._token),)
 
 
-class _KeepAlive(KeepAliveThread):
+class KeepAlive(KeepAliveThread):
     """Renews the lease every TTL/3 from a thread of its own.
 
     A thread rather than an asyncio task: a blocked or busy event loop must
@@ -160,7 +160,7 @@ class _KeepAlive(KeepAliveThread):
     def __init__(
         self,
         session: EtcdSession,
-        factory: _ChannelFactory,
+        factory: ChannelFactory,
         endpoints: Sequence[str],
         start_index: int,
         options: ConnectOptions,

@@ -13,7 +13,7 @@ import grpc.aio  # type: ignore[import-untyped]
 from aetcd import rpc
 
 from coordinators.errors import CoordinatorError
-from coordinators.etcd.channel import Metadata, _AioConnection, _Stubs
+from coordinators.etcd.channel import AioConnection, Metadata, Stubs
 from coordinators.etcd.errors import Failure, classify
 from coordinators.protocol import Watch
 
@@ -33,7 +33,7 @@ class _Compacted(Exception):
 class _Host(Protocol):
     """What a watch needs of its coordinator."""
 
-    _conn: _AioConnection
+    _conn: AioConnection
     _watches: set[EtcdWatch]
     _sleep: Callable[[float], Awaitable[None]]
 
@@ -76,7 +76,7 @@ class EtcdWatch(Watch):
             self._range = (self._key + min(self._children), self._key + max(self._children)
                            + b"\0")
         else:
-            self._range = (self._key, _prefix_end(self._key))
+            self._range = (self._key, prefix_end(self._key))
         self._next_revision = start_revision
         self._changed = asyncio.Event()
         self._closed = False
@@ -154,7 +154,7 @@ class EtcdWatch(Watch):
     async def _backoff(self, failures: int) -> None:
         await self._coordinator._sleep(min(1.0, 0.05 * 2 ** min(failures, 6)))
 
-    async def _stream(self, stubs: _Stubs, metadata: Metadata) -> None:
+    async def _stream(self, stubs: Stubs, metadata: Metadata) -> None:
         """Hold one watch stream until it ends (EOF, error, compaction)."""
         self._armed = False
         call = stubs.watch.Watch(metadata=metadata)
@@ -209,7 +209,7 @@ class EtcdWatch(Watch):
             call.cancel()
 
 
-def _prefix_end(prefix: bytes) -> bytes:
+def prefix_end(prefix: bytes) -> bytes:
     """The range end covering every key starting with ``prefix``."""
     data = bytearray(prefix)
     for i in reversed(range(len(data))):

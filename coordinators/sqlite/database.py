@@ -16,7 +16,7 @@ from coordinators.errors import (
     CoordinatorError,
     CoordinatorUnavailable,
 )
-from coordinators.sqlite.store import _Txn
+from coordinators.sqlite.store import Txn
 
 log = logging.getLogger("coordinators.sqlite")  # the backend's one logger
 
@@ -45,7 +45,7 @@ _SCHEMA: Final = (
 # ------------------------------------------------------------------- the database
 
 
-class _Database:
+class Database:
     """One connection; runs whole transactions on it, one at a time."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
@@ -62,15 +62,15 @@ class _Database:
 
 
 # In-memory databases by name, with how many coordinators use each. All
-# coordinators of a name share one connection (serialised by the _Database
+# coordinators of a name share one connection (serialised by the Database
 # lock): SQLite's shared-cache mode would let each have its own, but reports
 # table-lock conflicts at once instead of waiting, and one connection makes
 # every transaction trivially serialisable.
 _memory_lock = threading.Lock()
-_memory_dbs: dict[str, tuple[_Database, int]] = {}
+_memory_dbs: dict[str, tuple[Database, int]] = {}
 
 
-def _acquire_memory(name: str, boot_id: str | None) -> _Database:
+def acquire_memory(name: str, boot_id: str | None) -> Database:
     with _memory_lock:
         found = _memory_dbs.get(name)
         if found is not None:
@@ -78,12 +78,12 @@ def _acquire_memory(name: str, boot_id: str | None) -> _Database:
         else:
             conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
             _init_schema(conn, boot_id, wal=False, where=f"memory://{name}")
-            db, users = _Database(conn), 0
+            db, users = Database(conn), 0
         _memory_dbs[name] = (db, users + 1)
         return db
 
 
-def _release_memory(name: str) -> None:
+def release_memory(name: str) -> None:
     with _memory_lock:
         found = _memory_dbs.get(name)
         if found is None:
@@ -96,7 +96,7 @@ def _release_memory(name: str) -> None:
     db.close()
 
 
-def _open_file(path: str, busy_timeout_s: float, boot_id: str | None) -> _Database:
+def open_file(path: str, busy_timeout_s: float, boot_id: str | None) -> Database:
     parent = os.path.dirname(path)
     try:
         os.makedirs(parent, exist_ok=True)
@@ -116,10 +116,10 @@ def _open_file(path: str, busy_timeout_s: float, boot_id: str | None) -> _Databa
     except BaseException:
         conn.close()
         raise
-    return _Database(conn)
+    return Database(conn)
 
 
-def _boot_id() -> str | None:
+def read_boot_id() -> str | None:
     """This host's boot id: it changes, with CLOCK_MONOTONIC's origin, on reboot."""
     try:
         with open(_BOOT_ID_FILE, encoding="ascii") as f:
@@ -165,7 +165,7 @@ def _init_schema(conn: sqlite3.Connection, boot_id: str | None, *, wal: bool, wh
             if boot_id is not None and stored_boot != boot_id:
                 # Every session in the file belongs to a process of an earlier
                 # boot, and its monotonic expiry counts from that boot.
-                txn = _Txn(conn, time.monotonic())
+                txn = Txn(conn, time.monotonic())
                 for (sid,) in conn.execute("SELECT id FROM sessions").fetchall():
                     txn.end_session(str(sid))
                 txn.finish()

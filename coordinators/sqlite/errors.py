@@ -47,4 +47,4 @@ def translate(err: BaseException, where: str) -> CoordinatorError:
 
 
 # The one translation of SQLite errors, around every call into sqlite3.
-_SQLITE: Final = ErrorTranslation((sqlite3.Error,), translate)
+SQLITE_ERRORS: Final = ErrorTranslation((sqlite3.Error,), translate)

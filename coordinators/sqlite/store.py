@@ -27,7 +27,7 @@ def dir_of(key: str) -> str:
     head, sep, _ = key.rpartition("/")
     return head + sep
 
-class _Txn:
+class Txn:
     """Bookkeeping of one write transaction: its revision and touched directories."""
 
     def __init__(self, conn: sqlite3.Connection, now: float) -> None:
@@ -79,7 +79,7 @@ class _Txn:
         )
 
 
-def _write(conn: sqlite3.Connection, body: Callable[[_Txn], T]) -> T:
+def run_write(conn: sqlite3.Connection, body: Callable[[Txn], T]) -> T:
     """Run ``body`` in one ``BEGIN IMMEDIATE`` transaction, after reaping.
 
     The clock is read after the write lock is taken, so no transaction
@@ -87,7 +87,7 @@ def _write(conn: sqlite3.Connection, body: Callable[[_Txn], T]) -> T:
     """
     conn.execute("BEGIN IMMEDIATE")
     try:
-        txn = _Txn(conn, time.monotonic())
+        txn = Txn(conn, time.monotonic())
         txn.reap()
         result = body(txn)
         txn.finish()
@@ -116,14 +116,14 @@ _COLUMNS: Final = "key, value, version, create_version, session"
 # --------------------------------------------------------- transactions (blocking)
 
 
-def _insert_session(session_id: str, timeout_s: float, txn: _Txn) -> None:
+def insert_session(session_id: str, timeout_s: float, txn: Txn) -> None:
     txn.conn.execute(
         "INSERT INTO sessions (id, expires_at, timeout_s, pid) VALUES (?, ?, ?, ?)",
         (session_id, txn.now + timeout_s, timeout_s, os.getpid()),
     )
 
 
-def _renew_session(session_id: str, timeout_s: float, txn: _Txn) -> bool:
+def renew_session(session_id: str, timeout_s: float, txn: Txn) -> bool:
     """Push our expiry to now + timeout; False if our row is gone (reaped)."""
     cursor = txn.conn.execute(
         "UPDATE sessions SET expires_at = ? WHERE id = ?", (txn.now + timeout_s, session_id)
@@ -131,7 +131,7 @@ def _renew_session(session_id: str, timeout_s: float, txn: _Txn) -> bool:
     return cursor.rowcount == 1
 
 
-def _session_alive(txn: _Txn, session_id: str) -> bool:
+def _session_alive(txn: Txn, session_id: str) -> bool:
     row = txn.conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone()
     return row is not None
 
@@ -139,8 +139,8 @@ def _session_alive(txn: _Txn, session_id: str) -> bool:
 _LOST: Final = "lost"
 
 
-def _create(
-    key: str, value: bytes, session_id: str | None, txn: _Txn
+def create_entry(
+    key: str, value: bytes, session_id: str | None, txn: Txn
 ) -> Entry | Literal["lost"] | None:
     if txn.conn.execute("SELECT 1 FROM kv WHERE key = ?", (key,)).fetchone() is not None:
         return None
@@ -170,7 +170,7 @@ def _check_holds(conn: sqlite3.Connection, check: Check) -> bool:
     return version == check.version
 
 
-def _commit(checks: Sequence[Check], ops: Sequence[Op], txn: _Txn) -> bool:
+def commit_ops(checks: Sequence[Check], ops: Sequence[Op], txn: Txn) -> bool:
     conn = txn.conn
     if not all(_check_holds(conn, check) for check in checks):
         return False
@@ -188,11 +188,11 @@ def _commit(checks: Sequence[Check], ops: Sequence[Op], txn: _Txn) -> bool:
             )
             txn.touch(op.key)
         else:
-            _delete(op.key, txn)
+            delete_entry(op.key, txn)
     return True
 
 
-def _delete(key: str, txn: _Txn) -> bool:
+def delete_entry(key: str, txn: Txn) -> bool:
     if txn.conn.execute("DELETE FROM kv WHERE key = ? RETURNING key", (key,)).fetchone() is None:
         return False
     txn.revision()
@@ -200,12 +200,12 @@ def _delete(key: str, txn: _Txn) -> bool:
     return True
 
 
-def _get(key: str, conn: sqlite3.Connection) -> Entry | None:
+def get_entry(key: str, conn: sqlite3.Connection) -> Entry | None:
     row = conn.execute(f"SELECT {_COLUMNS} FROM kv WHERE key = ?", (key,)).fetchone()
     return None if row is None else _entry(row)
 
 
-def _list(prefix: str, conn: sqlite3.Connection) -> list[Entry]:
+def list_entries(prefix: str, conn: sqlite3.Connection) -> list[Entry]:
     # BINARY collation orders UTF-8 bytes, i.e. code points: Python's str order.
     rows = conn.execute(
         f"SELECT {_COLUMNS} FROM kv WHERE dir = ? ORDER BY key", (prefix,)
@@ -213,7 +213,7 @@ def _list(prefix: str, conn: sqlite3.Connection) -> list[Entry]:
     return [_entry(row) for row in rows]
 
 
-def _dir_revisions(dirs: Iterable[str], conn: sqlite3.Connection) -> dict[str, int]:
+def dir_revisions(dirs: Iterable[str], conn: sqlite3.Connection) -> dict[str, int]:
     wanted = sorted(set(dirs))
     if not wanted:
         return {}

@@ -15,12 +15,12 @@ from coordinators.protocol import Watch
 class _Poller(Protocol):
     """What a watch needs of its coordinator (which polls for all its watches)."""
 
-    def _forget(self, watch: _SqliteWatch) -> None: ...
+    def _forget(self, watch: SqliteWatch) -> None: ...
 
     def _ensure_poller(self) -> None: ...
 
 
-class _SqliteWatch(Watch):
+class SqliteWatch(Watch):
     """Level-triggered: compares the directory's revision with the one seen last."""
 
     def __init__(

@@ -21,13 +21,13 @@ from coordinators.errors import (
     CoordinatorUnavailable,
     PaimonGroupError,
 )
-from coordinators.zookeeper.errors import _AUTH_ERRORS, translate
+from coordinators.zookeeper.errors import AUTH_ERRORS, translate
 from coordinators.zookeeper.handler import PollingHandler
-from coordinators.zookeeper.heartbeat import _Heartbeat
+from coordinators.zookeeper.heartbeat import Heartbeat
 from coordinators.zookeeper.security import kazoo_log
 
 
-class _Client(_Heartbeat):
+class ZkClient(Heartbeat):
     """The kazoo client of a coordinator: its options, its handshake, its chroot."""
 
     def _make_client(self) -> Any:
@@ -108,7 +108,7 @@ class _Client(_Heartbeat):
 
     async def _connect_failure(self, client: Any, limit: float) -> PaimonGroupError:
         if client.client_state == "AUTH_FAILED" or isinstance(
-            self._handshake_error, _AUTH_ERRORS
+            self._handshake_error, AUTH_ERRORS
         ):
             return translate(AuthFailedError(), "connect")
         if self._options.tls:

@@ -34,24 +34,24 @@ from coordinators.protocol import (
     SessionState,
 )
 from coordinators.session import SessionTransitions
-from coordinators.zookeeper.errors import _CONFLICT_RETRY, _READ_RETRY, _translated
-from coordinators.zookeeper.security import _Credentials
+from coordinators.zookeeper.errors import CONFLICT_RETRY, READ_RETRY, translated
+from coordinators.zookeeper.security import Credentials
 from coordinators.zookeeper.session import ZooKeeperSession
 from coordinators.zookeeper.url import ZkTarget
-from coordinators.zookeeper.watch import _ZkWatch
+from coordinators.zookeeper.watch import ZkWatch
 
 log = logging.getLogger("coordinators.zookeeper")  # the backend's one logger
 
 T = TypeVar("T")
 
 
-class _ZkCore:
+class ZkCore:
     """The state the parts of :class:`ZooKeeperCoordinator` share, and the
     plumbing of requests: kazoo's non-blocking calls, answered on the loop."""
 
     _options: ConnectOptions
     _target: ZkTarget
-    _credentials: _Credentials | None
+    _credentials: Credentials | None
     _acl: tuple[ACL, ...]
     _url: str
     _root: str
@@ -71,7 +71,7 @@ class _ZkCore:
     _heartbeat: asyncio.Task[None] | None
     _retiring: asyncio.Task[None] | None
     _heartbeat_kick: asyncio.Event
-    _watches: set[_ZkWatch]
+    _watches: set[ZkWatch]
     _epochs: collections.OrderedDict[tuple[str, int], str]
     _closed: bool
     # Set from kazoo's thread the moment kazoo reports LOST, before the
@@ -86,12 +86,12 @@ class _ZkCore:
 
     @contextlib.contextmanager
     def _translating(self, what: str) -> Iterator[None]:
-        """Like :func:`_translated`, but once this session is LOST every failure
+        """Like :func:`translated`, but once this session is LOST every failure
         is :class:`SessionLost`: a request in flight when the session was
         declared lost fails on the stopped kazoo client (ConnectionClosedError),
         and the owner must rejoin, not give up."""
         try:
-            with _translated(what):
+            with translated(what):
                 yield
         except CoordinatorError as err:
             session = self._session
@@ -169,27 +169,27 @@ class _ZkCore:
         )
 
     async def _reading(self, fn: Callable[[], Awaitable[T]]) -> T:
-        return await _READ_RETRY.copy(sleep=self._sleep)(fn)
+        return await READ_RETRY.copy(sleep=self._sleep)(fn)
 
     async def _writing(self, fn: Callable[[], Awaitable[T]]) -> T:
-        return await _CONFLICT_RETRY.copy(sleep=self._sleep)(fn)
+        return await CONFLICT_RETRY.copy(sleep=self._sleep)(fn)
 
     def _confirm(self, sent_at: float) -> None:
         """The server answered a request sent at ``sent_at``: the session lived then."""
         session, client = self._session, self._client
         if session is None or client is None or session.state is SessionState.LOST:
             return
-        if _session_id_of(client) == session.raw_id:
+        if session_id_of(client) == session.raw_id:
             session.confirmed(sent_at)
 
-    def _forget(self, watch: _ZkWatch) -> None:
+    def _forget(self, watch: ZkWatch) -> None:
         self._watches.discard(watch)
 
     def _last_zxid(self) -> int:
         client = self._client
         return int(client.last_zxid) if client is not None else 0
 
-def _session_id_of(client: Any) -> int | None:
+def session_id_of(client: Any) -> int | None:
     """The id of kazoo's current session (kazoo keeps it private; None between sessions)."""
     session_id = getattr(client, "_session_id", None)
     return int(session_id) if session_id is not None else None
@@ -206,7 +206,7 @@ def _settle(future: asyncio.Future[Any], result: Any) -> None:
         future.set_result(result.value)
 
 
-def _start_client(client: Any, timeout_s: float, handshake: threading.Event | None) -> bool:
+def start_client(client: Any, timeout_s: float, handshake: threading.Event | None) -> bool:
     """Start kazoo and wait for its first connection (blocking; runs in an executor).
 
     kazoo reports the connection as soon as the server accepts the session,
@@ -221,7 +221,7 @@ def _start_client(client: Any, timeout_s: float, handshake: threading.Event | No
     return bool(client.connected)
 
 
-def _stop_client(client: Any) -> None:
+def stop_client(client: Any) -> None:
     """Stop kazoo, ending the session, and free its resources (blocking)."""
     try:
         client.stop()

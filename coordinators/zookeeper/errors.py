@@ -38,17 +38,17 @@ from coordinators.errors import (
 )
 
 # Errors of a login that no retry will fix.
-_AUTH_ERRORS: Final = (AuthFailedError, SASLException, SessionClosedRequireSaslError)
+AUTH_ERRORS: Final = (AuthFailedError, SASLException, SessionClosedRequireSaslError)
 
 
-class _Conflict(CoordinatorUnavailable):
+class Conflict(CoordinatorUnavailable):
     """The state a write relied on changed before it was applied; re-plan it."""
 
 
 # Reads are idempotent: one that lost its connection mid-flight is sent again.
-_READ_RETRY: Final = retry.READS.copy(retry=tenacity.retry_if_exception_type(ConnectionLoss))
+READ_RETRY: Final = retry.READS.copy(retry=tenacity.retry_if_exception_type(ConnectionLoss))
 # Writes whose implicit guards failed re-read and try again.
-_CONFLICT_RETRY: Final = retry.CONFLICTS.copy(retry=tenacity.retry_if_exception_type(_Conflict))
+CONFLICT_RETRY: Final = retry.CONFLICTS.copy(retry=tenacity.retry_if_exception_type(Conflict))
 
 # -------------------------------------------------------------------- errors
 
@@ -102,6 +102,6 @@ def translate(err: BaseException, what: str) -> PaimonGroupError:
     return CoordinatorError(f"ZooKeeper client error ({what}): {name}")
 
 
-# The one translation of kazoo (and socket) errors: ``with _translated(what):``.
+# The one translation of kazoo (and socket) errors: ``with translated(what):``.
 _KAZOO: Final = ErrorTranslation((KazooException, OSError), translate)
-_translated: Final = _KAZOO.translating
+translated: Final = _KAZOO.translating

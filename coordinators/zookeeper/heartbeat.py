@@ -19,20 +19,20 @@ from coordinators.errors import (
     SessionSuspended,
 )
 from coordinators.protocol import SessionState
-from coordinators.zookeeper.core import _session_id_of, _stop_client, _ZkCore
+from coordinators.zookeeper.core import ZkCore, session_id_of, stop_client
 from coordinators.zookeeper.session import ZooKeeperSession
 
 log = logging.getLogger("coordinators.zookeeper")  # the backend's one logger
 
 
-class _Heartbeat(_ZkCore):
+class Heartbeat(ZkCore):
     """The session's state, from kazoo's listener and a heartbeat task."""
 
     def _on_kazoo_state(self, client: Any, state: str) -> None:
         """kazoo's state listener: runs on kazoo's connection thread, must not block."""
         if state == KazooState.LOST:
             self._lost_flag = True
-        self._in_loop(self._apply_kazoo_state, state, _session_id_of(client))
+        self._in_loop(self._apply_kazoo_state, state, session_id_of(client))
 
     def _apply_kazoo_state(self, state: str, session_id: int | None) -> None:
         session, transitions = self._session, self._transitions
@@ -78,7 +78,7 @@ class _Heartbeat(_ZkCore):
 
     async def _retire(self, client: Any) -> None:
         assert self._loop is not None
-        await self._loop.run_in_executor(None, _stop_client, client)
+        await self._loop.run_in_executor(None, stop_client, client)
 
     def _require_session(self) -> ZooKeeperSession:
         """The session, if an ephemeral key may be created under it now."""
@@ -130,7 +130,7 @@ class _Heartbeat(_ZkCore):
             except KazooException as err:
                 log.debug("ZooKeeper heartbeat of session %s failed: %r", session.id, err)
                 continue
-            if _session_id_of(client) != session.raw_id:
+            if session_id_of(client) != session.raw_id:
                 self._lose("ZooKeeper opened a new session after the old one expired")
                 return
             if session.state is SessionState.SUSPENDED and client.connected:

@@ -32,25 +32,25 @@ from coordinators.protocol import (
     Op,
     Put,
 )
-from coordinators.zookeeper.errors import _Conflict
-from coordinators.zookeeper.heartbeat import _Heartbeat
-from coordinators.zookeeper.layout import _NONCE, FLAG_PREFIX, _Failure, _KeyState, _Txn, _TxnOp
-from coordinators.zookeeper.planning import _Planner
+from coordinators.zookeeper.errors import Conflict
+from coordinators.zookeeper.heartbeat import Heartbeat
+from coordinators.zookeeper.layout import FLAG_PREFIX, NONCE, Failure, KeyState, Txn, TxnOp
+from coordinators.zookeeper.planning import Planner
 
 log = logging.getLogger("coordinators.zookeeper")  # the backend's one logger
 
 
-class _Keys(_Planner, _Heartbeat):
+class Keys(Planner, Heartbeat):
     """The key operations of the protocol over the znode layout."""
 
-    async def _read_states(self, keys: Iterable[str]) -> dict[str, _KeyState]:
+    async def _read_states(self, keys: Iterable[str]) -> dict[str, KeyState]:
         """The current state of each key (two pipelined reads per key)."""
         wanted = list(dict.fromkeys(keys))
         if not wanted:
             return {}
         client = self._live_client()
 
-        async def read() -> dict[str, _KeyState]:
+        async def read() -> dict[str, KeyState]:
             sent = []
             for key in wanted:
                 # Flag first: if the value znode read then shows a later
@@ -65,23 +65,23 @@ class _Keys(_Planner, _Heartbeat):
 
         return await self._reading(read)
 
-    def _state_of(self, key: str, flag: Any, value: Any) -> _KeyState:
+    def _state_of(self, key: str, flag: Any, value: Any) -> KeyState:
         for reply in (flag, value):
             if isinstance(reply, BaseException) and not isinstance(reply, NoNodeError):
                 raise reply
         if isinstance(value, NoNodeError):
-            return _KeyState("absent")
+            return KeyState("absent")
         data, stat = value
         if isinstance(flag, NoNodeError):
-            return _KeyState("dir", data_version=stat.version, children=stat.numChildren)
+            return KeyState("dir", data_version=stat.version, children=stat.numChildren)
         flag_data, flag_stat = flag
         nonce = bytes(flag_data).decode("ascii", "replace")
-        if not _NONCE.fullmatch(nonce):
+        if not NONCE.fullmatch(nonce):
             raise CorruptValue(
                 f"ZooKeeper znode {self._flag(key)} is not a key flag of this program"
             )
         self._remember_epoch(key, flag_stat.czxid, nonce)
-        return _KeyState(
+        return KeyState(
             "key",
             nonce=nonce,
             create_version=flag_stat.czxid,
@@ -93,7 +93,7 @@ class _Keys(_Planner, _Heartbeat):
         )
 
     @staticmethod
-    def _entry(key: str, state: _KeyState) -> Entry | None:
+    def _entry(key: str, state: KeyState) -> Entry | None:
         if state.kind != "key":
             return None
         return Entry(key, state.value, state.mzxid, state.create_version, state.ephemeral)
@@ -135,7 +135,7 @@ class _Keys(_Planner, _Heartbeat):
         entries = (self._entry(key, states[key]) for key in keys)
         return [e for e in entries if e is not None]
 
-    async def _multi(self, txn: _Txn, what: str) -> _Failure | None:
+    async def _multi(self, txn: Txn, what: str) -> Failure | None:
         """Run ``txn`` as one ``multi``: None if applied, else the failing op."""
         client = self._live_client()
         request = client.transaction()
@@ -153,9 +153,9 @@ class _Keys(_Planner, _Heartbeat):
             if isinstance(result, BaseException) and not isinstance(
                 result, RolledBackError | RuntimeInconsistency
             ):
-                return _Failure(op, result)
+                return Failure(op, result)
         if any(isinstance(r, BaseException) for r in results):
-            return _Failure(txn.ops[0], RuntimeInconsistency())
+            return Failure(txn.ops[0], RuntimeInconsistency())
         return None
 
     async def _ensure_parent(self, key: str) -> None:
@@ -167,14 +167,14 @@ class _Keys(_Planner, _Heartbeat):
             list(self._acl),
         )
 
-    async def _after_failure(self, failure: _Failure) -> None:
-        """Prepare the next attempt after an implicit guard failed; raises _Conflict."""
+    async def _after_failure(self, failure: Failure) -> None:
+        """Prepare the next attempt after an implicit guard failed; raises Conflict."""
         error, op = failure.error, failure.op
         if isinstance(error, NoNodeError) and op.kind == "create":
             await self._ensure_parent(op.key)
         elif not isinstance(error, NodeExistsError | NoNodeError | BadVersionError | NotEmptyError):
             raise error
-        raise _Conflict(
+        raise Conflict(
             "ZooKeeper writes kept conflicting with concurrent changes of the same keys; retry"
         )
 
@@ -183,11 +183,11 @@ class _Keys(_Planner, _Heartbeat):
         value = bytes(value)
         if ephemeral:
             self._require_session()
-        state: _KeyState | None = None
+        state: KeyState | None = None
 
         async def attempt() -> Entry | None:
             nonlocal state
-            current = state or _KeyState("absent")
+            current = state or KeyState("absent")
             if current.kind == "key":
                 return None
             if current.kind == "dir" and ephemeral and current.children:
@@ -198,7 +198,7 @@ class _Keys(_Planner, _Heartbeat):
             if ephemeral:
                 self._require_session()
             nonce = uuid.uuid4().hex
-            txn = _Txn()
+            txn = Txn()
             self._create_ops(txn, key, current, value, nonce, ephemeral)
             try:
                 failure = await self._multi(txn, f"create {key}")
@@ -209,7 +209,7 @@ class _Keys(_Planner, _Heartbeat):
                 state = (await self._read_states([key]))[key]
                 if state.kind == "key" and state.nonce == nonce:
                     return await self._created(key, nonce, value, ephemeral)
-                raise _Conflict(f"lost the connection while creating {key}; retry") from None
+                raise Conflict(f"lost the connection while creating {key}; retry") from None
             if failure is None:
                 return await self._created(key, nonce, value, ephemeral)
             if failure.op.path == self._flag(key) and isinstance(failure.error, NodeExistsError):
@@ -233,7 +233,7 @@ class _Keys(_Planner, _Heartbeat):
         stat = await self._reading(read_marker)
         if stat is None:
             # Deleted by someone else already: our incarnation is gone.
-            raise _Conflict(f"{key} was deleted right after we created it; retry")
+            raise Conflict(f"{key} was deleted right after we created it; retry")
         if ephemeral:
             session = self.session
             if stat.ephemeralOwner != session.raw_id:
@@ -246,10 +246,10 @@ class _Keys(_Planner, _Heartbeat):
 
     async def _delete_ghost(self, key: str, nonce: str) -> None:
         """Delete an ephemeral key a replacement session created for us by mistake."""
-        txn = _Txn()
-        txn.add(_TxnOp("delete", self._epoch(key, nonce), key, False))
-        txn.add(_TxnOp("delete", self._flag(key), key, False))
-        txn.add(_TxnOp("delete", self._znode(key), key, False))
+        txn = Txn()
+        txn.add(TxnOp("delete", self._epoch(key, nonce), key, False))
+        txn.add(TxnOp("delete", self._flag(key), key, False))
+        txn.add(TxnOp("delete", self._znode(key), key, False))
         try:
             await self._multi(txn, f"delete {key}")
         except (KazooException, CoordinatorError) as err:
@@ -262,7 +262,7 @@ class _Keys(_Planner, _Heartbeat):
             state = (await self._read_states([key]))[key]
             if state.kind != "key":
                 return False  # linearised at the read
-            txn = _Txn()
+            txn = Txn()
             self._delete_ops(txn, key, state)
             failure = await self._multi(txn, f"delete {key}")
             if failure is None:

@@ -17,7 +17,7 @@ from coordinators.protocol import (
 RESERVED_PREFIX: Final = ".pg-"
 FLAG_PREFIX: Final = ".pg-key."
 EPOCH_PREFIX: Final = ".pg-epoch."
-_NONCE = re.compile(r"[0-9a-f]{32}")
+NONCE = re.compile(r"[0-9a-f]{32}")
 # How many (key, create_version) -> nonce entries a coordinator remembers.
 _EPOCH_CACHE_SIZE: Final = 4096
 
@@ -25,7 +25,7 @@ _EPOCH_CACHE_SIZE: Final = 4096
 
 
 @dataclass(frozen=True, slots=True)
-class _KeyState:
+class KeyState:
     """What a key looks like on the server (read before a write)."""
 
     kind: Literal["absent", "dir", "key"]
@@ -40,11 +40,11 @@ class _KeyState:
     new: bool = False
 
 
-_ASSUMED_KEY: Final = _KeyState("key")
+ASSUMED_KEY: Final = KeyState("key")
 
 
 @dataclass(frozen=True, slots=True)
-class _TxnOp:
+class TxnOp:
     kind: Literal["create", "delete", "set", "check"]
     path: str
     key: str
@@ -54,25 +54,25 @@ class _TxnOp:
     ephemeral: bool = False
 
 
-class _Txn:
+class Txn:
     """The operations of one ``multi`` and where each came from."""
 
     def __init__(self) -> None:
-        self.ops: list[_TxnOp] = []
+        self.ops: list[TxnOp] = []
 
-    def add(self, op: _TxnOp) -> None:
+    def add(self, op: TxnOp) -> None:
         self.ops.append(op)
 
 
 @dataclass(frozen=True, slots=True)
-class _Failure:
-    op: _TxnOp
+class Failure:
+    op: TxnOp
     error: BaseException
 
-def _join(directory: str, name: str) -> str:
+def child_znode(directory: str, name: str) -> str:
     return f"{directory}{name}" if directory.endswith("/") else f"{directory}/{name}"
 
-class _Layout:
+class Layout:
     """Where a key's znodes are (see "Znode layout" in the package docstring)."""
 
     _prefix: str
@@ -113,7 +113,7 @@ class _Layout:
         return self._dir_znode(key.rpartition("/")[0])
 
     def _sibling(self, key: str, name: str) -> str:
-        return _join(self._parent_znode(key), name)
+        return child_znode(self._parent_znode(key), name)
 
     def _flag(self, key: str) -> str:
         return self._sibling(key, FLAG_PREFIX + key.rpartition("/")[2])

@@ -13,49 +13,49 @@ from coordinators.protocol import (
     Op,
     Put,
 )
-from coordinators.zookeeper.layout import _ASSUMED_KEY, _KeyState, _Layout, _Txn, _TxnOp
+from coordinators.zookeeper.layout import ASSUMED_KEY, KeyState, Layout, Txn, TxnOp
 
 
-class _Planner(_Layout):
+class Planner(Layout):
     """Turns checks and operations into one ``multi`` (see \"Commits\")."""
 
     def _create_ops(
-        self, txn: _Txn, key: str, state: _KeyState, value: bytes, nonce: str, ephemeral: bool
+        self, txn: Txn, key: str, state: KeyState, value: bytes, nonce: str, ephemeral: bool
     ) -> None:
         """Make ``key`` (absent or a plain directory) a key with ``value``."""
         znode, flag, epoch = self._znode(key), self._flag(key), self._epoch(key, nonce)
         marker = nonce.encode("ascii")
         if state.kind == "absent":
-            txn.add(_TxnOp("create", znode, key, False, value, ephemeral=ephemeral))
-            txn.add(_TxnOp("create", flag, key, False, marker, ephemeral=ephemeral))
-            txn.add(_TxnOp("create", epoch, key, False, ephemeral=ephemeral))
+            txn.add(TxnOp("create", znode, key, False, value, ephemeral=ephemeral))
+            txn.add(TxnOp("create", flag, key, False, marker, ephemeral=ephemeral))
+            txn.add(TxnOp("create", epoch, key, False, ephemeral=ephemeral))
         elif ephemeral:
             # An ephemeral value znode: replace the (empty) directory znode.
-            txn.add(_TxnOp("create", flag, key, False, marker, ephemeral=True))
-            txn.add(_TxnOp("create", epoch, key, False, ephemeral=True))
-            txn.add(_TxnOp("delete", znode, key, False, version=state.data_version))
-            txn.add(_TxnOp("create", znode, key, False, value, ephemeral=True))
+            txn.add(TxnOp("create", flag, key, False, marker, ephemeral=True))
+            txn.add(TxnOp("create", epoch, key, False, ephemeral=True))
+            txn.add(TxnOp("delete", znode, key, False, version=state.data_version))
+            txn.add(TxnOp("create", znode, key, False, value, ephemeral=True))
         else:
-            txn.add(_TxnOp("create", flag, key, False, marker))
-            txn.add(_TxnOp("create", epoch, key, False))
-            txn.add(_TxnOp("set", znode, key, False, value))
+            txn.add(TxnOp("create", flag, key, False, marker))
+            txn.add(TxnOp("create", epoch, key, False))
+            txn.add(TxnOp("set", znode, key, False, value))
 
-    def _delete_ops(self, txn: _Txn, key: str, state: _KeyState) -> _KeyState:
+    def _delete_ops(self, txn: Txn, key: str, state: KeyState) -> KeyState:
         """Delete key ``key`` (state ``key``); the state it leaves."""
-        txn.add(_TxnOp("delete", self._epoch(key, state.nonce), key, False))
-        txn.add(_TxnOp("delete", self._flag(key), key, False))
+        txn.add(TxnOp("delete", self._epoch(key, state.nonce), key, False))
+        txn.add(TxnOp("delete", self._flag(key), key, False))
         if state.children:
             # Keys below it keep its znode: leave it as a plain directory.
-            txn.add(_TxnOp("set", self._znode(key), key, False))
-            return _KeyState("dir", children=state.children)
-        txn.add(_TxnOp("delete", self._znode(key), key, False))
-        return _KeyState("absent")
+            txn.add(TxnOp("set", self._znode(key), key, False))
+            return KeyState("dir", children=state.children)
+        txn.add(TxnOp("delete", self._znode(key), key, False))
+        return KeyState("absent")
 
-    def _absence_ops(self, txn: _Txn, key: str, explicit: bool) -> None:
+    def _absence_ops(self, txn: Txn, key: str, explicit: bool) -> None:
         """Fail the transaction if ``key`` exists (ZooKeeper has no 'check absent')."""
         flag = self._flag(key)
-        txn.add(_TxnOp("create", flag, key, explicit))
-        txn.add(_TxnOp("delete", flag, key, explicit))
+        txn.add(TxnOp("create", flag, key, explicit))
+        txn.add(TxnOp("delete", flag, key, explicit))
 
     def _plan_reads(
         self, checks: Sequence[Check], ops: Sequence[Op], optimistic: bool
@@ -77,11 +77,11 @@ class _Planner(_Layout):
         self,
         checks: Sequence[Check],
         ops: Sequence[Op],
-        states: dict[str, _KeyState],
+        states: dict[str, KeyState],
         optimistic: bool,
-    ) -> _Txn | None:
+    ) -> Txn | None:
         """The ``multi`` of a commit, or None if a check fails already."""
-        txn = _Txn()
+        txn = Txn()
         for check in checks:
             key = check.key
             if check.absent:
@@ -93,18 +93,18 @@ class _Planner(_Layout):
                     if state.kind != "key" or state.create_version != check.create_version:
                         return None  # that incarnation is gone, and never comes back
                     nonce = state.nonce
-                txn.add(_TxnOp("check", self._epoch(key, nonce), key, True))
+                txn.add(TxnOp("check", self._epoch(key, nonce), key, True))
             else:
                 state = states[key]
                 if state.kind != "key" or state.mzxid != check.version:
                     return None  # written since (mzxid values are never reused)
-                txn.add(_TxnOp("check", self._epoch(key, state.nonce), key, True))
-                txn.add(_TxnOp("check", self._znode(key), key, True, version=state.data_version))
-        current: dict[str, _KeyState] = {}
+                txn.add(TxnOp("check", self._epoch(key, state.nonce), key, True))
+                txn.add(TxnOp("check", self._znode(key), key, True, version=state.data_version))
+        current: dict[str, KeyState] = {}
         guarded: set[str] = set()
         for op in ops:
             key = op.key
-            found = current.get(key) or states.get(key) or (_ASSUMED_KEY if optimistic else None)
+            found = current.get(key) or states.get(key) or (ASSUMED_KEY if optimistic else None)
             assert found is not None, f"state of {key} not read"
             state = found
             if isinstance(op, Put):
@@ -113,12 +113,12 @@ class _Planner(_Layout):
                     if not state.new:
                         # Still a key when the multi runs (maybe another
                         # incarnation: a put overwrites whatever is there).
-                        txn.add(_TxnOp("check", self._flag(key), key, False))
-                    txn.add(_TxnOp("set", self._znode(key), key, False, value))
+                        txn.add(TxnOp("check", self._flag(key), key, False))
+                    txn.add(TxnOp("set", self._znode(key), key, False, value))
                 else:
                     nonce = uuid.uuid4().hex
                     self._create_ops(txn, key, state, value, nonce, ephemeral=False)
-                    state = _KeyState("key", nonce=nonce, children=state.children, new=True)
+                    state = KeyState("key", nonce=nonce, children=state.children, new=True)
             elif state.kind == "key":
                 state = self._delete_ops(txn, key, state)
                 guarded.add(key)

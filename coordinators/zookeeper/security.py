@@ -15,7 +15,7 @@ from kazoo.security import ACL, CREATOR_ALL_ACL, Id, Permissions
 from coordinators.errors import CREDENTIALS_HOW, ConfigError
 from coordinators.protocol import ConnectOptions
 
-# kazoo logs through this logger (see _RedactCredentials).
+# kazoo logs through this logger (see RedactCredentials).
 kazoo_log = logging.getLogger("coordinators.zookeeper.kazoo")
 
 _PERMS: Final = {
@@ -59,7 +59,7 @@ def parse_acl(spec: str) -> tuple[ACL, ...]:
 
 
 @dataclass(frozen=True)
-class _Credentials:
+class Credentials:
     """What kazoo needs to authenticate. Never printed."""
 
     scheme: Literal["digest", "sasl"]
@@ -68,7 +68,7 @@ class _Credentials:
     secrets: tuple[str, ...] = field(repr=False)
 
     def __repr__(self) -> str:
-        return f"_Credentials(scheme={self.scheme!r})"
+        return f"Credentials(scheme={self.scheme!r})"
 
     @property
     def mechanism(self) -> str:
@@ -86,7 +86,7 @@ class _Credentials:
         return str(self.sasl_options.get("mechanism", "")).upper() == "PLAIN"
 
 
-def _credentials(options: ConnectOptions) -> _Credentials | None:
+def credentials_of(options: ConnectOptions) -> Credentials | None:
     username, password = options.username, options.password
     scheme = options.auth_scheme or ("digest" if username or password else None)
     if scheme is None:
@@ -100,7 +100,7 @@ def _credentials(options: ConnectOptions) -> _Credentials | None:
     if scheme == "digest":
         if ":" in username:
             raise ConfigError("a ZooKeeper digest username cannot contain ':'")
-        return _Credentials("digest", [("digest", f"{username}:{secret}")], None, (secret,))
+        return Credentials("digest", [("digest", f"{username}:{secret}")], None, (secret,))
     sasl = {
         "mechanism": options.extra.get("sasl_mechanism", "DIGEST-MD5"),
         "username": username,
@@ -108,10 +108,10 @@ def _credentials(options: ConnectOptions) -> _Credentials | None:
     }
     if "sasl_service" in options.extra:
         sasl["service"] = options.extra["sasl_service"]
-    return _Credentials("sasl", [], sasl, (secret,))
+    return Credentials("sasl", [], sasl, (secret,))
 
 
-class _RedactCredentials(logging.Filter):
+class RedactCredentials(logging.Filter):
     """Keeps credentials out of kazoo's log records.
 
     kazoo logs every request it sends at DEBUG, authentication packets
@@ -155,5 +155,5 @@ class _RedactCredentials(logging.Filter):
         return True
 
 
-_REDACTOR: Final = _RedactCredentials()
-kazoo_log.addFilter(_REDACTOR)
+REDACTOR: Final = RedactCredentials()
+kazoo_log.addFilter(REDACTOR)

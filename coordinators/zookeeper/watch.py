@@ -13,7 +13,7 @@ from kazoo.protocol.states import EventType, KazooState, WatchedEvent
 
 from coordinators.errors import CoordinatorError
 from coordinators.protocol import Watch
-from coordinators.zookeeper.layout import FLAG_PREFIX, _join
+from coordinators.zookeeper.layout import FLAG_PREFIX, child_znode
 
 log = logging.getLogger("coordinators.zookeeper")  # the backend's one logger
 
@@ -41,10 +41,10 @@ class _Host(Protocol):
 
     def _last_zxid(self) -> int: ...
 
-    def _forget(self, watch: _ZkWatch) -> None: ...
+    def _forget(self, watch: ZkWatch) -> None: ...
 
 
-class _ZkWatch(Watch):
+class ZkWatch(Watch):
     """A level-triggered watch of a directory's direct children; see the module docstring."""
 
     def __init__(
@@ -83,7 +83,7 @@ class _ZkWatch(Watch):
         self._task = loop.create_task(self._arm_loop(), name=f"zk-watch-{self.prefix}")
 
     def _child(self, name: str) -> str:
-        return _join(self._dir, name)
+        return child_znode(self._dir, name)
 
     # kazoo's callback thread
     def _on_event(self, event: WatchedEvent) -> None:

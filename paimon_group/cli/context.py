@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from coordinators.base import ConnectOptions, Coordinator
 from coordinators.errors import ConfigError
+from coordinators.protocol import ConnectOptions, Coordinator
 from paimon_group.cli.options import build_connect_options, catalog_options
 from paimon_group.config.member import resolve_coordinator
 

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from coordinators.base import ConnectOptions
 from coordinators.errors import ConfigError
+from coordinators.protocol import ConnectOptions
 from coordinators.registry import open_coordinator, redact_url
 from paimon_group.cli.context import admin_coordinator, echo_json, group_table, open_table
 from paimon_group.cli.errors import friendly_errors

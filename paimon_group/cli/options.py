@@ -16,9 +16,9 @@ from typing import Any, TypeVar
 
 import click
 
-from coordinators.base import ConnectOptions, Secret
 from coordinators.credentials import describe_option
 from coordinators.errors import ConfigError
+from coordinators.protocol import ConnectOptions, Secret
 
 F = TypeVar("F", bound=Callable[..., Any])
 

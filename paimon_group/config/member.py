@@ -15,9 +15,9 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from coordinators.base import ConnectOptions
 from coordinators.credentials import masked_repr
 from coordinators.errors import ConfigError
+from coordinators.protocol import ConnectOptions
 from paimon_group.config.projection import parse_columns
 from paimon_group.config.timing import MemberTiming, default_margin_s
 from paimon_group.config.warehouses import (

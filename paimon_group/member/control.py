@@ -17,8 +17,8 @@ import functools
 import logging
 import time
 
-from coordinators.base import SessionState
 from coordinators.errors import CoordinatorError, PaimonGroupError, SessionLost
+from coordinators.protocol import SessionState
 from paimon_group.errors import MemberRemoved
 from paimon_group.member.balance import LeaderLoads, full_scan_pending
 from paimon_group.member.core import MemberCore

@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from coordinators.base import Coordinator
+from coordinators.protocol import Coordinator
 from coordinators.registry import redact_url
 from paimon_group.config.member import MemberConfig
 from paimon_group.member.head import HeadView

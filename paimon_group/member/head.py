@@ -64,8 +64,8 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
-from coordinators.base import Check, Coordinator, Put
 from coordinators.errors import CoordinatorError
+from coordinators.protocol import Check, Coordinator, Put
 from paimon_group.protocol.names import GroupKeys
 
 __all__ = [

@@ -23,8 +23,8 @@ import uuid
 
 import tenacity
 
-from coordinators.base import Coordinator, SessionState
 from coordinators.errors import CoordinatorError, PaimonGroupError, SessionLost
+from coordinators.protocol import Coordinator, SessionState
 from coordinators.registry import open_coordinator
 from paimon_group.config.warehouses import normalised_warehouse
 from paimon_group.errors import MemberIdInUse

@@ -32,7 +32,7 @@ import enum
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from coordinators.base import Coordinator
+from coordinators.protocol import Coordinator
 from paimon_group.config.member import MemberConfig
 
 

@@ -41,7 +41,7 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
-from coordinators.base import Coordinator, Watch
+from coordinators.protocol import Coordinator, Watch
 from paimon_group.protocol.names import GroupKeys
 
 NAMES = ("group", "members", "owners")

@@ -27,8 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from coordinators.base import Coordinator
 from coordinators.errors import ConfigError, CorruptValue
+from coordinators.protocol import Coordinator
 from paimon_group.errors import GroupBusy
 from paimon_group.ops.report import GroupNotFound, GroupReport, report_from_state
 from paimon_group.ops.reset import FORCE_ATTEMPTS, admin_mirror, check_table

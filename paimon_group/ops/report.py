@@ -41,8 +41,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from coordinators.base import Coordinator
 from coordinators.errors import ConfigError
+from coordinators.protocol import Coordinator
 from paimon_group.ops.lag import DEFAULT_MAX_SNAPSHOTS, ShardProgress, SnapshotFacts
 from paimon_group.ops.retention import DataLossEstimate, earliest_loss
 from paimon_group.protocol.group import GroupClient

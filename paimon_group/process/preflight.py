@@ -32,8 +32,8 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from coordinators.base import ConnectOptions
 from coordinators.errors import ConfigError, CoordinatorUnavailable
+from coordinators.protocol import ConnectOptions
 from coordinators.registry import open_coordinator, redact_url, scheme_of
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """The group protocol on top of the coordinator protocol, written once.
 
-:class:`GroupClient` takes a connected :class:`~coordinators.base.Coordinator`
+:class:`GroupClient` takes a connected :class:`~coordinators.protocol.Coordinator`
 (never a backend) and speaks the group's key layout
 (:class:`~paimon_group.protocol.names.GroupKeys`). Every write that matters is one
 guarded commit:
@@ -50,7 +50,7 @@ import asyncio
 import time
 from collections.abc import Iterable, Mapping
 
-from coordinators.base import Check, Coordinator, Delete, Entry, Put
+from coordinators.protocol import Check, Coordinator, Delete, Entry, Put
 from paimon_group.errors import CoordinatorUnavailable, MemberIdInUse, ShardCountMismatch
 from paimon_group.protocol import commit_size
 from paimon_group.protocol.group_views import GroupState, OwnerView, Removal, leader_of, owner_view

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from coordinators.base import Check, Put
 from coordinators.errors import CoordinatorUnavailable
+from coordinators.protocol import Check, Put
 from paimon_group.protocol.group import GroupClient
 from paimon_group.protocol.records import GroupStart
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from coordinators.base import Entry
+from coordinators.protocol import Entry
 from paimon_group.protocol.records import Assignment, GroupMeta, MemberInfo, Owner, Position
 
 __all__ = ["GroupState", "OwnerView", "Removal", "leader_of", "owner_view"]

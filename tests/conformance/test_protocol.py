@@ -1,4 +1,4 @@
-"""Conformance: keys, versions, guarded commits (see coordinators.base)."""
+"""Conformance: keys, versions, guarded commits (see coordinators.protocol)."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ keep-alive task renewing the session every quarter of the timeout; the local
 deadline moves to the send time of the last acknowledged renewal plus the
 timeout, as every real backend's does (invariant 3).
 
-:class:`FaultyCoordinator` wraps a :class:`~coordinators.base.Coordinator`
+:class:`FaultyCoordinator` wraps a :class:`~coordinators.protocol.Coordinator`
 (every method of the protocol: ``connect``, ``close``, ``get``, ``list``,
 ``create``, ``commit``, ``delete``, ``watch``) and, per call, asks a
 :class:`FaultPlan` what goes wrong. The plan is a pure function of
@@ -63,7 +63,13 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from coordinators.base import (
+from coordinators.errors import (
+    CoordinatorError,
+    CoordinatorUnavailable,
+    SessionLost,
+    SessionSuspended,
+)
+from coordinators.protocol import (
     Check,
     ConnectOptions,
     Coordinator,
@@ -75,12 +81,6 @@ from coordinators.base import (
     Watch,
     validate_dir,
     validate_key,
-)
-from coordinators.errors import (
-    CoordinatorError,
-    CoordinatorUnavailable,
-    SessionLost,
-    SessionSuspended,
 )
 
 

@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from coordinators import registry
-from coordinators.base import ConnectOptions, Coordinator
+from coordinators.protocol import ConnectOptions, Coordinator
 from paimon_group import GroupMember, MemberConfig
 from paimon_group.errors import (
     BatchExpired,

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from coordinators.base import ConnectOptions, Secret
 from coordinators.errors import ConfigError
+from coordinators.protocol import ConnectOptions, Secret
 from coordinators.registry import scheme_of
 from paimon_group.config.member import MemberConfig, resolve_coordinator
 from paimon_group.protocol.names import validate_group
