@@ -87,7 +87,7 @@ def record_the_end_of_the_leave(monkeypatch: pytest.MonkeyPatch,
 
     async def leave(self: Membership) -> None:
         await real_leave(self)
-        group = self._core._group
+        group = self._core.group
         assert group is not None
         at_end["owners"] = {s: v.member_id for s, v in (await group.owners()).items()}
         at_end["positions"] = await group.positions()

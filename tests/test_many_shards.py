@@ -125,9 +125,9 @@ async def test_a_release_of_70_shards_takes_three_commits(coordinator: Coordinat
     assert deletions == [32, 32, 6]
     assert core._owned == {} and all(o.dropped for o in owned)
     assert listener.calls == [("revoked", list(range(70)))]
-    assert core._group is not None
-    assert await core._group.owners() == {}
-    positions = await core._group.positions()
+    assert core.group is not None
+    assert await core.group.owners() == {}
+    positions = await core.group.positions()
     assert sorted(positions) == list(range(1, 70, 2))  # those that had one, no others
     assert {p.next_snapshot for p in positions.values()} == {5}
 
@@ -137,17 +137,17 @@ async def test_a_refused_release_commit_is_done_again_shard_by_shard(
         coordinator: Coordinator) -> None:
     core, listener, ownership = ownership_part(coordinator)
     owned = [await owned_shard(core, s, at=3) for s in range(40)]
-    assert core._group is not None
+    assert core.group is not None
     # Shard 7's owner key was deleted meanwhile (``members remove``): the
     # first commit's check fails, so its 32 shards are released one by one.
-    assert await core._group.release(7, owned[7].epoch)
+    assert await core.group.release(7, owned[7].epoch)
     deletions = count_commits(coordinator)
     for o in owned:
         o.revoke()
     await ownership.revoke(list(range(40)), reason="reassigned")
     assert deletions == [32, *[1] * 32, 8]
     assert listener.calls == [("revoked", [s for s in range(40) if s != 7]), ("lost", [7])]
-    assert await core._group.owners() == {}
+    assert await core.group.owners() == {}
 
 
 @pytest.mark.asyncio
@@ -157,7 +157,7 @@ async def test_acquisitions_stop_once_a_newer_generation_is_out(
     core = make_core(coordinator)
     ownership = ShardOwnership(core, Commits(core))
     ownership._resume_from_file = lambda shard: None  # type: ignore[method-assign]
-    group = core._group
+    group = core.group
     assert group is not None
     first = Assignment(generation=1, leader="m", leader_epoch=1, shards={"m": list(range(50))})
     await coordinator.commit([], [_put_assignment(group, first)])

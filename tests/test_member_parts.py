@@ -22,7 +22,7 @@ from coordinators.protocol import Coordinator
 from paimon_group.config.member import MemberConfig
 from paimon_group.member.commits import Commits
 from paimon_group.member.control import Control
-from paimon_group.member.core import MemberCore
+from paimon_group.member.core import JoinedSession, MemberCore
 from paimon_group.member.driving import Driving
 from paimon_group.member.membership import Membership
 from paimon_group.member.ownership import ShardOwnership
@@ -86,10 +86,10 @@ def make_core(coord: Coordinator, member: str = "m", listener: Listener | None =
     cfg = MemberConfig(group="g", warehouse="/nonexistent", table="db.t",
                        coordinator="memory://unused", member_id=member, session_timeout_s=3)
     core = MemberCore(cfg, listener=listener)
-    core._coord = coord
-    core._group = GroupClient(coord, "g")
+    core.replace_session(JoinedSession(
+        meta=None, planner=None, mirror=NoMirror(),  # type: ignore[arg-type]
+        coordinator=coord, group=GroupClient(coord, "g")))
     core._joined.set()
-    core._mirror = NoMirror()  # type: ignore[assignment]
     return core
 
 
@@ -102,12 +102,12 @@ def ownership_part(coord: Coordinator) -> tuple[MemberCore, Listener, ShardOwner
 
 async def owned_shard(core: MemberCore, shard: int, *, at: int | None = None) -> OwnedShard:
     """Acquire ``shard``'s owner key for the core's member (and commit ``at``)."""
-    assert core._group is not None
-    epoch = await core._group.acquire(shard, core.member_id, 1)
+    assert core.group is not None
+    epoch = await core.group.acquire(shard, core.member_id, 1)
     assert epoch is not None
     o = OwnedShard(shard=shard, epoch=epoch, generation=1)
     if at is not None:
-        assert await core._group.commit_positions({shard: (epoch, at)}, core.member_id)
+        assert await core.group.commit_positions({shard: (epoch, at)}, core.member_id)
         o.next_snapshot = o.committed = at
     core._owned[shard] = o
     return o
@@ -131,8 +131,8 @@ async def test_commits_advance_an_owned_shard_and_drop_a_stale_one(
     assert stale.dropped and 1 not in core._owned
     assert core.stats.rejected_commits == 1
     assert listener.calls == [("lost", [1])]
-    assert core._group is not None
-    position, _ = await core._group.position(0)
+    assert core.group is not None
+    position, _ = await core.group.position(0)
     assert position is not None and position.next_snapshot == 5
 
 
@@ -142,8 +142,8 @@ async def test_commits_read_back_takes_the_stored_position(coordinator: Coordina
     commits = Commits(core)
     o = await owned_shard(core, 0, at=3)
     # A commit that landed although its answer was lost: stored 9, we know 3.
-    assert core._group is not None
-    assert await core._group.commit_positions({0: (o.epoch, 9)}, "m")
+    assert core.group is not None
+    assert await core.group.commit_positions({0: (o.epoch, 9)}, "m")
     o.uncertain = True
     await commits.read_back([o])
     assert (o.uncertain, o.committed, o.next_snapshot) == (False, 9, 9)
@@ -182,9 +182,9 @@ async def test_ownership_revoke_commits_and_releases_in_one_step(
     assert core._owned == {} and o.dropped
     assert core.stats.shards_moved["revoked"] == 1
     assert listener.calls == [("revoked", [4])]
-    assert core._group is not None
-    assert (await core._group.owners_of([4])) == {}  # the owner key is gone
-    position, _ = await core._group.position(4)
+    assert core.group is not None
+    assert (await core.group.owners_of([4])) == {}  # the owner key is gone
+    position, _ = await core.group.position(4)
     assert position is not None and position.next_snapshot == 6
     assert not ownership.releases
 
@@ -195,9 +195,9 @@ async def test_ownership_check_drops_a_shard_whose_key_is_gone(
     core, listener, ownership = ownership_part(coordinator)
     kept = await owned_shard(core, 0, at=1)
     gone = await owned_shard(core, 1, at=1)
-    assert core._group is not None
-    assert await core._group.release(1, gone.epoch)  # as `members remove` would
-    await ownership.check_ownership(core._group)
+    assert core.group is not None
+    assert await core.group.release(1, gone.epoch)  # as `members remove` would
+    await ownership.check_ownership(core.group)
     assert sorted(core._owned) == [0] and kept.active and gone.dropped
     assert listener.calls == [("lost", [1])]
     assert not ownership.sweep_due  # the first check swept once
@@ -311,10 +311,10 @@ class RecordingOwnership(ShardOwnership):
 
 
 async def register(core: MemberCore, coord: Coordinator) -> None:
-    assert core._group is not None
+    assert core.group is not None
     info = MemberInfo(member_id=core.member_id, host="h", pid=1, version="0",
                       started_at=0.0, session=coord.session.id)
-    assert await core._group.register(info) is not None
+    assert await core.group.register(info) is not None
 
 
 @pytest.mark.asyncio
@@ -328,8 +328,8 @@ async def test_control_round_leads_publishes_and_follows(coordinator: Coordinato
     assert core.is_leader
     assert core.assignment is not None and core.assignment.shards_of("m") == [0, 1, 2]
     assert ownership.acquired == [([0, 1, 2], core.assignment.generation)]
-    assert core._group is not None
-    published, _ = await core._group.read_assignment()
+    assert core.group is not None
+    published, _ = await core.group.read_assignment()
     assert published is not None and published.generation == core.assignment.generation
 
 
@@ -352,15 +352,15 @@ async def test_membership_leave_deregisters_releases_and_resigns(
         coordinator: Coordinator) -> None:
     core = make_core(coordinator)
     await register(core, coordinator)
-    assert core._group is not None
-    core._leader_epoch = await core._group.try_lead("m")
+    assert core.group is not None
+    core._leader_epoch = await core.group.try_lead("m")
     assert core._leader_epoch is not None
     await owned_shard(core, 0, at=1)
     await owned_shard(core, 2, at=1)
     ownership = RecordingOwnership(core)
     membership = Membership(core, ownership, Control(core, ownership))
     await membership.leave()
-    assert "m" not in await core._group.members()
+    assert "m" not in await core.group.members()
     assert ownership.revoked == [([0, 2], "leaving")]
     assert all(o.revoking for o in core._owned.values())
-    assert await core._group.leader() is None and core._leader_epoch is None
+    assert await core.group.leader() is None and core._leader_epoch is None

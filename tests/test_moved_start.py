@@ -113,7 +113,7 @@ async def test_a_skipped_start_moves_once_for_every_shard(
         tasks.append(asyncio.ensure_future(_consume(b, got)))
         await _until(lambda: set(got) >= set(range(100)) or any(t.done() for t in tasks))
         await _stop_consuming(tasks)
-        client = GroupClient(a._coord, "d2")  # type: ignore[arg-type]
+        client = GroupClient(a.coordinator, "d2")  # type: ignore[arg-type]
         start = await read_group_start(client)
     finally:
         await _stop_consuming(tasks)

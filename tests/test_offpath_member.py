@@ -229,8 +229,8 @@ async def test_a_failed_start_pin_is_retried_before_anything_is_read(
     faulty_members(monkeypatch, fault)
     unpinned: list[int] = []
     async with GroupMember(config(table, memory_url(), "a")) as member:
-        assert member._coord is not None
-        client = GroupClient(member._coord, "g")
+        assert member.coordinator is not None
+        client = GroupClient(member.coordinator, "g")
 
         async def pinned(batch: Any) -> None:
             position, _ = await client.position(batch.shard)
@@ -281,8 +281,8 @@ async def test_release_after_an_ambiguous_step_commit_never_lowers_the_position(
             async with GroupMember(config(table, url, "b")) as b:
                 await until(lambda: _true(len(b.owned_shards) == 1
                                           and len(a.owned_shards) == 1), "one shard moved")
-                assert b._coord is not None
-                positions = await GroupClient(b._coord, "g").positions()
+                assert b.coordinator is not None
+                positions = await GroupClient(b.coordinator, "g").positions()
                 assert {s: p.next_snapshot for s, p in positions.items()} == {0: 3, 1: 3}
                 resume.set()
         finally:
@@ -453,7 +453,7 @@ async def test_a_start_that_fails_keeps_nothing_open(
             else:
                 async with member:
                     raise AssertionError("not reached")
-        assert member._coord is None
+        assert member.coordinator is None
         assert member.history._fd == -1
         assert await GroupClient(other, "g").members() == {}
         if how == "async with":
@@ -527,8 +527,8 @@ async def test_a_revoke_while_the_session_is_not_confirmed_live_releases_later(
     async def revoke(self: ShardOwnership, shards: list[int], *, reason: str) -> None:
         if self._core.member_id == "a" and reason == "reassigned" and not blinded:
             blinded.append(reason)
-            assert self._core._coord is not None
-            session = self._core._coord.session
+            assert self._core.coordinator is not None
+            session = self._core.coordinator.session
             real_is_live = session.is_live
             session.is_live = lambda margin_s=0.0: False  # type: ignore[method-assign]
             try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import uuid
 from pathlib import Path
 from typing import Any
@@ -71,8 +72,8 @@ async def test_the_read_loop_does_not_spin_while_the_member_rejoins(
         member._joined = joined
         reader = asyncio.ensure_future(batches.__anext__())
         await asyncio.sleep(0.2)  # the reader waits for a new snapshot
-        assert member._coord is not None
-        member._coord.session.mark(SessionState.LOST)  # type: ignore[attr-defined]
+        assert member.coordinator is not None
+        member.coordinator.session.mark(SessionState.LOST)  # type: ignore[attr-defined]
         for _ in range(3000):
             if member.state is MemberState.REJOINING:
                 break
@@ -131,8 +132,8 @@ async def test_a_rejoin_that_cannot_succeed_fails_the_member(
         while len(got) < 10:
             batch = await asyncio.wait_for(batches.__anext__(), timeout=30)
             got.update(batch.to_arrow().column("id").to_pylist())
-        assert member._coord is not None
-        member._coord.session.mark(SessionState.LOST)  # type: ignore[attr-defined]
+        assert member.coordinator is not None
+        member.coordinator.session.mark(SessionState.LOST)  # type: ignore[attr-defined]
         with pytest.raises((TableReplaced, CoordinatorError), match="injected"):
             await asyncio.wait_for(batches.__anext__(), timeout=30)
         assert member.state is MemberState.FAILED
@@ -208,8 +209,8 @@ async def test_a_session_lost_again_while_rejoining_is_retried(
         while len(got) < 10:
             batch = await asyncio.wait_for(batches.__anext__(), timeout=30)
             got.update(batch.to_arrow().column("id").to_pylist())
-        assert member._coord is not None
-        member._coord.session.mark(SessionState.LOST)  # type: ignore[attr-defined]
+        assert member.coordinator is not None
+        member.coordinator.session.mark(SessionState.LOST)  # type: ignore[attr-defined]
         write_rows(table, "db.t", range(10, 20))
         while len(got) < 20:
             batch = await asyncio.wait_for(batches.__anext__(), timeout=30)
@@ -248,7 +249,7 @@ async def test_a_read_back_that_spans_a_rejoin_skips_the_lost_shards(
             member = holder["member"]
             self.coordinator.session.mark(SessionState.LOST)  # type: ignore[attr-defined]
             deadline = asyncio.get_running_loop().time() + 30
-            while member._coord is self.coordinator:
+            while member.coordinator is self.coordinator:
                 assert asyncio.get_running_loop().time() < deadline, member.state
                 await asyncio.sleep(0.01)
         return result
@@ -346,14 +347,14 @@ async def test_a_start_resolved_across_a_rejoin_does_not_fail_the_member(
         if armed["left"]:
             armed["left"] -= 1
             member = holder["member"]
-            old = member._coord
+            old = member.coordinator
             loop = holder["loop"]
             assert old is not None
             loop.call_soon_threadsafe(old.session.mark, SessionState.LOST)  # type: ignore[attr-defined]
             import time
 
             deadline = time.monotonic() + 30
-            while member._coord is old:  # this runs on an I/O thread: the loop rejoins
+            while member.coordinator is old:  # this runs on an I/O thread: the loop rejoins
                 assert time.monotonic() < deadline, member.state
                 time.sleep(0.01)
         return found
@@ -395,9 +396,11 @@ async def test_a_driven_member_settling_while_it_leaves_holds_nothing(table: str
                 await asyncio.sleep(0.05)
             assert member.held_shards() == [0, 1]
             member._gate.stopping = True  # as stop() sets it, before the leave ends
-            coordinator, member._gate.coordinator = member._gate.coordinator, None
+            session = member.session
+            assert session is not None
+            member.replace_session(dataclasses.replace(session, coordinator=None))
             assert await member.settle_positions() == {}
-            member._gate.coordinator = coordinator
+            member.replace_session(session)
         finally:
             await member.stop()
 

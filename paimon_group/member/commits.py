@@ -180,7 +180,7 @@ class Commits:
             # leave stopped waiting for it). The next owner reads it again.
             self._record_commits(owned, next_snapshot, outcome="refused")
             raise
-        group = self._core._group
+        group = self._core.group
         if group is None:
             raise SessionLost("no session")
         updates = {s: (o.epoch, next_snapshot) for s, o in owned.items()}
@@ -237,7 +237,7 @@ class Commits:
                 o.committed = next_snapshot
                 o.full_scan = full_scan
                 o.start_moves = moves[s]
-                if self._core._mirror is not None and self._core._mirror.due(
+                if self._core.mirror is not None and self._core.mirror.due(
                         s, mirrored, full_scan_pending=full_scan is not None):
                     mirror_due.append(s)
             else:
@@ -271,7 +271,7 @@ class Commits:
         (nothing is delivered twice) and a release never re-commits the older
         value; if it did not, the stored value is ``committed`` already.
         """
-        group = self._core._group
+        group = self._core.group
         if not owned or group is None:
             return
         for o in owned:
@@ -296,15 +296,15 @@ class Commits:
                                  else position.start_moves)
 
     def _mirror_write_all(self, shards: list[int], n: int, full_scan_pending: bool) -> None:
-        assert self._core._mirror is not None
-        failed = self._core._mirror.write_many(shards, n, full_scan_pending=full_scan_pending)
+        assert self._core.mirror is not None
+        failed = self._core.mirror.write_many(shards, n, full_scan_pending=full_scan_pending)
         for shard, err in failed.items():
             log.warning("shard %d: consumer file not written: %s", shard, err)
 
     def mirror_write(self, shard: int, n: int, force: bool,
                       full_scan_pending: bool = False) -> None:
-        assert self._core._mirror is not None
+        assert self._core.mirror is not None
         try:
-            self._core._mirror.write(shard, n, force=force, full_scan_pending=full_scan_pending)
+            self._core.mirror.write(shard, n, force=force, full_scan_pending=full_scan_pending)
         except Exception as err:
             log.warning("shard %d: consumer file not written: %s", shard, err)

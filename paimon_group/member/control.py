@@ -55,7 +55,7 @@ class Control:
         fired: set[str] = {"start"}
         while not self._core._stopping:
             self._core._last_loop_tick = time.monotonic()
-            coord = self._core._coord
+            coord = self._core.coordinator
             if coord is None:
                 raise SessionLost("no session")
             if coord.session.state is SessionState.LOST:
@@ -84,7 +84,8 @@ class Control:
         (:class:`~paimon_group.member.watches.ControlWatches`: the members
         watch is open while we lead, the owners watch while we wait to
         acquire; one opened now counts as fired, the round re-reads)."""
-        watches = self._core._control_watches
+        session = self._core.session
+        watches = None if session is None else session.watches
         if watches is None:
             raise SessionLost("no session")
         opened = await watches.update(leading=self._core._leader_epoch is not None,
@@ -101,7 +102,7 @@ class Control:
         acquisitions; everything is re-read on a group change, a member change
         on the leader, a local wake-up and every tick.
         """
-        group = self._core._group
+        group = self._core.group
         assert group is not None
         if self._ownership.releases:
             released = await self._ownership.releases.retry(group)
@@ -261,7 +262,7 @@ class Control:
     ) -> tuple[dict[str, list[int]], dict[int, int]]:
         """The next assignment by the group's assignor, and the shard loads it
         used (``{}`` for the count assignor); see :mod:`paimon_group.member.balance`."""
-        chosen = self._core._meta.assignor if self._core._meta is not None else None
+        chosen = self._core.meta.assignor if self._core.meta is not None else None
         if choose_assignor(chosen, len(members)) == "count":
             return assign(self._core.num_shards, members, basis), {}
         await self._loads.refresh(functools.partial(self._measure_loads, group))

@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from coordinators.protocol import Coordinator
@@ -80,6 +80,32 @@ class MemberStats:
 Handler = Callable[[ShardBatch], Any]
 
 
+@dataclass(frozen=True)
+class JoinedSession:
+    """What one join of the group opened and learned, replaced whole by
+    membership (:meth:`MemberCore.replace_session`) on a join, a rejoin and a
+    close, so that no part ever sees the coordinator of one session with the
+    group client or watches of another.
+
+    ``meta``, ``planner`` and ``mirror`` outlive the session they were made
+    in: a closed session (``coordinator``, ``group`` and ``watches`` None,
+    while the member rejoins or after it left) keeps them, so the table is
+    still checked against the group's identity while the coordinator is
+    unreachable, and the planner and the consumer files' mirror are made once
+    per member."""
+
+    meta: GroupMeta
+    planner: ShardPlanner
+    mirror: ConsumerMirror
+    coordinator: Coordinator | None = None
+    group: GroupClient | None = None
+    watches: ControlWatches | None = None
+
+    def closed(self) -> JoinedSession:
+        """This session without its coordinator, group client and watches."""
+        return replace(self, coordinator=None, group=None, watches=None)
+
+
 class MemberCore:
     """The shared state of a member; see the module docstring."""
 
@@ -110,10 +136,9 @@ class MemberCore:
         self.table: ShardedTable | None = None
         self.num_shards = 0
         self.sharding = ShardRule.BUCKET
-        self._meta: GroupMeta | None = None
-        self._planner: ShardPlanner | None = None
-        self._mirror: ConsumerMirror | None = None
-        self._group: GroupClient | None = None
+        # The joined session (None before the first join), replaced whole by
+        # membership alone (replace_session).
+        self._session: JoinedSession | None = None
         self._owned: dict[int, OwnedShard] = {}
         self._leader_epoch: int | None = None
         self._assignment: Assignment | None = None
@@ -126,8 +151,8 @@ class MemberCore:
         # a shard whose position derives from a start it moved past scans the
         # moved one (member/reader.py, ReadLoop.settle).
         self.group_start: GroupStart | None = None
-        self._gate = SessionGate(config)  # also the wake-up and joined events
-        self._control_watches: ControlWatches | None = None
+        # Also the wake-up and joined events.
+        self._gate = SessionGate(config, lambda: self.coordinator)
         self._tasks: list[asyncio.Task[Any]] = []
         self._supervisor: asyncio.Task[None] | None = None
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pg-plan")
@@ -139,16 +164,46 @@ class MemberCore:
         self._reachability = Reachability(redact_url(config.coordinator_url),
                                           safety_margin_s=self.timing.margin_s)
 
-    # The session gate holds the open coordinator, the stopping flag, and the
-    # joined and wake-up events it waits on.
+    # -- the joined session (membership replaces it whole) -------------------
 
     @property
-    def _coord(self) -> Coordinator | None:
-        return self._gate.coordinator
+    def session(self) -> JoinedSession | None:
+        """The joined session (:class:`JoinedSession`); None before the first join."""
+        return self._session
 
-    @_coord.setter
-    def _coord(self, coord: Coordinator | None) -> None:
-        self._gate.coordinator = coord
+    def replace_session(self, session: JoinedSession | None) -> None:
+        """Put ``session`` in place of the current one, whole. Called by
+        membership alone (join, rejoin, close): every part reads the session's
+        coordinator, group client, meta, planner and mirror through the
+        read-only views below, which all see the same record."""
+        self._session = session
+
+    @property
+    def coordinator(self) -> Coordinator | None:
+        """The open coordinator of the joined session (None while rejoining)."""
+        return None if self._session is None else self._session.coordinator
+
+    @property
+    def group(self) -> GroupClient | None:
+        """The group client of the joined session (None while rejoining)."""
+        return None if self._session is None else self._session.group
+
+    @property
+    def meta(self) -> GroupMeta | None:
+        """The group's record as the last join read it."""
+        return None if self._session is None else self._session.meta
+
+    @property
+    def planner(self) -> ShardPlanner | None:
+        return None if self._session is None else self._session.planner
+
+    @property
+    def mirror(self) -> ConsumerMirror | None:
+        """The consumer files' mirror (positions written beside the table)."""
+        return None if self._session is None else self._session.mirror
+
+    # The session gate holds the stopping flag, and the joined and wake-up
+    # events it waits on.
 
     @property
     def _stopping(self) -> bool:
@@ -261,7 +316,8 @@ class MemberCore:
 
     @property
     def session_state(self) -> str:
-        return self._coord.session.state.value if self._coord else "none"
+        coord = self.coordinator
+        return coord.session.state.value if coord else "none"
 
     def published_latest(self) -> int | None:
         """The table's latest snapshot id as the group's published head says it,

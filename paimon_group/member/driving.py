@@ -71,7 +71,7 @@ class Driving:
         """The incarnation of the group joined (a group deleted and re-created
         under the same name has another); empty before joining, and for groups
         created before incarnations existed."""
-        return self._core._meta.incarnation if self._core._meta is not None else ""
+        return self._core.meta.incarnation if self._core.meta is not None else ""
 
     def of_this_incarnation(self, incarnation: str) -> bool:
         """Whether positions planned in ``incarnation`` are of the group
@@ -139,7 +139,7 @@ class Driving:
         the coordinator; ``epoch`` is the one that wrote each, 0 for a reset).
         A host re-running a batch planned earlier reads them to see whether
         the group moved past snapshots that expired meanwhile."""
-        group = self._core._group
+        group = self._core.group
         if group is None:
             raise PaimonGroupError("not joined: no group positions to read")
         wanted = set(shards)

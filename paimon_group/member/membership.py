@@ -29,7 +29,7 @@ from coordinators.registry import open_coordinator
 from paimon_group.config.warehouses import normalised_warehouse
 from paimon_group.errors import MemberIdInUse
 from paimon_group.member.control import Control
-from paimon_group.member.core import VERSION, MemberCore
+from paimon_group.member.core import VERSION, JoinedSession, MemberCore
 from paimon_group.member.head import HeadLoop, HeadRecord, TablePoller
 from paimon_group.member.ownership import ShardOwnership
 from paimon_group.member.state import MemberState
@@ -68,7 +68,7 @@ class Membership:
         # tell the operator in one line when the coordinator stops answering.
         self._core._session_changed.set()
         self._core._wake.set()
-        coord = self._core._coord
+        coord = self._core.coordinator
         deadline = coord.session.deadline if coord is not None else time.monotonic()
         line = self._core._reachability.on_state(state.value, now=time.monotonic(),
                                                  deadline=deadline)
@@ -89,7 +89,9 @@ class Membership:
         group = GroupClient(coord, self._core.group_name)
         try:
             meta = await self._ensure_meta(group, first=first)
-            self._core._meta = meta
+            known = self._core.session
+            if known is not None:
+                self._core.replace_session(dataclasses.replace(known, meta=meta))
             # Read again in this session (a group re-created meanwhile starts over).
             self._core.group_start = None
             self._core.num_shards = meta.num_shards
@@ -109,24 +111,34 @@ class Membership:
             with contextlib.suppress(Exception):
                 await coord.close()
             raise
-        self._core._coord, self._core._group = coord, group
-        if self._core._planner is None:
-            self._core._planner = self._core.table.planner(
-                self._core.num_shards, include_row_kind=self._core.config.include_row_kind,
-                rule=self._core.sharding, projection=self._core.config.columns,
-            )
-            self._core._mirror = ConsumerMirror(
-                self._core.table.table.file_io,
-                self._core.table.table_path,
-                self._core.group_name,
-                mirror_interval(self._core.config.mirror_interval_s,
-                                self._core.table.table.file_io),
-            )
-        self._core._control_watches = ControlWatches.of_group(coord, group.keys)
+        self._core.replace_session(self._joined_session(meta, coord, group))
         self._core._leader_epoch = None
         self._core._set_state(MemberState.RUNNING)
         self._core._joined.set()
         self._core._wake.set()
+
+    def _joined_session(self, meta: GroupMeta, coord: Coordinator,
+                        group: GroupClient) -> JoinedSession:
+        """The session just joined; the planner and the mirror are the
+        member's first (made at its first join, kept by every rejoin)."""
+        table = self._core.table
+        assert table is not None
+        known = self._core.session
+        if known is not None:
+            planner, mirror = known.planner, known.mirror
+        else:
+            planner = table.planner(
+                self._core.num_shards, include_row_kind=self._core.config.include_row_kind,
+                rule=self._core.sharding, projection=self._core.config.columns,
+            )
+            mirror = ConsumerMirror(
+                table.table.file_io,
+                table.table_path,
+                self._core.group_name,
+                mirror_interval(self._core.config.mirror_interval_s, table.table.file_io),
+            )
+        return JoinedSession(meta=meta, planner=planner, mirror=mirror, coordinator=coord,
+                             group=group, watches=ControlWatches.of_group(coord, group.keys))
 
     async def _ensure_meta(self, group: GroupClient, *, first: bool) -> GroupMeta:
         """The group's metadata; a new group gets the shard count and sharding
@@ -189,7 +201,7 @@ class Membership:
         """A group created before table identities were stored is checked
         against the identity its member saw at its first join."""
         if not meta.table_id:
-            known = self._core._meta.table_id if self._core._meta is not None else ""
+            known = self._core.meta.table_id if self._core.meta is not None else ""
             meta = dataclasses.replace(meta, table_id=known or table_id)
         check_table_identity(meta, self._core.group_name, table_id)
         if self._core.table is not None:
@@ -280,7 +292,7 @@ class Membership:
 
     def _new_head_loop(self) -> HeadLoop | None:
         """This session's part in one poll per group (member/head.py)."""
-        coord, group, table = self._core._coord, self._core._group, self._core.table
+        coord, group, table = self._core.coordinator, self._core.group, self._core.table
         if coord is None or group is None or table is None:
             return None
         self._core._head.forget()
@@ -291,7 +303,7 @@ class Membership:
         def learned(record: HeadRecord) -> None:
             # Only a text the leader read from the group's own table (as its
             # last check found it) is planned from.
-            meta = self._core._meta
+            meta = self._core.meta
             if record.table_id and (meta is None or not meta.table_id
                                     or record.table_id == meta.table_id):
                 table.remember_snapshot(record.latest, record.snapshot)
@@ -350,17 +362,23 @@ class Membership:
                 await self.join(first=False)
 
     async def close_coordinator(self) -> None:
-        if self._core._control_watches is not None:
-            await self._core._control_watches.close()
-            self._core._control_watches = None
-        if self._core._coord is not None:
+        session = self._core.session
+        if session is not None and session.watches is not None:
+            await session.watches.close()
+            session = self._core.session
+            if session is not None:
+                self._core.replace_session(dataclasses.replace(session, watches=None))
+        coord = self._core.coordinator
+        if coord is not None:
             with contextlib.suppress(Exception):
-                await self._core._coord.close()
-        self._core._coord, self._core._group = None, None
+                await coord.close()
+        session = self._core.session
+        if session is not None:
+            self._core.replace_session(session.closed())
         self._core._leader_epoch = None
 
     async def leave(self) -> None:
-        group = self._core._group
+        group = self._core.group
         if group is None:
             return
         # Leave the member list first so the leader rebalances at once, while

@@ -69,7 +69,7 @@ async def move_start(core: MemberCore, owned: list[OwnedShard], lost: LostRange,
     end (a full scan that expired while its batch was held).
     ``lineage``: the moves of the start the lost full scan derives from
     (default: the least of ``owned``'s). Returns the start as moved."""
-    group, table = core._group, core.table
+    group, table = core.group, core.table
     assert table is not None
     if group is None:
         raise SessionLost("no session")
@@ -102,7 +102,7 @@ async def move_start(core: MemberCore, owned: list[OwnedShard], lost: LostRange,
 async def record_moved_start(core: MemberCore, start: GroupStart) -> None:
     """Copy a moved start beside the consumer files (the origin), as the
     first one was: a group re-created over them carries it."""
-    table, meta = core.table, core._meta
+    table, meta = core.table, core.meta
     if table is None or meta is None:
         return
     try:
@@ -134,7 +134,7 @@ async def repin_stale(core: MemberCore, commits: Commits, held: list[OwnedShard]
                         read_to={str(s): o.next_snapshot for s, o in sorted(stale.items())})
     await commits.commit(stale, start.next_snapshot, full_scan=start.full_scan,
                          start_moves=start.moves)
-    if core._mirror is not None:
+    if core.mirror is not None:
         # Forced: the pending full scan must protect its snapshot now (an
         # unforced write may be throttled after the shard's last one).
         for shard, o in stale.items():

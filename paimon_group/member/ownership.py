@@ -143,7 +143,7 @@ class ShardOwnership:
                 return True  # the member leaves: what was acquired is told below
             if time.monotonic() - last_look < RECHECK_S:
                 return False
-            group = self._core._group
+            group = self._core.group
             assert group is not None
             assignment, _ = await group.read_assignment()
             last_look = time.monotonic()
@@ -168,9 +168,10 @@ class ShardOwnership:
     async def _acquire_one(self, shard: int, generation: int) -> int | None:
         """The shard if we acquired it; None if its previous owner still holds
         it (its release wakes us) or our session may be about to expire."""
-        group = self._core._group
-        assert group is not None and self._core._mirror is not None
-        if not self._core._coord or not self._core._coord.session.is_live(self._core.config.margin):
+        group = self._core.group
+        assert group is not None and self._core.mirror is not None
+        coord = self._core.coordinator
+        if not coord or not coord.session.is_live(self._core.config.margin):
             return None
         sent = time.monotonic()  # the history's lower bound of when the create went out
         epoch = await group.acquire(shard, self._core.member_id, generation)
@@ -230,13 +231,13 @@ class ShardOwnership:
         (:func:`file_start_moves`) and that start; else None, and the shard
         starts as configured."""
         core = self._core
-        assert core._mirror is not None and core.table is not None and core._meta is not None
-        mirrored = core._mirror.read_position(shard)
+        assert core.mirror is not None and core.table is not None and core.meta is not None
+        mirrored = core.mirror.read_position(shard)
         if mirrored is None:
             return None
         origin = ConsumerFilesOrigin.read(core.table.table.file_io, core.table.table_path,
                                           core.group_name)
-        if resume_allowed(core._meta, origin):
+        if resume_allowed(core.meta, origin):
             carried = None if origin is None else origin.start
             return mirrored, file_start_moves(mirrored, carried), carried
         log.warning("shard %d: consumer file (next snapshot %d) not resumed from: it was not "
@@ -253,7 +254,7 @@ class ShardOwnership:
             lane.kick()  # a finished batch of a revoked shard commits now
         results = await asyncio.gather(*(self._wait_idle(o, leaving=reason == "leaving")
                                          for o in owned))
-        group = self._core._group
+        group = self._core.group
         releasing = [(o, finished) for o, finished in zip(owned, results, strict=True)
                      if not o.dropped]
         for o, finished in releasing:
@@ -344,7 +345,7 @@ class ShardOwnership:
         accepted (then the shards are no longer ours), False if it was
         refused, raised or could not be sent (nothing is changed here: the
         caller releases them one by one)."""
-        coord = self._core._coord
+        coord = self._core.coordinator
         if group is None or coord is None or not coord.session.is_live(self._core.config.margin):
             return False
         positions = {o.shard: (o.epoch, o.committed) for o, finished in pairs
@@ -371,7 +372,7 @@ class ShardOwnership:
             if o.committed is not None:
                 n = o.full_scan if o.full_scan is not None else o.committed
                 mirrored.append((o.shard, n, o.full_scan is not None))
-        if mirrored and self._core._mirror is not None:
+        if mirrored and self._core.mirror is not None:
             await self._core._in_io(functools.partial(self._mirror_all, mirrored))
         return True
 
@@ -387,7 +388,7 @@ class ShardOwnership:
         # Whether the owner key may still be ours: until a release
         # commit returns (True: deleted; False: not ours any more).
         undecided = True
-        coord = self._core._coord
+        coord = self._core.coordinator
         if group is not None and coord is not None and coord.session.is_live(
             self._core.config.margin
         ):
@@ -419,7 +420,7 @@ class ShardOwnership:
             self.releases.add(o.shard, o.epoch)
         self._core.history.record("release", shard=o.shard, epoch=o.epoch, ok=ok, reason=reason,
                             next_snapshot=o.committed, start_moves=o.start_moves)
-        if ok and o.committed is not None and self._core._mirror is not None:
+        if ok and o.committed is not None and self._core.mirror is not None:
             n = o.full_scan if o.full_scan is not None else o.committed
             await self._core._in_io(functools.partial(self._commits.mirror_write, o.shard, n, True,
                                                 o.full_scan is not None))

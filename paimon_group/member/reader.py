@@ -68,7 +68,7 @@ class ReadLoop:
 
     async def run(self, process: Process) -> None:
         while not self._core._stopping:
-            coord = self._core._coord
+            coord = self._core.coordinator
             try:
                 await self._read_loop(process)
             except Stop:
@@ -94,7 +94,7 @@ class ReadLoop:
                                     "member": self._core.member_id})
                     return
                 if (isinstance(err, CoordinatorError) and not err.retriable
-                        and coord is not None and self._core._coord is not coord):
+                        and coord is not None and self._core.coordinator is not coord):
                     # A call of a round begun before a rejoin, on the
                     # connection the rejoin has closed since: every backend
                     # refuses it for good, but it is not this member's
@@ -155,7 +155,7 @@ class ReadLoop:
         dropped and re-created since the group was created. Skipped while the
         group's fresh head says its leader found the table in place moments
         ago (member/head.py: one check per group, not one per member)."""
-        meta = self._core._meta
+        meta = self._core.meta
         if self._core._head.vouches_for(meta.table_id if meta is not None else ""):
             return
         self._check_table_itself()
@@ -169,8 +169,8 @@ class ReadLoop:
             # of a layout read only through the catalog.
             current = table_identity(
                 ShardedTable.open(cfg.warehouse, cfg.table, cfg.catalog_options).table)
-        if self._core._meta is not None:
-            check_table_identity(self._core._meta, self._core.group_name, current)
+        if self._core.meta is not None:
+            check_table_identity(self._core.meta, self._core.group_name, current)
 
     async def _read_round(self, process: Process) -> bool:
         active = [o for o in self._core._owned.values() if o.active]
@@ -205,7 +205,7 @@ class ReadLoop:
     async def _read_groups(self, active: list[OwnedShard], prefetched: Prefetched,
                            process: Process) -> bool:
         """One step for every group of active shards at the same position."""
-        planner = self._core._planner
+        planner = self._core.planner
         assert planner is not None
         await self.settle(active)
         by_position: dict[tuple[int, int | None], list[OwnedShard]] = defaultdict(list)
@@ -278,7 +278,7 @@ class ReadLoop:
                  ) -> tuple[list[tuple[OwnedShard, ShardBatch]], dict[int, OwnedShard]]:
         """The step's batch of each shard still active and ours, and the
         shards without rows in the step."""
-        planner = self._core._planner
+        planner = self._core.planner
         assert planner is not None
         empty: dict[int, OwnedShard] = {}
         deliveries: list[tuple[OwnedShard, ShardBatch]] = []
@@ -302,7 +302,7 @@ class ReadLoop:
 
     def _prefetch_plan(self, shards: list[int], position: int) -> None:
         """Start planning ``plan_next(shards, position)`` in the planning thread."""
-        planner = self._core._planner
+        planner = self._core.planner
         assert planner is not None
         if self._core._head.nothing_new_at(position):
             return  # the published head wakes the read loop when it is there
@@ -321,7 +321,7 @@ class ReadLoop:
         not trusted: the step is planned again now, so an error is raised
         fresh and a snapshot committed since is seen.
         """
-        planner = self._core._planner
+        planner = self._core.planner
         assert planner is not None
         future = prefetched.pop((tuple(shards), position), None)
         if future is not None:
@@ -343,12 +343,12 @@ class ReadLoop:
         Resolved once for all of them (so shards acquired together start from
         the same snapshot) and pinned in one commit.
         """
-        table, group = self._core.table, self._core._group
+        table, group = self._core.table, self._core.group
         assert table is not None
         if group is None:
             raise SessionLost("no session")
 
-        meta = self._core._meta
+        meta = self._core.meta
         file_io, path, name = table.table.file_io, table.table_path, self._core.group_name
 
         async def resolve() -> GroupStart:

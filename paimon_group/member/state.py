@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -151,15 +152,16 @@ class Stop(Exception):
 class SessionGate:
     """Holds work back until the member's session is confirmed live.
 
-    ``coordinator`` is the member's open coordinator (None while it rejoins),
-    ``stopping`` is set once the member leaves or failed; ``config.margin`` is
+    ``coordinator`` gives the member's open coordinator (None while it
+    rejoins), ``stopping`` is set once the member leaves or failed; ``config.margin`` is
     the safety margin before the session's local deadline. ``joined`` is set
     while the member is registered; ``wake`` is the member's local wake-up.
     """
 
-    def __init__(self, config: MemberConfig) -> None:
+    def __init__(self, config: MemberConfig,
+                 coordinator: Callable[[], Coordinator | None]) -> None:
         self._config = config
-        self.coordinator: Coordinator | None = None
+        self._coordinator = coordinator
         self.stopping = False
         self.joined = asyncio.Event()
         self.wake = asyncio.Event()
@@ -174,9 +176,9 @@ class SessionGate:
         while True:
             if self.stopping and not for_commit:
                 raise Stop()
-            if for_commit and self.coordinator is None and self.stopping:
+            coord = self._coordinator()
+            if for_commit and coord is None and self.stopping:
                 raise Stop()
-            coord = self.coordinator
             if coord is not None and coord.session.is_live(self._config.margin):
                 return
             if not self.joined.is_set() or coord is None:
