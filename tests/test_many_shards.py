@@ -155,7 +155,7 @@ async def test_acquisitions_stop_once_a_newer_generation_is_out(
         coordinator: Coordinator, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ownership_module, "RECHECK_S", 0.0)  # look before every shard
     core = make_core(coordinator)
-    ownership = ShardOwnership(core, Commits(core))
+    ownership = ShardOwnership(core, Commits(core, core._owned), core._owned)
     ownership._resume_from_file = lambda shard: None  # type: ignore[method-assign]
     group = core.group
     assert group is not None

@@ -97,7 +97,7 @@ def ownership_part(coord: Coordinator) -> tuple[MemberCore, Listener, ShardOwner
     """The ownership part on a core joined to ``coord``, and the core's listener."""
     listener = Listener()
     core = make_core(coord, listener=listener)
-    return core, listener, ShardOwnership(core, Commits(core))
+    return core, listener, ShardOwnership(core, Commits(core, core._owned), core._owned)
 
 
 async def owned_shard(core: MemberCore, shard: int, *, at: int | None = None) -> OwnedShard:
@@ -121,7 +121,7 @@ async def test_commits_advance_an_owned_shard_and_drop_a_stale_one(
         coordinator: Coordinator) -> None:
     listener = Listener()
     core = make_core(coordinator, listener=listener)
-    commits = Commits(core)
+    commits = Commits(core, core._owned)
     ours = await owned_shard(core, 0, at=1)
     stale = OwnedShard(shard=1, epoch=999, generation=1)  # nobody gave us this epoch
     core._owned[1] = stale
@@ -139,7 +139,7 @@ async def test_commits_advance_an_owned_shard_and_drop_a_stale_one(
 @pytest.mark.asyncio
 async def test_commits_read_back_takes_the_stored_position(coordinator: Coordinator) -> None:
     core = make_core(coordinator)
-    commits = Commits(core)
+    commits = Commits(core, core._owned)
     o = await owned_shard(core, 0, at=3)
     # A commit that landed although its answer was lost: stored 9, we know 3.
     assert core.group is not None
@@ -210,7 +210,7 @@ class RecordingCommits(Commits):
     """The commits part, with its read-back recorded (not sent)."""
 
     def __init__(self, core: MemberCore) -> None:
-        super().__init__(core)
+        super().__init__(core, core._owned)
         self.read_back_of: list[list[int]] = []
 
     async def read_back(self, owned: list[OwnedShard]) -> None:
@@ -235,7 +235,7 @@ async def test_reading_settles_only_uncertain_shards(coordinator: Coordinator) -
 @pytest.mark.asyncio
 async def test_reading_stops_at_once_when_the_member_leaves(coordinator: Coordinator) -> None:
     core = make_core(coordinator)
-    reading = ReadLoop(core, Commits(core))
+    reading = ReadLoop(core, Commits(core, core._owned))
     await owned_shard(core, 0, at=2)
     core._stopping = True
 
@@ -253,7 +253,7 @@ async def test_reading_ends_quietly_when_the_leave_closes_the_coordinator_under_
     released already) ends the reading; the member does not fail (a docs
     test's member stopped just after acquiring, its pin refused as "closed")."""
     core = make_core(coordinator)
-    reading = ReadLoop(core, Commits(core))
+    reading = ReadLoop(core, Commits(core, core._owned))
     calls = 0
 
     async def round_under_a_closing_leave(process: object) -> None:
@@ -277,7 +277,7 @@ async def test_reading_ends_quietly_when_the_leave_closes_the_coordinator_under_
 @pytest.mark.asyncio
 async def test_driving_commits_positions_forward_only(coordinator: Coordinator) -> None:
     core = make_core(coordinator)
-    commits = Commits(core)
+    commits = Commits(core, core._owned)
     driving = Driving(core, commits, ReadLoop(core, commits))
     await owned_shard(core, 0, at=5)
     await owned_shard(core, 1, at=5)
@@ -299,7 +299,7 @@ class RecordingOwnership(ShardOwnership):
     """The ownership part, with acquisitions and revocations recorded (not sent)."""
 
     def __init__(self, core: MemberCore) -> None:
-        super().__init__(core, Commits(core))
+        super().__init__(core, Commits(core, core._owned), core._owned)
         self.acquired: list[tuple[list[int], int]] = []
         self.revoked: list[tuple[list[int], str]] = []
 

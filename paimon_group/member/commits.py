@@ -20,7 +20,7 @@ from typing import Any
 
 from coordinators.errors import CoordinatorError, SessionLost
 from paimon_group.member.core import MemberCore
-from paimon_group.member.state import OwnedShard, Stop
+from paimon_group.member.state import OwnedShard, OwnedShards, Stop
 from paimon_group.protocol.commit_size import commit_chunks
 from paimon_group.protocol.records import position_order
 
@@ -147,8 +147,9 @@ class Commits:
     revoke kicks them so a finished batch of a revoked shard commits now).
     """
 
-    def __init__(self, core: MemberCore) -> None:
+    def __init__(self, core: MemberCore, owned: OwnedShards) -> None:
         self._core = core
+        self._owned = owned  # the ownership part's: only forget() a rejected shard here
         self.lanes: set[CommitLane] = set()  # commit lanes of steps being delivered
 
     async def commit(
@@ -251,14 +252,13 @@ class Commits:
             s, o.epoch, extra={"group": self._core.group_name, "member": self._core.member_id,
                                "shard": s, "epoch": o.epoch})
         o.drop()
-        if self._core._owned.get(s) is o:
+        if self._owned.forget(o):
             # Our current ownership of the shard is gone. (A commit of an
             # ownership dropped before, e.g. a batch that was in flight when
             # the session was lost, is rejected after the member may have
             # acquired the shard again under a new epoch: that ownership is
             # unaffected, and the old one's end was recorded when it was
             # dropped.)
-            self._core._owned.pop(s)
             self._core.history.record("lost", shards=[s], epochs=[o.epoch], reason="stale epoch")
             self._core._notify("on_lost", [s])
 

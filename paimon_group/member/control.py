@@ -179,14 +179,14 @@ class Control:
             await self._ownership.check_ownership(group)
         current = self._core._assignment
         target = set(current.shards_of(self._core.member_id)) if current else set()
-        to_revoke = [s for s, o in self._core._owned.items() if s not in target and not o.revoking]
+        to_revoke = [s for s, o in self._core.owned.items() if s not in target and not o.revoking]
         if to_revoke:
             for s in to_revoke:
-                self._core._owned[s].revoke()
+                self._core.owned[s].revoke()
             # Revocations run concurrently with reading and acquiring others.
             t = asyncio.create_task(self._ownership.revoke(to_revoke, reason="reassigned"))
             self._core._tasks.append(t)
-        to_acquire = sorted(target - set(self._core._owned))
+        to_acquire = sorted(target - set(self._core.owned))
         if to_acquire and self._core._assignment is not None:
             await self._ownership.acquire(to_acquire, self._core._assignment.generation)
 

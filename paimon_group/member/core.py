@@ -13,9 +13,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import Any, Protocol
 
 from coordinators.protocol import Coordinator
@@ -24,7 +25,13 @@ from paimon_group.config.member import MemberConfig
 from paimon_group.member.head import HeadView
 from paimon_group.member.history import HistoryRecorder, NullRecorder
 from paimon_group.member.reachability import Reachability
-from paimon_group.member.state import MemberState, OwnedShard, SessionGate, may_move
+from paimon_group.member.state import (
+    MemberState,
+    OwnedShard,
+    OwnedShards,
+    SessionGate,
+    may_move,
+)
 from paimon_group.member.watches import ControlWatches
 from paimon_group.protocol.group import GroupClient
 from paimon_group.protocol.records import Assignment, GroupMeta, GroupStart
@@ -139,7 +146,9 @@ class MemberCore:
         # The joined session (None before the first join), replaced whole by
         # membership alone (replace_session).
         self._session: JoinedSession | None = None
-        self._owned: dict[int, OwnedShard] = {}
+        # The shards held: the ownership part's (handed to it, and to the
+        # commits part that forgets a shard whose commit was rejected).
+        self._owned = OwnedShards()
         self._leader_epoch: int | None = None
         self._assignment: Assignment | None = None
         self._session_changed = asyncio.Event()
@@ -283,6 +292,11 @@ class MemberCore:
         return 0 if self.group_start is None else self.group_start.moves
 
     # -- views -----------------------------------------------------------
+
+    @property
+    def owned(self) -> Mapping[int, OwnedShard]:
+        """The shards held, by shard (read-only: the ownership part changes it)."""
+        return MappingProxyType(self._owned)
 
     @property
     def owned_shards(self) -> list[int]:

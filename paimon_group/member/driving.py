@@ -81,7 +81,7 @@ class Driving:
 
     def held_shards(self) -> list[int]:
         """The shards owned now and not being revoked: the ones that may be read."""
-        return sorted(s for s, o in self._core._owned.items() if o.active)
+        return sorted(s for s, o in self._core.owned.items() if o.active)
 
     async def settle_positions(self) -> dict[int, ShardPosition]:
         """The positions of the held shards, settled as the read loop settles
@@ -94,7 +94,7 @@ class Driving:
         dropped or acquired anew meanwhile: the next call tries again.
         """
         await self._check_table_now_and_then()
-        held = [o for o in self._core._owned.values() if o.active]
+        held = [o for o in self._core.owned.values() if o.active]
         try:
             await self._reading.settle(held)
         except Stop:
@@ -109,7 +109,7 @@ class Driving:
         out: dict[int, ShardPosition] = {}
         for o in held:
             if (o.dropped or o.uncertain or o.next_snapshot is None
-                    or self._core._owned.get(o.shard) is not o):
+                    or self._core.owned.get(o.shard) is not o):
                 continue
             out[o.shard] = ShardPosition(o.shard, o.epoch, o.next_snapshot, o.full_scan,
                                          o.start_moves)
@@ -154,7 +154,7 @@ class Driving:
         owned now)."""
         marked: list[int] = []
         for shard in shards:
-            o = self._core._owned.get(shard)
+            o = self._core.owned.get(shard)
             if o is not None:
                 o.idle.clear()
                 o.hold_limit_s = limit_s
@@ -164,7 +164,7 @@ class Driving:
     def mark_idle(self, shards: Iterable[int]) -> None:
         """End :meth:`mark_busy` for ``shards`` (a waiting revocation goes on)."""
         for shard in shards:
-            o = self._core._owned.get(shard)
+            o = self._core.owned.get(shard)
             if o is not None:
                 o.hold_limit_s = None
                 o.idle.set()
@@ -185,7 +185,7 @@ class Driving:
         moved: GroupStart | None = None
         try:
             for lost in losts:
-                owned = [o for s in lost.shards if (o := self._core._owned.get(s)) is not None]
+                owned = [o for s in lost.shards if (o := self._core.owned.get(s)) is not None]
                 moved = await move_start(self._core, owned, lost, lineage=lineage)
         except CoordinatorError as err:
             log.warning("the group's start was not moved this time (%s): the shards wait for "
@@ -232,7 +232,7 @@ class Driving:
         result: dict[int, bool] = {}
         by_position: dict[tuple[int, int], dict[int, OwnedShard]] = {}
         for shard, to in positions.items():
-            o = self._core._owned.get(shard)
+            o = self._core.owned.get(shard)
             if o is None or o.dropped or o.next_snapshot is None:
                 result[shard] = False
                 continue

@@ -51,8 +51,8 @@ class GroupMember(MemberCore):
         super().__init__(config, listener=listener, auto_commit=auto_commit)
         # The parts, each built with the member's core (this object: the
         # state every part reads) and the sibling parts it calls.
-        self.commits = Commits(self)
-        self.ownership = ShardOwnership(self, self.commits)
+        self.commits = Commits(self, self._owned)
+        self.ownership = ShardOwnership(self, self.commits, self._owned)
         self.control = Control(self, self.ownership)
         self.membership = Membership(self, self.ownership, self.control)
         self.reading = ReadLoop(self, self.commits)

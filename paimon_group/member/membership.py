@@ -333,13 +333,7 @@ class Membership:
                         extra={"group": self._core.group_name, "member": self._core.member_id})
 
     async def _rejoin(self) -> None:
-        lost = self._core.owned_shards
-        epochs = [self._core._owned[shard].epoch for shard in lost]
-        for o in self._core._owned.values():
-            o.drop()
-        self._core._owned.clear()
-        self._ownership.releases.clear()  # the lost session's keys are gone with it
-        self._ownership.sweep_due = True  # but keys of our member id may outlive it: sweep once
+        lost, epochs = self._ownership.lose_all()
         if lost:
             self._core.history.record("lost", shards=lost, epochs=epochs, reason="session lost")
             self._core._notify("on_lost", lost)
@@ -388,9 +382,7 @@ class Membership:
         # A control round may be acquiring still: the list of shards to
         # release is taken once it stopped, with what it acquired meanwhile.
         await self._ownership.stop_acquiring()
-        for o in list(self._core._owned.values()):
-            o.revoke()
-        await self._ownership.revoke(list(self._core._owned), reason="leaving")
+        await self._ownership.release_all()
         if self._core._leader_epoch is not None:
             with contextlib.suppress(CoordinatorError):
                 await group.resign(self._core._leader_epoch)

@@ -121,7 +121,7 @@ async def repin_stale(core: MemberCore, commits: Commits, held: list[OwnedShard]
         return
     stale = {o.shard: o for o in held
              if o.active and not o.uncertain and o.idle.is_set() and o.next_snapshot is not None
-             and core._owned.get(o.shard) is o and o.start_moves < start.moves}
+             and core.owned.get(o.shard) is o and o.start_moves < start.moves}
     if not stale:
         return
     log.info("shards %s: re-pinned at the group's moved start, a full scan of snapshot %d "

@@ -23,7 +23,7 @@ from typing import TypeVar
 from coordinators.errors import CoordinatorError
 from paimon_group.member.commits import Commits
 from paimon_group.member.core import MemberCore
-from paimon_group.member.state import OwnedShard
+from paimon_group.member.state import OwnedShard, OwnedShards
 from paimon_group.protocol.commit_size import commit_chunks
 from paimon_group.protocol.group import GroupClient
 from paimon_group.protocol.group_start import group_start
@@ -76,9 +76,12 @@ class ShardOwnership:
     (:attr:`checked_at`, every :attr:`check_s`).
     """
 
-    def __init__(self, core: MemberCore, commits: Commits) -> None:
+    def __init__(self, core: MemberCore, commits: Commits, owned: OwnedShards) -> None:
         self._core = core
         self._commits = commits
+        # The shards held: ours to add and remove (the others read them
+        # through the core's read-only view, MemberCore.owned).
+        self._owned = owned
         self.releases = PendingReleases()  # owner keys still to delete (revoke failed)
         # The ownership check reads our own owner keys, once per interval.
         self.check_s = core.timing.ownership_check_s
@@ -100,7 +103,7 @@ class ShardOwnership:
     def pending_acquisitions(self) -> list[int]:
         core = self._core
         target = set(core._assignment.shards_of(core.member_id)) if core._assignment else set()
-        return sorted(target - set(core._owned))
+        return sorted(target - set(self._owned))
 
     async def acquire(self, shards: list[int], generation: int) -> None:
         """Acquire ``shards`` in turn (:func:`one_by_one`); a shard still held
@@ -202,7 +205,7 @@ class ShardOwnership:
             if resumed is not None:
                 owned.start_moves = resumed[1]
                 await self._carry_moved_start(group, resumed[2])
-        self._core._owned[shard] = owned
+        self._owned[shard] = owned
         self._core.history.record("acquire", shard=shard, epoch=epoch, generation=generation,
                             next_snapshot=owned.next_snapshot, sent=sent)
         return shard
@@ -247,9 +250,29 @@ class ShardOwnership:
                     extra={"group": core.group_name, "member": core.member_id, "shard": shard})
         return None
 
+    def lose_all(self) -> tuple[list[int], list[int]]:
+        """The session was lost: every shard held ends here (dropped, not
+        released), and so do the releases still pending (the lost session's
+        keys are gone with it). The shards that were held and their epochs."""
+        lost = sorted(s for s, o in self._owned.items() if not o.dropped)
+        epochs = [self._owned[shard].epoch for shard in lost]
+        for o in self._owned.values():
+            o.drop()
+        self._owned.clear()
+        self.releases.clear()  # the lost session's keys are gone with it
+        self.sweep_due = True  # but keys of our member id may outlive it: sweep once
+        return lost, epochs
+
+    async def release_all(self) -> None:
+        """The member leaves: revoke every shard held, each handed off with
+        its last position (:meth:`revoke`)."""
+        for o in list(self._owned.values()):
+            o.revoke()
+        await self.revoke(list(self._owned), reason="leaving")
+
     async def revoke(self, shards: list[int], *, reason: str) -> None:
         """Finish (or abandon) in-flight batches, then commit+release in one commit."""
-        owned = [self._core._owned[s] for s in shards if s in self._core._owned]
+        owned = [self._owned[s] for s in shards if s in self._owned]
         for lane in list(self._commits.lanes):
             lane.kick()  # a finished batch of a revoked shard commits now
         results = await asyncio.gather(*(self._wait_idle(o, leaving=reason == "leaving")
@@ -365,7 +388,7 @@ class ShardOwnership:
         mirrored: list[tuple[int, int, bool]] = []
         for o, _ in pairs:
             o.drop()
-            self._core._owned.pop(o.shard, None)
+            self._owned.pop(o.shard, None)
             self._core.history.record("release", shard=o.shard, epoch=o.epoch, ok=True,
                                       reason=reason, next_snapshot=o.committed,
                                       start_moves=o.start_moves)
@@ -409,7 +432,7 @@ class ShardOwnership:
             except CoordinatorError as err:
                 log.warning("shard %d: release failed: %s", o.shard, err)
         o.drop()
-        self._core._owned.pop(o.shard, None)
+        self._owned.pop(o.shard, None)
         if undecided:
             # Left bound to our live session, the key would hold the
             # shard from its new assignee for ever: retried every round.
@@ -437,14 +460,14 @@ class ShardOwnership:
         also releases those that are ours but not owned
         (:mod:`paimon_group.protocol.releasing`)."""
         self.checked_at = time.monotonic()
-        held = [o for o in self._core._owned.values() if o.active]
+        held = [o for o in self._owned.values() if o.active]
         if self.sweep_due:
             owners = await group.owners()
             assigned = (set(self._core._assignment.shards_of(self._core.member_id))
                         if self._core._assignment else set())
             await self.releases.sweep(
                 group, self._core.member_id,
-                owned={s: o.epoch for s, o in self._core._owned.items()},
+                owned={s: o.epoch for s, o in self._owned.items()},
                 assigned=assigned, owners=owners)
             self.sweep_due = False
         else:
@@ -455,8 +478,7 @@ class ShardOwnership:
             view = owners.get(o.shard)
             if view is None or view.epoch != o.epoch:
                 o.drop()
-                if self._core._owned.get(o.shard) is o:
-                    self._core._owned.pop(o.shard)
+                self._owned.forget(o)
                 lost.append(o.shard)
                 epochs.append(o.epoch)
         if lost:

@@ -173,7 +173,7 @@ class ReadLoop:
             check_table_identity(self._core.meta, self._core.group_name, current)
 
     async def _read_round(self, process: Process) -> bool:
-        active = [o for o in self._core._owned.values() if o.active]
+        active = [o for o in self._core.owned.values() if o.active]
         if not active:
             return False
         # Plans prefetched in the previous round; what this round does not use
@@ -283,7 +283,7 @@ class ReadLoop:
         empty: dict[int, OwnedShard] = {}
         deliveries: list[tuple[OwnedShard, ShardBatch]] = []
         for o in owned:
-            if not o.active or self._core._owned.get(o.shard) is not o:
+            if not o.active or self._core.owned.get(o.shard) is not o:
                 continue
             splits = step.splits.get(o.shard, ())
             if not splits:

@@ -145,6 +145,27 @@ class OwnedShard:
             self.state = ShardState.LOST
 
 
+class OwnedShards(dict[int, OwnedShard]):
+    """The shards a member holds, by shard: the ownership part's
+    (:class:`~paimon_group.member.ownership.ShardOwnership` adds and removes
+    them); the other parts read them through the core's read-only view
+    (``MemberCore.owned``). The one other change is :meth:`forget`, by the
+    commits part, of a shard whose commit was rejected."""
+
+    def holds(self, o: OwnedShard) -> bool:
+        """Whether ``o`` is the current ownership of its shard."""
+        return self.get(o.shard) is o
+
+    def forget(self, o: OwnedShard) -> bool:
+        """End ``o`` here if it is still the current ownership of its shard
+        (True); an ownership dropped before (its shard acquired again since,
+        under a new epoch) is left alone (False)."""
+        if not self.holds(o):
+            return False
+        del self[o.shard]
+        return True
+
+
 class Stop(Exception):
     """Internal: the read loop should stop (member leaving)."""
 
