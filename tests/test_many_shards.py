@@ -161,7 +161,7 @@ async def test_acquisitions_stop_once_a_newer_generation_is_out(
     assert group is not None
     first = Assignment(generation=1, leader="m", leader_epoch=1, shards={"m": list(range(50))})
     await coordinator.commit([], [_put_assignment(group, first)])
-    core._assignment = first
+    core._leadership.assignment = first
     real_acquire = group.acquire
 
     async def acquire(shard: int, member_id: str, generation: int) -> int | None:

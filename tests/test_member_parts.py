@@ -162,7 +162,7 @@ async def test_ownership_acquires_free_shards_and_reads_their_positions(
         epoch = await other.acquire(shard, "x", 1)
         assert epoch is not None
         assert await other.commit_positions({shard: (epoch, at)}, "x", release=True)
-    core._assignment = Assignment(generation=3, leader="m", leader_epoch=1,
+    core._leadership.assignment = Assignment(generation=3, leader="m", leader_epoch=1,
                                   shards={"m": [0, 1, 2]})
     assert ownership.pending_acquisitions() == [0, 1, 2]
     await ownership.acquire([0, 1, 2], 3)
@@ -323,7 +323,7 @@ async def test_control_round_leads_publishes_and_follows(coordinator: Coordinato
     core.num_shards = 3
     await register(core, coordinator)
     ownership = RecordingOwnership(core)
-    control = Control(core, ownership)
+    control = Control(core, ownership, core._leadership)
     await control._reconcile({"local"})
     assert core.is_leader
     assert core.assignment is not None and core.assignment.shards_of("m") == [0, 1, 2]
@@ -340,7 +340,7 @@ async def test_control_round_without_our_member_key_is_a_lost_session(
     core.num_shards = 1
     ownership = RecordingOwnership(core)
     with pytest.raises(SessionLost, match="member key"):
-        await Control(core, ownership)._reconcile({"local"})
+        await Control(core, ownership, core._leadership)._reconcile({"local"})
     assert not core.is_leader and ownership.acquired == []
 
 
@@ -353,14 +353,14 @@ async def test_membership_leave_deregisters_releases_and_resigns(
     core = make_core(coordinator)
     await register(core, coordinator)
     assert core.group is not None
-    core._leader_epoch = await core.group.try_lead("m")
-    assert core._leader_epoch is not None
+    core._leadership.leader_epoch = await core.group.try_lead("m")
+    assert core.leader_epoch is not None
     await owned_shard(core, 0, at=1)
     await owned_shard(core, 2, at=1)
     ownership = RecordingOwnership(core)
-    membership = Membership(core, ownership, Control(core, ownership))
+    membership = Membership(core, ownership, Control(core, ownership, core._leadership))
     await membership.leave()
     assert "m" not in await core.group.members()
     assert ownership.revoked == [([0, 2], "leaving")]
     assert all(o.revoking for o in core._owned.values())
-    assert await core.group.leader() is None and core._leader_epoch is None
+    assert await core.group.leader() is None and core.leader_epoch is None

@@ -163,9 +163,9 @@ async def test_an_orphaned_key_of_ours_is_swept_after_a_failed_round(tmp_path: P
             assert entry is not None
             assert await operator.commit([Check.created_at(key, entry.create_version)],
                                          [Delete(key)])
-        assert a._assignment is not None
+        assert a.assignment is not None
         assert await GroupClient(a.coordinator, "g").acquire(
-            theirs, "a", a._assignment.generation) is not None
+            theirs, "a", a.assignment.generation) is not None
         await _until(lambda: theirs not in b.owned_shards, "b noticed its key gone")
         # One failed control round of a's.
         real_reconcile = a.control._reconcile

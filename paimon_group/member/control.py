@@ -25,6 +25,7 @@ from paimon_group.member.core import MemberCore
 from paimon_group.member.ownership import ShardOwnership
 from paimon_group.member.round_view import RoundView, read_round
 from paimon_group.member.settle import ArrivalSettle
+from paimon_group.member.state import Leadership
 from paimon_group.protocol.assignor import assign, choose_assignor
 from paimon_group.protocol.group import GroupClient
 from paimon_group.protocol.group_start import read_group_start
@@ -43,9 +44,12 @@ class Control:
     the session is lost (then it raises, and membership rejoins).
     """
 
-    def __init__(self, core: MemberCore, ownership: ShardOwnership) -> None:
+    def __init__(self, core: MemberCore, ownership: ShardOwnership,
+                 leadership: Leadership) -> None:
         self._core = core
         self._ownership = ownership
+        # The leader epoch and the assignment followed: ours alone to change.
+        self._state = leadership
         self._vanished = VanishedMembers()
         self._full_round_at = -1e18
         self._loads = LeaderLoads()
@@ -88,7 +92,7 @@ class Control:
         watches = None if session is None else session.watches
         if watches is None:
             raise SessionLost("no session")
-        opened = await watches.update(leading=self._core._leader_epoch is not None,
+        opened = await watches.update(leading=self._state.leader_epoch is not None,
                                       acquiring=bool(self._ownership.pending_acquisitions()))
         if opened:
             return opened
@@ -111,8 +115,8 @@ class Control:
                          extra={"group": self._core.group_name, "member": self._core.member_id})
         if self._owners_only(fired):
             pending = self._ownership.pending_acquisitions()
-            if pending and self._core._assignment is not None:
-                await self._ownership.acquire(pending, self._core._assignment.generation)
+            if pending and self._state.assignment is not None:
+                await self._ownership.acquire(pending, self._state.assignment.generation)
             if time.monotonic() - self._ownership.checked_at > self._ownership.check_s:
                 await self._ownership.check_ownership(group)
             return
@@ -157,17 +161,17 @@ class Control:
     async def _follow_assignment(self, group: GroupClient, view: RoundView) -> None:
         """Take the published assignment; revoke what is not ours, acquire the rest."""
         assignment = view.assignment
-        if self._core._leader_epoch is not None:
+        if self._state.leader_epoch is not None:
             # The leader may have published in this round: it follows its own
             # publication at once rather than at the wake-up it causes.
             assignment, _ = await group.read_assignment()
-        current = self._core._assignment
+        current = self._state.assignment
         if assignment is not None and (
             current is None or assignment.generation != current.generation
         ):
-            if self._core._assignment is not None:
+            if self._state.assignment is not None:
                 self._core.stats.rebalances += 1
-            self._core._assignment = assignment
+            self._state.assignment = assignment
             log.info(
                 "generation %d: shards %s",
                 assignment.generation,
@@ -177,7 +181,7 @@ class Control:
             )
         if time.monotonic() - self._ownership.checked_at > self._ownership.check_s:
             await self._ownership.check_ownership(group)
-        current = self._core._assignment
+        current = self._state.assignment
         target = set(current.shards_of(self._core.member_id)) if current else set()
         to_revoke = [s for s, o in self._core.owned.items() if s not in target and not o.revoking]
         if to_revoke:
@@ -187,8 +191,8 @@ class Control:
             t = asyncio.create_task(self._ownership.revoke(to_revoke, reason="reassigned"))
             self._core._tasks.append(t)
         to_acquire = sorted(target - set(self._core.owned))
-        if to_acquire and self._core._assignment is not None:
-            await self._ownership.acquire(to_acquire, self._core._assignment.generation)
+        if to_acquire and self._state.assignment is not None:
+            await self._ownership.acquire(to_acquire, self._state.assignment.generation)
 
     async def _maybe_lead(self, group: GroupClient, view: RoundView) -> None:
         leader = view.leader
@@ -197,8 +201,8 @@ class Control:
             if epoch is not None:
                 log.info("became leader (epoch %d)", epoch,
                          extra={"group": self._core.group_name, "member": self._core.member_id})
-                self._core._leader_epoch = epoch
-        elif leader[0] == self._core.member_id and leader[1] == self._core._leader_epoch:
+                self._state.leader_epoch = epoch
+        elif leader[0] == self._core.member_id and leader[1] == self._state.leader_epoch:
             pass
         elif leader[0] == self._core.member_id and (
                 epoch := await group.own_leader_epoch(self._core.member_id)) is not None:
@@ -206,11 +210,22 @@ class Control:
             # outcome was unknown): we lead, at its create version.
             log.info("adopted leader key (epoch %d)", epoch,
                      extra={"group": self._core.group_name, "member": self._core.member_id})
-            self._core._leader_epoch = epoch
+            self._state.leader_epoch = epoch
         else:
-            self._core._leader_epoch = None
-        if self._core._leader_epoch is not None:
-            await self._lead(group, self._core._leader_epoch)
+            self._state.leader_epoch = None
+        if self._state.leader_epoch is not None:
+            await self._lead(group, self._state.leader_epoch)
+
+    def forget_leadership(self) -> None:
+        """A new session, or none: the leader key of the one before is not ours."""
+        self._state.leader_epoch = None
+
+    async def resign(self, group: GroupClient) -> None:
+        """Delete our leader key, if we lead (a graceful leave)."""
+        if self._state.leader_epoch is not None:
+            with contextlib.suppress(CoordinatorError):
+                await group.resign(self._state.leader_epoch)
+            self._state.leader_epoch = None
 
     async def _lead(self, group: GroupClient, leader_epoch: int) -> None:
         live = set(await group.members())

@@ -26,6 +26,7 @@ from paimon_group.member.head import HeadView
 from paimon_group.member.history import HistoryRecorder, NullRecorder
 from paimon_group.member.reachability import Reachability
 from paimon_group.member.state import (
+    Leadership,
     MemberState,
     OwnedShard,
     OwnedShards,
@@ -149,8 +150,9 @@ class MemberCore:
         # The shards held: the ownership part's (handed to it, and to the
         # commits part that forgets a shard whose commit was rejected).
         self._owned = OwnedShards()
-        self._leader_epoch: int | None = None
-        self._assignment: Assignment | None = None
+        # The leader epoch and the assignment followed: the control part's
+        # (handed to it; shown here read-only).
+        self._leadership = Leadership()
         self._session_changed = asyncio.Event()
         # The table head the leader publishes (member/head.py), and the event
         # that wakes the read loop when it shows a new snapshot.
@@ -315,18 +317,24 @@ class MemberCore:
 
     @property
     def assignment(self) -> Assignment | None:
-        return self._assignment
+        return self._leadership.assignment
+
+    @property
+    def leader_epoch(self) -> int | None:
+        """The epoch of the leader key we hold (None: we do not lead)."""
+        return self._leadership.leader_epoch
 
     @property
     def is_leader(self) -> bool:
-        return self._leader_epoch is not None
+        return self._leadership.leader_epoch is not None
 
     @property
     def ready(self) -> bool:
         """Joined, and every shard assigned to us is acquired."""
-        if self.state is not MemberState.RUNNING or self._assignment is None:
+        assignment = self._leadership.assignment
+        if self.state is not MemberState.RUNNING or assignment is None:
             return False
-        return set(self._assignment.shards_of(self.member_id)) <= set(self.owned_shards)
+        return set(assignment.shards_of(self.member_id)) <= set(self.owned_shards)
 
     @property
     def session_state(self) -> str:

@@ -53,7 +53,7 @@ class GroupMember(MemberCore):
         # state every part reads) and the sibling parts it calls.
         self.commits = Commits(self, self._owned)
         self.ownership = ShardOwnership(self, self.commits, self._owned)
-        self.control = Control(self, self.ownership)
+        self.control = Control(self, self.ownership, self._leadership)
         self.membership = Membership(self, self.ownership, self.control)
         self.reading = ReadLoop(self, self.commits)
         self.driving = Driving(self, self.commits, self.reading)

@@ -112,7 +112,7 @@ class Membership:
                 await coord.close()
             raise
         self._core.replace_session(self._joined_session(meta, coord, group))
-        self._core._leader_epoch = None
+        self._control.forget_leadership()
         self._core._set_state(MemberState.RUNNING)
         self._core._joined.set()
         self._core._wake.set()
@@ -315,7 +315,7 @@ class Membership:
         return HeadLoop(coord, group.keys, self._core._head,
                         poll_s=self._core.config.poll_interval_ms / 1000.0,
                         poll=lambda: asyncio.to_thread(poller.poll),
-                        leader_epoch=lambda: self._core._leader_epoch,
+                        leader_epoch=lambda: self._core.leader_epoch,
                         woken=self._core._head_woken.set,
                         learned=learned)
 
@@ -369,7 +369,7 @@ class Membership:
         session = self._core.session
         if session is not None:
             self._core.replace_session(session.closed())
-        self._core._leader_epoch = None
+        self._control.forget_leadership()
 
     async def leave(self) -> None:
         group = self._core.group
@@ -383,7 +383,4 @@ class Membership:
         # release is taken once it stopped, with what it acquired meanwhile.
         await self._ownership.stop_acquiring()
         await self._ownership.release_all()
-        if self._core._leader_epoch is not None:
-            with contextlib.suppress(CoordinatorError):
-                await group.resign(self._core._leader_epoch)
-            self._core._leader_epoch = None
+        await self._control.resign(group)

@@ -102,7 +102,7 @@ class ShardOwnership:
 
     def pending_acquisitions(self) -> list[int]:
         core = self._core
-        target = set(core._assignment.shards_of(core.member_id)) if core._assignment else set()
+        target = set(core.assignment.shards_of(core.member_id)) if core.assignment else set()
         return sorted(target - set(self._owned))
 
     async def acquire(self, shards: list[int], generation: int) -> None:
@@ -463,8 +463,8 @@ class ShardOwnership:
         held = [o for o in self._owned.values() if o.active]
         if self.sweep_due:
             owners = await group.owners()
-            assigned = (set(self._core._assignment.shards_of(self._core.member_id))
-                        if self._core._assignment else set())
+            assigned = (set(self._core.assignment.shards_of(self._core.member_id))
+                        if self._core.assignment else set())
             await self.releases.sweep(
                 group, self._core.member_id,
                 owned={s: o.epoch for s, o in self._owned.items()},

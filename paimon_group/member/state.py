@@ -35,6 +35,7 @@ from types import MappingProxyType
 
 from coordinators.protocol import Coordinator
 from paimon_group.config.member import MemberConfig
+from paimon_group.protocol.records import Assignment
 
 
 class MemberState(enum.Enum):
@@ -143,6 +144,17 @@ class OwnedShard:
             self.state = ShardState.REVOKED
         elif self.state is ShardState.ACTIVE:
             self.state = ShardState.LOST
+
+
+@dataclass
+class Leadership:
+    """The control part's own state (:class:`~paimon_group.member.control.Control`
+    alone changes it; the core shows it read-only): the epoch of the leader
+    key this member holds (None: it does not lead), and the assignment it
+    follows (the last generation it read)."""
+
+    leader_epoch: int | None = None
+    assignment: Assignment | None = None
 
 
 class OwnedShards(dict[int, OwnedShard]):
