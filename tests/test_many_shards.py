@@ -175,7 +175,7 @@ async def test_acquisitions_stop_once_a_newer_generation_is_out(
     group.acquire = acquire  # type: ignore[method-assign]
     await ownership.acquire(list(range(50)), 1)
     assert sorted(core._owned) == [0, 1, 2, 3, 4]
-    assert core._wake.is_set()  # the next round follows generation 2 at once
+    assert core.wake.is_set()  # the next round follows generation 2 at once
     # While the generation stays the same, every shard is acquired.
     await ownership.acquire(list(range(5, 10)), 2)
     assert sorted(core._owned) == list(range(10))

@@ -89,7 +89,7 @@ def make_core(coord: Coordinator, member: str = "m", listener: Listener | None =
     core.replace_session(JoinedSession(
         meta=None, planner=None, mirror=NoMirror(),  # type: ignore[arg-type]
         coordinator=coord, group=GroupClient(coord, "g")))
-    core._joined.set()
+    core.joined.set()
     return core
 
 
@@ -237,7 +237,7 @@ async def test_reading_stops_at_once_when_the_member_leaves(coordinator: Coordin
     core = make_core(coordinator)
     reading = ReadLoop(core, Commits(core, core._owned))
     await owned_shard(core, 0, at=2)
-    core._stopping = True
+    core._gate.stopping = True
 
     async def process(batch: object) -> None:
         raise AssertionError("nothing is delivered once the member leaves")
@@ -259,7 +259,7 @@ async def test_reading_ends_quietly_when_the_leave_closes_the_coordinator_under_
     async def round_under_a_closing_leave(process: object) -> None:
         nonlocal calls
         calls += 1
-        core._stopping = True  # the stop arrives while the round runs
+        core._gate.stopping = True  # the stop arrives while the round runs
         raise CoordinatorError("etcd coordinator etcd://x/p is closed; open a new one")
 
     reading._read_loop = round_under_a_closing_leave  # type: ignore[assignment,method-assign]

@@ -122,14 +122,14 @@ async def test_an_owner_key_deleted_by_an_operator_is_still_noticed(tmp_path: Pa
     async with GroupMember(_config(wh, url, "a", 4)) as a:
         await _until(lambda: len(a.owned_shards) == 4, "4 shards")
         lost: list[list[int]] = []
-        real_notify = a._notify
+        real_notify = a.notify
 
         def notify(event: str, shards: list[int]) -> None:
             if event == "on_lost":
                 lost.append(list(shards))
             real_notify(event, shards)
 
-        a._notify = notify  # type: ignore[method-assign,assignment]
+        a.notify = notify  # type: ignore[method-assign,assignment]
         assert a.group is not None
         async with open_coordinator(url) as operator:
             key = a.group.keys.owner(2)

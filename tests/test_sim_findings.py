@@ -69,7 +69,7 @@ async def test_the_read_loop_does_not_spin_while_the_member_rejoins(
             batch = await asyncio.wait_for(batches.__anext__(), timeout=30)
             got.update(batch.to_arrow().column("id").to_pylist())
         joined = CountingEvent()
-        member._joined = joined
+        member._gate.joined = joined
         reader = asyncio.ensure_future(batches.__anext__())
         await asyncio.sleep(0.2)  # the reader waits for a new snapshot
         assert member.coordinator is not None
@@ -83,7 +83,7 @@ async def test_the_read_loop_does_not_spin_while_the_member_rejoins(
         # Anything that wakes the member up meanwhile (a revoke ending, a
         # leader's delayed re-check, a session listener) sets the wake-up
         # event; the control loop, which clears it, is not running now.
-        member._wake.set()
+        member.wake.set()
         deadline = asyncio.get_running_loop().time() + 30
         while not (member.state is MemberState.RUNNING and joined.is_set()):
             assert asyncio.get_running_loop().time() < deadline, member.state

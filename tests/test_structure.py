@@ -2,7 +2,8 @@
 ``coordinators/`` is over 600 lines, and no function (a method, a nested
 function) is over 60 lines from its ``def`` to its last line; the package
 map that opens docs/design.md is the folder list, in the order of the
-import-linter layers.
+import-linter layers; the member's parts keep to their own state (each
+piece has one owner: docs/design.md, "Who owns which state").
 
 Ruff's complexity and statement rules (pyproject.toml) keep functions simple;
 this keeps them short, which those rules do not measure.
@@ -21,6 +22,9 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("paimon_group", "coordinators")
 MAX_MODULE_LINES = 600
 MAX_FUNCTION_LINES = 60
+# In paimon_group/member/: reads of another object's private names, and
+# writes to them (none: a part changes another's state through a method).
+MAX_FOREIGN_PRIVATE = 10
 
 
 def modules() -> list[Path]:
@@ -98,3 +102,40 @@ def test_the_package_map_is_in_the_order_of_the_layers() -> None:
     listed = [p.removeprefix("paimon_group/").removesuffix("/").removesuffix(".py")
               for p in package_map() if p.startswith("paimon_group/")]
     assert [n for n in listed if n in names] == names
+
+
+def foreign_private(paths: list[Path]) -> tuple[list[str], list[str]]:
+    """Each use of another object's private name (``x._name``, where ``x`` is
+    not ``self`` or ``cls``; dunders aside) in ``paths``, and those of them
+    that assign it, as ``file:line name``."""
+    uses: list[str] = []
+    writes: list[str] = []
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not (isinstance(node, ast.Attribute) and node.attr.startswith("_")
+                    and not node.attr.startswith("__")):
+                continue
+            if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+                continue
+            shown = path.relative_to(REPO).as_posix() if path.is_relative_to(REPO) else path.name
+            where = f"{shown}:{node.lineno} {node.attr}"
+            uses.append(where)
+            if isinstance(node.ctx, ast.Store):
+                writes.append(where)
+    return uses, writes
+
+
+def test_the_member_parts_keep_to_their_own_state() -> None:
+    uses, writes = foreign_private(sorted((REPO / "paimon_group" / "member").glob("*.py")))
+    assert writes == [], "a part writes another object's private state"
+    assert len(uses) <= MAX_FOREIGN_PRIVATE, uses
+
+
+def test_the_ownership_measure_counts_reads_and_writes(tmp_path: Path) -> None:
+    part = tmp_path / "part.py"
+    part.write_text("class P:\n  def f(self, core):\n"
+                    "    self._own = core._theirs\n    core._theirs = 1\n"
+                    "    return core.__class__, cls._x\n")
+    uses, writes = foreign_private([part])
+    assert sorted(uses) == ["part.py:3 _theirs", "part.py:4 _theirs"]
+    assert writes == ["part.py:4 _theirs"]

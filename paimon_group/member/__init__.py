@@ -2,7 +2,7 @@
 
 The member's states and the allowed transitions are in
 :mod:`paimon_group.member.state`; every transition goes through
-``GroupMember._set_state``, which refuses the others.
+``GroupMember.set_state``, which refuses the others.
 
 What happens in RUNNING, as three cooperating asyncio tasks:
 
@@ -36,7 +36,7 @@ interface, built with the core and the sibling parts it calls:
 * ``state``: MemberState and its transitions, ShardState and OwnedShard, the
   session gate;
 * ``core``: the shared state, views (owned shards, positions, leadership,
-  readiness) and services (``_set_state``, the planning thread, the listener);
+  readiness) and services (``set_state``, the planning thread, the listener);
 * ``commits`` (``member.commits``): the fenced commit, its read-back; the
   commit lane of a step;
 * ``ownership`` (``member.ownership``): acquire, revoke and release, the

@@ -174,7 +174,7 @@ class Commits:
                 await self.commit({s: owned[s] for s in chunk}, next_snapshot, **pin)
             return
         try:
-            await self._core._wait_live(for_commit=True)
+            await self._core.wait_live(for_commit=True)
         except Stop:
             # Refused locally, never sent: the member is leaving and its
             # session is closed (a batch that finished after the graceful
@@ -210,7 +210,7 @@ class Commits:
         mirror_due = self._take_outcome(owned, ok, next_snapshot, full_scan, mirrored, moves)
         if mirror_due:
             # Written after the coordinator accepted them: never ahead of it.
-            await self._core._in_io(functools.partial(self._mirror_write_all, mirror_due, mirrored,
+            await self._core.in_io(functools.partial(self._mirror_write_all, mirror_due, mirrored,
                                                 full_scan is not None))
 
     def _record_commits(self, owned: dict[int, OwnedShard], next_snapshot: int, *,
@@ -260,7 +260,7 @@ class Commits:
             # unaffected, and the old one's end was recorded when it was
             # dropped.)
             self._core.history.record("lost", shards=[s], epochs=[o.epoch], reason="stale epoch")
-            self._core._notify("on_lost", [s])
+            self._core.notify("on_lost", [s])
 
     async def read_back(self, owned: list[OwnedShard]) -> None:
         """After a commit with an unknown outcome: take the stored positions.

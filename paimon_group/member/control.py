@@ -57,8 +57,8 @@ class Control:
 
     async def run(self) -> None:
         fired: set[str] = {"start"}
-        while not self._core._stopping:
-            self._core._last_loop_tick = time.monotonic()
+        while not self._core.stopping:
+            self._core.loop_ticked()
             coord = self._core.coordinator
             if coord is None:
                 raise SessionLost("no session")
@@ -96,7 +96,7 @@ class Control:
                                       acquiring=bool(self._ownership.pending_acquisitions()))
         if opened:
             return opened
-        return await watches.wait(self._core._wake, timeout)
+        return await watches.wait(self._core.wake, timeout)
 
     async def _reconcile(self, fired: set[str]) -> None:
         """One level-triggered round, doing only what the wake-up calls for.
@@ -141,7 +141,7 @@ class Control:
 
     async def _check_member_key(self, group: GroupClient, view: RoundView) -> None:
         """Raise if our member key is gone although our session looked live."""
-        if not self._core._stopping and view.member_key is None:
+        if not self._core.stopping and view.member_key is None:
             # Either an operator removed us (members remove records the
             # session it removed), or the session expired server-side before
             # we noticed (a paused coordinator or process): then this is a
@@ -189,7 +189,7 @@ class Control:
                 self._core.owned[s].revoke()
             # Revocations run concurrently with reading and acquiring others.
             t = asyncio.create_task(self._ownership.revoke(to_revoke, reason="reassigned"))
-            self._core._tasks.append(t)
+            self._core.add_task(t)
         to_acquire = sorted(target - set(self._core.owned))
         if to_acquire and self._state.assignment is not None:
             await self._ownership.acquire(to_acquire, self._state.assignment.generation)
@@ -236,7 +236,7 @@ class Control:
         if wait > 0:
             # A burst of joins or leaves: one publication once it settles
             # (:mod:`paimon_group.member.settle`).
-            asyncio.get_running_loop().call_later(wait, self._core._wake.set)
+            asyncio.get_running_loop().call_later(wait, self._core.wake.set)
             return
         for gone in leaving - live:
             # Forget a goodbye once an assignment without that member is out.
@@ -264,7 +264,7 @@ class Control:
             self._loads.published()
         if published is None:
             # Deposed, or another publish raced us: re-read on the next round.
-            self._core._wake.set()
+            self._core.wake.set()
         else:
             log.info("published generation %d for %d members", published.generation,
                      len(members), extra={"group": self._core.group_name,
@@ -291,7 +291,7 @@ class Control:
         if table is None:
             return None
         sharding = Sharding(self._core.sharding, self._core.num_shards)
-        measured: MeasuredLoad | None = await self._core._in_io(functools.partial(
+        measured: MeasuredLoad | None = await self._core.in_io(functools.partial(
             measure, table, sharding, known=self._loads.measured))
         if measured is None:
             return None
@@ -310,5 +310,5 @@ class Control:
             live, previous, leaving, delay=self._core.config.rebalance_delay_s,
             now=time.monotonic())
         for after in recheck_after:
-            asyncio.get_running_loop().call_later(after, self._core._wake.set)
+            asyncio.get_running_loop().call_later(after, self._core.wake.set)
         return reserved

@@ -117,7 +117,7 @@ class JoinedSession:
 class MemberCore:
     """The shared state of a member; see the module docstring."""
 
-    _start_position: StartPosition  # set by start()
+    start_position: StartPosition  # set by start()
 
     def __init__(
         self,
@@ -153,11 +153,11 @@ class MemberCore:
         # The leader epoch and the assignment followed: the control part's
         # (handed to it; shown here read-only).
         self._leadership = Leadership()
-        self._session_changed = asyncio.Event()
+        self.session_changed = asyncio.Event()
         # The table head the leader publishes (member/head.py), and the event
         # that wakes the read loop when it shows a new snapshot.
-        self._head = HeadView()
-        self._head_woken = asyncio.Event()
+        self.head = HeadView()
+        self.head_woken = asyncio.Event()
         # The group's start as last read (None: none stored, or not read):
         # a shard whose position derives from a start it moved past scans the
         # moved one (member/reader.py, ReadLoop.settle).
@@ -172,7 +172,7 @@ class MemberCore:
         # (``commit(batch)`` in iterator mode), by ``id(batch)``; resolved by
         # the read loop once the batch's commit is done (see ReadLoop).
         self._durable: dict[int, asyncio.Future[None]] = {}
-        self._reachability = Reachability(redact_url(config.coordinator_url),
+        self.reachability = Reachability(redact_url(config.coordinator_url),
                                           safety_margin_s=self.timing.margin_s)
 
     # -- the joined session (membership replaces it whole) -------------------
@@ -214,39 +214,47 @@ class MemberCore:
         return None if self._session is None else self._session.mirror
 
     # The session gate holds the stopping flag, and the joined and wake-up
-    # events it waits on.
+    # events it waits on; the parts read them here.
 
     @property
-    def _stopping(self) -> bool:
+    def stopping(self) -> bool:
+        """Set once the member leaves or failed (by :meth:`fail` and the stop)."""
         return self._gate.stopping
 
-    @_stopping.setter
-    def _stopping(self, stopping: bool) -> None:
-        self._gate.stopping = stopping
-
     @property
-    def _joined(self) -> asyncio.Event:
+    def joined(self) -> asyncio.Event:
+        """Set while the member is registered (membership sets and clears it)."""
         return self._gate.joined
 
-    @_joined.setter
-    def _joined(self, joined: asyncio.Event) -> None:
-        self._gate.joined = joined
-
     @property
-    def _wake(self) -> asyncio.Event:
+    def wake(self) -> asyncio.Event:
+        """The member's local wake-up (any part may set it)."""
         return self._gate.wake
 
-    @_wake.setter
-    def _wake(self, wake: asyncio.Event) -> None:
-        self._gate.wake = wake
-
-    async def _wait_live(self, *, for_commit: bool = False) -> None:
+    async def wait_live(self, *, for_commit: bool = False) -> None:
         """:meth:`SessionGate.wait_live`."""
         await self._gate.wait_live(for_commit=for_commit)
 
+    def add_task(self, task: asyncio.Task[Any]) -> None:
+        """A task the stop cancels (a revocation under way)."""
+        self._tasks.append(task)
+
+    def set_tasks(self, tasks: list[asyncio.Task[Any]]) -> None:
+        """The tasks of the current session (its control and head loops),
+        in place of those of the one before; the stop cancels them."""
+        self._tasks = tasks
+
+    def loop_ticked(self) -> None:
+        """The control loop runs (:meth:`loop_lag` measures from here)."""
+        self._last_loop_tick = time.monotonic()
+
+    def take_durable(self, batch: ShardBatch) -> asyncio.Future[None] | None:
+        """The future of a caller waiting until ``batch``'s commit is done, if any."""
+        return self._durable.pop(id(batch), None)
+
     # -- state -----------------------------------------------------------
 
-    def _set_state(self, state: MemberState) -> None:
+    def set_state(self, state: MemberState) -> None:
         """Move to ``state`` if :data:`~paimon_group.member.state.TRANSITIONS`
         allows it; the same state is a no-op, and FAILED is terminal."""
         if self.state is state:
@@ -264,14 +272,14 @@ class MemberCore:
         )
         self.state = state
 
-    def _fail(self, err: BaseException) -> None:
+    def fail(self, err: BaseException) -> None:
         if self.error is None:
             self.error = err
         log.error("member failed: %s", err, extra={"group": self.group_name,
                                                     "member": self.member_id})
-        self._set_state(MemberState.FAILED)
-        self._stopping = True
-        self._wake.set()
+        self.set_state(MemberState.FAILED)
+        self._gate.stopping = True
+        self._gate.wake.set()
 
     def raise_if_failed(self) -> None:
         if self.error is not None:
@@ -286,7 +294,7 @@ class MemberCore:
             return
         self.group_start = start
         if known is None or start.moves > known.moves:
-            self._wake.set()
+            self._gate.wake.set()
 
     @property
     def start_moves(self) -> int:
@@ -344,7 +352,7 @@ class MemberCore:
     def published_latest(self) -> int | None:
         """The table's latest snapshot id as the group's published head says it,
         while the head is fresh (:mod:`paimon_group.member.head`); else None."""
-        record = self._head.record if self._head.fresh else None
+        record = self.head.record if self.head.fresh else None
         return None if record is None else record.latest
 
     def loop_lag(self) -> float:
@@ -352,10 +360,15 @@ class MemberCore:
 
     # -- services --------------------------------------------------------
 
-    async def _in_io(self, fn: Callable[[], Any]) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self._io, fn)
+    def start_in_io(self, fn: Callable[[], Any]) -> asyncio.Future[Any]:
+        """Start ``fn`` on the planning thread."""
+        return asyncio.get_running_loop().run_in_executor(self._io, fn)
 
-    def _notify(self, hook: str, shards: list[int]) -> None:
+    async def in_io(self, fn: Callable[[], Any]) -> Any:
+        """Run ``fn`` on the planning thread."""
+        return await self.start_in_io(fn)
+
+    def notify(self, hook: str, shards: list[int]) -> None:
         if hook == "on_lost":
             self.stats.shards_moved["lost"] += len(shards)
         if self.listener is None:

@@ -129,9 +129,9 @@ class Driving:
             return
         self._driven_table_checked = now
         try:
-            await self._core._in_io(self._reading.check_table)
+            await self._core.in_io(self._reading.check_table)
         except (TableNotFound, TableReplaced) as err:
-            self._core._fail(err)
+            self._core.fail(err)
             raise
 
     async def stored_positions(self, shards: Iterable[int]) -> dict[int, ShardPosition]:

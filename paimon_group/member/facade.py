@@ -91,7 +91,7 @@ class GroupMember(MemberCore):
     async def start(self) -> None:
         """Open the table, join the group; reading starts when a handler or iterator runs."""
         self._stop_task = None
-        self._set_state(MemberState.JOINING)
+        self.set_state(MemberState.JOINING)
         cfg = self.config
         loop = asyncio.get_running_loop()
         try:
@@ -102,7 +102,7 @@ class GroupMember(MemberCore):
                     lambda: ShardedTable.open(cfg.warehouse, cfg.table, cfg.catalog_options))
             self.table = table
             check_columns(table.table.field_names, cfg.columns)
-            self._start_position = parse_start(cfg.start)
+            self.start_position = parse_start(cfg.start)
             await self.membership.join(first=True)
         except BaseException:
             # A start that fails keeps nothing open for a caller that never
@@ -113,13 +113,13 @@ class GroupMember(MemberCore):
             await self.membership.close_coordinator()
             self.history.close()
             raise
-        if self._stopping:
+        if self.stopping:
             # stop() ran while we were joining: it found nothing to leave.
             # Registered now, with no control loop to follow, we would be
             # assigned shards nobody reads: end the session (and so the
             # member key) at once.
             await self.membership.close_coordinator()
-            self._set_state(MemberState.STOPPED)
+            self.set_state(MemberState.STOPPED)
             return
         self._supervisor = asyncio.create_task(self.membership.supervise(), name="pg-supervisor")
 
@@ -141,13 +141,13 @@ class GroupMember(MemberCore):
 
     async def _stop(self, timeout: float | None) -> None:
         if self.state in (MemberState.STOPPED, MemberState.CREATED):
-            self._set_state(MemberState.STOPPED)
+            self.set_state(MemberState.STOPPED)
             return
         timeout = self.config.shutdown_timeout_s if timeout is None else timeout
-        self._stopping = True
-        self._wake.set()
+        self._gate.stopping = True
+        self.wake.set()
         if self.state is not MemberState.FAILED:
-            self._set_state(MemberState.LEAVING)
+            self.set_state(MemberState.LEAVING)
         try:
             await asyncio.wait_for(self.membership.leave(), timeout=max(0.1, timeout))
         except (TimeoutError, CoordinatorError) as err:
@@ -161,7 +161,7 @@ class GroupMember(MemberCore):
         self._io.shutdown(wait=False, cancel_futures=True)
         self.history.close()
         if self.state is not MemberState.FAILED:
-            self._set_state(MemberState.STOPPED)
+            self.set_state(MemberState.STOPPED)
 
     # -- consuming -------------------------------------------------------
 

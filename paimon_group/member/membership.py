@@ -66,11 +66,11 @@ class Membership:
     def _on_session_state(self, state: SessionState) -> None:
         # Called from the backend (on the loop thread); wake the loops up, and
         # tell the operator in one line when the coordinator stops answering.
-        self._core._session_changed.set()
-        self._core._wake.set()
+        self._core.session_changed.set()
+        self._core.wake.set()
         coord = self._core.coordinator
         deadline = coord.session.deadline if coord is not None else time.monotonic()
-        line = self._core._reachability.on_state(state.value, now=time.monotonic(),
+        line = self._core.reachability.on_state(state.value, now=time.monotonic(),
                                                  deadline=deadline)
         if line is not None and self._core.state in (MemberState.LEAVING, MemberState.STOPPED,
                                                MemberState.FAILED):
@@ -113,9 +113,9 @@ class Membership:
             raise
         self._core.replace_session(self._joined_session(meta, coord, group))
         self._control.forget_leadership()
-        self._core._set_state(MemberState.RUNNING)
-        self._core._joined.set()
-        self._core._wake.set()
+        self._core.set_state(MemberState.RUNNING)
+        self._core.joined.set()
+        self._core.wake.set()
 
     def _joined_session(self, meta: GroupMeta, coord: Coordinator,
                         group: GroupClient) -> JoinedSession:
@@ -148,7 +148,7 @@ class Membership:
         table = self._core.table
         # The identity of what is at the table's path now (read afresh, not
         # from the table loaded at start): a re-created table is refused here.
-        table_id: str = await self._core._in_io(functools.partial(table_identity, table.table))
+        table_id: str = await self._core.in_io(functools.partial(table_identity, table.table))
         warehouse = normalised_warehouse(self._core.config.warehouse)
         if not first:
             meta = await group.ensure_meta(None, table.identifier, table_id=table_id,
@@ -179,7 +179,7 @@ class Membership:
                      "created it meanwhile", self._core.group_name, meta.num_shards, meta.sharding)
         if meta.incarnation != origin.incarnation:
             with contextlib.suppress(Exception):  # then the winner's shards start as configured
-                await self._core._in_io(functools.partial(
+                await self._core.in_io(functools.partial(
                     adopt_winner, table.table.file_io, table.table_path, origin, meta))
         await self._note_idle_shards(meta)
         return self._with_table_id(meta, table_id)
@@ -189,7 +189,7 @@ class Membership:
         assert self._core.table is not None
         table = self._core.table
         try:
-            note = await self._core._in_io(lambda: idle_shards_note(
+            note = await self._core.in_io(lambda: idle_shards_note(
                 table, Sharding(ShardRule.parse(meta.sharding), meta.num_shards)))
         except Exception as err:  # a hint only: never a reason not to start
             log.debug("shards with rows not counted: %s", err)
@@ -217,7 +217,7 @@ class Membership:
         origin = ConsumerFilesOrigin(self._core.group_name, incarnation, num_shards, sharding)
         mirror = ConsumerMirror(table.table.file_io, table.table_path, self._core.group_name)
         try:
-            note = await self._core._in_io(functools.partial(
+            note = await self._core.in_io(functools.partial(
                 prepare_new_group, mirror, table.table.file_io, table.table_path, origin))
         except Exception as err:
             # Then the origin does not name this incarnation: no shard resumes
@@ -257,11 +257,11 @@ class Membership:
 
     async def supervise(self) -> None:
         """Runs the control loop; on a lost session rejoins with a new one."""
-        while not self._core._stopping:
+        while not self._core.stopping:
             control = asyncio.create_task(self._control.run(), name="pg-control")
             head_loop = self._new_head_loop()
             head = asyncio.create_task(self._run_head(head_loop), name="pg-head")
-            self._core._tasks = [control, head]
+            self._core.set_tasks([control, head])
             try:
                 try:
                     await control
@@ -271,7 +271,7 @@ class Membership:
                     head.cancel()
                     await asyncio.gather(head, return_exceptions=True)
             except SessionLost:
-                if self._core._stopping:
+                if self._core.stopping:
                     return
                 try:
                     await self._rejoin()
@@ -282,12 +282,12 @@ class Membership:
                     # error that is not retriable, a coordinator down past the
                     # retries) fails the member; escaping here instead left it
                     # REJOINING for ever, with no error and no exit.
-                    self._core._fail(err)
+                    self._core.fail(err)
                     return
             except asyncio.CancelledError:
                 raise
             except BaseException as err:
-                self._core._fail(err)
+                self._core.fail(err)
                 return
 
     def _new_head_loop(self) -> HeadLoop | None:
@@ -295,7 +295,7 @@ class Membership:
         coord, group, table = self._core.coordinator, self._core.group, self._core.table
         if coord is None or group is None or table is None:
             return None
-        self._core._head.forget()
+        self._core.head.forget()
         poller = TablePoller(latest=table.latest_snapshot_id, snapshot_text=table.snapshot_text,
                              identity=functools.partial(table_identity, table.table),
                              files=table.follow_up_files)
@@ -312,11 +312,11 @@ class Membership:
             elif record.table_id is not None:
                 table.forget_snapshots()  # gone or replaced: none of them is ours
 
-        return HeadLoop(coord, group.keys, self._core._head,
+        return HeadLoop(coord, group.keys, self._core.head,
                         poll_s=self._core.config.poll_interval_ms / 1000.0,
                         poll=lambda: asyncio.to_thread(poller.poll),
                         leader_epoch=lambda: self._core.leader_epoch,
-                        woken=self._core._head_woken.set,
+                        woken=self._core.head_woken.set,
                         learned=learned)
 
     async def _run_head(self, loop: HeadLoop | None) -> None:
@@ -336,9 +336,9 @@ class Membership:
         lost, epochs = self._ownership.lose_all()
         if lost:
             self._core.history.record("lost", shards=lost, epochs=epochs, reason="session lost")
-            self._core._notify("on_lost", lost)
-        self._core._set_state(MemberState.REJOINING)
-        self._core._joined.clear()
+            self._core.notify("on_lost", lost)
+        self._core.set_state(MemberState.REJOINING)
+        self._core.joined.clear()
         await self.close_coordinator()
         retry = tenacity.AsyncRetrying(
             # A new session lost before the join ended (expired while its

@@ -73,7 +73,7 @@ async def move_start(core: MemberCore, owned: list[OwnedShard], lost: LostRange,
     assert table is not None
     if group is None:
         raise SessionLost("no session")
-    latest = max(lost.earliest, await core._in_io(functools.partial(
+    latest = max(lost.earliest, await core.in_io(functools.partial(
         table.latest_snapshot_id, fresh=True)) or 0)
     if lineage is None:
         lineage = min(o.start_moves for o in owned)
@@ -106,7 +106,7 @@ async def record_moved_start(core: MemberCore, start: GroupStart) -> None:
     if table is None or meta is None:
         return
     try:
-        await core._in_io(functools.partial(record_start, table.table.file_io, table.table_path,
+        await core.in_io(functools.partial(record_start, table.table.file_io, table.table_path,
                                             core.group_name, meta, start))
     except Exception as err:  # as a consumer file that cannot be written
         log.warning("moved group start not recorded beside the consumer files: %s", err)
@@ -139,5 +139,5 @@ async def repin_stale(core: MemberCore, commits: Commits, held: list[OwnedShard]
         # unforced write may be throttled after the shard's last one).
         for shard, o in stale.items():
             if o.full_scan == start.full_scan and o.start_moves == start.moves:
-                await core._in_io(functools.partial(commits.mirror_write, shard,
+                await core.in_io(functools.partial(commits.mirror_write, shard,
                                                     start.full_scan, True, True))

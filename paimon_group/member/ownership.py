@@ -115,7 +115,7 @@ class ShardOwnership:
         group, given every shard, went on acquiring shards the arrivals
         since had taken (thousands of round trips), and then released them.
         """
-        if self._closed or self._core._stopping:
+        if self._closed or self._core.stopping:
             return
         self._acquiring += 1
         self._no_acquisition.clear()
@@ -142,7 +142,7 @@ class ShardOwnership:
 
         async def superseded() -> bool:
             nonlocal last_look
-            if self._closed or self._core._stopping:
+            if self._closed or self._core.stopping:
                 return True  # the member leaves: what was acquired is told below
             if time.monotonic() - last_look < RECHECK_S:
                 return False
@@ -152,7 +152,7 @@ class ShardOwnership:
             last_look = time.monotonic()
             if assignment is None or assignment.generation == generation:
                 return False
-            self._core._wake.set()  # the next round follows it at once
+            self._core.wake.set()  # the next round follows it at once
             return True
 
         outcomes, error = await one_by_one(
@@ -163,8 +163,8 @@ class ShardOwnership:
             log.info("acquired shards %s", acquired,
                      extra={"group": self._core.group_name, "member": self._core.member_id,
                             "generation": generation})
-            self._core._notify("on_assigned", acquired)
-            self._core._wake.set()
+            self._core.notify("on_assigned", acquired)
+            self._core.wake.set()
         if error is not None:
             raise error  # the round failed: retried (the shards acquired stay ours)
 
@@ -193,7 +193,7 @@ class ShardOwnership:
             owned.start_moves = (self._core.start_moves if position.start_moves is None
                                  else position.start_moves)
         else:
-            resumed = await self._core._in_io(functools.partial(self._resume_from_file, shard))
+            resumed = await self._core.in_io(functools.partial(self._resume_from_file, shard))
             mirrored = None if resumed is None else resumed[0]
             if mirrored is not None and mirrored.full_scan_pending:
                 # A pinned start whose full scan was still due: resume
@@ -294,13 +294,13 @@ class ShardOwnership:
             self._core.stats.shards_moved[how] += len(released)
             log.info("%s shards %s (%s)", how, released, reason,
                      extra={"group": self._core.group_name, "member": self._core.member_id})
-            self._core._notify("on_revoked", released)
+            self._core.notify("on_revoked", released)
         if lost:
             log.warning("lost shards %s: their release was not confirmed (%s); the next "
                         "owner resumes from the last committed position", lost, reason,
                         extra={"group": self._core.group_name, "member": self._core.member_id})
-            self._core._notify("on_lost", lost)
-        self._core._wake.set()
+            self._core.notify("on_lost", lost)
+        self._core.wake.set()
         if error is not None:
             raise error
 
@@ -396,7 +396,7 @@ class ShardOwnership:
                 n = o.full_scan if o.full_scan is not None else o.committed
                 mirrored.append((o.shard, n, o.full_scan is not None))
         if mirrored and self._core.mirror is not None:
-            await self._core._in_io(functools.partial(self._mirror_all, mirrored))
+            await self._core.in_io(functools.partial(self._mirror_all, mirrored))
         return True
 
     def _mirror_all(self, mirrored: list[tuple[int, int, bool]]) -> None:
@@ -445,7 +445,7 @@ class ShardOwnership:
                             next_snapshot=o.committed, start_moves=o.start_moves)
         if ok and o.committed is not None and self._core.mirror is not None:
             n = o.full_scan if o.full_scan is not None else o.committed
-            await self._core._in_io(functools.partial(self._commits.mirror_write, o.shard, n, True,
+            await self._core.in_io(functools.partial(self._commits.mirror_write, o.shard, n, True,
                                                 o.full_scan is not None))
         return ok
 
@@ -485,7 +485,7 @@ class ShardOwnership:
             log.warning("shards %s: owner key gone or re-created by another member", lost,
                         extra={"group": self._core.group_name, "member": self._core.member_id})
             self._core.history.record("lost", shards=lost, epochs=epochs, reason="owner key gone")
-            self._core._notify("on_lost", lost)
+            self._core.notify("on_lost", lost)
 
 
 

@@ -67,7 +67,7 @@ class ReadLoop:
         self._prefetched: Prefetched = {}
 
     async def run(self, process: Process) -> None:
-        while not self._core._stopping:
+        while not self._core.stopping:
             coord = self._core.coordinator
             try:
                 await self._read_loop(process)
@@ -75,14 +75,14 @@ class ReadLoop:
                 return
             except SessionLost:
                 # The supervisor rejoins; wait for it and carry on.
-                self._core._wake.set()
+                self._core.wake.set()
                 await asyncio.sleep(0.05)
                 continue
             except HandlerFailed as err:
-                self._core._fail(err)
+                self._core.fail(err)
                 return
             except PaimonGroupError as err:
-                if self._core._stopping and isinstance(err, CoordinatorError):
+                if self._core.stopping and isinstance(err, CoordinatorError):
                     # The member is leaving: it has released its shards and
                     # closes its coordinator under a round still in flight
                     # (a pin of shards acquired just before the stop). The
@@ -104,14 +104,14 @@ class ReadLoop:
                              extra={"group": self._core.group_name, "member": self._core.member_id})
                     continue
                 if not err.retriable:
-                    self._core._fail(err)
+                    self._core.fail(err)
                     return
                 log.warning("coordinator unavailable while reading: %s", err)
                 await asyncio.sleep(0.5)
             except asyncio.CancelledError:
                 raise
             except BaseException as err:
-                self._core._fail(err)
+                self._core.fail(err)
                 return
 
     async def _read_loop(self, process: Process) -> None:
@@ -119,7 +119,7 @@ class ReadLoop:
         table_checked = time.monotonic()
         while True:
             try:
-                await asyncio.wait_for(self._core._wait_live(), TABLE_CHECK_S)
+                await asyncio.wait_for(self._core.wait_live(), TABLE_CHECK_S)
             except TimeoutError:
                 # Not live for that long (the coordinator unreachable, a
                 # rejoin pending): the table is checked all the same, from
@@ -127,7 +127,7 @@ class ReadLoop:
                 # stops the member within its bound whatever the coordinator
                 # does meanwhile.
                 table_checked = time.monotonic()
-                await self._core._in_io(self._check_table_itself)
+                await self._core.in_io(self._check_table_itself)
                 continue
             self._core.raise_if_failed()
             progressed = await self._read_round(process)
@@ -139,16 +139,16 @@ class ReadLoop:
                 # is the one the group was created on (TableNotFound,
                 # TableReplaced), so neither is an endless wait or a skip.
                 table_checked = time.monotonic()
-                await self._core._in_io(self.check_table)
+                await self._core.in_io(self.check_table)
             if not progressed:
                 await self._idle_wait(poll)
 
     async def _idle_wait(self, poll: float) -> None:
         """Until a wake-up, a new snapshot in the published head, or ``poll``."""
-        await first_of([asyncio.ensure_future(self._core._wake.wait()),
-                        asyncio.ensure_future(self._core._head_woken.wait())], poll)
-        self._core._wake.clear()
-        self._core._head_woken.clear()
+        await first_of([asyncio.ensure_future(self._core.wake.wait()),
+                        asyncio.ensure_future(self._core.head_woken.wait())], poll)
+        self._core.wake.clear()
+        self._core.head_woken.clear()
 
     def check_table(self) -> None:
         """Raise TableNotFound if the table is gone, TableReplaced if it was
@@ -156,7 +156,7 @@ class ReadLoop:
         group's fresh head says its leader found the table in place moments
         ago (member/head.py: one check per group, not one per member)."""
         meta = self._core.meta
-        if self._core._head.vouches_for(meta.table_id if meta is not None else ""):
+        if self._core.head.vouches_for(meta.table_id if meta is not None else ""):
             return
         self._check_table_itself()
 
@@ -185,7 +185,7 @@ class ReadLoop:
             # A file the plan names is gone: most likely the table was dropped
             # (or re-created) since the last check, which says so in one line
             # (TableNotFound, TableReplaced); else the error stands.
-            await self._core._in_io(self._check_table_itself)
+            await self._core.in_io(self._check_table_itself)
             raise
         finally:
             for future in prefetched.values():
@@ -216,14 +216,14 @@ class ReadLoop:
         for (position, full_scan), owned in sorted(by_position.items(),
                                                    key=lambda kv: (kv[0][0], kv[0][1] or 0)):
             shards = [o.shard for o in owned]
-            if full_scan is None and self._core._head.nothing_new_at(position):
+            if full_scan is None and self._core.head.nothing_new_at(position):
                 # The leader polled the table moments ago: nothing at
                 # `position` yet (member/head.py); no request to the store.
                 continue
-            await self._core._wait_live()
+            await self._core.wait_live()
             try:
                 if full_scan is not None:
-                    step: StepPlan | None = await self._core._in_io(
+                    step: StepPlan | None = await self._core.in_io(
                         functools.partial(planner.plan_full, shards, full_scan))
                 else:
                     step = await self._plan_next(shards, position, prefetched)
@@ -248,7 +248,7 @@ class ReadLoop:
         snapshot (``skip``); see :mod:`paimon_group.member.data_loss`."""
         table = self._core.table
         assert table is not None
-        earliest = await self._core._in_io(table.earliest_snapshot_id)
+        earliest = await self._core.in_io(table.earliest_snapshot_id)
         if earliest is None or earliest <= first:
             raise err  # not a gap this member can name (the table changed under it)
         lost = LostRange(tuple(sorted(o.shard for o in owned)), first, earliest, full_scan)
@@ -304,10 +304,10 @@ class ReadLoop:
         """Start planning ``plan_next(shards, position)`` in the planning thread."""
         planner = self._core.planner
         assert planner is not None
-        if self._core._head.nothing_new_at(position):
+        if self._core.head.nothing_new_at(position):
             return  # the published head wakes the read loop when it is there
-        self._prefetched[(tuple(shards), position)] = asyncio.get_running_loop().run_in_executor(
-            self._core._io, functools.partial(planner.plan_next, shards, position))
+        self._prefetched[(tuple(shards), position)] = self._core.start_in_io(
+            functools.partial(planner.plan_next, shards, position))
 
     async def _plan_next(
         self,
@@ -331,8 +331,8 @@ class ReadLoop:
                 step = None
             if step is not None:
                 return step
-        head = self._core._head.record if self._core._head.fresh else None
-        planned: StepPlan | None = await self._core._in_io(functools.partial(
+        head = self._core.head.record if self._core.head.fresh else None
+        planned: StepPlan | None = await self._core.in_io(functools.partial(
             planner.plan_next, shards, position,
             known_latest=None if head is None else head.latest))
         return planned
@@ -355,14 +355,14 @@ class ReadLoop:
             # A group re-created over its consumer files (a wiped or switched
             # coordinator) keeps the start they were read from: a shard that
             # had no file yet starts where its peers did.
-            carried: GroupStart | None = None if meta is None else await self._core._in_io(
+            carried: GroupStart | None = None if meta is None else await self._core.in_io(
                 functools.partial(carried_start, file_io, path, name, meta))
             if carried is not None:
                 return carried
-            found = await self._core._in_io(lambda: table.resolve_start(self._core._start_position))
+            found = await self._core.in_io(lambda: table.resolve_start(self._core.start_position))
             return GroupStart(next_snapshot=found.next_snapshot,
                               full_scan=found.full_scan_snapshot,
-                              start=str(self._core._start_position), resolved_at=time.time(),
+                              start=str(self._core.start_position), resolved_at=time.time(),
                               resolved_by=self._core.member_id)
 
         # One start for the whole group: resolved once, by the
@@ -376,7 +376,7 @@ class ReadLoop:
             # Beside the consumer files too, once the coordinator holds it
             # (so it outlives a wipe as they do); before anything is pinned.
             try:
-                await self._core._in_io(functools.partial(record_start, file_io, path, name, meta,
+                await self._core.in_io(functools.partial(record_start, file_io, path, name, meta,
                                                     start))
             except Exception as err:  # as a consumer file that cannot be written
                 log.warning("group start not recorded beside the consumer files: %s", err)
@@ -505,7 +505,7 @@ class ReadLoop:
 
     def _resolve_durable(self, batch: ShardBatch, error: BaseException | None) -> None:
         """Tell a caller waiting in ``commit(batch)`` how the batch's commit ended."""
-        waiter = self._core._durable.pop(id(batch), None)
+        waiter = self._core.take_durable(batch)
         if waiter is None or waiter.done():
             return
         if error is None:
@@ -523,13 +523,13 @@ class ReadLoop:
         say nothing of the old one's): data loss (BatchExpired, handled by
         :meth:`_deliver_all`), or a file missing from a retained snapshot, in
         one line."""
-        await self._core._in_io(self._check_table_itself)
+        await self._core.in_io(self._check_table_itself)
         raise err
 
     async def _handle(self, o: OwnedShard, batch: ShardBatch, step: StepPlan,
                       process: Process) -> None:
         """Run the handler on one batch (nothing is committed here)."""
-        await self._core._wait_live()
+        await self._core.wait_live()
         started = time.monotonic()
         try:
             await process(batch)

@@ -1,6 +1,6 @@
 """The member's lifecycle, a held shard's lifecycle, and the session gate.
 
-Member states, and every transition :meth:`MemberCore._set_state` allows
+Member states, and every transition :meth:`MemberCore.set_state` allows
 (:data:`TRANSITIONS`; any other is refused and logged)::
 
     CREATED ──start()──> JOINING ──registered──> RUNNING
