@@ -35,8 +35,9 @@ interface, built with the core and the sibling parts it calls:
 
 * ``state``: MemberState and its transitions, ShardState and OwnedShard, the
   session gate;
-* ``core``: the shared state, views (owned shards, positions, leadership,
-  readiness) and services (``set_state``, the planning thread, the listener);
+* ``core``: the member's own state, the read-only views of what each part
+  owns (the joined session, owned shards, positions, leadership, readiness)
+  and services (``set_state``, the planning thread, the listener);
 * ``commits`` (``member.commits``): the fenced commit, its read-back; the
   commit lane of a step;
 * ``ownership`` (``member.ownership``): acquire, revoke and release, the

@@ -1,11 +1,15 @@
-"""What every part of a member shares: its configuration, state and owned shards.
+"""What every part of a member shares: its configuration, state and services.
 
-:class:`MemberCore` holds the state the parts of :class:`GroupMember` work
-on (the parts are objects of their own modules, each built with the core:
-see ``paimon_group/member/__init__.py``), the member's read-only views (owned
-shards, positions, leadership, readiness), and the few services every part
-uses: the state transition, the planning thread, the rebalance listener and
-the session gate. :class:`GroupMember` is a core that owns its parts.
+:class:`MemberCore` holds the member's own state (its state and error,
+stats, the stopping flag and wake-up of the session gate), the read-only
+views of what its parts own (the joined session, a :class:`JoinedSession`
+that membership replaces whole; the shards held, the ownership part's; the
+leader epoch and the assignment, the control part's: each handed to its
+owner when :class:`GroupMember` builds its parts, see
+``paimon_group/member/__init__.py`` and docs/design.md, "Who owns which
+state"), and the few services every part uses: the state transition, the
+planning thread, the rebalance listener and the session gate.
+:class:`GroupMember` is a core that owns its parts.
 """
 
 from __future__ import annotations
