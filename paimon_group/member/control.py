@@ -76,7 +76,7 @@ class Control:
                         raise
                     # An acquisition or release may have landed unseen: the
                     # next ownership check lists every owner key and sweeps.
-                    self._ownership.sweep_due = True
+                    self._ownership.sweep_at_next_check()
                     log.warning("control round failed, retrying: %s", err,
                                 extra={"group": self._core.group_name,
                                        "member": self._core.member_id})

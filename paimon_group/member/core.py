@@ -289,6 +289,11 @@ class MemberCore:
         if self.error is not None:
             raise self.error
 
+    def forget_start(self) -> None:
+        """A new session reads the group's start again (a group re-created
+        meanwhile starts over)."""
+        self.group_start = None
+
     def observe_start(self, start: GroupStart | None) -> None:
         """The group's start as just read; wakes the read loop when it moved
         further than the start known so far (its shards of the earlier one

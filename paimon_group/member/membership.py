@@ -92,8 +92,7 @@ class Membership:
             known = self._core.session
             if known is not None:
                 self._core.replace_session(dataclasses.replace(known, meta=meta))
-            # Read again in this session (a group re-created meanwhile starts over).
-            self._core.group_start = None
+            self._core.forget_start()
             self._core.num_shards = meta.num_shards
             self._core.sharding = ShardRule.parse(meta.sharding)
             info = MemberInfo(

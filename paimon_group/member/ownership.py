@@ -72,7 +72,7 @@ class ShardOwnership:
 
     Its interface: :meth:`pending_acquisitions`, :meth:`acquire`,
     :meth:`revoke`, :meth:`check_ownership`; :attr:`releases` (owner keys
-    still to delete), :attr:`sweep_due`, and when the check last ran
+    still to delete), :attr:`sweep_due` (:meth:`sweep_at_next_check`), and when the check last ran
     (:attr:`checked_at`, every :attr:`check_s`).
     """
 
@@ -249,6 +249,11 @@ class ShardOwnership:
                     self._core.config.start,
                     extra={"group": core.group_name, "member": core.member_id, "shard": shard})
         return None
+
+    def sweep_at_next_check(self) -> None:
+        """The next ownership check lists every owner key and sweeps (an
+        acquisition or release may have landed unseen)."""
+        self.sweep_due = True
 
     def lose_all(self) -> tuple[list[int], list[int]]:
         """The session was lost: every shard held ends here (dropped, not
