@@ -6,6 +6,10 @@ merge are wrapped only to observe them."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -110,11 +114,12 @@ def test_a_split_unreadable_mid_way_is_read_by_pypaimon_alone(
     assert read_path.fallback_splits == 1
 
 
-def test_a_merged_section_is_not_held_twice_through_its_merge(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The section's files are combined into one table before the merge; the
-    decoded files are freed then, so the merge holds one copy of the rows."""
-    warehouse = str(tmp_path / "wh")
+def held_through_merges(warehouse: str) -> list[tuple[int, int]]:
+    """For each way of reading a split whole, the bytes Arrow has allocated
+    when the section's merge starts, and the section's own bytes. Run in a
+    process of its own: ``pa.total_allocated_bytes`` counts every thread's
+    allocations, and threads left by earlier tests in a suite's process
+    would count too."""
     make_pk_table(warehouse, "db.t", buckets=1)
     for i in range(3):
         write_rows(warehouse, "db.t", range(i * 20_000, (i + 1) * 20_000), v=i)
@@ -126,16 +131,37 @@ def test_a_merged_section_is_not_held_twice_through_its_merge(
     splits = planner.plan_full([0], latest).splits[0]
     held: list[tuple[int, int]] = []  # (bytes allocated by Arrow, the section's bytes)
     merge_section = reader.ArrowSplitReader._merge_section
+    before = 0
 
     def observed(self: Any, rows: pa.Table, *, single_run: bool) -> Any:
         held.append((pa.total_allocated_bytes() - before, rows.nbytes))
         return merge_section(self, rows, single_run=single_run)
 
-    monkeypatch.setattr(reader.ArrowSplitReader, "_merge_section", observed)
+    reader.ArrowSplitReader._merge_section = observed  # type: ignore[method-assign]
+    measured = []
     for read in (planner.read_arrow, lambda s: pa.Table.from_batches(
             list(planner.iter_batches(s)))):
         held.clear()
         before = pa.total_allocated_bytes()
         assert read(splits).num_rows == 60_000
-        [(allocated, section)] = held
+        [one] = held
+        measured.append(one)
+    return measured
+
+
+def test_a_merged_section_is_not_held_twice_through_its_merge(tmp_path: Path) -> None:
+    """The section's files are combined into one table before the merge; the
+    decoded files are freed then, so the merge holds one copy of the rows."""
+    root = Path(__file__).resolve().parent.parent
+    code = ("import json, sys\n"
+            "from tests.test_arrowread_pipeline import held_through_merges\n"
+            "print(json.dumps(held_through_merges(sys.argv[1])))\n")
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "wh")], cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True,
+        text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    measured = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(measured) == 2
+    for allocated, section in measured:
         assert section < allocated < 1.5 * section, (allocated, section)

@@ -185,8 +185,7 @@ class Driving:
         moved: GroupStart | None = None
         try:
             for lost in losts:
-                owned = [o for s in lost.shards if (o := self._core.owned.get(s)) is not None]
-                moved = await move_start(self._core, owned, lost, lineage=lineage)
+                moved = await move_start(self._core, lost, lineage)
         except CoordinatorError as err:
             log.warning("the group's start was not moved this time (%s): the shards wait for "
                         "the next batch", err,

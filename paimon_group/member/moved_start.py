@@ -58,25 +58,22 @@ def moves_group_wide(core: MemberCore) -> bool:
     return core.sharding is ShardRule.FILE
 
 
-async def move_start(core: MemberCore, owned: list[OwnedShard], lost: LostRange, *,
-                     lineage: int | None = None) -> GroupStart:
-    """``owned``'s pinned full scan ``lost.first`` expired: move the group's
+async def move_start(core: MemberCore, lost: LostRange, lineage: int) -> GroupStart:
+    """The pinned full scan ``lost.first`` of ``lost.shards`` expired: move the group's
     start to a full scan of the latest snapshot (or take the move a
     concurrent member made) and say so in one WARNING line. The shards held
     here are re-pinned at it by the read loop's next settle
     (:func:`repin_stale`), when no commit of a step is in flight: a rider of
     a step's commit lane re-pinned now would then be committed at the step's
     end (a full scan that expired while its batch was held).
-    ``lineage``: the moves of the start the lost full scan derives from
-    (default: the least of ``owned``'s). Returns the start as moved."""
+    ``lineage``: the moves of the start the lost full scan derives from.
+    Returns the start as moved."""
     group, table = core.group, core.table
     assert table is not None
     if group is None:
         raise SessionLost("no session")
     latest = max(lost.earliest, await core.in_io(functools.partial(
         table.latest_snapshot_id, fresh=True)) or 0)
-    if lineage is None:
-        lineage = min(o.start_moves for o in owned)
     known = core.group_start
     proposed = GroupStart(next_snapshot=latest + 1, full_scan=latest,
                           start=known.start if known is not None else str(core.config.start),

@@ -259,7 +259,7 @@ class ReadLoop:
             # Bucket-unaware: the group's start moves, once for every shard
             # (member/moved_start.py); under the bucket rules a shard alone
             # re-pinned at the earliest snapshot is consistent with the rest.
-            await move_start(self._core, owned, lost)
+            await move_start(self._core, lost, min(o.start_moves for o in owned))
             return
         log.warning(skip_warning(self._core.config, lost), extra=extra)
         self._core.history.record("skip", shards=list(lost.shards), first=first, earliest=earliest,
