@@ -23,10 +23,10 @@ from paimon_group.config.member import MemberConfig
 from paimon_group.member.commits import Commits
 from paimon_group.member.control import Control
 from paimon_group.member.core import JoinedSession, MemberCore
-from paimon_group.member.driving import Driving
+from paimon_group.member.host_reads import HostReads
 from paimon_group.member.membership import Membership
 from paimon_group.member.ownership import ShardOwnership
-from paimon_group.member.reader import ReadLoop
+from paimon_group.member.read_loop import ReadLoop
 from paimon_group.member.state import OwnedShard
 from paimon_group.protocol.group import GroupClient
 from paimon_group.protocol.records import Assignment, MemberInfo
@@ -278,7 +278,7 @@ async def test_reading_ends_quietly_when_the_leave_closes_the_coordinator_under_
 async def test_driving_commits_positions_forward_only(coordinator: Coordinator) -> None:
     core = make_core(coordinator)
     commits = Commits(core, core._owned)
-    driving = Driving(core, commits, ReadLoop(core, commits))
+    driving = HostReads(core, commits, ReadLoop(core, commits))
     await owned_shard(core, 0, at=5)
     await owned_shard(core, 1, at=5)
     assert driving.held_shards() == [0, 1]

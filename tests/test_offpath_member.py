@@ -30,7 +30,7 @@ from paimon_group.errors import ShardCountMismatch
 from paimon_group.member import MemberState
 from paimon_group.member.membership import Membership
 from paimon_group.member.ownership import ShardOwnership
-from paimon_group.member.reader import ReadLoop
+from paimon_group.member.read_loop import ReadLoop
 from paimon_group.protocol.group import GroupClient
 from paimon_group.protocol.records import Position
 from tests.support.tables import make_pk_table, write_rows
@@ -229,8 +229,8 @@ async def test_a_failed_start_pin_is_retried_before_anything_is_read(
     faulty_members(monkeypatch, fault)
     unpinned: list[int] = []
     async with GroupMember(config(table, memory_url(), "a")) as member:
-        assert member.coordinator is not None
-        client = GroupClient(member.coordinator, "g")
+        assert member._core.coordinator is not None
+        client = GroupClient(member._core.coordinator, "g")
 
         async def pinned(batch: Any) -> None:
             position, _ = await client.position(batch.shard)
@@ -281,8 +281,8 @@ async def test_release_after_an_ambiguous_step_commit_never_lowers_the_position(
             async with GroupMember(config(table, url, "b")) as b:
                 await until(lambda: _true(len(b.owned_shards) == 1
                                           and len(a.owned_shards) == 1), "one shard moved")
-                assert b.coordinator is not None
-                positions = await GroupClient(b.coordinator, "g").positions()
+                assert b._core.coordinator is not None
+                positions = await GroupClient(b._core.coordinator, "g").positions()
                 assert {s: p.next_snapshot for s, p in positions.items()} == {0: 3, 1: 3}
                 resume.set()
         finally:
@@ -453,7 +453,7 @@ async def test_a_start_that_fails_keeps_nothing_open(
             else:
                 async with member:
                     raise AssertionError("not reached")
-        assert member.coordinator is None
+        assert member._core.coordinator is None
         assert member.history._fd == -1
         assert await GroupClient(other, "g").members() == {}
         if how == "async with":

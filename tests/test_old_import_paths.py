@@ -51,6 +51,10 @@ OLD_PATHS = [
       "with_batch_key", "KEY_COLUMNS"]),
     ("paimon_group.config", "paimon_group.config.member",
      ["MemberConfig", "resolve_coordinator", "refuse_credentials_in_warehouse"]),
+    ("paimon_group.member.facade", "paimon_group.member.group_member", ["GroupMember"]),
+    ("paimon_group.member.reader", "paimon_group.member.read_loop", ["ReadLoop"]),
+    ("paimon_group.member.driving", "paimon_group.member.host_reads",
+     ["HostReads", "ShardPosition"]),
 ]
 
 

@@ -98,14 +98,14 @@ async def test_an_idle_member_reads_only_its_own_owner_keys(
         await asyncio.sleep(2.5)
         counts = {}
         for m in (a, b):
-            assert m.coordinator is not None and m.group is not None
-            counts[m.member_id] = _count_reads(m.coordinator, m.group.keys.owners_dir)
+            assert m._core.coordinator is not None and m._core.group is not None
+            counts[m.member_id] = _count_reads(m._core.coordinator, m._core.group.keys.owners_dir)
         await asyncio.sleep(6.5)  # three check intervals (one per session timeout, 2 s)
         for m in (a, b):
             seen = counts[m.member_id]
             assert seen["listings"] == 0, m.member_id
-            assert m.group is not None
-            own = sorted(m.group.keys.owner(s) for s in m.owned_shards)
+            assert m._core.group is not None
+            own = sorted(m._core.group.keys.owner(s) for s in m.owned_shards)
             assert len(seen["batches"]) >= 2, (m.member_id, len(seen["batches"]))
             assert all(batch == own for batch in seen["batches"]), m.member_id
     finally:
@@ -122,17 +122,17 @@ async def test_an_owner_key_deleted_by_an_operator_is_still_noticed(tmp_path: Pa
     async with GroupMember(_config(wh, url, "a", 4)) as a:
         await _until(lambda: len(a.owned_shards) == 4, "4 shards")
         lost: list[list[int]] = []
-        real_notify = a.notify
+        real_notify = a._core.notify
 
         def notify(event: str, shards: list[int]) -> None:
             if event == "on_lost":
                 lost.append(list(shards))
             real_notify(event, shards)
 
-        a.notify = notify  # type: ignore[method-assign,assignment]
-        assert a.group is not None
+        a._core.notify = notify  # type: ignore[method-assign,assignment]
+        assert a._core.group is not None
         async with open_coordinator(url) as operator:
-            key = a.group.keys.owner(2)
+            key = a._core.group.keys.owner(2)
             entry = await operator.get(key)
             assert entry is not None
             assert await operator.commit([Check.created_at(key, entry.create_version)],
@@ -153,9 +153,9 @@ async def test_an_orphaned_key_of_ours_is_swept_after_a_failed_round(tmp_path: P
             GroupMember(_config(wh, url, "b", 4)) as b:
         await _until(lambda: len(a.owned_shards) == 2 and len(b.owned_shards) == 2,
                      "2 shards each")
-        assert a.coordinator is not None and a.group is not None
+        assert a._core.coordinator is not None and a._core.group is not None
         theirs = b.owned_shards[0]
-        key = a.group.keys.owner(theirs)
+        key = a._core.group.keys.owner(theirs)
         # The orphan: b's key of the shard goes (as an operator would delete
         # it), and a's session creates one in its place, unknown to a.
         async with open_coordinator(url) as operator:
@@ -164,7 +164,7 @@ async def test_an_orphaned_key_of_ours_is_swept_after_a_failed_round(tmp_path: P
             assert await operator.commit([Check.created_at(key, entry.create_version)],
                                          [Delete(key)])
         assert a.assignment is not None
-        assert await GroupClient(a.coordinator, "g").acquire(
+        assert await GroupClient(a._core.coordinator, "g").acquire(
             theirs, "a", a.assignment.generation) is not None
         await _until(lambda: theirs not in b.owned_shards, "b noticed its key gone")
         # One failed control round of a's.

@@ -69,11 +69,11 @@ async def test_the_read_loop_does_not_spin_while_the_member_rejoins(
             batch = await asyncio.wait_for(batches.__anext__(), timeout=30)
             got.update(batch.to_arrow().column("id").to_pylist())
         joined = CountingEvent()
-        member._gate.joined = joined
+        member._core._gate.joined = joined
         reader = asyncio.ensure_future(batches.__anext__())
         await asyncio.sleep(0.2)  # the reader waits for a new snapshot
-        assert member.coordinator is not None
-        member.coordinator.session.mark(SessionState.LOST)  # type: ignore[attr-defined]
+        assert member._core.coordinator is not None
+        member._core.coordinator.session.mark(SessionState.LOST)  # type: ignore[attr-defined]
         for _ in range(3000):
             if member.state is MemberState.REJOINING:
                 break
@@ -83,7 +83,7 @@ async def test_the_read_loop_does_not_spin_while_the_member_rejoins(
         # Anything that wakes the member up meanwhile (a revoke ending, a
         # leader's delayed re-check, a session listener) sets the wake-up
         # event; the control loop, which clears it, is not running now.
-        member.wake.set()
+        member._core.wake.set()
         deadline = asyncio.get_running_loop().time() + 30
         while not (member.state is MemberState.RUNNING and joined.is_set()):
             assert asyncio.get_running_loop().time() < deadline, member.state
@@ -132,8 +132,8 @@ async def test_a_rejoin_that_cannot_succeed_fails_the_member(
         while len(got) < 10:
             batch = await asyncio.wait_for(batches.__anext__(), timeout=30)
             got.update(batch.to_arrow().column("id").to_pylist())
-        assert member.coordinator is not None
-        member.coordinator.session.mark(SessionState.LOST)  # type: ignore[attr-defined]
+        assert member._core.coordinator is not None
+        member._core.coordinator.session.mark(SessionState.LOST)  # type: ignore[attr-defined]
         with pytest.raises((TableReplaced, CoordinatorError), match="injected"):
             await asyncio.wait_for(batches.__anext__(), timeout=30)
         assert member.state is MemberState.FAILED
@@ -209,8 +209,8 @@ async def test_a_session_lost_again_while_rejoining_is_retried(
         while len(got) < 10:
             batch = await asyncio.wait_for(batches.__anext__(), timeout=30)
             got.update(batch.to_arrow().column("id").to_pylist())
-        assert member.coordinator is not None
-        member.coordinator.session.mark(SessionState.LOST)  # type: ignore[attr-defined]
+        assert member._core.coordinator is not None
+        member._core.coordinator.session.mark(SessionState.LOST)  # type: ignore[attr-defined]
         write_rows(table, "db.t", range(10, 20))
         while len(got) < 20:
             batch = await asyncio.wait_for(batches.__anext__(), timeout=30)
@@ -249,7 +249,7 @@ async def test_a_read_back_that_spans_a_rejoin_skips_the_lost_shards(
             member = holder["member"]
             self.coordinator.session.mark(SessionState.LOST)  # type: ignore[attr-defined]
             deadline = asyncio.get_running_loop().time() + 30
-            while member.coordinator is self.coordinator:
+            while member._core.coordinator is self.coordinator:
                 assert asyncio.get_running_loop().time() < deadline, member.state
                 await asyncio.sleep(0.01)
         return result
@@ -269,11 +269,11 @@ async def test_a_read_back_that_spans_a_rejoin_skips_the_lost_shards(
         # reader waits for a new snapshot.
         nxt = asyncio.ensure_future(batches.__anext__())
         await asyncio.sleep(0.3)
-        assert sorted(member._owned) == [0, 1]
+        assert sorted(member._core._owned) == [0, 1]
         # As after a commit of both shards that raised: the next read round
         # reads their positions back first.
         armed["left"] = 1
-        for o in member._owned.values():
+        for o in member._core._owned.values():
             o.uncertain = True
         write_rows(table, "db.t", range(10, 20))
         batch = await asyncio.wait_for(nxt, timeout=30)
@@ -297,8 +297,8 @@ async def test_a_driven_member_notices_a_dropped_or_recreated_table(
     new table's snapshots from the old table's positions. Now settling the
     positions checks the table now and then too: the member fails with
     TableNotFound or TableReplaced, and the host gets that error."""
-    import paimon_group.member.driving as driving
     import paimon_group.member.head as head
+    import paimon_group.member.host_reads as driving
     from paimon_group.errors import TableNotFound, TableReplaced
     from tests.support.tables import catalog
 
@@ -347,14 +347,14 @@ async def test_a_start_resolved_across_a_rejoin_does_not_fail_the_member(
         if armed["left"]:
             armed["left"] -= 1
             member = holder["member"]
-            old = member.coordinator
+            old = member._core.coordinator
             loop = holder["loop"]
             assert old is not None
             loop.call_soon_threadsafe(old.session.mark, SessionState.LOST)  # type: ignore[attr-defined]
             import time
 
             deadline = time.monotonic() + 30
-            while member.coordinator is old:  # this runs on an I/O thread: the loop rejoins
+            while member._core.coordinator is old:  # this runs on an I/O thread: the loop rejoins
                 assert time.monotonic() < deadline, member.state
                 time.sleep(0.01)
         return found
@@ -395,12 +395,12 @@ async def test_a_driven_member_settling_while_it_leaves_holds_nothing(table: str
                     break
                 await asyncio.sleep(0.05)
             assert member.held_shards() == [0, 1]
-            member._gate.stopping = True  # as stop() sets it, before the leave ends
-            session = member.session
+            member._core._gate.stopping = True  # as stop() sets it, before the leave ends
+            session = member._core.session
             assert session is not None
-            member.replace_session(dataclasses.replace(session, coordinator=None))
+            member._core.replace_session(dataclasses.replace(session, coordinator=None))
             assert await member.settle_positions() == {}
-            member.replace_session(session)
+            member._core.replace_session(session)
         finally:
             await member.stop()
 

@@ -2,7 +2,7 @@
 
 The member's states and the allowed transitions are in
 :mod:`paimon_group.member.state`; every transition goes through
-``GroupMember.set_state``, which refuses the others.
+``MemberCore.set_state``, which refuses the others.
 
 What happens in RUNNING, as three cooperating asyncio tasks:
 
@@ -29,9 +29,10 @@ shard's epoch in the coordinator, so a member that was paused, partitioned or
 expired can never commit over the new owner (a rejected commit drops the
 shard locally and is counted).
 
-Layout: one module per idea. :class:`GroupMember` is the member's core (the
-state every part reads) and owns its parts, each an object with a small
-interface, built with the core and the sibling parts it calls:
+Layout: one module per idea. :class:`GroupMember` holds the member's core
+(the state every part reads, private to it) and owns its parts, each an
+object with a small interface, built with the core, the state it owns and the
+sibling parts it calls:
 
 * ``state``: MemberState and its transitions, ShardState and OwnedShard, the
   session gate;
@@ -45,10 +46,15 @@ interface, built with the core and the sibling parts it calls:
 * ``control`` (``member.control``): the control loop: leadership, following
   the assignment (its watches: ``watches``);
 * ``membership`` (``member.membership``): join, supervise and rejoin, leave;
-* ``reader`` (``member.reading``): the read loop;
-* ``driving`` (``member.driving``): the hooks of a member used without its
-  read loop;
-* ``facade``: :class:`GroupMember` itself (start, stop, run, batches).
+* ``read_loop`` (``member.read_loop``): the read loop;
+* ``host_reads`` (``member.host_reads``): the hooks for a host that plans and
+  reads by itself (the member's read loop never runs);
+* ``group_member``: :class:`GroupMember` itself (start, stop, run, batches,
+  and the read-only views its user reads).
+
+``facade``, ``reader`` and ``driving`` are the former names of
+``group_member``, ``read_loop`` and ``host_reads`` (and ``member.reading``
+and ``member.driving`` of the parts): they warn, until 0.2.
 
 The static-membership policy is :mod:`paimon_group.protocol.static_membership`; the
 process runner with its signals is :mod:`paimon_group.process.runner`.
@@ -78,9 +84,9 @@ from paimon_group.member.core import (
     MemberStats,
     RebalanceListener,
 )
-from paimon_group.member.driving import ShardPosition
-from paimon_group.member.facade import GroupMember
+from paimon_group.member.group_member import GroupMember
 from paimon_group.member.head import TABLE_CHECK_S
+from paimon_group.member.host_reads import ShardPosition
 from paimon_group.member.state import MemberState, OwnedShard, ShardState, Stop
 
 # The names these had inside the former single module.

@@ -9,7 +9,9 @@ owner when :class:`GroupMember` builds its parts, see
 ``paimon_group/member/__init__.py`` and docs/design.md, "Who owns which
 state"), and the few services every part uses: the state transition, the
 planning thread, the rebalance listener and the session gate.
-:class:`GroupMember` is a core that owns its parts.
+:class:`GroupMember` holds a core of its own (private: its services are
+for the parts, not for a member's user) and the parts built with it; it
+shows its user the few read-only views listed in its class.
 """
 
 from __future__ import annotations
@@ -164,12 +166,11 @@ class MemberCore:
         self.head_woken = asyncio.Event()
         # The group's start as last read (None: none stored, or not read):
         # a shard whose position derives from a start it moved past scans the
-        # moved one (member/reader.py, ReadLoop.settle).
+        # moved one (member/read_loop.py, ReadLoop.settle).
         self.group_start: GroupStart | None = None
         # Also the wake-up and joined events.
         self._gate = SessionGate(config, lambda: self.coordinator)
         self._tasks: list[asyncio.Task[Any]] = []
-        self._supervisor: asyncio.Task[None] | None = None
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pg-plan")
         self._last_loop_tick = time.monotonic()
         # Batches whose caller waits until their position is committed
@@ -178,6 +179,24 @@ class MemberCore:
         self._durable: dict[int, asyncio.Future[None]] = {}
         self.reachability = Reachability(redact_url(config.coordinator_url),
                                           safety_margin_s=self.timing.margin_s)
+
+    # -- what the parts own, handed to them once --------------------------
+
+    def owned_record(self) -> OwnedShards:
+        """The shards held, for their owner: the ownership part (and the
+        commits part, which forgets a shard whose commit was rejected). Every
+        other reader uses the read-only :attr:`owned`."""
+        return self._owned
+
+    def leadership_record(self) -> Leadership:
+        """The leader epoch and the assignment, for their owner: the control
+        part. Every other reader uses :attr:`leader_epoch` and :attr:`assignment`."""
+        return self._leadership
+
+    def opened(self, table: ShardedTable, start: StartPosition) -> None:
+        """The member's table, opened by its start, and the start it was given."""
+        self.table = table
+        self.start_position = start
 
     # -- the joined session (membership replaces it whole) -------------------
 
@@ -248,6 +267,29 @@ class MemberCore:
         in place of those of the one before; the stop cancels them."""
         self._tasks = tasks
 
+    @property
+    def tasks(self) -> tuple[asyncio.Task[Any], ...]:
+        """The tasks the stop cancels: the session's loops and revocations under way."""
+        return tuple(self._tasks)
+
+    def begin_stop(self) -> None:
+        """The member leaves: every part stops at its next check (woken now)."""
+        self._gate.stopping = True
+        self._gate.wake.set()
+
+    def close_io(self) -> None:
+        """End the planning thread (the last step of a stop); work queued on it is dropped."""
+        self._io.shutdown(wait=False, cancel_futures=True)
+
+    def await_durable(self, batch: ShardBatch) -> None:
+        """A caller will wait until ``batch``'s commit is done (:meth:`durable_of`);
+        the read loop resolves it (:meth:`take_durable`)."""
+        self._durable[id(batch)] = asyncio.get_running_loop().create_future()
+
+    def durable_of(self, batch: ShardBatch) -> asyncio.Future[None] | None:
+        """The future resolved once ``batch``'s commit is done, if a caller waits for it."""
+        return self._durable.get(id(batch))
+
     def loop_ticked(self) -> None:
         """The control loop runs (:meth:`loop_lag` measures from here)."""
         self._last_loop_tick = time.monotonic()
@@ -282,8 +324,7 @@ class MemberCore:
         log.error("member failed: %s", err, extra={"group": self.group_name,
                                                     "member": self.member_id})
         self.set_state(MemberState.FAILED)
-        self._gate.stopping = True
-        self._gate.wake.set()
+        self.begin_stop()
 
     def raise_if_failed(self) -> None:
         if self.error is not None:

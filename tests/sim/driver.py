@@ -59,7 +59,7 @@ def _ask_move(losts: Sequence[LostRange], cursors: Mapping[int, Cursor]) -> dict
 async def _moved(member: Any, ask: _MoveStart) -> dict[int, Cursor]:
     """As ``GroupDriver.move_start``."""
     lineage, read_to = start_move(ask.losts, ask.cursors)
-    start = await member.driving.move_group_start(ask.losts, lineage, read_to)
+    start = await member.host_reads.move_group_start(ask.losts, lineage, read_to)
     return after_start_move(ask.cursors, ask.losts, start)
 
 POLL_S = 0.5  # the trigger interval between micro-batches with nothing new

@@ -166,18 +166,18 @@ class GroupDriver:
                    ) -> dict[int, Cursor]:
         """The pending full scans of ``losts`` expired on a bucket-unaware
         table (failOnDataLoss=false): move the group's start for every shard
-        (:meth:`~paimon_group.member.driving.Driving.move_group_start`) and
+        (:meth:`~paimon_group.member.host_reads.HostReads.move_group_start`) and
         return ``cursors`` re-pinned at it (those of an earlier start)."""
         self.member.raise_if_failed()
         lineage, read_to = start_move(losts, cursors)
-        start = self._call(self.member.driving.move_group_start(losts, lineage, read_to))
+        start = self._call(self.member.host_reads.move_group_start(losts, lineage, read_to))
         return after_start_move(cursors, losts, start)
 
     def stored_cursors(self, shards: Sequence[int]) -> dict[int, Cursor]:
         """The group's stored positions of ``shards`` as cursors, whoever owns
         them (read from the coordinator; a shard without one is left out)."""
         self.member.raise_if_failed()
-        stored = self._call(self.member.driving.stored_positions(shards))
+        stored = self._call(self.member.host_reads.stored_positions(shards))
         return {s: Cursor(next=p.next_snapshot, full=p.full_scan, moves=p.start_moves)
                 for s, p in stored.items()}
 
@@ -213,7 +213,7 @@ class GroupDriver:
 
     async def _commit(self, positions: dict[int, int], incarnation: str,
                       moves: Mapping[int, int] | None) -> dict[int, bool]:
-        if not self.member.driving.of_this_incarnation(incarnation):
+        if not self.member.host_reads.of_this_incarnation(incarnation):
             return dict.fromkeys(positions, False)  # the busy marks are of this one's batches
         try:
             return await self.member.commit_positions(positions, incarnation=incarnation,

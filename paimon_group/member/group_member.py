@@ -1,0 +1,451 @@
+"""The group member a user holds: :class:`GroupMember` (start, stop, run,
+batches, commit), built of a private :class:`MemberCore` and the parts."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import warnings
+from collections.abc import AsyncIterator, Iterable, Mapping
+from types import TracebackType
+from typing import Self
+
+import tenacity
+
+from coordinators.errors import CoordinatorError
+from paimon_group.config.member import MemberConfig
+from paimon_group.config.projection import check_columns
+from paimon_group.config.timing import MemberTiming
+from paimon_group.errors import HandlerFailed
+from paimon_group.member.commits import Commits
+from paimon_group.member.control import Control
+from paimon_group.member.core import Handler, MemberCore, MemberStats, RebalanceListener
+from paimon_group.member.history import HistoryRecorder
+from paimon_group.member.host_reads import HostReads, ShardPosition
+from paimon_group.member.membership import Membership
+from paimon_group.member.ownership import ShardOwnership
+from paimon_group.member.read_loop import Process, ReadLoop
+from paimon_group.member.state import MemberState, Stop
+from paimon_group.protocol.records import Assignment, GroupStart
+from paimon_group.protocol.sharding import ShardRule
+from paimon_group.reading.batch import ShardBatch
+from paimon_group.reading.start import parse_start
+from paimon_group.reading.table import ShardedTable
+
+log = logging.getLogger("paimon_group.member")
+
+
+class GroupMember:
+    """A member of a consumer group over one Paimon table.
+
+    See :mod:`paimon_group.member` for what it does and how it is built.
+    """
+
+    def __init__(
+        self,
+        config: MemberConfig,
+        *,
+        listener: RebalanceListener | None = None,
+        auto_commit: bool = True,
+        table: ShardedTable | None = None,
+    ) -> None:
+        """``table``: the config's table, already opened (a check made before
+        the start, as ``paimon-group run`` makes): the first start uses it
+        instead of opening the table again (on an object store, requests);
+        None: the start opens it."""
+        # The core: the state every part reads and the services they share.
+        # Private: a member's user sees the read-only views below.
+        self._core = core = MemberCore(config, listener=listener, auto_commit=auto_commit)
+        # The parts, each built with the core, the state it owns (the shards
+        # held: ownership's, which commits may forget; the leadership:
+        # control's) and the sibling parts it calls.
+        owned, leadership = core.owned_record(), core.leadership_record()
+        self.commits = Commits(core, owned)
+        self.ownership = ShardOwnership(core, self.commits, owned)
+        self.control = Control(core, self.ownership, leadership)
+        self.membership = Membership(core, self.ownership, self.control)
+        self.read_loop = ReadLoop(core, self.commits)
+        self.host_reads = HostReads(core, self.commits, self.read_loop)
+        self._supervisor: asyncio.Task[None] | None = None
+        self._opened_table = table
+        self._queue: asyncio.Queue[tuple[ShardBatch, asyncio.Future[bool]]] = asyncio.Queue(1)
+        self._acked: dict[int, asyncio.Future[bool]] = {}
+        self._stop_task: asyncio.Future[None] | None = None
+        self._retry_handler = tenacity.AsyncRetrying(
+            stop=tenacity.stop_after_attempt(max(1, config.max_handler_attempts)),
+            wait=tenacity.wait_exponential(multiplier=config.handler_backoff_s, max=30),
+            reraise=True,
+        )
+
+    # -- lifecycle -------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        try:
+            await self.start()
+        except BaseException:
+            # __aexit__ is not run when __aenter__ raises: stop here, or the
+            # executor's threads outlive the member.
+            with contextlib.suppress(Exception):
+                await self.stop(timeout=0)
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        """Open the table, join the group; reading starts when a handler or iterator runs."""
+        self._stop_task = None
+        core = self._core
+        core.set_state(MemberState.JOINING)
+        cfg = core.config
+        try:
+            table, self._opened_table = self._opened_table, None
+            if table is None:
+                table = await core.in_io(
+                    lambda: ShardedTable.open(cfg.warehouse, cfg.table, cfg.catalog_options))
+            check_columns(table.table.field_names, cfg.columns)
+            core.opened(table, parse_start(cfg.start))
+            await self.membership.join(first=True)
+        except BaseException:
+            # A start that fails keeps nothing open for a caller that never
+            # calls stop(): not the session (its member key would stand in the
+            # group for a session timeout, assigned shards nobody reads), not
+            # the history file (a long-lived process restarting members
+            # leaked one descriptor per failed start). stop() still works.
+            await self.membership.close_coordinator()
+            core.history.close()
+            raise
+        if core.stopping:
+            # stop() ran while we were joining: it found nothing to leave.
+            # Registered now, with no control loop to follow, we would be
+            # assigned shards nobody reads: end the session (and so the
+            # member key) at once.
+            await self.membership.close_coordinator()
+            core.set_state(MemberState.STOPPED)
+            return
+        self._supervisor = asyncio.create_task(self.membership.supervise(), name="pg-supervisor")
+
+    async def stop(self, *, timeout: float | None = None) -> None:
+        """Leave gracefully: stop reading, commit, release every shard, close.
+
+        Finishes within ``timeout`` (default ``shutdown_timeout_s``): a batch
+        still in flight then is abandoned (not committed; the next owner
+        re-reads it). A stop while one is under way (a signal handler and a
+        context manager both stopping) waits for that one instead of leaving
+        and closing a second time.
+        """
+        task = self._stop_task
+        if task is None or task.cancelled():  # none yet, or one whose caller gave up
+            task = self._stop_task = asyncio.ensure_future(self._stop(timeout))
+            await task
+        else:
+            await asyncio.shield(task)
+
+    async def _stop(self, timeout: float | None) -> None:
+        core = self._core
+        if core.state in (MemberState.STOPPED, MemberState.CREATED):
+            core.set_state(MemberState.STOPPED)
+            return
+        timeout = core.config.shutdown_timeout_s if timeout is None else timeout
+        core.begin_stop()
+        if core.state is not MemberState.FAILED:
+            core.set_state(MemberState.LEAVING)
+        try:
+            await asyncio.wait_for(self.membership.leave(), timeout=max(0.1, timeout))
+        except (TimeoutError, CoordinatorError) as err:
+            log.warning("graceful leave incomplete: %s", err)
+        tasks = [*core.tasks, *([self._supervisor] if self._supervisor else [])]
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(BaseException):
+                await t
+        await self.membership.close_coordinator()
+        core.close_io()
+        core.history.close()
+        if core.state is not MemberState.FAILED:
+            core.set_state(MemberState.STOPPED)
+
+    # -- consuming -------------------------------------------------------
+
+    async def run(self, handler: Handler) -> None:
+        """Call ``handler(batch)`` (in a worker thread) for every batch until stopped.
+
+        The batch's position is committed (fenced) after the handler returns.
+        A raising handler is retried with exponential backoff; after
+        ``max_handler_attempts`` the member releases its shards and this
+        raises :class:`HandlerFailed`. A batch whose files are gone
+        (``batch.lost``, set by its read) is not retried: the read loop
+        handles it (data loss as ``--on-data-loss`` says, or one line).
+        """
+        async def process(batch: ShardBatch) -> None:
+            retrying = self._retry_handler.copy(retry=tenacity.retry_if_exception(
+                lambda e: isinstance(e, Exception) and batch.lost is None))
+            try:
+                async for attempt in retrying:
+                    with attempt:
+                        try:
+                            result = await asyncio.to_thread(handler, batch)
+                            if asyncio.iscoroutine(result):
+                                await result
+                        except Exception:
+                            if batch.lost is None:
+                                self._core.stats.handler_errors += 1
+                                log.warning("handler raised on shard %d snapshot %d",
+                                            batch.shard, batch.snapshot_id, exc_info=True)
+                            raise
+            except Exception as err:
+                if batch.lost is not None:
+                    raise
+                raise HandlerFailed(
+                    f"handler failed {self._core.config.max_handler_attempts} times on shard "
+                    f"{batch.shard} snapshot {batch.snapshot_id}: {type(err).__name__}: {err}"
+                ) from err
+
+        await self._consume(process)
+
+    async def _consume(self, process: Process) -> None:
+        reader = asyncio.create_task(self.read_loop.run(process), name="pg-read")
+        try:
+            while not reader.done():
+                # A failed member stops reading at once; a leaving one lets the
+                # reader finish its batch in flight (stop() waits for it).
+                if (self._supervisor is not None and self._supervisor.done()
+                        and self._core.state is MemberState.FAILED):
+                    break
+                if self._supervisor is not None and self._supervisor.done():
+                    await asyncio.wait([reader])
+                    break
+                await asyncio.wait([reader, *( [self._supervisor] if self._supervisor else [])],
+                                   return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not reader.done():
+                reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Stop):
+                await reader
+        self._core.raise_if_failed()
+
+    async def batches(self) -> AsyncIterator[ShardBatch]:
+        """Iterate over batches. With ``auto_commit`` a batch is committed when
+        the next one is requested; otherwise call :meth:`commit`."""
+        async def process(batch: ShardBatch) -> None:
+            loop = asyncio.get_running_loop()
+            done: asyncio.Future[bool] = loop.create_future()
+            if not self._core.auto_commit:
+                self._core.await_durable(batch)
+            await self._queue.put((batch, done))
+            await done
+
+        reader = asyncio.create_task(self._consume(process), name="pg-consume")
+        current: asyncio.Future[bool] | None = None
+        try:
+            while True:
+                getter = asyncio.ensure_future(self._queue.get())
+                await asyncio.wait([getter, reader], return_when=asyncio.FIRST_COMPLETED)
+                if not getter.done():
+                    getter.cancel()
+                    break
+                batch, done = getter.result()
+                current = done
+                self._acked[id(batch)] = done
+                yield batch
+                if self._core.auto_commit and not done.done():
+                    done.set_result(True)
+        finally:
+            if current is not None and not current.done():
+                current.cancel()
+            if not reader.done():
+                reader.cancel()
+            with contextlib.suppress(BaseException):
+                await reader
+        self._core.raise_if_failed()
+
+    async def commit(self, batch: ShardBatch, *, wait: bool = True) -> None:
+        """Commit ``batch``'s position (iterator mode without auto commit).
+
+        As Kafka's ``commitSync``: when this returns, the position after the
+        batch is durable in the coordinator (one fenced commit), so a handler
+        that wrote the batch to an external system may acknowledge it there.
+        It raises :class:`~paimon_group.errors.StaleEpoch` (or
+        :class:`~paimon_group.errors.NotOwner`) when the shard moved to another
+        member first: the position was not committed and the next owner reads
+        the batch again. The cost: one coordinator round trip, and the shards
+        of one step share one commit, so it may wait up to
+        ``COMMIT_LINGER_S`` (0.5 s) for the step's other shards.
+
+        ``wait=False`` only acknowledges the batch (the position is committed
+        soon after, with the step's other shards), and returns at once.
+        """
+        key = id(batch)
+        durable = self._core.durable_of(batch)
+        done = self._acked.pop(key, None)
+        if done is not None and not done.done():
+            done.set_result(True)
+        if wait and durable is not None:
+            await durable
+        else:
+            await asyncio.sleep(0)
+
+    # -- the parts' former names (one release, until 0.2) -----------------
+
+    @property
+    def reading(self) -> ReadLoop:
+        """Deprecated name of :attr:`read_loop` (until 0.2)."""
+        warnings.warn("GroupMember.reading is deprecated and goes in 0.2: use read_loop",
+                      DeprecationWarning, stacklevel=2)
+        return self.read_loop
+
+    @property
+    def driving(self) -> HostReads:
+        """Deprecated name of :attr:`host_reads` (until 0.2)."""
+        warnings.warn("GroupMember.driving is deprecated and goes in 0.2: use host_reads",
+                      DeprecationWarning, stacklevel=2)
+        return self.host_reads
+
+    # -- what a user may read (views of the core; the parts change them) ----
+
+    @property
+    def config(self) -> MemberConfig:
+        return self._core.config
+
+    @property
+    def timing(self) -> MemberTiming:
+        """Every timing derived from the session timeout."""
+        return self._core.timing
+
+    @property
+    def member_id(self) -> str:
+        return self._core.member_id
+
+    @property
+    def group_name(self) -> str:
+        return self._core.group_name
+
+    @property
+    def listener(self) -> RebalanceListener | None:
+        return self._core.listener
+
+    @property
+    def auto_commit(self) -> bool:
+        return self._core.auto_commit
+
+    @property
+    def state(self) -> MemberState:
+        return self._core.state
+
+    @property
+    def error(self) -> BaseException | None:
+        """What failed the member (FAILED), else None."""
+        return self._core.error
+
+    @property
+    def stats(self) -> MemberStats:
+        return self._core.stats
+
+    @property
+    def history(self) -> HistoryRecorder:
+        return self._core.history
+
+    @property
+    def table(self) -> ShardedTable | None:
+        """The member's table, once started."""
+        return self._core.table
+
+    @property
+    def num_shards(self) -> int:
+        return self._core.num_shards
+
+    @property
+    def sharding(self) -> ShardRule:
+        return self._core.sharding
+
+    @property
+    def group_start(self) -> GroupStart | None:
+        """The group's start as last read (None: none stored, or not read)."""
+        return self._core.group_start
+
+    @property
+    def start_moves(self) -> int:
+        return self._core.start_moves
+
+    @property
+    def owned_shards(self) -> list[int]:
+        return self._core.owned_shards
+
+    @property
+    def assignment(self) -> Assignment | None:
+        return self._core.assignment
+
+    @property
+    def is_leader(self) -> bool:
+        return self._core.is_leader
+
+    @property
+    def ready(self) -> bool:
+        """Joined, and every shard assigned to us is acquired."""
+        return self._core.ready
+
+    @property
+    def session_state(self) -> str:
+        return self._core.session_state
+
+    def shard_positions(self) -> dict[int, int | None]:
+        """Per owned shard, the oldest snapshot it still needs as committed in
+        the coordinator, or None before its first commit."""
+        return self._core.shard_positions()
+
+    def published_latest(self) -> int | None:
+        """:meth:`MemberCore.published_latest
+        <paimon_group.member.core.MemberCore.published_latest>`."""
+        return self._core.published_latest()
+
+    def loop_lag(self) -> float:
+        """Seconds since the control loop last ran."""
+        return self._core.loop_lag()
+
+    def observe_start(self, start: GroupStart | None) -> None:
+        """:meth:`MemberCore.observe_start <paimon_group.member.core.MemberCore.observe_start>`."""
+        self._core.observe_start(start)
+
+    def raise_if_failed(self) -> None:
+        """Raise what failed the member, if it failed."""
+        self._core.raise_if_failed()
+
+    # -- driven by a host that reads by itself (member/host_reads.py) -----
+
+    @property
+    def incarnation(self) -> str:
+        """:attr:`HostReads.incarnation <paimon_group.member.host_reads.HostReads.incarnation>`."""
+        return self.host_reads.incarnation
+
+    def held_shards(self) -> list[int]:
+        """:meth:`HostReads.held_shards <paimon_group.member.host_reads.HostReads.held_shards>`."""
+        return self.host_reads.held_shards()
+
+    async def settle_positions(self) -> dict[int, ShardPosition]:
+        """:meth:`HostReads.settle_positions
+        <paimon_group.member.host_reads.HostReads.settle_positions>`."""
+        return await self.host_reads.settle_positions()
+
+    def mark_busy(self, shards: Iterable[int], *, limit_s: float | None = None) -> list[int]:
+        """:meth:`HostReads.mark_busy <paimon_group.member.host_reads.HostReads.mark_busy>`."""
+        return self.host_reads.mark_busy(shards, limit_s=limit_s)
+
+    def mark_idle(self, shards: Iterable[int]) -> None:
+        """:meth:`HostReads.mark_idle <paimon_group.member.host_reads.HostReads.mark_idle>`."""
+        self.host_reads.mark_idle(shards)
+
+    async def commit_positions(self, positions: Mapping[int, int], *,
+                               incarnation: str = "",
+                               moves: Mapping[int, int] | None = None) -> dict[int, bool]:
+        """:meth:`HostReads.commit_positions
+        <paimon_group.member.host_reads.HostReads.commit_positions>`."""
+        return await self.host_reads.commit_positions(positions, incarnation=incarnation,
+                                                   moves=moves)

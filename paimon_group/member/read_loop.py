@@ -1,0 +1,557 @@
+"""The read loop: plan each step once for the shards at one position, deliver, commit.
+
+For every group of owned shards at the same position, the next step is
+planned once (one read of the snapshot's manifests for all of them), each
+shard's batch goes to the handler (up to ``max_parallel_shards`` at a time;
+one shard never has two batches in flight), and the step's shards are
+committed together through a :class:`~paimon_group.member.commits.CommitLane`.
+The step after is planned while this one is in the handler. Nothing is
+delivered unless the session is confirmed live (the session gate), and the
+table is checked now and then to still be the one the group was created on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Awaitable, Callable
+from typing import Any, NoReturn
+
+from coordinators.errors import CoordinatorError, PaimonGroupError, SessionLost
+from paimon_group.errors import (
+    BatchExpired,
+    DataFileMissing,
+    HandlerFailed,
+    NotOwner,
+    SnapshotExpired,
+    StaleEpoch,
+)
+from paimon_group.member.commits import CommitLane, Commits
+from paimon_group.member.core import MemberCore
+from paimon_group.member.data_loss import LostRange, data_loss_error, skip_warning
+from paimon_group.member.head import TABLE_CHECK_S
+from paimon_group.member.moved_start import move_start, moves_group_wide, repin_stale
+from paimon_group.member.state import OwnedShard, Stop
+from paimon_group.member.watches import first_of
+from paimon_group.protocol.group_start import group_start
+from paimon_group.protocol.identity import check_table_identity, table_identity
+from paimon_group.protocol.records import GroupStart
+from paimon_group.reading.batch import ShardBatch
+from paimon_group.reading.consumer_meta import carried_start, record_start
+from paimon_group.reading.planner import StepPlan
+from paimon_group.reading.start import ResolvedStart
+from paimon_group.reading.table import ShardedTable
+
+log = logging.getLogger("paimon_group.member")
+
+Process = Callable[[ShardBatch], Awaitable[None]]
+Prefetched = dict[tuple[tuple[int, ...], int], asyncio.Future[Any]]
+
+
+class ReadLoop:
+    """The read loop (see the module docstring).
+
+    Its interface: :meth:`run` (the loop, until the member stops or fails),
+    and for a host that plans itself (:mod:`paimon_group.member.host_reads`)
+    :meth:`settle` and :meth:`check_table`.
+    """
+
+    def __init__(self, core: MemberCore, commits: Commits) -> None:
+        self._core = core
+        self._commits = commits
+        # Next steps' plans, started while the current ones are delivered:
+        # (shards, position) -> the planning thread's future.
+        self._prefetched: Prefetched = {}
+
+    async def run(self, process: Process) -> None:
+        while not self._core.stopping:
+            coord = self._core.coordinator
+            try:
+                await self._read_loop(process)
+            except Stop:
+                return
+            except SessionLost:
+                # The supervisor rejoins; wait for it and carry on.
+                self._core.wake.set()
+                await asyncio.sleep(0.05)
+                continue
+            except HandlerFailed as err:
+                self._core.fail(err)
+                return
+            except PaimonGroupError as err:
+                if self._core.stopping and isinstance(err, CoordinatorError):
+                    # The member is leaving: it has released its shards and
+                    # closes its coordinator under a round still in flight
+                    # (a pin of shards acquired just before the stop). The
+                    # round's call fails as "closed": the end of reading, not
+                    # a failure (seen once the release became one commit and
+                    # the leave reached the close sooner).
+                    log.info("read round ended by the leave: %s", err,
+                             extra={"group": self._core.group_name,
+                                    "member": self._core.member_id})
+                    return
+                if (isinstance(err, CoordinatorError) and not err.retriable
+                        and coord is not None and self._core.coordinator is not coord):
+                    # A call of a round begun before a rejoin, on the
+                    # connection the rejoin has closed since: every backend
+                    # refuses it for good, but it is not this member's
+                    # failure (say, the group start created on the closed
+                    # connection). The round runs again on the new connection.
+                    log.info("a read round spanned a rejoin (%s): reading again", err,
+                             extra={"group": self._core.group_name, "member": self._core.member_id})
+                    continue
+                if not err.retriable:
+                    self._core.fail(err)
+                    return
+                log.warning("coordinator unavailable while reading: %s", err)
+                await asyncio.sleep(0.5)
+            except asyncio.CancelledError:
+                raise
+            except BaseException as err:
+                self._core.fail(err)
+                return
+
+    async def _read_loop(self, process: Process) -> None:
+        poll = self._core.config.poll_interval_ms / 1000.0
+        table_checked = time.monotonic()
+        while True:
+            try:
+                await asyncio.wait_for(self._core.wait_live(), TABLE_CHECK_S)
+            except TimeoutError:
+                # Not live for that long (the coordinator unreachable, a
+                # rejoin pending): the table is checked all the same, from
+                # the warehouse itself, so a dropped or re-created table
+                # stops the member within its bound whatever the coordinator
+                # does meanwhile.
+                table_checked = time.monotonic()
+                await self._core.in_io(self._check_table_itself)
+                continue
+            self._core.raise_if_failed()
+            progressed = await self._read_round(process)
+            if time.monotonic() - table_checked > TABLE_CHECK_S:
+                # An idle table and a dropped table look alike to the planner
+                # (no new snapshot), and a re-created one looks like a table
+                # whose next snapshot is not there yet, until it gets there:
+                # check now and then, busy or idle, that the table exists and
+                # is the one the group was created on (TableNotFound,
+                # TableReplaced), so neither is an endless wait or a skip.
+                table_checked = time.monotonic()
+                await self._core.in_io(self.check_table)
+            if not progressed:
+                await self._idle_wait(poll)
+
+    async def _idle_wait(self, poll: float) -> None:
+        """Until a wake-up, a new snapshot in the published head, or ``poll``."""
+        await first_of([asyncio.ensure_future(self._core.wake.wait()),
+                        asyncio.ensure_future(self._core.head_woken.wait())], poll)
+        self._core.wake.clear()
+        self._core.head_woken.clear()
+
+    def check_table(self) -> None:
+        """Raise TableNotFound if the table is gone, TableReplaced if it was
+        dropped and re-created since the group was created. Skipped while the
+        group's fresh head says its leader found the table in place moments
+        ago (member/head.py: one check per group, not one per member)."""
+        meta = self._core.meta
+        if self._core.head.vouches_for(meta.table_id if meta is not None else ""):
+            return
+        self._check_table_itself()
+
+    def _check_table_itself(self) -> None:
+        """:meth:`check_table`, whatever the head says."""
+        cfg = self._core.config
+        current = table_identity(self._core.table.table) if self._core.table is not None else ""
+        if not current:
+            # No first schema to read: the table is gone (TableNotFound) or
+            # of a layout read only through the catalog.
+            current = table_identity(
+                ShardedTable.open(cfg.warehouse, cfg.table, cfg.catalog_options).table)
+        if self._core.meta is not None:
+            check_table_identity(self._core.meta, self._core.group_name, current)
+
+    async def _read_round(self, process: Process) -> bool:
+        active = [o for o in self._core.owned.values() if o.active]
+        if not active:
+            return False
+        # Plans prefetched in the previous round; what this round does not use
+        # is dropped at its end (the shards moved, or were re-grouped).
+        prefetched, self._prefetched = self._prefetched, {}
+        try:
+            return await self._read_groups(active, prefetched, process)
+        except FileNotFoundError:
+            # A file the plan names is gone: most likely the table was dropped
+            # (or re-created) since the last check, which says so in one line
+            # (TableNotFound, TableReplaced); else the error stands.
+            await self._core.in_io(self._check_table_itself)
+            raise
+        finally:
+            for future in prefetched.values():
+                # Unused: retrieve its outcome so an error is not reported as lost.
+                future.add_done_callback(lambda f: None if f.cancelled() else f.exception())
+
+    async def settle(self, held: list[OwnedShard]) -> None:
+        """Read back positions of uncertain commits, and resolve and pin the
+        start of shards without a position (before anything is planned)."""
+        await self._commits.read_back([o for o in held if o.uncertain and not o.dropped])
+        # Shards of a start the group moved past scan the moved one (file rule).
+        await repin_stale(self._core, self._commits, held)
+        unresolved = [o for o in held if o.next_snapshot is None and not o.dropped]
+        if unresolved:
+            await self._resolve_start(unresolved)
+
+    async def _read_groups(self, active: list[OwnedShard], prefetched: Prefetched,
+                           process: Process) -> bool:
+        """One step for every group of active shards at the same position."""
+        planner = self._core.planner
+        assert planner is not None
+        await self.settle(active)
+        by_position: dict[tuple[int, int | None], list[OwnedShard]] = defaultdict(list)
+        for o in active:
+            if o.next_snapshot is not None and not o.dropped:
+                by_position[(o.next_snapshot, o.full_scan)].append(o)
+        progressed = False
+        for (position, full_scan), owned in sorted(by_position.items(),
+                                                   key=lambda kv: (kv[0][0], kv[0][1] or 0)):
+            shards = [o.shard for o in owned]
+            if full_scan is None and self._core.head.nothing_new_at(position):
+                # The leader polled the table moments ago: nothing at
+                # `position` yet (member/head.py); no request to the store.
+                continue
+            await self._core.wait_live()
+            try:
+                if full_scan is not None:
+                    step: StepPlan | None = await self._core.in_io(
+                        functools.partial(planner.plan_full, shards, full_scan))
+                else:
+                    step = await self._plan_next(shards, position, prefetched)
+            except SnapshotExpired as err:
+                await self._on_expired(owned, full_scan or position, full_scan is not None, err)
+                progressed = True
+                continue
+            if step is None:
+                continue
+            progressed = True
+            # Plan the step after this one while this one's batches are in the
+            # handler, so that the next step starts as soon as this one ends.
+            self._prefetch_plan(shards, step.next_snapshot)
+            deliveries, empty = self._batches(owned, step)
+            await self._deliver_all(deliveries, empty, step, process)
+        return progressed
+
+    async def _on_expired(self, owned: list[OwnedShard], first: int, full_scan: bool,
+                          err: SnapshotExpired) -> None:
+        """Shards whose next snapshot ``first`` expired: stop with one line
+        (``--on-data-loss fail``), or move them on to the earliest retained
+        snapshot (``skip``); see :mod:`paimon_group.member.data_loss`."""
+        table = self._core.table
+        assert table is not None
+        earliest = await self._core.in_io(table.earliest_snapshot_id)
+        if earliest is None or earliest <= first:
+            raise err  # not a gap this member can name (the table changed under it)
+        lost = LostRange(tuple(sorted(o.shard for o in owned)), first, earliest, full_scan)
+        extra = {"group": self._core.group_name, "member": self._core.member_id}
+        if self._core.config.on_data_loss != "skip":
+            raise data_loss_error(self._core.config, lost) from None
+        if full_scan and moves_group_wide(self._core):
+            # Bucket-unaware: the group's start moves, once for every shard
+            # (member/moved_start.py); under the bucket rules a shard alone
+            # re-pinned at the earliest snapshot is consistent with the rest.
+            await move_start(self._core, lost, min(o.start_moves for o in owned))
+            return
+        log.warning(skip_warning(self._core.config, lost), extra=extra)
+        self._core.history.record("skip", shards=list(lost.shards), first=first, earliest=earliest,
+                            full_scan=full_scan)
+        if full_scan:
+            # A full scan of the earliest snapshot instead: the table as it
+            # is there, nothing of it skipped.
+            await self._commits.commit({o.shard: o for o in owned}, earliest + 1,
+                                       full_scan=earliest)
+            return
+        # Counted once committed: the shards really moved past the gap.
+        await self._commits.commit({o.shard: o for o in owned}, earliest)
+        self._core.stats.skipped_snapshots += lost.count * len(lost.shards)
+
+    def _batches(self, owned: list[OwnedShard], step: StepPlan
+                 ) -> tuple[list[tuple[OwnedShard, ShardBatch]], dict[int, OwnedShard]]:
+        """The step's batch of each shard still active and ours, and the
+        shards without rows in the step."""
+        planner = self._core.planner
+        assert planner is not None
+        empty: dict[int, OwnedShard] = {}
+        deliveries: list[tuple[OwnedShard, ShardBatch]] = []
+        for o in owned:
+            if not o.active or self._core.owned.get(o.shard) is not o:
+                continue
+            splits = step.splits.get(o.shard, ())
+            if not splits:
+                empty[o.shard] = o
+                continue
+            deliveries.append((o, ShardBatch(
+                group=self._core.group_name,
+                member_id=self._core.member_id,
+                shard=o.shard,
+                num_shards=self._core.num_shards,
+                epoch=o.epoch,
+                plan=step,
+                planner=planner,
+            )))
+        return deliveries, empty
+
+    def _prefetch_plan(self, shards: list[int], position: int) -> None:
+        """Start planning ``plan_next(shards, position)`` in the planning thread."""
+        planner = self._core.planner
+        assert planner is not None
+        if self._core.head.nothing_new_at(position):
+            return  # the published head wakes the read loop when it is there
+        self._prefetched[(tuple(shards), position)] = self._core.start_in_io(
+            functools.partial(planner.plan_next, shards, position))
+
+    async def _plan_next(
+        self,
+        shards: list[int],
+        position: int,
+        prefetched: Prefetched,
+    ) -> StepPlan | None:
+        """The next step, from the prefetched plan when it is the one asked for.
+
+        A prefetched None (the snapshot did not exist yet then) or error is
+        not trusted: the step is planned again now, so an error is raised
+        fresh and a snapshot committed since is seen.
+        """
+        planner = self._core.planner
+        assert planner is not None
+        future = prefetched.pop((tuple(shards), position), None)
+        if future is not None:
+            try:
+                step: StepPlan | None = await future
+            except Exception:
+                step = None
+            if step is not None:
+                return step
+        head = self._core.head.record if self._core.head.fresh else None
+        planned: StepPlan | None = await self._core.in_io(functools.partial(
+            planner.plan_next, shards, position,
+            known_latest=None if head is None else head.latest))
+        return planned
+
+    async def _resolve_start(self, owned: list[OwnedShard]) -> None:
+        """Where shards with no committed position and no consumer file start.
+
+        Resolved once for all of them (so shards acquired together start from
+        the same snapshot) and pinned in one commit.
+        """
+        table, group = self._core.table, self._core.group
+        assert table is not None
+        if group is None:
+            raise SessionLost("no session")
+
+        meta = self._core.meta
+        file_io, path, name = table.table.file_io, table.table_path, self._core.group_name
+
+        async def resolve() -> GroupStart:
+            # A group re-created over its consumer files (a wiped or switched
+            # coordinator) keeps the start they were read from: a shard that
+            # had no file yet starts where its peers did.
+            carried: GroupStart | None = None if meta is None else await self._core.in_io(
+                functools.partial(carried_start, file_io, path, name, meta))
+            if carried is not None:
+                return carried
+            found = await self._core.in_io(lambda: table.resolve_start(self._core.start_position))
+            return GroupStart(next_snapshot=found.next_snapshot,
+                              full_scan=found.full_scan_snapshot,
+                              start=str(self._core.start_position), resolved_at=time.time(),
+                              resolved_by=self._core.member_id)
+
+        # One start for the whole group: resolved once, by the
+        # first member that needs it, and stored; every shard without a
+        # position starts from it, whichever member and round pins it. On a
+        # bucket-unaware table two shards pinned at different snapshots with a
+        # compaction between them would lose or repeat the rows it moved.
+        start = await group_start(group, resolve)
+        self._core.observe_start(start)
+        if meta is not None:
+            # Beside the consumer files too, once the coordinator holds it
+            # (so it outlives a wipe as they do); before anything is pinned.
+            try:
+                await self._core.in_io(functools.partial(record_start, file_io, path, name, meta,
+                                                    start))
+            except Exception as err:  # as a consumer file that cannot be written
+                log.warning("group start not recorded beside the consumer files: %s", err)
+        resolved = ResolvedStart(next_snapshot=start.next_snapshot,
+                                 full_scan_snapshot=start.full_scan)
+        # Pin the resolved start before reading anything: a later owner then
+        # continues from it (instead of resolving "latest" again and skipping
+        # what was committed in between), and a pending full scan is replayed
+        # on exactly the same snapshot, so a replay is identical. Local state
+        # is set by the accepted commit only: a pin that raises leaves the
+        # shards unresolved (and uncertain), so the next round reads back
+        # what landed, or resolves and pins again; nothing is read from a
+        # start that was never pinned.
+        await self._commits.commit({o.shard: o for o in owned}, resolved.next_snapshot,
+                           full_scan=resolved.full_scan_snapshot, start_moves=start.moves)
+
+    async def _deliver_all(
+        self,
+        deliveries: list[tuple[OwnedShard, ShardBatch]],
+        empty: dict[int, OwnedShard],
+        step: StepPlan,
+        process: Process,
+    ) -> None:
+        """Deliver one step's batches, up to ``max_parallel_shards`` handlers at
+        a time, and commit every shard of the step.
+
+        Batches of *different* shards may be in the handler at once (reading
+        releases the GIL in pyarrow); one shard never has two batches in
+        flight. The gate bounds handlers only (a handler may start while an
+        earlier shard's commit is in flight); commits are coalesced by a
+        :class:`CommitLane`, normally one for the whole step, and shards
+        without rows ride along. A shard is idle (a revoke may take it) once
+        its own commit is done.
+        Every started delivery is awaited before an error is re-raised, so a
+        failure of one shard never abandons another shard's finished batch.
+        Batches whose files expired while their handler held them are the
+        step's data loss, handled once all are back (:meth:`_on_lost_batches`).
+        """
+        lane = CommitLane(self._commits.commit, step.next_snapshot, riders=empty,
+                          expected=len(deliveries))
+        if not deliveries:
+            await lane.flush()
+            return
+        gate = asyncio.Semaphore(max(1, self._core.config.max_parallel_shards))
+        lost: list[tuple[OwnedShard, BatchExpired]] = []
+        self._commits.lanes.add(lane)
+        try:
+            try:
+                results = await asyncio.gather(
+                    *(self._deliver_one(o, b, step, process, lane, gate, lost)
+                      for o, b in deliveries), return_exceptions=True)
+            finally:
+                self._commits.lanes.discard(lane)
+            if lost:
+                await self._on_lost_batches(lost)
+        finally:
+            for o, _ in lost:
+                o.idle.set()
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            # The most important first: a failed handler, then anything
+            # else, and a plain stop last.
+            errors.sort(key=lambda e: 0 if isinstance(e, HandlerFailed)
+                        else 2 if isinstance(e, Stop) else 1)
+            raise errors[0]
+        await lane.flush()
+
+    async def _deliver_one(self, o: OwnedShard, batch: ShardBatch, step: StepPlan,
+                           process: Process, lane: CommitLane, gate: asyncio.Semaphore,
+                           lost: list[tuple[OwnedShard, BatchExpired]]) -> None:
+        """One shard's batch of :meth:`_deliver_all`: handled, then committed
+        through the step's lane; a batch whose files expired goes to ``lost``
+        (the shard stays busy until :meth:`_on_lost_batches` is done)."""
+        o.idle.clear()
+        queued = False
+        gone: BaseException | None = None
+        try:
+            async with gate:
+                if not o.active:
+                    return  # revoked while waiting: the next owner reads it
+                try:
+                    await self._handle(o, batch, step, process)
+                except BatchExpired as err:
+                    gone = err
+                    lost.append((o, err))
+                    return
+            # Commit even if the shard was dropped meanwhile (session lost
+            # and rejoined, or abandoned by a revoke): the coordinator, not
+            # this process, decides, and it rejects a stale epoch.
+            queued = True
+            await self._commit_batch(lane, o, batch, step)
+        finally:
+            if not queued:
+                lane.skipped()
+                self._resolve_durable(batch, gone or NotOwner(f"shard {o.shard} was revoked"))
+            if gone is None:
+                o.idle.set()
+
+    async def _on_lost_batches(self, lost: list[tuple[OwnedShard, BatchExpired]]) -> None:
+        """Shards of one step whose batch's files Paimon's expiry deleted while
+        the handler held it: data loss, as when the step's snapshot had
+        expired before it was planned (:meth:`_on_expired`, once for them
+        all: one line names every shard, or they skip together)."""
+        err = lost[0][1]
+        await self._on_expired([o for o, _ in lost], err.first, err.full_scan, err)
+
+    async def _commit_batch(self, lane: CommitLane, o: OwnedShard, batch: ShardBatch,
+                            step: StepPlan) -> None:
+        """Commit ``batch``'s shard through the step's lane, and tell a caller
+        waiting in ``commit(batch)`` whether its position is now durable."""
+        try:
+            await lane.commit(o)
+        except BaseException as err:
+            self._resolve_durable(batch, err)
+            raise
+        self._resolve_durable(batch, None if self._advanced(o, step) else StaleEpoch(
+            f"shard {o.shard}: the position after snapshot {step.snapshot_id} was not "
+            "committed: this member no longer owns the shard (the next owner reads "
+            "the batch again)"))
+
+    @staticmethod
+    def _advanced(o: OwnedShard, step: StepPlan) -> bool:
+        """Whether ``o``'s committed position now covers ``step``."""
+        return (not o.dropped and o.full_scan is None and o.next_snapshot is not None
+                and o.next_snapshot >= step.next_snapshot)
+
+    def _resolve_durable(self, batch: ShardBatch, error: BaseException | None) -> None:
+        """Tell a caller waiting in ``commit(batch)`` how the batch's commit ended."""
+        waiter = self._core.take_durable(batch)
+        if waiter is None or waiter.done():
+            return
+        if error is None:
+            waiter.set_result(None)
+        elif isinstance(error, asyncio.CancelledError):
+            waiter.cancel()
+        else:
+            waiter.set_exception(error)
+            waiter.add_done_callback(lambda f: f.exception())  # retrieved if nobody waits
+
+    async def _files_gone(self, err: BatchExpired | DataFileMissing) -> NoReturn:
+        """Raise what a batch whose files are gone means, once the table is
+        found in place (else TableNotFound, TableReplaced say so: the files
+        of a dropped table are gone too, and a re-created table's snapshots
+        say nothing of the old one's): data loss (BatchExpired, handled by
+        :meth:`_deliver_all`), or a file missing from a retained snapshot, in
+        one line."""
+        await self._core.in_io(self._check_table_itself)
+        raise err
+
+    async def _handle(self, o: OwnedShard, batch: ShardBatch, step: StepPlan,
+                      process: Process) -> None:
+        """Run the handler on one batch (nothing is committed here)."""
+        await self._core.wait_live()
+        started = time.monotonic()
+        try:
+            await process(batch)
+        except Exception:
+            if batch.lost is None:
+                raise
+        if batch.lost is not None:
+            # Its files are gone (raised by its read, whatever the handler
+            # did with the error): never a handler failure, never retried.
+            await self._files_gone(batch.lost)
+        self._core.stats.handler_seconds.append(time.monotonic() - started)
+        if len(self._core.stats.handler_seconds) > 10_000:
+            # Bounded: readers (metrics) start over on a new list.
+            self._core.stats.handler_seconds = []
+        self._core.stats.batches += 1
+        rows = int(getattr(batch, "rows_read", 0) or 0)
+        self._core.stats.rows += rows
+        log.debug("delivered shard %d %s snapshots %s..%d: %d rows in %.3f s", o.shard,
+                  step.kind.value, getattr(batch, "first_snapshot", "?"), step.snapshot_id,
+                  rows, time.monotonic() - started,
+                  extra={"group": self._core.group_name, "member": self._core.member_id,
+                         "shard": o.shard, "epoch": o.epoch})
+        self._core.history.record("deliver", shard=o.shard, epoch=o.epoch,
+                            snapshot=step.snapshot_id, next_snapshot=step.next_snapshot,
+                            kind=step.kind.value)

@@ -1,0 +1,62 @@
+"""The public API is the one of the release before the member's parts got one
+owner each (``tests/support/public_api.json``): every name, every method's
+signature. GroupMember's data attributes are read-only views now (the parts
+own that state); its two renamed parts answer to their former names, which
+warn until 0.2."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+
+from paimon_group import GroupMember, MemberConfig
+from tests.support.public_api import public_api
+
+SNAPSHOT = Path(__file__).parent / "support" / "public_api.json"
+# The names added since the snapshot: the read loop's and the host-reads
+# part's one name each (their former names, ``reading`` and ``driving``, stay).
+ADDED = {"GroupMember": {"read_loop": "data", "host_reads": "data"}}
+
+
+def test_the_public_api_is_the_snapshot_with_the_two_new_part_names() -> None:
+    before = json.loads(SNAPSHOT.read_text())
+    now = public_api()
+    assert sorted(now) == sorted(before)
+    for name, added in ADDED.items():
+        members = now[name]["members"]
+        assert {n: members.pop(n) for n in added} == added
+    assert now == before
+
+
+def _member() -> GroupMember:
+    return GroupMember(MemberConfig(group="g", warehouse="/tmp/x", table="db.t",
+                                    coordinator="memory://old-names", member_id="a"))
+
+
+@pytest.mark.parametrize(("old", "new"), [("reading", "read_loop"), ("driving", "host_reads")])
+def test_a_part_s_former_name_warns_and_gives_the_part(old: str, new: str) -> None:
+    member = _member()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        part = getattr(member, old)
+    assert part is getattr(member, new)
+    [warning] = caught
+    assert warning.category is DeprecationWarning and new in str(warning.message)
+    assert warning.filename == __file__  # it points at the caller's line
+
+
+def test_the_member_s_state_is_read_only_to_its_user() -> None:
+    member = _member()
+    with pytest.raises(AttributeError):
+        member.state = member.state  # type: ignore[misc]
+
+
+def test_the_host_reads_part_answers_to_its_former_class_name() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from paimon_group.member.driving import Driving  # type: ignore[attr-defined]
+    from paimon_group.member.host_reads import HostReads
+    assert Driving is HostReads
