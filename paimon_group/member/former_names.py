@@ -52,7 +52,7 @@ class FormerNames(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             setattr(module, name, getattr(target, name))
         for former, name in renamed.items():
             setattr(module, former, getattr(target, name))
-        setattr(module, "__all__", [*names, *renamed])
+        module.__dict__["__all__"] = [*names, *renamed]
 
 
 def install() -> None:
