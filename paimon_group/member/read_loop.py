@@ -119,7 +119,15 @@ class ReadLoop:
         table_checked = time.monotonic()
         while True:
             try:
-                await asyncio.wait_for(self._core.wait_live(), TABLE_CHECK_S)
+                # Not asyncio.wait_for: on Python 3.11 it runs the gate in a
+                # task of its own and, when a cancel of this loop (batches()
+                # closed, run() cancelled: _consume cancels it and waits)
+                # reaches it just as that task is done, returns the gate's
+                # result and drops the cancel; the loop then read on, and the
+                # close waited for it for ever. asyncio.timeout waits here,
+                # in this task: the cancel reaches this await or the next.
+                async with asyncio.timeout(TABLE_CHECK_S):
+                    await self._core.wait_live()
             except TimeoutError:
                 # Not live for that long (the coordinator unreachable, a
                 # rejoin pending): the table is checked all the same, from
