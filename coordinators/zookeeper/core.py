@@ -145,7 +145,11 @@ class ZkCore:
         sent_at, future = sent
         limit = self._op_timeout_s if timeout is None else timeout
         try:
-            value = await asyncio.wait_for(future, limit)
+            # Not asyncio.wait_for: on Python 3.11 it returns the reply and
+            # drops a cancel of the caller that arrives as the reply does (a
+            # cancelled read loop would then go on to its next request).
+            async with asyncio.timeout(limit):
+                value = await future
         except TimeoutError as err:
             raise CoordinatorUnavailable(
                 f"ZooKeeper did not answer {what} within {limit:g}s; retry"
