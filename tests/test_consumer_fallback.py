@@ -225,6 +225,14 @@ async def test_a_pending_full_scan_is_resumed_as_a_full_scan(
                             "h2")
     member_a = GroupMember(config(first, "a"), auto_commit=False)
     await member_a.start()
+    for _ in range(200):
+        # Both shards held before the read loop starts, so that its first step
+        # pins both (a shard acquired after it waits behind the held batch,
+        # never pinned: on etcd, acquisitions can come one round apart).
+        if member_a.ready:
+            break
+        await asyncio.sleep(0.05)
+    assert member_a.owned_shards == [0, 1]
     batches_a = member_a.batches()
     initial = await asyncio.wait_for(batches_a.__anext__(), timeout=60)
     assert initial.kind.value == "initial" and initial.snapshot_id == 2
