@@ -19,6 +19,7 @@ from coordinators.errors import (
 )
 
 __all__ = [
+    "AlreadyWritten",
     "AuthenticationFailed",
     "BatchExpired",
     "ConfigError",
@@ -169,6 +170,23 @@ class StaleEpoch(PaimonGroupError):
     from the last committed position, so the batch may be delivered again.
     Nothing to do: the member drops the shard and carries on.
     """
+
+
+class AlreadyWritten(PaimonGroupError):
+    """A sink already holds a batch's output: its shard is written up to
+    ``next_snapshot`` (exclusive) in the sink's target.
+
+    Raised by :class:`~paimon_group.sink.PaimonSink` for a replay (a crash
+    came between the target's commit and the position's) or a longer replay
+    of it. A handler lets it through; the member then commits position
+    ``next_snapshot`` for the shard (fenced, as any commit) and reads on from
+    there, so nothing the target holds is read or written again.
+    """
+
+    def __init__(self, message: str, *, shard: int, next_snapshot: int) -> None:
+        super().__init__(message)
+        self.shard = shard
+        self.next_snapshot = next_snapshot
 
 
 class NotOwner(PaimonGroupError):

@@ -17,7 +17,7 @@ from coordinators.errors import CoordinatorError
 from paimon_group.config.member import MemberConfig
 from paimon_group.config.projection import check_columns
 from paimon_group.config.timing import MemberTiming
-from paimon_group.errors import HandlerFailed
+from paimon_group.errors import AlreadyWritten, HandlerFailed
 from paimon_group.member.commits import Commits
 from paimon_group.member.control import Control
 from paimon_group.member.core import Handler, MemberCore, MemberStats, RebalanceListener
@@ -186,8 +186,11 @@ class GroupMember:
         handles it (data loss as ``--on-data-loss`` says, or one line).
         """
         async def process(batch: ShardBatch) -> None:
+            # Not retried: a batch whose files are gone, and one a sink holds
+            # already (AlreadyWritten: the read loop commits its position).
             retrying = self._retry_handler.copy(retry=tenacity.retry_if_exception(
-                lambda e: isinstance(e, Exception) and batch.lost is None))
+                lambda e: isinstance(e, Exception) and not isinstance(e, AlreadyWritten)
+                and batch.lost is None))
             try:
                 async for attempt in retrying:
                     with attempt:
@@ -195,14 +198,14 @@ class GroupMember:
                             result = await asyncio.to_thread(handler, batch)
                             if asyncio.iscoroutine(result):
                                 await result
-                        except Exception:
-                            if batch.lost is None:
+                        except Exception as raised:
+                            if batch.lost is None and not isinstance(raised, AlreadyWritten):
                                 self._core.stats.handler_errors += 1
                                 log.warning("handler raised on shard %d snapshot %d",
                                             batch.shard, batch.snapshot_id, exc_info=True)
                             raise
             except Exception as err:
-                if batch.lost is not None:
+                if batch.lost is not None or isinstance(err, AlreadyWritten):
                     raise
                 raise HandlerFailed(
                     f"handler failed {self._core.config.max_handler_attempts} times on shard "

@@ -22,6 +22,7 @@ from typing import Any, NoReturn
 
 from coordinators.errors import CoordinatorError, PaimonGroupError, SessionLost
 from paimon_group.errors import (
+    AlreadyWritten,
     BatchExpired,
     DataFileMissing,
     HandlerFailed,
@@ -459,8 +460,9 @@ class ReadLoop:
         through the step's lane; a batch whose files expired goes to ``lost``
         (the shard stays busy until :meth:`_on_lost_batches` is done)."""
         o.idle.clear()
-        queued = False
+        queued = written_committed = False
         gone: BaseException | None = None
+        written: AlreadyWritten | None = None
         try:
             async with gate:
                 if not o.active:
@@ -471,6 +473,12 @@ class ReadLoop:
                     gone = err
                     lost.append((o, err))
                     return
+                except AlreadyWritten as err:
+                    written = err
+            if written is not None:
+                await self._commit_written(o, batch, written)
+                written_committed = True
+                return
             # Commit even if the shard was dropped meanwhile (session lost
             # and rejoined, or abandoned by a revoke): the coordinator, not
             # this process, decides, and it rejects a stale epoch.
@@ -479,9 +487,30 @@ class ReadLoop:
         finally:
             if not queued:
                 lane.skipped()
-                self._resolve_durable(batch, gone or NotOwner(f"shard {o.shard} was revoked"))
+                self._resolve_durable(batch, None if written_committed else gone or written
+                                      or NotOwner(f"shard {o.shard} was revoked"))
             if gone is None:
                 o.idle.set()
+
+    async def _commit_written(self, o: OwnedShard, batch: ShardBatch,
+                              written: AlreadyWritten) -> None:
+        """The handler's sink already holds ``batch`` up to
+        ``written.next_snapshot``: commit that position for the shard alone
+        (fenced as any commit; the step's lane goes on without it), so the
+        next step reads on from what the sink holds."""
+        if written.shard != o.shard or (written.next_snapshot <= (o.next_snapshot or 0) \
+                and o.full_scan is None):
+            raise AlreadyWritten(f"shard {o.shard}: a sink says {written} of the batch at "
+                                 f"snapshot {batch.snapshot_id}, which is not ahead of the "
+                                 "shard's position", shard=o.shard,
+                                 next_snapshot=written.next_snapshot) from written
+        log.info("shard %d: the sink already holds snapshots up to %d: the position moves "
+                 "there", o.shard, written.next_snapshot - 1,
+                 extra={"group": self._core.group_name, "member": self._core.member_id,
+                        "shard": o.shard, "epoch": o.epoch})
+        self._core.history.record("already_written", shard=o.shard, epoch=o.epoch,
+                                  snapshot=batch.snapshot_id, next_snapshot=written.next_snapshot)
+        await self._commits.commit({o.shard: o}, written.next_snapshot)
 
     async def _on_lost_batches(self, lost: list[tuple[OwnedShard, BatchExpired]]) -> None:
         """Shards of one step whose batch's files Paimon's expiry deleted while

@@ -1,0 +1,298 @@
+"""A sink that commits each source batch's output into a Paimon table once.
+
+Delivery is at-least-once: a member commits a batch's position (fenced by
+its epoch) after the handler returned, so a crash or a handoff in between
+makes the next owner deliver the batch again. :class:`PaimonSink` makes the
+output exactly-once with what Paimon already has: every commit into the
+target carries, in its snapshot properties, each source shard's **mark**
+(the epoch that wrote last and the source position after its last batch,
+:mod:`paimon_group.sink.marks`). A replay finds its batch in the target and
+the member commits the position that was written instead
+(:class:`~paimon_group.errors.AlreadyWritten`); a former owner's batch is
+refused (:class:`~paimon_group.spark.fence.StaleSinkWrite`).
+
+How one batch goes in:
+
+1. ``write(rows, batch)`` (in the handler's thread) checks the batch against
+   the marks it knows, writes the rows' data files with pypaimon (a writer
+   of its own, so each batch's files can be committed or dropped alone),
+   and queues them;
+2. the committer thread commits everything queued in **one** target commit,
+   at most once per ``commit_interval_s`` (as Flink commits once per
+   checkpoint): a member's shards share snapshots;
+3. that commit is made on top of the newest snapshot whose marks it has just
+   judged every queued batch against: Paimon's commit is a compare-and-set
+   on the next snapshot id, and it is tried once (``commit.max-retries`` 0):
+   a lost race reads the new marks and judges again, so the check and the
+   commit are one atomic step for every writer of the target;
+4. ``write`` returns once its batch is in, or raises what the judgement said.
+   The member then commits the batch's position; a crash in between is the
+   replay of step 1, found in the marks.
+
+On a primary-key target a key's later source version must win whoever wrote
+it, and Paimon's own sequence numbers are counted per writer: the target
+needs ``'sequence.field'`` naming a column the sink fills with the batch's
+source snapshot (:attr:`PaimonSink.sequence_column`), so Paimon orders a
+key's rows by source position.
+
+Example (a ``paimon-group run`` handler)::
+
+    from paimon_group.sink import PaimonSink
+
+    sink = PaimonSink("/data/wh", "db.orders_enriched")
+
+    def handle(batch):
+        rows = batch.to_arrow()
+        sink.write(enrich(rows), batch)     # returns once it is in the target
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import pyarrow as pa
+
+from paimon_group.errors import AlreadyWritten, ConfigError, PaimonGroupError
+from paimon_group.reading.planner import BatchKind
+from paimon_group.sink.marks import (
+    PROPERTY_PREFIX,
+    ShardMark,
+    Verdict,
+    encode,
+    judge,
+    merged,
+    property_key,
+)
+from paimon_group.sink.target import TargetTable
+from paimon_group.spark.fence import StaleSinkWrite
+
+log = logging.getLogger("paimon_group.sink")
+
+COMMIT_INTERVAL_S = 1.0
+COMMIT_ROWS = 1_000_000
+# How long the committer gathers the batches of one step, delivered at once
+# by the member's parallel handlers, before the first commit after a pause.
+GATHER_S = 0.05
+# Commits lost to another writer's, judged again and retried, before a batch fails.
+MAX_RACES = 50
+NONCE_PROPERTY = PROPERTY_PREFIX + "commit"
+
+
+class SourceBatch(Protocol):
+    """What the sink needs of a batch (a :class:`~paimon_group.reading.batch.ShardBatch`)."""
+
+    group: str
+    shard: int
+    epoch: int
+    kind: BatchKind
+    first_snapshot: int
+    snapshot_id: int
+    next_snapshot: int
+
+
+@dataclass
+class _Pending:
+    """A batch's written files, waiting for the committer's verdict."""
+
+    group: str
+    shard: int
+    epoch: int
+    first: int
+    next_snapshot: int
+    snapshot_id: int
+    messages: list[Any]
+    rows: int
+    done: threading.Event = field(default_factory=threading.Event)
+    error: BaseException | None = None
+
+
+def _first_of(batch: SourceBatch) -> int:
+    """The source position a batch starts from, as the marks compare it: an
+    initial full scan is before every delta (0)."""
+    return 0 if batch.kind is BatchKind.INITIAL else batch.first_snapshot
+
+
+class PaimonSink:
+    """Writes each source batch's output rows into a Paimon table, once.
+
+    ``commit_interval_s``: the least time between two target commits of this
+    sink (its batches wait for the next one: a handler returns once its rows
+    are in). ``commit_rows``: commit sooner once this many rows wait.
+    Thread-safe: one sink serves every shard of a member.
+    """
+
+    def __init__(
+        self,
+        warehouse: str,
+        table: str,
+        *,
+        catalog_options: Mapping[str, str] | None = None,
+        commit_interval_s: float = COMMIT_INTERVAL_S,
+        commit_rows: int = COMMIT_ROWS,
+    ) -> None:
+        if commit_interval_s < 0 or commit_rows < 1:
+            raise ConfigError("commit_interval_s must be >= 0 and commit_rows >= 1")
+        self.target = TargetTable.open(warehouse, table, catalog_options)
+        self.commit_interval_s = commit_interval_s
+        self.commit_rows = commit_rows
+        self.commit_user = f"paimon-group-sink-{uuid.uuid4().hex[:12]}"
+        self._identifiers = itertools.count(1)
+        self._cond = threading.Condition()
+        self._queue: list[_Pending] = []
+        self._closed = False
+        self._last_commit = 0.0
+        self.commits = 0  # target commits made
+        self._committer = threading.Thread(target=self._commit_loop, daemon=True,
+                                           name=f"pg-sink-{table}")
+        self._committer.start()
+
+    @property
+    def sequence_column(self) -> str | None:
+        """The column the sink fills with the source snapshot (the target's
+        ``sequence.field``), or None (an append target)."""
+        return self.target.sequence_column
+
+    # -- writing (handler threads) -----------------------------------------
+
+    def write(self, rows: Any, batch: SourceBatch) -> None:
+        """Write ``rows`` (an Arrow table or record batch, or a Spark
+        DataFrame) as the output of ``batch``; return once they are committed.
+
+        Raises :class:`~paimon_group.errors.AlreadyWritten` when the target
+        already holds the batch (the member commits the position it names),
+        :class:`~paimon_group.spark.fence.StaleSinkWrite` when a newer owner
+        of the shard wrote (nothing written).
+        """
+        table = self.target.conform(_as_arrow(rows), batch.snapshot_id)
+        verdict = judge(self.target.marks(batch.group).get(batch.shard),
+                        first=_first_of(batch), epoch=batch.epoch)
+        _raise_unless_write(verdict, batch.group, batch.shard, batch.epoch)
+        pending = _Pending(batch.group, batch.shard, batch.epoch, _first_of(batch),
+                           batch.next_snapshot, batch.snapshot_id,
+                           self.target.write_files(table, self.commit_user), table.num_rows)
+        with self._cond:
+            if self._closed:
+                raise PaimonGroupError("the sink is closed")
+            self._queue.append(pending)
+            self._cond.notify_all()
+        pending.done.wait()
+        if pending.error is not None:
+            raise pending.error
+
+    def marks(self, group: str) -> dict[int, ShardMark]:
+        """Each shard's mark in the target for ``group`` (read now)."""
+        return dict(self.target.marks(group, fresh=True))
+
+    def close(self, timeout: float | None = None) -> None:
+        """Commit what is queued and stop the committer. Idempotent."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._committer.join(timeout)
+
+    def __enter__(self) -> PaimonSink:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- committing (the committer thread) ---------------------------------
+
+    def _commit_loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._closed:
+                    self._cond.wait()
+                if not self._queue:
+                    return
+                self._wait_due()
+                pending, self._queue = self._queue, []
+            try:
+                self._commit(pending)
+            except BaseException as err:  # every waiter learns it; the loop goes on
+                log.warning("sink commit failed: %s", err)
+                for p in pending:
+                    if not p.done.is_set():
+                        p.error = err
+                        p.done.set()
+            self._last_commit = time.monotonic()
+
+    def _wait_due(self) -> None:
+        """Wait (holding the condition) until the next commit is due."""
+        first = time.monotonic()
+        while not self._closed:
+            rows = sum(p.rows for p in self._queue)
+            due = max(self._last_commit + self.commit_interval_s, first + GATHER_S)
+            left = due - time.monotonic()
+            if left <= 0 or rows >= self.commit_rows:
+                return
+            self._cond.wait(left)
+
+    def _commit(self, pending: list[_Pending]) -> None:
+        """Judge every pending batch against the newest marks and commit the
+        ones to write, on top of the snapshot judged; again if another
+        writer's commit came first."""
+        for _ in range(MAX_RACES):
+            latest, marks = self.target.marks_at_latest()
+            writes: list[tuple[_Pending, Verdict]] = []
+            verdicts: list[tuple[_Pending, Verdict]] = []
+            for p in pending:
+                verdict = judge(marks.get(p.group, {}).get(p.shard), first=p.first,
+                                epoch=p.epoch)
+                (writes if verdict.kind == "write" else verdicts).append((p, verdict))
+            if not writes:
+                break
+            nonce = uuid.uuid4().hex
+            properties = {NONCE_PROPERTY: nonce}
+            for group in {p.group for p, _ in writes}:
+                ours = {p.shard: ShardMark(p.epoch, p.next_snapshot)
+                        for p, _ in writes if p.group == group}
+                properties[property_key(group)] = encode(merged(marks.get(group, {}), ours))
+            messages = [m for p, _ in writes for m in p.messages]
+            if self.target.commit_once(messages, latest, properties, self.commit_user,
+                                       next(self._identifiers), nonce):
+                self.commits += 1
+                for p, _ in writes:
+                    p.done.set()
+                break
+        else:
+            raise PaimonGroupError(f"the sink's commit lost {MAX_RACES} races in a row to "
+                                   "other writers of the target; the batches are retried")
+        for p, verdict in verdicts:
+            try:
+                _raise_unless_write(verdict, p.group, p.shard, p.epoch)
+            except PaimonGroupError as err:
+                p.error = err
+            p.done.set()
+
+
+def _raise_unless_write(verdict: Verdict, group: str, shard: int, epoch: int) -> None:
+    if verdict.kind == "stale":
+        raise StaleSinkWrite(f"group {group} shard {shard}: a newer owner than epoch {epoch} "
+                             "has written to the target; nothing was written")
+    if verdict.kind == "already":
+        assert verdict.next_snapshot is not None
+        raise AlreadyWritten(
+            f"group {group} shard {shard}: the target already holds this batch, up to "
+            f"snapshot {verdict.next_snapshot - 1}", shard=shard,
+            next_snapshot=verdict.next_snapshot)
+
+
+def _as_arrow(rows: Any) -> pa.Table:
+    if isinstance(rows, pa.Table):
+        return rows
+    if isinstance(rows, pa.RecordBatch):
+        return pa.Table.from_batches([rows])
+    to_arrow = getattr(rows, "toArrow", None)  # a Spark DataFrame (PySpark >= 4)
+    if to_arrow is not None:
+        table: pa.Table = to_arrow()
+        return table
+    raise TypeError(f"the sink writes Arrow tables, record batches or Spark DataFrames, "
+                    f"not {type(rows).__name__}")

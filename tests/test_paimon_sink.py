@@ -1,0 +1,201 @@
+"""The Paimon sink on real pypaimon tables: a batch's output committed once,
+its replays found in the target's marks, a former owner refused, writers
+racing for the target's next snapshot, a key's later source version winning,
+and few snapshots. Batches are stand-ins carrying what the sink reads of a
+:class:`~paimon_group.reading.batch.ShardBatch`; the member's side is in
+tests/test_paimon_sink_member.py."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from paimon_group.errors import AlreadyWritten, ConfigError
+from paimon_group.reading.planner import BatchKind
+from paimon_group.sink import PaimonSink, ShardMark
+from paimon_group.spark.fence import StaleSinkWrite
+from tests.support.tables import _create, open_table
+
+SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.int64()),
+                    pa.field("seq", pa.int64())])
+
+
+@dataclass
+class Batch:
+    shard: int
+    epoch: int
+    first_snapshot: int
+    snapshot_id: int
+    group: str = "g"
+    kind: BatchKind = BatchKind.DELTA
+
+    @property
+    def next_snapshot(self) -> int:
+        return self.snapshot_id + 1
+
+
+def _targets(wh: Path) -> tuple[str, str]:
+    _create(wh, "db.pk", SCHEMA, primary_keys=["id"],
+            options={"bucket": "2", "sequence.field": "seq"})
+    _create(wh, "db.log", SCHEMA, primary_keys=[], options={"bucket": "-1"})
+    return "db.pk", "db.log"
+
+
+def _rows(ids: range, v: int) -> pa.Table:
+    return pa.table({"id": pa.array(list(ids), pa.int64()),
+                     "v": pa.array([v] * len(ids), pa.int64())})
+
+
+def _read(wh: Path, name: str) -> list[tuple[int, int]]:
+    table = open_table(wh, name)
+    builder = table.new_read_builder()
+    splits = builder.new_scan().plan().splits()
+    rows = builder.new_read().to_arrow(splits)
+    return sorted(zip(rows.column("id").to_pylist(), rows.column("v").to_pylist(), strict=True))
+
+
+@pytest.mark.parametrize("target", ["db.pk", "db.log"])
+def test_a_replay_is_found_in_the_target_and_not_written_again(
+        tmp_path: Path, target: str) -> None:
+    _targets(tmp_path)
+    with PaimonSink(str(tmp_path), target, commit_interval_s=0) as sink:
+        sink.write(_rows(range(10), 1), Batch(0, 1, 1, 1))
+        with pytest.raises(AlreadyWritten) as found:
+            sink.write(_rows(range(10), 1), Batch(0, 1, 1, 1))  # a replay
+        assert (found.value.shard, found.value.next_snapshot) == (0, 2)
+        with pytest.raises(AlreadyWritten) as longer:
+            sink.write(_rows(range(30), 1), Batch(0, 1, 1, 3))  # a longer catch-up
+        assert longer.value.next_snapshot == 2
+        sink.write(_rows(range(10, 20), 2), Batch(0, 1, 2, 3))  # reads on from 2
+        assert sink.marks("g") == {0: ShardMark(epoch=1, next_snapshot=4)}
+    assert _read(tmp_path, target) == [(i, 1) for i in range(10)] + [(i, 2) for i in range(10, 20)]
+
+
+def test_a_former_owner_is_refused_after_a_newer_one_wrote(tmp_path: Path) -> None:
+    _targets(tmp_path)
+    with PaimonSink(str(tmp_path), "db.log", commit_interval_s=0) as sink:
+        sink.write(_rows(range(5), 1), Batch(0, 2, 1, 1))
+        with pytest.raises(StaleSinkWrite):
+            sink.write(_rows(range(5, 9), 1), Batch(0, 1, 2, 2))  # epoch 1 < 2
+    assert _read(tmp_path, "db.log") == [(i, 1) for i in range(5)]
+
+
+def test_an_initial_scan_after_any_mark_is_already_written(tmp_path: Path) -> None:
+    """A crash after the initial scan's target commit: the new owner plans the
+    full scan again, at a later snapshot; the target holds the first."""
+    _targets(tmp_path)
+    with PaimonSink(str(tmp_path), "db.log", commit_interval_s=0) as sink:
+        sink.write(_rows(range(5), 1), Batch(0, 1, 3, 3, kind=BatchKind.INITIAL))
+        with pytest.raises(AlreadyWritten) as found:
+            sink.write(_rows(range(7), 1), Batch(0, 2, 5, 5, kind=BatchKind.INITIAL))
+        assert found.value.next_snapshot == 4
+
+
+def test_writers_racing_for_the_next_snapshot_keep_every_mark(tmp_path: Path) -> None:
+    """Two sinks (two members) commit at once, shard by shard: each commit is
+    judged on the snapshot it is made on, so no commit drops the other's
+    marks and every batch is in once."""
+    _targets(tmp_path)
+    sinks = [PaimonSink(str(tmp_path), "db.log", commit_interval_s=0) for _ in range(2)]
+    errors: list[BaseException] = []
+
+    def member(k: int) -> None:
+        try:
+            for step in range(1, 9):
+                ids = range(k * 1000 + step * 10, k * 1000 + step * 10 + 10)
+                sinks[k].write(_rows(ids, step), Batch(k, 1, step, step))
+        except BaseException as err:  # pragma: no cover - reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=member, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    for sink in sinks:
+        sink.close()
+    assert errors == []
+    assert sinks[0].marks("g") == {0: ShardMark(1, 9), 1: ShardMark(1, 9)}
+    rows = _read(tmp_path, "db.log")
+    assert len(rows) == len(set(rows)) == 2 * 8 * 10
+
+
+def test_a_key_s_later_source_version_wins_whoever_wrote_it(tmp_path: Path) -> None:
+    """A new owner that restored earlier writes a key's version of snapshot 7
+    after the old owner wrote that of snapshot 5 (and the other way round):
+    the target keeps the version of the later source snapshot."""
+    _targets(tmp_path)
+    with PaimonSink(str(tmp_path), "db.pk", commit_interval_s=0) as old, \
+            PaimonSink(str(tmp_path), "db.pk", commit_interval_s=0) as new:
+        new.write(_rows(range(3), 7), Batch(0, 2, 7, 7))
+        old.write(_rows(range(3), 5), Batch(1, 1, 5, 5))  # another shard, same keys
+    assert _read(tmp_path, "db.pk") == [(i, 7) for i in range(3)]
+
+
+def test_batches_of_one_interval_share_one_snapshot(tmp_path: Path) -> None:
+    _targets(tmp_path)
+    with PaimonSink(str(tmp_path), "db.log", commit_interval_s=2.0) as sink:
+        sink.write(_rows(range(1), 0), Batch(9, 1, 1, 1))  # the first commit, at once
+        before = sink.commits
+        threads = [threading.Thread(target=sink.write, args=(
+            _rows(range(s * 10, s * 10 + 10), 1), Batch(s, 1, 1, 1))) for s in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert sink.commits - before == 1
+    assert len(_read(tmp_path, "db.log")) == 61
+
+
+def test_a_primary_key_target_without_a_sequence_field_is_refused_in_one_line(
+        tmp_path: Path) -> None:
+    _create(tmp_path, "db.bare", SCHEMA, primary_keys=["id"], options={"bucket": "2"})
+    with pytest.raises(ConfigError, match="sequence.field"):
+        PaimonSink(str(tmp_path), "db.bare")
+
+
+def test_output_without_rows_still_moves_the_mark(tmp_path: Path) -> None:
+    _targets(tmp_path)
+    with PaimonSink(str(tmp_path), "db.log", commit_interval_s=0) as sink:
+        sink.write(_rows(range(0), 1), Batch(0, 1, 1, 4))
+        assert sink.marks("g") == {0: ShardMark(1, 5)}
+
+
+
+
+def test_a_commit_that_loses_the_race_is_judged_again_on_the_winner_s_snapshot(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sink A judges its batch on snapshot N; sink B commits N+1 before A
+    commits. A's commit must not land on N+1 with marks judged on N (B's mark
+    would be dropped, and B's replay written again): it loses the race for
+    N+1, reads B's marks and commits N+2 with both."""
+    _targets(tmp_path)
+    a = PaimonSink(str(tmp_path), "db.log", commit_interval_s=0)
+    b = PaimonSink(str(tmp_path), "db.log", commit_interval_s=0)
+    b.write(_rows(range(1), 0), Batch(7, 1, 1, 1))  # the table has a snapshot
+    real = type(a.target).commit_once
+    raced: list[bool] = []
+
+    def commit_once(self: Any, *args: Any, **kwargs: Any) -> bool:
+        if self is a.target and not raced:
+            raced.append(True)
+            b.write(_rows(range(100, 110), 1), Batch(1, 1, 1, 1))  # B wins N+1
+        won: bool = real(self, *args, **kwargs)
+        if self is a.target and len(raced) == 1:
+            raced.append(won)
+        return won
+
+    monkeypatch.setattr(type(a.target), "commit_once", commit_once)
+    a.write(_rows(range(10), 1), Batch(0, 1, 1, 1))
+    assert raced[:2] == [True, False]  # A's first try lost
+    assert a.marks("g") == {0: ShardMark(1, 2), 1: ShardMark(1, 2), 7: ShardMark(1, 2)}
+    with pytest.raises(AlreadyWritten):
+        b.write(_rows(range(100, 110), 1), Batch(1, 1, 1, 1))
+    a.close()
+    b.close()
