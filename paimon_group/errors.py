@@ -42,6 +42,7 @@ __all__ = [
     "ShardCountMismatch",
     "SnapshotExpired",
     "StaleEpoch",
+    "StaleSinkWrite",
     "TableNotFound",
     "TableReplaced",
     "UnsupportedTable",
@@ -187,6 +188,17 @@ class AlreadyWritten(PaimonGroupError):
         super().__init__(message)
         self.shard = shard
         self.next_snapshot = next_snapshot
+
+
+class StaleSinkWrite(StaleEpoch):
+    """A sink refused a write: a newer owner of the shard (higher epoch) has written.
+
+    The batch was not written. A handler may let it through: the member
+    neither retries the batch nor counts a handler failure (the member's
+    commit of the batch is rejected by the coordinator for the same reason
+    and the shard is dropped); :class:`~paimon_group.spark.handler.SparkBatchHandler`
+    returns normally on it.
+    """
 
 
 class NotOwner(PaimonGroupError):

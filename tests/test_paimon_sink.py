@@ -11,7 +11,6 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -156,7 +155,7 @@ def test_batches_of_one_interval_share_one_snapshot(tmp_path: Path) -> None:
 def test_a_primary_key_target_without_a_sequence_field_is_refused_in_one_line(
         tmp_path: Path) -> None:
     _create(tmp_path, "db.bare", SCHEMA, primary_keys=["id"], options={"bucket": "2"})
-    with pytest.raises(ConfigError, match="sequence.field"):
+    with pytest.raises(ConfigError, match=r"sequence\.field"):
         PaimonSink(str(tmp_path), "db.bare")
 
 

@@ -17,7 +17,7 @@ from coordinators.errors import CoordinatorError
 from paimon_group.config.member import MemberConfig
 from paimon_group.config.projection import check_columns
 from paimon_group.config.timing import MemberTiming
-from paimon_group.errors import AlreadyWritten, HandlerFailed
+from paimon_group.errors import AlreadyWritten, HandlerFailed, StaleEpoch
 from paimon_group.member.commits import Commits
 from paimon_group.member.control import Control
 from paimon_group.member.core import Handler, MemberCore, MemberStats, RebalanceListener
@@ -186,11 +186,13 @@ class GroupMember:
         handles it (data loss as ``--on-data-loss`` says, or one line).
         """
         async def process(batch: ShardBatch) -> None:
-            # Not retried: a batch whose files are gone, and one a sink holds
-            # already (AlreadyWritten: the read loop commits its position).
+            # Not retried: a batch whose files are gone, one a sink holds
+            # already (AlreadyWritten: the read loop commits its position), and
+            # one a sink refused for a newer owner (StaleEpoch: the member's
+            # own commit of it is rejected for the same reason).
             retrying = self._retry_handler.copy(retry=tenacity.retry_if_exception(
-                lambda e: isinstance(e, Exception) and not isinstance(e, AlreadyWritten)
-                and batch.lost is None))
+                lambda e: isinstance(e, Exception)
+                and not isinstance(e, AlreadyWritten | StaleEpoch) and batch.lost is None))
             try:
                 async for attempt in retrying:
                     with attempt:
@@ -199,11 +201,17 @@ class GroupMember:
                             if asyncio.iscoroutine(result):
                                 await result
                         except Exception as raised:
-                            if batch.lost is None and not isinstance(raised, AlreadyWritten):
+                            if batch.lost is None and not isinstance(
+                                    raised, AlreadyWritten | StaleEpoch):
                                 self._core.stats.handler_errors += 1
                                 log.warning("handler raised on shard %d snapshot %d",
                                             batch.shard, batch.snapshot_id, exc_info=True)
                             raise
+            except StaleEpoch as err:
+                if batch.lost is not None:
+                    raise
+                log.warning("shard %d: the handler's sink refused the batch at snapshot %d "
+                            "of epoch %d: %s", batch.shard, batch.snapshot_id, batch.epoch, err)
             except Exception as err:
                 if batch.lost is not None or isinstance(err, AlreadyWritten):
                     raise

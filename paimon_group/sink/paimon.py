@@ -9,7 +9,7 @@ target carries, in its snapshot properties, each source shard's **mark**
 :mod:`paimon_group.sink.marks`). A replay finds its batch in the target and
 the member commits the position that was written instead
 (:class:`~paimon_group.errors.AlreadyWritten`); a former owner's batch is
-refused (:class:`~paimon_group.spark.fence.StaleSinkWrite`).
+refused (:class:`~paimon_group.errors.StaleSinkWrite`).
 
 How one batch goes in:
 
@@ -59,7 +59,7 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
-from paimon_group.errors import AlreadyWritten, ConfigError, PaimonGroupError
+from paimon_group.errors import AlreadyWritten, ConfigError, PaimonGroupError, StaleSinkWrite
 from paimon_group.reading.planner import BatchKind
 from paimon_group.sink.marks import (
     PROPERTY_PREFIX,
@@ -71,7 +71,6 @@ from paimon_group.sink.marks import (
     property_key,
 )
 from paimon_group.sink.target import TargetTable
-from paimon_group.spark.fence import StaleSinkWrite
 
 log = logging.getLogger("paimon_group.sink")
 
@@ -167,7 +166,7 @@ class PaimonSink:
 
         Raises :class:`~paimon_group.errors.AlreadyWritten` when the target
         already holds the batch (the member commits the position it names),
-        :class:`~paimon_group.spark.fence.StaleSinkWrite` when a newer owner
+        :class:`~paimon_group.errors.StaleSinkWrite` when a newer owner
         of the shard wrote (nothing written).
         """
         table = self.target.conform(_as_arrow(rows), batch.snapshot_id)

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
-from paimon_group.errors import StaleEpoch
+from paimon_group.errors import StaleSinkWrite
 
 __all__ = ["EpochFence", "Fenced", "StaleSinkWrite", "fsync_dir", "state_dir_of",
            "write_atomically"]
@@ -37,15 +37,6 @@ class Fenced(Protocol):
 
     @property
     def epoch(self) -> int: ...
-
-
-class StaleSinkWrite(StaleEpoch):
-    """A sink refused a write: a newer owner of the shard (higher epoch) has written.
-
-    The batch was not written. A :class:`~paimon_group.spark.handler.SparkBatchHandler`
-    returns normally on it (the member's commit of the batch is rejected by
-    the coordinator for the same reason and the shard is dropped).
-    """
 
 
 class EpochFence:
