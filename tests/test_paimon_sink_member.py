@@ -1,0 +1,87 @@
+"""The Paimon sink inside real members: a member whose batch went into the
+target but whose position was never committed (it hung, then was stopped),
+and the next owner, which is delivered the batch again (planned anew, over a
+longer range): the sink finds it in the target, the member commits the
+position the target holds and reads on from there. Every source row is in
+the target once. Real pypaimon tables, the embedded SQLite coordinator."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from paimon_group import GroupMember, MemberConfig
+from paimon_group.reading.batch import ShardBatch
+from paimon_group.sink import PaimonSink
+from tests.support.tables import _create, make_pk_table, open_table, write_rows
+
+OUT = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.int64())])
+
+
+def _config(wh: str, coordinator: str, member: str) -> MemberConfig:
+    return MemberConfig(group="out", warehouse=wh, table="db.src", coordinator=coordinator,
+                        member_id=member, session_timeout_s=3, poll_interval_ms=50,
+                        start="earliest")
+
+
+def _target_ids(wh: str) -> list[int]:
+    table = open_table(wh, "db.out")
+    builder = table.new_read_builder()
+    rows = builder.new_read().to_arrow(builder.new_scan().plan().splits())
+    return sorted(rows.column("id").to_pylist())
+
+
+async def _until(check: object, timeout: float = 60) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not check():  # type: ignore[operator]
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("timed out")
+        await asyncio.sleep(0.05)
+
+
+@pytest.mark.asyncio
+async def test_a_batch_in_the_target_but_not_in_the_coordinator_is_not_written_again(
+        tmp_path: Path) -> None:
+    wh = str(tmp_path / "wh")
+    make_pk_table(wh, "db.src", buckets=2)
+    for k in range(3):
+        write_rows(wh, "db.src", range(10 * k, 10 * k + 10))
+    _create(wh, "db.out", OUT, primary_keys=[], options={"bucket": "-1"})
+    coordinator = f"sqlite://{tmp_path}/coord.sqlite"
+    sink = PaimonSink(wh, "db.out", commit_interval_s=0.2)
+    hung, release = threading.Event(), threading.Event()
+
+    def hangs_after_shard_0(batch: ShardBatch) -> None:
+        sink.write(batch.to_arrow().select(["id", "v"]), batch)
+        if batch.shard == 0 and not hung.is_set():
+            hung.set()   # in the target; the member never commits its position
+            release.wait(30)
+
+    def writes(batch: ShardBatch) -> None:
+        sink.write(batch.to_arrow().select(["id", "v"]), batch)
+
+    a = GroupMember(_config(wh, coordinator, "a"))
+    await a.start()
+    run_a = asyncio.ensure_future(a.run(hangs_after_shard_0))
+    await _until(hung.is_set)
+    write_rows(wh, "db.src", range(30, 40))   # the next owner's full scan would be longer
+    await a.stop(timeout=0.5)                 # the hung batch is abandoned, not committed
+    release.set()
+    await asyncio.wait_for(asyncio.gather(run_a, return_exceptions=True), 10)
+    marks = sink.marks("out")
+    assert 0 in marks
+
+    async with GroupMember(_config(wh, coordinator, "b")) as b:
+        run_b = asyncio.ensure_future(b.run(writes))
+        write_rows(wh, "db.src", range(40, 50))
+        await _until(lambda: _target_ids(wh) == list(range(50)))
+        await asyncio.sleep(1.0)  # nothing more comes
+        assert _target_ids(wh) == list(range(50))
+        positions = b.shard_positions()
+        assert positions[0] is not None and positions[0] >= marks[0].next_snapshot
+        run_b.cancel()
+    sink.close()
