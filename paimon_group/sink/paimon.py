@@ -123,7 +123,8 @@ class PaimonSink:
 
     ``commit_interval_s``: the least time between two target commits of this
     sink (its batches wait for the next one: a handler returns once its rows
-    are in). ``commit_rows``: commit sooner once this many rows wait.
+    are in); 0: every write commits at once, in its caller's thread.
+    ``commit_rows``: commit sooner once this many rows wait.
     Thread-safe: one sink serves every shard of a member.
     """
 
@@ -148,9 +149,13 @@ class PaimonSink:
         self._closed = False
         self._last_commit = 0.0
         self.commits = 0  # target commits made
+        # commit_interval_s 0: each write commits in its caller's thread (one
+        # at a time), no committer thread: a snapshot per batch.
+        self._inline = threading.Lock() if commit_interval_s == 0 else None
         self._committer = threading.Thread(target=self._commit_loop, daemon=True,
                                            name=f"pg-sink-{table}")
-        self._committer.start()
+        if self._inline is None:
+            self._committer.start()
 
     @property
     def sequence_column(self) -> str | None:
@@ -176,11 +181,17 @@ class PaimonSink:
         pending = _Pending(batch.group, batch.shard, batch.epoch, _first_of(batch),
                            batch.next_snapshot, batch.snapshot_id,
                            self.target.write_files(table, self.commit_user), table.num_rows)
-        with self._cond:
-            if self._closed:
-                raise PaimonGroupError("the sink is closed")
-            self._queue.append(pending)
-            self._cond.notify_all()
+        if self._inline is not None:
+            with self._inline:
+                if self._closed:
+                    raise PaimonGroupError("the sink is closed")
+                self._commit_reporting([pending])
+        else:
+            with self._cond:
+                if self._closed:
+                    raise PaimonGroupError("the sink is closed")
+                self._queue.append(pending)
+                self._cond.notify_all()
         pending.done.wait()
         if pending.error is not None:
             raise pending.error
@@ -194,7 +205,8 @@ class PaimonSink:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
-        self._committer.join(timeout)
+        if self._committer.is_alive():
+            self._committer.join(timeout)
 
     def __enter__(self) -> PaimonSink:
         return self
@@ -213,15 +225,19 @@ class PaimonSink:
                     return
                 self._wait_due()
                 pending, self._queue = self._queue, []
-            try:
-                self._commit(pending)
-            except BaseException as err:  # every waiter learns it; the loop goes on
-                log.warning("sink commit failed: %s", err)
-                for p in pending:
-                    if not p.done.is_set():
-                        p.error = err
-                        p.done.set()
+            self._commit_reporting(pending)
             self._last_commit = time.monotonic()
+
+    def _commit_reporting(self, pending: list[_Pending]) -> None:
+        """:meth:`_commit`, its error given to every waiter not answered yet."""
+        try:
+            self._commit(pending)
+        except BaseException as err:
+            log.warning("sink commit failed: %s", err)
+            for p in pending:
+                if not p.done.is_set():
+                    p.error = err
+                    p.done.set()
 
     def _wait_due(self) -> None:
         """Wait (holding the condition) until the next commit is due."""
