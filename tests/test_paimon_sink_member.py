@@ -8,13 +8,19 @@ the target once. Real pypaimon tables, the embedded SQLite coordinator."""
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
+from click.testing import CliRunner
+from rich.console import Console
 
 from paimon_group import GroupMember, MemberConfig
+from paimon_group.cli import main
+from paimon_group.ops.render import describe_renderable
 from paimon_group.reading.batch import ShardBatch
 from paimon_group.sink import PaimonSink
 from tests.support.tables import _create, make_pk_table, open_table, write_rows
@@ -83,5 +89,26 @@ async def test_a_batch_in_the_target_but_not_in_the_coordinator_is_not_written_a
         assert _target_ids(wh) == list(range(50))
         positions = b.shard_positions()
         assert positions[0] is not None and positions[0] >= marks[0].next_snapshot
+        report = await asyncio.to_thread(_describe, wh, coordinator)
         run_b.cancel()
     sink.close()
+    # describe shows each shard's position in the target beside the coordinator's.
+    [shown] = report["sinks"]
+    assert (shown["kind"], shown["table"]) == ("paimon", "db.out")
+    target = {int(s): n for s, n in shown["positions"].items()}
+    assert target == {s: m.next_snapshot for s, m in sink.marks("out").items()}
+    assert sorted(target) == [0, 1]
+    for row in report["shards"]:
+        assert row["next_snapshot"] >= target[row["shard"]]
+    console = Console(record=True, width=120)
+    console.print(describe_renderable(report))
+    shown_text = console.export_text()
+    assert "paimon db.out" in shown_text and "coordinator" in shown_text
+
+
+def _describe(wh: str, coordinator: str) -> dict[str, Any]:
+    result = CliRunner().invoke(main, ["describe", "--group", "out", "--warehouse", wh,
+                                       "--coordinator", coordinator, "--json"])
+    assert result.exit_code == 0, result.output
+    report: dict[str, Any] = json.loads(result.output)
+    return report

@@ -15,6 +15,7 @@ from coordinators.registry import open_coordinator, redact_url
 from paimon_group.cli.context import admin_coordinator, echo_json, group_table, open_table
 from paimon_group.cli.errors import friendly_errors
 from paimon_group.cli.options import (
+    catalog_options,
     coordinator_options,
     json_option,
     optional_group_option,
@@ -119,7 +120,35 @@ async def _describe(url: str, options: ConnectOptions, kw: dict[str, Any]) -> Gr
         kw["table"] = await group_table(coord, kw["group"], kw["table"], kw["warehouse"])
         table = await asyncio.to_thread(open_table, kw)
         report = await read_report(coord, kw["group"], table)
+        report = report.with_sinks(await _sink_reports(coord, kw))
     return report.with_coordinator(redact_url(url))
+
+
+async def _sink_reports(coord: Any, kw: dict[str, Any]) -> list[Any]:
+    """The group's published sinks, each shard's position read from its target
+    (the catalog options of ``--warehouse`` for a target in that warehouse)."""
+    from paimon_group.ops.report import SinkReport
+    from paimon_group.protocol.group import GroupClient
+    from paimon_group.protocol.sinks import read
+
+    def positions(warehouse: str, name: str) -> dict[int, int]:
+        from paimon_group.config.warehouses import normalised_warehouse
+        from paimon_group.sink.target import TargetTable
+
+        same = normalised_warehouse(kw["warehouse"]) == normalised_warehouse(warehouse)
+        options = catalog_options(kw.get("catalog_option", ())) if same else None
+        target = TargetTable.open(warehouse, name, options)
+        return {s: m.next_snapshot for s, m in target.marks(kw["group"]).items()}
+
+    reports = []
+    for record in await read(GroupClient(coord, kw["group"])):
+        try:
+            found = await asyncio.to_thread(positions, record.warehouse, record.table)
+            reports.append(SinkReport(record.kind, record.warehouse, record.table, found))
+        except Exception as err:  # an unreadable target is shown, not fatal
+            reports.append(SinkReport(record.kind, record.warehouse, record.table,
+                                      error=f"{type(err).__name__}: {err}"[:120]))
+    return reports
 
 
 # -- --watch ---------------------------------------------------------------------

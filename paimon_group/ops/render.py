@@ -80,8 +80,31 @@ def describe_renderable(report: dict[str, Any]) -> Group:
     now = report.get("described_at") or time.time()
     if not report.get("exists", True):
         return Group(Text(f"group {report['group']} does not exist (yet)", style="yellow"))
-    return Group(*_describe_header(report, now), _members_table(report, now),
-                 _shards_table(report, now))
+    parts: list[Text | Table] = [*_describe_header(report, now), _members_table(report, now),
+                                 _shards_table(report, now)]
+    if report.get("sinks"):
+        parts.append(_sinks_table(report))
+    return Group(*parts)
+
+
+def _sinks_table(report: dict[str, Any]) -> Table:
+    """Per shard, its next snapshot in the coordinator and in each sink's
+    target (the target holds the shard's output up to the snapshot before)."""
+    table = Table(title="sinks: each shard's next snapshot, coordinator and target",
+                  title_justify="left")
+    table.add_column("shard", justify="right")
+    table.add_column("coordinator", justify="right")
+    sinks = report["sinks"]
+    for sink in sinks:
+        table.add_column(f"{sink['kind']} {sink['table']}", justify="right")
+    for shard in report.get("shards", []):
+        cells = [str(shard["shard"]), _num(shard.get("next_snapshot"))]
+        for sink in sinks:
+            positions = {int(k): v for k, v in (sink.get("positions") or {}).items()}
+            cells.append(sink["error"] if sink.get("error") else
+                         _num(positions.get(int(shard["shard"]))))
+        table.add_row(*cells)
+    return table
 
 
 def _max_lag_snapshots(report: dict[str, Any]) -> int:

@@ -98,6 +98,18 @@ class ShardReport:
 
 
 @dataclass(frozen=True)
+class SinkReport:
+    """A target the group's output goes to, and each shard's position in it
+    (the next source snapshot it holds output up to; the sink's marks)."""
+
+    kind: str
+    warehouse: str
+    table: str
+    positions: dict[int, int] = field(default_factory=dict)
+    error: str | None = None  # why the target could not be read
+
+
+@dataclass(frozen=True)
 class MemberReport:
     """One member of a :class:`GroupReport` (field names are the JSON keys)."""
 
@@ -149,6 +161,7 @@ class GroupReport:
     described_at: float = 0.0
     coordinator: str | None = None
     assignor: str | None = None  # "count" or "load", from the group record
+    sinks: list[SinkReport] = field(default_factory=list)
 
     @property
     def total_lag_snapshots(self) -> int:
@@ -186,6 +199,9 @@ class GroupReport:
 
     def with_coordinator(self, url: str) -> GroupReport:
         return dataclasses.replace(self, coordinator=url)
+
+    def with_sinks(self, sinks: list[SinkReport]) -> GroupReport:
+        return dataclasses.replace(self, sinks=sinks)
 
     def to_dict(self) -> dict[str, Any]:
         """The report as ``describe --json`` prints it (JSON-ready values)."""

@@ -521,8 +521,8 @@ class GroupClient:
         return await self.coordinator.commit(checks, ops)
 
     async def delete_all(self) -> int | None:
-        """Delete the group: its record, assignment, positions, goodbyes and
-        removal records, in one commit (so a half-deleted group cannot exist).
+        """Delete the group: its record, assignment, positions, goodbyes,
+        removal records and sinks, in one commit (so a half-deleted group cannot exist).
 
         Guarded on every deleted key being the one read, and on no member,
         owner or leader key existing. The number of keys deleted (0: the
@@ -533,7 +533,7 @@ class GroupClient:
         entries = [e for e in (await coord.get(keys.meta), await coord.get(keys.assignment),
                                await coord.get(keys.start), await coord.get(keys.head))
                    if e is not None]
-        for directory in (keys.positions_dir, keys.leaving_dir, keys.removed_dir):
+        for directory in (keys.positions_dir, keys.leaving_dir, keys.removed_dir, keys.sinks_dir):
             entries += await coord.list(directory)
         live = [e for d in (keys.owners_dir, keys.members_dir) for e in await coord.list(d)]
         if not entries:

@@ -158,6 +158,14 @@ class GroupKeys:
         return f"{self.head_dir}head"
 
     @property
+    def sinks_dir(self) -> str:
+        return f"{self.root}/sinks/"
+
+    def sink(self, name: str) -> str:
+        """A target the group's output goes to (:mod:`paimon_group.protocol.sinks`)."""
+        return f"{self.sinks_dir}{name}"
+
+    @property
     def start(self) -> str:
         """The group's start: where every shard without a position begins."""
         return f"{self.root}/start"

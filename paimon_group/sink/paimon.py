@@ -60,6 +60,7 @@ from typing import Any, Protocol
 import pyarrow as pa
 
 from paimon_group.errors import AlreadyWritten, ConfigError, PaimonGroupError, StaleSinkWrite
+from paimon_group.protocol.sinks import SinkRecord, register
 from paimon_group.reading.planner import BatchKind
 from paimon_group.sink.marks import (
     PROPERTY_PREFIX,
@@ -140,6 +141,8 @@ class PaimonSink:
         if commit_interval_s < 0 or commit_rows < 1:
             raise ConfigError("commit_interval_s must be >= 0 and commit_rows >= 1")
         self.target = TargetTable.open(warehouse, table, catalog_options)
+        # Members of this process publish it in their groups (for describe).
+        register(SinkRecord("paimon", self.target.warehouse, table))
         self.commit_interval_s = commit_interval_s
         self.commit_rows = commit_rows
         self.commit_user = f"paimon-group-sink-{uuid.uuid4().hex[:12]}"

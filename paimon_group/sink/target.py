@@ -55,9 +55,10 @@ class _PinnedLatest:
 class TargetTable:
     """A Paimon table a sink writes into; see the module docstring."""
 
-    def __init__(self, table: Any, identifier: str) -> None:
+    def __init__(self, table: Any, identifier: str, warehouse: str = "") -> None:
         self.table = table
         self.identifier = identifier
+        self.warehouse = warehouse
         self._committing = table.copy(dict(COMMIT_OPTIONS))
         self.sequence_column = _sequence_column(table, identifier)
         self._fields = {f.name: f for f in _arrow_schema(table)}
@@ -70,7 +71,8 @@ class TargetTable:
              catalog_options: Mapping[str, str] | None = None) -> TargetTable:
         """Open ``table`` (``DB.TABLE``); one line for a missing table or a
         primary-key table without ``sequence.field``."""
-        return cls(ShardedTable.open(warehouse, table, catalog_options).table, table)
+        opened = ShardedTable.open(warehouse, table, catalog_options)
+        return cls(opened.table, table, opened.warehouse)
 
     # -- rows ----------------------------------------------------------------
 
