@@ -31,6 +31,8 @@ from paimon_group.protocol.group import GroupClient
 from paimon_group.protocol.group_start import read_group_start
 from paimon_group.protocol.records import Assignment
 from paimon_group.protocol.sharding import Sharding, ShardRule
+from paimon_group.protocol.sinks import publish as publish_sinks
+from paimon_group.protocol.sinks import registered as registered_sinks
 from paimon_group.protocol.static_membership import VanishedMembers, same_assignment, sticky_basis
 from paimon_group.reading.shard_load import MeasuredLoad, measure
 
@@ -54,6 +56,8 @@ class Control:
         self._full_round_at = -1e18
         self._loads = LeaderLoads()
         self._arrivals = ArrivalSettle()
+        # The sinks published in this session (protocol/sinks.py).
+        self._published_sinks: set[str] = set()
 
     async def run(self) -> None:
         fired: set[str] = {"start"}
@@ -127,6 +131,16 @@ class Control:
         await self._check_member_key(group, view)
         await self._maybe_lead(group, view)
         await self._follow_assignment(group, view)
+        await self._publish_sinks(group)
+
+    async def _publish_sinks(self, group: GroupClient) -> None:
+        """Publish the sinks this process wrote the group's output to, each
+        once per session (:mod:`paimon_group.protocol.sinks`, for describe)."""
+        fresh = [r for r in registered_sinks(self._core.group_name)
+                 if r.name not in self._published_sinks]
+        if fresh:
+            await publish_sinks(group, fresh)
+            self._published_sinks.update(r.name for r in fresh)
 
     def _owners_only(self, fired: set[str]) -> bool:
         """Whether this wake-up calls for pending acquisitions only."""
@@ -217,8 +231,10 @@ class Control:
             await self._lead(group, self._state.leader_epoch)
 
     def forget_leadership(self) -> None:
-        """A new session, or none: the leader key of the one before is not ours."""
+        """A new session, or none: the leader key of the one before is not ours
+        (and the sinks are published again: the coordinator may be new)."""
         self._state.leader_epoch = None
+        self._published_sinks.clear()
 
     async def resign(self, group: GroupClient) -> None:
         """Delete our leader key, if we lead (a graceful leave)."""

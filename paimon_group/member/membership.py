@@ -38,8 +38,6 @@ from paimon_group.protocol.group import GroupClient
 from paimon_group.protocol.identity import check_table_identity, table_identity
 from paimon_group.protocol.records import GroupMeta, MemberInfo
 from paimon_group.protocol.sharding import Sharding, ShardRule, idle_shards_note, plan_new_group
-from paimon_group.protocol.sinks import publish as publish_sinks
-from paimon_group.protocol.sinks import registered as registered_sinks
 from paimon_group.reading.consumer_meta import ConsumerFilesOrigin, adopt_winner, prepare_new_group
 from paimon_group.reading.mirror import ConsumerMirror, mirror_interval
 
@@ -106,7 +104,6 @@ class Membership:
                 session=coord.session.id,
             )
             await self._register(group, info)
-            await publish_sinks(group, registered_sinks())
         except BaseException:
             # Our own close of a session that never joined: not "session lost".
             coord.session.remove_listener(self._on_session_state)

@@ -475,6 +475,9 @@ class ReadLoop:
                     return
                 except AlreadyWritten as err:
                     written = err
+                if written is None and batch.sink_holds is not None:
+                    written = AlreadyWritten("a sink holds the batch", shard=o.shard,
+                                             next_snapshot=batch.sink_holds)
             if written is not None:
                 await self._commit_written(o, batch, written)
                 written_committed = True

@@ -1,11 +1,12 @@
 """The group's sinks: which targets hold the group's output, for ``describe``.
 
 A sink that keeps its own positions in its target (the Paimon sink's marks)
-registers itself in its process (:func:`register`); a member publishes its
-process's sinks under ``groups/<group>/sinks/<name>`` when it joins (create
-if absent: one record per target, whoever wrote it first), so ``describe``
-can show each shard's position in the target beside its position in the
-coordinator. A record names the target only: its warehouse (never with
+registers itself in its process for a group when it first writes a batch of
+that group (:func:`register`); the group's members in that process publish
+it under ``groups/<group>/sinks/<name>`` at their next full control round
+(create if absent: one record per target, whoever wrote it first), so
+``describe`` can show each shard's position in the target beside its
+position in the coordinator. A record names the target only: its warehouse (never with
 credentials: a warehouse URI carrying them is refused earlier) and table.
 """
 
@@ -48,19 +49,20 @@ class SinkRecord:
 
 
 _lock = threading.Lock()
-_registered: dict[str, SinkRecord] = {}
+_registered: dict[str, dict[str, SinkRecord]] = {}  # group -> name -> record
 
 
-def register(record: SinkRecord) -> None:
-    """Say that this process writes the output of its members to ``record``'s target."""
+def register(group: str, record: SinkRecord) -> None:
+    """Say that this process writes ``group``'s output to ``record``'s target."""
     with _lock:
-        _registered[record.name] = record
+        _registered.setdefault(group, {})[record.name] = record
 
 
-def registered() -> list[SinkRecord]:
-    """This process's sinks, in the order of their names."""
+def registered(group: str) -> list[SinkRecord]:
+    """The sinks this process writes ``group``'s output to, in name order."""
     with _lock:
-        return [_registered[name] for name in sorted(_registered)]
+        known = _registered.get(group, {})
+        return [known[name] for name in sorted(known)]
 
 
 async def publish(client: GroupClient, records: list[SinkRecord]) -> None:

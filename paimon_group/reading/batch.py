@@ -78,6 +78,7 @@ class ShardBatch:
         "num_shards",
         "rows_read",
         "shard",
+        "sink_holds",
         "snapshot_id",
         "splits",
     )
@@ -116,6 +117,11 @@ class ShardBatch:
         self.splits: tuple[Any, ...] = splits
         self.rows_read = 0
         self.lost: BatchExpired | DataFileMissing | None = None
+        # Set by a sink that already holds this batch's output (the next
+        # source snapshot it holds it up to): the member commits that position
+        # instead of the batch's own, also if the handler swallowed the
+        # sink's AlreadyWritten (iterator mode: the loop body went on).
+        self.sink_holds: int | None = None
         self._planner = planner
         # The readers this step was planned with: the planner may switch to a
         # newer schema (ALTER TABLE) while this batch is in the handler, and

@@ -109,6 +109,7 @@ class _Pending:
     snapshot_id: int
     messages: list[Any]
     rows: int
+    batch: Any = None
     done: threading.Event = field(default_factory=threading.Event)
     error: BaseException | None = None
 
@@ -141,8 +142,9 @@ class PaimonSink:
         if commit_interval_s < 0 or commit_rows < 1:
             raise ConfigError("commit_interval_s must be >= 0 and commit_rows >= 1")
         self.target = TargetTable.open(warehouse, table, catalog_options)
-        # Members of this process publish it in their groups (for describe).
-        register(SinkRecord("paimon", self.target.warehouse, table))
+        # The members of this process publish it in each group it writes for
+        # (protocol/sinks.py, for describe).
+        self._record = SinkRecord("paimon", self.target.warehouse, table)
         self.commit_interval_s = commit_interval_s
         self.commit_rows = commit_rows
         self.commit_user = f"paimon-group-sink-{uuid.uuid4().hex[:12]}"
@@ -177,13 +179,16 @@ class PaimonSink:
         :class:`~paimon_group.errors.StaleSinkWrite` when a newer owner
         of the shard wrote (nothing written).
         """
+        register(batch.group, self._record)
         table = self.target.conform(_as_arrow(rows), batch.snapshot_id)
         verdict = judge(self.target.marks(batch.group).get(batch.shard),
                         first=_first_of(batch), epoch=batch.epoch)
+        _tell_batch(batch, verdict)
         _raise_unless_write(verdict, batch.group, batch.shard, batch.epoch)
         pending = _Pending(batch.group, batch.shard, batch.epoch, _first_of(batch),
                            batch.next_snapshot, batch.snapshot_id,
-                           self.target.write_files(table, self.commit_user), table.num_rows)
+                           self.target.write_files(table, self.commit_user), table.num_rows,
+                           batch)
         if self._inline is not None:
             with self._inline:
                 if self._closed:
@@ -284,11 +289,20 @@ class PaimonSink:
             raise PaimonGroupError(f"the sink's commit lost {MAX_RACES} races in a row to "
                                    "other writers of the target; the batches are retried")
         for p, verdict in verdicts:
+            _tell_batch(p.batch, verdict)
             try:
                 _raise_unless_write(verdict, p.group, p.shard, p.epoch)
             except PaimonGroupError as err:
                 p.error = err
             p.done.set()
+
+
+def _tell_batch(batch: Any, verdict: Verdict) -> None:
+    """Mark ``batch`` (a ShardBatch) as held by the target up to the
+    verdict's snapshot, so its member commits that position even if the
+    caller swallows :class:`AlreadyWritten`."""
+    if verdict.kind == "already" and hasattr(batch, "sink_holds"):
+        batch.sink_holds = verdict.next_snapshot
 
 
 def _raise_unless_write(verdict: Verdict, group: str, shard: int, epoch: int) -> None:
