@@ -223,7 +223,7 @@ def prepare(tmp: Path, servers: dict[str, Any]) -> Env:
     for name, buckets in TABLES.items():
         make_pk_table(str(env.wh), name, buckets=buckets)
         write_rows(str(env.wh), name, range(40))
-    for module in ("my_jobs", "handler", "search_sink"):
+    for module in ("my_jobs", "handler", "search_sink", "enrich", "events", "enrich_spark"):
         (tmp / f"{module}.py").write_text(HANDLER)
     return env
 

@@ -8,6 +8,7 @@ tests/test_paimon_sink_member.py."""
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -198,3 +199,29 @@ def test_a_commit_that_loses_the_race_is_judged_again_on_the_winner_s_snapshot(
         b.write(_rows(range(100, 110), 1), Batch(1, 1, 1, 1))
     a.close()
     b.close()
+
+
+def test_a_step_s_batches_share_one_commit_when_their_files_take_longer_to_write(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A member's parallel handlers start a step's batches at once, but their
+    files are ready one after the other (larger batches, a loaded machine):
+    the committer waits for the writes under way (up to one interval) rather
+    than committing the first batch alone and making the others wait a whole
+    interval for the next commit."""
+    _targets(tmp_path)
+    with PaimonSink(str(tmp_path), "db.log") as sink:   # the default interval
+        write_files = sink.target.write_files
+
+        def slow(rows: pa.Table, user: str) -> list[Any]:
+            time.sleep(0.15 * (int(rows.column("id")[0].as_py()) // 10))  # shard k: 0.15 k s
+            return write_files(rows, user)
+
+        monkeypatch.setattr(sink.target, "write_files", slow)
+        threads = [threading.Thread(target=sink.write, args=(
+            _rows(range(s * 10, s * 10 + 10), 1), Batch(s, 1, 1, 1))) for s in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert sink.commits == 1
+    assert len(_read(tmp_path, "db.log")) == 40

@@ -19,7 +19,8 @@ How one batch goes in:
    and queues them;
 2. the committer thread commits everything queued in **one** target commit,
    at most once per ``commit_interval_s`` (as Flink commits once per
-   checkpoint): a member's shards share snapshots;
+   checkpoint), once the writes under way have queued their files (for at
+   most one interval): a member's shards share snapshots;
 3. that commit is made on top of the newest snapshot whose marks it has just
    judged every queued batch against: Paimon's commit is a compare-and-set
    on the next snapshot id, and it is tried once (``commit.max-retries`` 0):
@@ -151,6 +152,7 @@ class PaimonSink:
         self._identifiers = itertools.count(1)
         self._cond = threading.Condition()
         self._queue: list[_Pending] = []
+        self._writing = 0  # writes judged or writing files, not queued yet
         self._closed = False
         self._last_commit = 0.0
         self.commits = 0  # target commits made
@@ -180,29 +182,49 @@ class PaimonSink:
         of the shard wrote (nothing written).
         """
         register(batch.group, self._record)
-        table = self.target.conform(_as_arrow(rows), batch.snapshot_id)
-        verdict = judge(self.target.marks(batch.group).get(batch.shard),
-                        first=_first_of(batch), epoch=batch.epoch)
-        _tell_batch(batch, verdict)
-        _raise_unless_write(verdict, batch.group, batch.shard, batch.epoch)
-        pending = _Pending(batch.group, batch.shard, batch.epoch, _first_of(batch),
-                           batch.next_snapshot, batch.snapshot_id,
-                           self.target.write_files(table, self.commit_user), table.num_rows,
-                           batch)
         if self._inline is not None:
+            pending = self._written(rows, batch)
             with self._inline:
                 if self._closed:
                     raise PaimonGroupError("the sink is closed")
                 self._commit_reporting([pending])
         else:
-            with self._cond:
-                if self._closed:
-                    raise PaimonGroupError("the sink is closed")
-                self._queue.append(pending)
-                self._cond.notify_all()
+            pending = self._queue_written(rows, batch)
         pending.done.wait()
         if pending.error is not None:
             raise pending.error
+
+    def _written(self, rows: Any, batch: SourceBatch) -> _Pending:
+        """``batch`` judged against the marks known, and its files written."""
+        table = self.target.conform(_as_arrow(rows), batch.snapshot_id)
+        verdict = judge(self.target.marks(batch.group).get(batch.shard),
+                        first=_first_of(batch), epoch=batch.epoch)
+        _tell_batch(batch, verdict)
+        _raise_unless_write(verdict, batch.group, batch.shard, batch.epoch)
+        return _Pending(batch.group, batch.shard, batch.epoch, _first_of(batch),
+                        batch.next_snapshot, batch.snapshot_id,
+                        self.target.write_files(table, self.commit_user), table.num_rows,
+                        batch)
+
+    def _queue_written(self, rows: Any, batch: SourceBatch) -> _Pending:
+        """:meth:`_written`, then queued for the committer, which counts it
+        among the writes under way meanwhile (see :meth:`_wait_due`)."""
+        with self._cond:
+            self._writing += 1
+        try:
+            pending = self._written(rows, batch)
+        except BaseException:
+            with self._cond:
+                self._writing -= 1
+                self._cond.notify_all()
+            raise
+        with self._cond:
+            self._writing -= 1
+            self._cond.notify_all()
+            if self._closed:
+                raise PaimonGroupError("the sink is closed")
+            self._queue.append(pending)
+        return pending
 
     def marks(self, group: str) -> dict[int, ShardMark]:
         """Each shard's mark in the target for ``group`` (read now)."""
@@ -248,15 +270,24 @@ class PaimonSink:
                     p.done.set()
 
     def _wait_due(self) -> None:
-        """Wait (holding the condition) until the next commit is due."""
+        """Wait (holding the condition) until the next commit is due: one
+        interval after the last, and then until no other write is under way
+        (the other shards of the step a member's handlers deliver at once,
+        whose files may take longer to write), for at most one interval
+        after the first batch queued."""
         first = time.monotonic()
         while not self._closed:
             rows = sum(p.rows for p in self._queue)
+            now = time.monotonic()
             due = max(self._last_commit + self.commit_interval_s, first + GATHER_S)
-            left = due - time.monotonic()
-            if left <= 0 or rows >= self.commit_rows:
+            if rows >= self.commit_rows:
                 return
-            self._cond.wait(left)
+            if now < due:
+                self._cond.wait(due - now)
+            elif self._writing and now < first + self.commit_interval_s:
+                self._cond.wait(first + self.commit_interval_s - now)
+            else:
+                return
 
     def _commit(self, pending: list[_Pending]) -> None:
         """Judge every pending batch against the newest marks and commit the

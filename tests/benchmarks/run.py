@@ -41,7 +41,7 @@ def discover() -> list[Any]:
                 module.TITLE = path.stem.removeprefix("bench_")
             modules.append(module)
     order = ["throughput", "metadata", "handoff", "failover", "latency", "coordinator",
-             "memory", "append"]
+             "memory", "append", "paimon-sink"]
     return sorted(modules, key=lambda m: order.index(m.TITLE) if m.TITLE in order else 99)
 
 
