@@ -90,6 +90,7 @@ class SourceBatch(Protocol):
     group: str
     shard: int
     epoch: int
+    incarnation: str
     kind: BatchKind
     first_snapshot: int
     snapshot_id: int
@@ -103,7 +104,9 @@ class _Pending:
     group: str
     shard: int
     epoch: int
+    incarnation: str
     first: int
+    full_scan: int | None
     next_snapshot: int
     snapshot_id: int
     messages: list[Any]
@@ -113,9 +116,14 @@ class _Pending:
 
 
 def _first_of(batch: SourceBatch) -> int:
-    """The source position a batch starts from, as the marks compare it: an
-    initial full scan is before every delta (0)."""
+    """The source position a batch starts from: an initial full scan is
+    before every delta (0)."""
     return 0 if batch.kind is BatchKind.INITIAL else batch.first_snapshot
+
+
+def _full_scan_of(batch: SourceBatch) -> int | None:
+    """The snapshot an initial full scan reads (None: a delta batch)."""
+    return batch.snapshot_id if batch.kind is BatchKind.INITIAL else None
 
 
 class PaimonSink:
@@ -176,9 +184,11 @@ class PaimonSink:
         """
         table = self.target.conform(_as_arrow(rows), batch.snapshot_id)
         verdict = judge(self.target.marks(batch.group).get(batch.shard),
-                        first=_first_of(batch), epoch=batch.epoch)
+                        first=_first_of(batch), epoch=batch.epoch,
+                        incarnation=batch.incarnation, full_scan=_full_scan_of(batch))
         _raise_unless_write(verdict, batch.group, batch.shard, batch.epoch)
-        pending = _Pending(batch.group, batch.shard, batch.epoch, _first_of(batch),
+        pending = _Pending(batch.group, batch.shard, batch.epoch, batch.incarnation,
+                           _first_of(batch), _full_scan_of(batch),
                            batch.next_snapshot, batch.snapshot_id,
                            self.target.write_files(table, self.commit_user), table.num_rows)
         if self._inline is not None:
@@ -260,14 +270,15 @@ class PaimonSink:
             verdicts: list[tuple[_Pending, Verdict]] = []
             for p in pending:
                 verdict = judge(marks.get(p.group, {}).get(p.shard), first=p.first,
-                                epoch=p.epoch)
+                                epoch=p.epoch, incarnation=p.incarnation,
+                                full_scan=p.full_scan)
                 (writes if verdict.kind == "write" else verdicts).append((p, verdict))
             if not writes:
                 break
             nonce = uuid.uuid4().hex
             properties = {NONCE_PROPERTY: nonce}
             for group in {p.group for p, _ in writes}:
-                ours = {p.shard: ShardMark(p.epoch, p.next_snapshot)
+                ours = {p.shard: ShardMark(p.epoch, p.next_snapshot, p.incarnation)
                         for p, _ in writes if p.group == group}
                 properties[property_key(group)] = encode(merged(marks.get(group, {}), ours))
             messages = [m for p, _ in writes for m in p.messages]
