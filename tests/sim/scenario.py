@@ -11,8 +11,11 @@ session expires) and restarts (same id or a new one), session pauses, the
 writer's commits (a schema change among them) and, for some seeds, a drop or
 a drop-and-re-create of the table; and the fault plan of every member's
 coordinator (:class:`tests.sim.coordinator.FaultPlan`); the snapshot expiry
-and ``--on-data-loss`` of :mod:`tests.sim.expiry`, and the torn consumer-file
-rewrites of :mod:`tests.sim.tear`. The members are real
+and ``--on-data-loss`` of :mod:`tests.sim.expiry`, the torn consumer-file
+rewrites of :mod:`tests.sim.tear`, and in one seed in three a handler writing
+each batch into a Paimon target through the exactly-once sink
+(:mod:`tests.sim.sink`: its members killed before and after the target's
+commit). The members are real
 :class:`paimon_group.GroupMember` objects driven through the library API
 (``run(handler)`` with an async handler, or ``async for batch in
 member.batches()``) on real Paimon files (:mod:`tests.sim.table`), against
@@ -30,7 +33,8 @@ fence, no two members writing one epoch, never backwards), the schema change
 (rows written after it carry the new column), liveness (nothing failed,
 nothing hung), for dropped tables: every member stops with one error, and
 what expiry may cost (:class:`tests.sim.expiry.LossOracle`: a row is missing
-only with a snapshot that expired before its shard read it).
+only with a snapshot that expired before its shard read it), and the sink's
+target (each source batch's output once: :meth:`tests.sim.sink.SinkWorld.check`).
 """
 
 from __future__ import annotations

@@ -24,10 +24,10 @@ target holds each source batch's output once:
 
 * ``sink_duplicate``: no row ``(id, v)`` twice in an append target (the
   deliveries may hold it twice: at least once), but once per life of the
-  group: a group created anew after every consumer file of it expired (a
+  group: a group created anew with no consumer file of it left (a
   coordinator switch or wipe) is a new consumer, which starts as configured
   and writes its full scan whole (the sink cannot tell which of its rows the
-  target holds: docs/sink-simulation.md);
+  target holds: docs/reliability.md, "The Paimon sink in the simulation");
 * ``sink_unreal``: no row that no handler was delivered;
 * ``sink_missing``: every id the run's checker expects delivered is in the
   target, unless expiry explains its absence (the excuses of
@@ -234,9 +234,9 @@ class SinkWorld:
 
     @staticmethod
     def _lives(run: Run) -> dict[tuple[int, int], set[int]]:
-        """Each delivered row's lives of the group: a group created anew after
-        every consumer file of it expired (a switch or wipe) is a new consumer
-        that starts as configured, and writes its full scan again."""
+        """Each delivered row's lives of the group: a group created anew with
+        no consumer file of it left (a switch or wipe) is a new consumer that
+        starts as configured, and writes its full scan again."""
         forgotten = [n for k, (_s, mirrored, n) in enumerate(run.eras)
                      if not run._files_left(k, mirrored)]
         out: dict[tuple[int, int], set[int]] = defaultdict(set)
