@@ -252,9 +252,11 @@ class Run:
         self.expiry = ExpiryPlan.draw(seed)
         self.store.on_position = self._on_position
         self.tears: Any = None  # tests.sim.tear.Tears, set by run_seed
-        # The Paimon sink in the handler, in its own draw (tests/sim/sink.py).
+        # The Paimon sink in the handler, in its own draw (tests/sim/sink.py);
+        # the plants of the group's checks run their seeds as they were.
         sink = SinkPlan.draw(seed)
-        self.sink = SinkWorld(sink, seed, root) if sink.on else None
+        self.sink = SinkWorld(sink, seed, root) \
+            if sink.on and plant in (None, "sink_writes_all") else None
 
     # -- members
 
