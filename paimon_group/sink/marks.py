@@ -17,9 +17,10 @@ of the group's incarnation ``i``, against the shard's mark ``(e, n, j)``:
 
 * ``epoch < e`` and ``i == j``: **stale**, a former owner (paused past its
   session, then waking) after a newer owner wrote: refused, never
-  committed. Epochs of another incarnation are not compared: after a
-  coordinator switch or wipe the group's epochs start anew, and every
-  member of the former one has stopped (docs/operations.md).
+  committed. Epochs of another incarnation are not compared: a group
+  re-created on another or a wiped coordinator starts its epochs anew
+  (docs/design.md), and a switch moves every member (one left on the former
+  coordinator would be a second group, which no epoch can fence).
 * ``first < n``: **already written**, up to ``n``: the target holds this
   batch (a replay after a crash between the target's commit and the
   position's) or a longer one of it: the member commits position ``n`` and
