@@ -85,12 +85,12 @@ NONCE_PROPERTY = PROPERTY_PREFIX + "commit"
 
 
 class SourceBatch(Protocol):
-    """What the sink needs of a batch (a :class:`~paimon_group.reading.batch.ShardBatch`)."""
+    """What the sink needs of a batch (a :class:`~paimon_group.reading.batch.ShardBatch`;
+    its ``incarnation`` too, read as empty where a batch has none)."""
 
     group: str
     shard: int
     epoch: int
-    incarnation: str
     kind: BatchKind
     first_snapshot: int
     snapshot_id: int
@@ -119,6 +119,11 @@ def _first_of(batch: SourceBatch) -> int:
     """The source position a batch starts from: an initial full scan is
     before every delta (0)."""
     return 0 if batch.kind is BatchKind.INITIAL else batch.first_snapshot
+
+
+def _incarnation_of(batch: SourceBatch) -> str:
+    """The group's incarnation the batch was read in ("": unknown)."""
+    return str(getattr(batch, "incarnation", "") or "")
 
 
 def _full_scan_of(batch: SourceBatch) -> int | None:
@@ -185,9 +190,9 @@ class PaimonSink:
         table = self.target.conform(_as_arrow(rows), batch.snapshot_id)
         verdict = judge(self.target.marks(batch.group).get(batch.shard),
                         first=_first_of(batch), epoch=batch.epoch,
-                        incarnation=batch.incarnation, full_scan=_full_scan_of(batch))
+                        incarnation=_incarnation_of(batch), full_scan=_full_scan_of(batch))
         _raise_unless_write(verdict, batch.group, batch.shard, batch.epoch)
-        pending = _Pending(batch.group, batch.shard, batch.epoch, batch.incarnation,
+        pending = _Pending(batch.group, batch.shard, batch.epoch, _incarnation_of(batch),
                            _first_of(batch), _full_scan_of(batch),
                            batch.next_snapshot, batch.snapshot_id,
                            self.target.write_files(table, self.commit_user), table.num_rows)
