@@ -34,6 +34,7 @@ class Batch:
     snapshot_id: int
     group: str = "g"
     kind: BatchKind = BatchKind.DELTA
+    incarnation: str = ""
 
     @property
     def next_snapshot(self) -> int:
@@ -86,15 +87,53 @@ def test_a_former_owner_is_refused_after_a_newer_one_wrote(tmp_path: Path) -> No
     assert _read(tmp_path, "db.log") == [(i, 1) for i in range(5)]
 
 
-def test_an_initial_scan_after_any_mark_is_already_written(tmp_path: Path) -> None:
-    """A crash after the initial scan's target commit: the new owner plans the
-    full scan again, at a later snapshot; the target holds the first."""
+def test_an_initial_scan_replayed_is_already_written(tmp_path: Path) -> None:
+    """A crash after the initial scan's target commit: the new owner scans the
+    pinned snapshot again (a pending full scan is replayed on the same
+    snapshot); the target holds it, and a later one of the same shard."""
     _targets(tmp_path)
     with PaimonSink(str(tmp_path), "db.log", commit_interval_s=0) as sink:
         sink.write(_rows(range(5), 1), Batch(0, 1, 3, 3, kind=BatchKind.INITIAL))
         with pytest.raises(AlreadyWritten) as found:
-            sink.write(_rows(range(7), 1), Batch(0, 2, 5, 5, kind=BatchKind.INITIAL))
+            sink.write(_rows(range(5), 1), Batch(0, 2, 3, 3, kind=BatchKind.INITIAL))
         assert found.value.next_snapshot == 4
+        sink.write(_rows(range(5, 7), 2), Batch(0, 2, 4, 5))
+        with pytest.raises(AlreadyWritten) as later:
+            sink.write(_rows(range(7), 1), Batch(0, 3, 3, 3, kind=BatchKind.INITIAL))
+        assert later.value.next_snapshot == 6
+
+
+def test_a_full_scan_past_the_mark_is_written(tmp_path: Path) -> None:
+    """A full scan of a snapshot the shard's mark has not reached (a group
+    re-created with no position left, a start re-pinned past an expired
+    snapshot) holds rows the target lacks: it is written, never taken for
+    written (which moved the shard's position back to the mark, before the
+    scan's snapshot: simulation seed 2 of the sink's seeds)."""
+    _targets(tmp_path)
+    with PaimonSink(str(tmp_path), "db.pk", commit_interval_s=0) as sink:
+        sink.write(_rows(range(5), 1), Batch(0, 1, 2, 2, incarnation="a"))
+        sink.write(_rows(range(8), 2), Batch(0, 1, 9, 9, kind=BatchKind.INITIAL,
+                                             incarnation="b"))
+        assert sink.marks("g") == {0: ShardMark(1, 10, "b")}
+    assert _read(tmp_path, "db.pk") == [(i, 2) for i in range(8)]
+
+
+def test_a_group_re_created_on_another_coordinator_writes_on(tmp_path: Path) -> None:
+    """After a coordinator switch or wipe the group is re-created (another
+    incarnation) and its epochs start anew: its owners, at epochs below the
+    former life's, are not refused as stale; a replay of what the former
+    life wrote is still found (simulation seed 2 of the sink's seeds)."""
+    _targets(tmp_path)
+    with PaimonSink(str(tmp_path), "db.log", commit_interval_s=0) as sink:
+        sink.write(_rows(range(5), 1), Batch(0, 9, 1, 3, incarnation="a"))
+        with pytest.raises(AlreadyWritten) as found:   # resumed from its consumer file
+            sink.write(_rows(range(5), 1), Batch(0, 2, 2, 3, incarnation="b"))
+        assert found.value.next_snapshot == 4
+        sink.write(_rows(range(5, 9), 4), Batch(0, 2, 4, 4, incarnation="b"))
+        with pytest.raises(StaleSinkWrite):  # within one incarnation, epochs are compared
+            sink.write(_rows(range(9, 11), 5), Batch(0, 1, 5, 5, incarnation="b"))
+        assert sink.marks("g") == {0: ShardMark(2, 5, "b")}
+    assert _read(tmp_path, "db.log") == [(i, 1) for i in range(5)] + [(i, 4) for i in range(5, 9)]
 
 
 def test_writers_racing_for_the_next_snapshot_keep_every_mark(tmp_path: Path) -> None:

@@ -306,6 +306,7 @@ class ReadLoop:
                 epoch=o.epoch,
                 plan=step,
                 planner=planner,
+                incarnation=self._core.meta.incarnation if self._core.meta is not None else "",
             )))
         return deliveries, empty
 

@@ -36,6 +36,9 @@ class ShardBatch:
 
     Attributes: ``group``, ``member_id``, ``shard``, ``num_shards``, ``epoch``
     (the fencing epoch of this member's ownership of the shard),
+    ``incarnation`` (the group's, in its coordinator: a group re-created on
+    another or a wiped coordinator has another, and its epochs start anew;
+    empty if unknown),
     ``snapshot_id`` (the last snapshot the step covers), ``first_snapshot``,
     ``kind`` (:class:`~paimon_group.reading.planner.BatchKind`), ``next_snapshot``
     (the position committed after the handler returns), ``splits``,
@@ -71,6 +74,7 @@ class ShardBatch:
         "epoch",
         "first_snapshot",
         "group",
+        "incarnation",
         "kind",
         "lost",
         "member_id",
@@ -93,6 +97,7 @@ class ShardBatch:
         epoch: int,
         plan: StepPlan,
         planner: ShardPlanner,
+        incarnation: str = "",
     ) -> None:
         if planner.num_shards != num_shards:
             raise PlanInvariantViolated(
@@ -108,6 +113,7 @@ class ShardBatch:
         self.shard = shard
         self.num_shards = num_shards
         self.epoch = epoch
+        self.incarnation = incarnation
         self.kind: BatchKind = plan.kind
         self.snapshot_id = plan.snapshot_id
         self.first_snapshot = (

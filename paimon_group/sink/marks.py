@@ -3,35 +3,47 @@
 Every commit of :class:`~paimon_group.sink.paimon.PaimonSink` into its target
 carries, in its snapshot properties under ``paimon-group.sink.<group>``, the
 mark of every shard of the group that has ever written there: the epoch of
-the owner that wrote last, and the source position after the last batch
-written (``next_snapshot``: the snapshot the shard reads next). The marks
+the owner that wrote last, the source position after the last batch
+written (``next_snapshot``: the snapshot the shard reads next), and the
+group's incarnation in its coordinator then (a group re-created on another
+or a wiped coordinator has another one, and its epochs start anew). The marks
 are cumulative (each commit carries those of the commit before, with its own
 shards' replaced), so the newest snapshot that has them says everything.
 
 Pure and I/O free: the sink reads snapshots and commits; this module decides.
 
-A batch of source range ``[first, next)`` written by the owner at ``epoch``,
-against the shard's mark ``(e, n)``:
+A batch of source range ``[first, next)`` written by the owner at ``epoch``
+of the group's incarnation ``i``, against the shard's mark ``(e, n, j)``:
 
-* ``epoch < e``: **stale**, a former owner (paused past its session, then
-  waking) after a newer owner wrote: refused, never committed.
+* ``epoch < e`` and ``i == j``: **stale**, a former owner (paused past its
+  session, then waking) after a newer owner wrote: refused, never
+  committed. Epochs of another incarnation are not compared: a group
+  re-created on another or a wiped coordinator starts its epochs anew
+  (docs/design.md), and a switch moves every member (one left on the former
+  coordinator would be a second group, which no epoch can fence).
 * ``first < n``: **already written**, up to ``n``: the target holds this
   batch (a replay after a crash between the target's commit and the
   position's) or a longer one of it: the member commits position ``n`` and
   reads on from there, so a longer replay (a catch-up that now ends later)
-  is never written twice. An initial full scan counts as ``first = 0``: any
-  mark means the shard's scan, or later, is in.
-* otherwise: **write**.
+  is never written twice. An initial full scan of snapshot ``F`` is in if
+  ``F < n``: the target holds the shard up to ``F`` or later.
+* otherwise: **write** (a full scan of ``F >= n``, say of a group
+  re-created without its positions, or a start re-pinned past an expired
+  snapshot, is written whole).
 
 Example::
 
-    >>> marks = decode(encode({0: ShardMark(epoch=3, next_snapshot=9)}))
-    >>> judge(marks.get(0), first=5, epoch=3)
+    >>> marks = decode(encode({0: ShardMark(epoch=3, next_snapshot=9, incarnation="a")}))
+    >>> judge(marks.get(0), first=5, epoch=3, incarnation="a")
     Verdict(kind='already', next_snapshot=9)
-    >>> judge(marks.get(0), first=9, epoch=4)
+    >>> judge(marks.get(0), first=9, epoch=4, incarnation="a")
     Verdict(kind='write', next_snapshot=None)
-    >>> judge(marks.get(0), first=9, epoch=2)
+    >>> judge(marks.get(0), first=9, epoch=2, incarnation="a")
     Verdict(kind='stale', next_snapshot=None)
+    >>> judge(marks.get(0), first=9, epoch=2, incarnation="b")  # re-created: epochs anew
+    Verdict(kind='write', next_snapshot=None)
+    >>> judge(marks.get(0), first=0, epoch=3, incarnation="a", full_scan=12)
+    Verdict(kind='write', next_snapshot=None)
 """
 
 from __future__ import annotations
@@ -54,11 +66,13 @@ def property_key(group: str) -> str:
 
 @dataclass(frozen=True)
 class ShardMark:
-    """A shard's mark in the target: the epoch that wrote last, and the
-    source position after the last batch written."""
+    """A shard's mark in the target: the epoch that wrote last, the source
+    position after the last batch written, and the group's incarnation then
+    (empty: unknown)."""
 
     epoch: int
     next_snapshot: int
+    incarnation: str = ""
 
 
 @dataclass(frozen=True)
@@ -70,14 +84,16 @@ class Verdict:
     next_snapshot: int | None = None
 
 
-def judge(mark: ShardMark | None, *, first: int, epoch: int) -> Verdict:
-    """The verdict on a batch starting at source snapshot ``first`` (0 for an
-    initial full scan) written at ``epoch``, against its shard's ``mark``."""
+def judge(mark: ShardMark | None, *, first: int, epoch: int, incarnation: str = "",
+          full_scan: int | None = None) -> Verdict:
+    """The verdict on a batch starting at source snapshot ``first`` (or an
+    initial full scan of snapshot ``full_scan``) written at ``epoch`` of the
+    group's ``incarnation``, against its shard's ``mark``."""
     if mark is None:
         return Verdict("write")
-    if epoch < mark.epoch:
+    if epoch < mark.epoch and incarnation == mark.incarnation:
         return Verdict("stale")
-    if first < mark.next_snapshot:
+    if (first if full_scan is None else full_scan) < mark.next_snapshot:
         return Verdict("already", mark.next_snapshot)
     return Verdict("write")
 
@@ -85,12 +101,14 @@ def judge(mark: ShardMark | None, *, first: int, epoch: int) -> Verdict:
 def merged(marks: Mapping[int, ShardMark], written: Mapping[int, ShardMark]
            ) -> dict[int, ShardMark]:
     """``marks`` with ``written``'s shards replaced. A shard's position never
-    moves back and its epoch never falls: ``judge`` refused anything else."""
+    moves back and its epoch never falls within an incarnation: ``judge``
+    refused anything else."""
     out = dict(marks)
     for shard, mark in written.items():
         known = out.get(shard)
-        if known is not None and (mark.epoch < known.epoch
-                                  or mark.next_snapshot < known.next_snapshot):
+        if known is not None and (
+                (mark.epoch < known.epoch and mark.incarnation == known.incarnation)
+                or mark.next_snapshot < known.next_snapshot):
             raise ValueError(f"shard {shard}: mark {mark} would move back from {known}")
         out[shard] = mark
     return out
@@ -99,7 +117,7 @@ def merged(marks: Mapping[int, ShardMark], written: Mapping[int, ShardMark]
 def encode(marks: Mapping[int, ShardMark]) -> str:
     """The property value of ``marks`` (compact JSON, shards in order)."""
     return json.dumps({"v": FORMAT, "shards": {
-        str(s): [m.epoch, m.next_snapshot] for s, m in sorted(marks.items())}},
+        str(s): [m.epoch, m.next_snapshot, m.incarnation] for s, m in sorted(marks.items())}},
         separators=(",", ":"))
 
 
@@ -109,7 +127,8 @@ def decode(value: str) -> dict[int, ShardMark]:
         data = json.loads(value)
         if data.get("v") != FORMAT:
             raise ValueError(f"format {data.get('v')!r}")
-        return {int(s): ShardMark(int(e), int(n)) for s, (e, n) in data["shards"].items()}
-    except (ValueError, TypeError, KeyError, AttributeError) as err:
+        return {int(s): ShardMark(int(m[0]), int(m[1]), str(m[2]) if len(m) > 2 else "")
+                for s, m in data["shards"].items()}
+    except (ValueError, TypeError, KeyError, AttributeError, IndexError) as err:
         raise CorruptValue(f"the sink's marks in the target do not parse ({err}): "
                            f"{value[:80]!r}") from err

@@ -87,7 +87,8 @@ NONCE_PROPERTY = PROPERTY_PREFIX + "commit"
 
 
 class SourceBatch(Protocol):
-    """What the sink needs of a batch (a :class:`~paimon_group.reading.batch.ShardBatch`)."""
+    """What the sink needs of a batch (a :class:`~paimon_group.reading.batch.ShardBatch`;
+    its ``incarnation`` too, read as empty where a batch has none)."""
 
     group: str
     shard: int
@@ -105,7 +106,9 @@ class _Pending:
     group: str
     shard: int
     epoch: int
+    incarnation: str
     first: int
+    full_scan: int | None
     next_snapshot: int
     snapshot_id: int
     messages: list[Any]
@@ -116,9 +119,19 @@ class _Pending:
 
 
 def _first_of(batch: SourceBatch) -> int:
-    """The source position a batch starts from, as the marks compare it: an
-    initial full scan is before every delta (0)."""
+    """The source position a batch starts from: an initial full scan is
+    before every delta (0)."""
     return 0 if batch.kind is BatchKind.INITIAL else batch.first_snapshot
+
+
+def _incarnation_of(batch: SourceBatch) -> str:
+    """The group's incarnation the batch was read in ("": unknown)."""
+    return str(getattr(batch, "incarnation", "") or "")
+
+
+def _full_scan_of(batch: SourceBatch) -> int | None:
+    """The snapshot an initial full scan reads (None: a delta batch)."""
+    return batch.snapshot_id if batch.kind is BatchKind.INITIAL else None
 
 
 class PaimonSink:
@@ -198,10 +211,12 @@ class PaimonSink:
         """``batch`` judged against the marks known, and its files written."""
         table = self.target.conform(_as_arrow(rows), batch.snapshot_id)
         verdict = judge(self.target.marks(batch.group).get(batch.shard),
-                        first=_first_of(batch), epoch=batch.epoch)
+                        first=_first_of(batch), epoch=batch.epoch,
+                        incarnation=_incarnation_of(batch), full_scan=_full_scan_of(batch))
         _tell_batch(batch, verdict)
         _raise_unless_write(verdict, batch.group, batch.shard, batch.epoch)
-        return _Pending(batch.group, batch.shard, batch.epoch, _first_of(batch),
+        return _Pending(batch.group, batch.shard, batch.epoch, _incarnation_of(batch),
+                        _first_of(batch), _full_scan_of(batch),
                         batch.next_snapshot, batch.snapshot_id,
                         self.target.write_files(table, self.commit_user), table.num_rows,
                         batch)
@@ -299,14 +314,15 @@ class PaimonSink:
             verdicts: list[tuple[_Pending, Verdict]] = []
             for p in pending:
                 verdict = judge(marks.get(p.group, {}).get(p.shard), first=p.first,
-                                epoch=p.epoch)
+                                epoch=p.epoch, incarnation=p.incarnation,
+                                full_scan=p.full_scan)
                 (writes if verdict.kind == "write" else verdicts).append((p, verdict))
             if not writes:
                 break
             nonce = uuid.uuid4().hex
             properties = {NONCE_PROPERTY: nonce}
             for group in {p.group for p, _ in writes}:
-                ours = {p.shard: ShardMark(p.epoch, p.next_snapshot)
+                ours = {p.shard: ShardMark(p.epoch, p.next_snapshot, p.incarnation)
                         for p, _ in writes if p.group == group}
                 properties[property_key(group)] = encode(merged(marks.get(group, {}), ours))
             messages = [m for p, _ in writes for m in p.messages]

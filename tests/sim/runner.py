@@ -50,6 +50,7 @@ class Summary:
                 self.events[k] += v
         self.events[f"table_{r.stats.get('table')}_seeds"] += 1
         self.events[f"kind_{r.stats.get('kind')}_seeds"] += 1
+        self.events[f"sink_{r.stats.get('sink')}_seeds"] += 1
         self.events[f"commits_of_{r.stats.get('shards_per_commit')}_shards_seeds"] += 1
         self.events[f"expiry_{r.stats.get('expiry')}_{r.stats.get('on_data_loss')}_seeds"] += 1
         self.virtual_s += r.virtual_s

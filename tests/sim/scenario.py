@@ -11,8 +11,11 @@ session expires) and restarts (same id or a new one), session pauses, the
 writer's commits (a schema change among them) and, for some seeds, a drop or
 a drop-and-re-create of the table; and the fault plan of every member's
 coordinator (:class:`tests.sim.coordinator.FaultPlan`); the snapshot expiry
-and ``--on-data-loss`` of :mod:`tests.sim.expiry`, and the torn consumer-file
-rewrites of :mod:`tests.sim.tear`. The members are real
+and ``--on-data-loss`` of :mod:`tests.sim.expiry`, the torn consumer-file
+rewrites of :mod:`tests.sim.tear`, and in one seed in three a handler writing
+each batch into a Paimon target through the exactly-once sink
+(:mod:`tests.sim.sink`: its members killed before and after the target's
+commit). The members are real
 :class:`paimon_group.GroupMember` objects driven through the library API
 (``run(handler)`` with an async handler, or ``async for batch in
 member.batches()``) on real Paimon files (:mod:`tests.sim.table`), against
@@ -30,7 +33,8 @@ fence, no two members writing one epoch, never backwards), the schema change
 (rows written after it carry the new column), liveness (nothing failed,
 nothing hung), for dropped tables: every member stops with one error, and
 what expiry may cost (:class:`tests.sim.expiry.LossOracle`: a row is missing
-only with a snapshot that expired before its shard read it).
+only with a snapshot that expired before its shard read it), and the sink's
+target (each source batch's output once: :meth:`tests.sim.sink.SinkWorld.check`).
 """
 
 from __future__ import annotations
@@ -78,6 +82,7 @@ from tests.sim.expiry import (
     named_snapshot,
 )
 from tests.sim.loop import START, SimDeadlock, SimLoop, SimSpin, virtual_time
+from tests.sim.sink import SinkDied, SinkPlan, SinkWorld, writes_all
 from tests.sim.table import (
     ALTER_BEFORE,
     KIND_WEIGHTS,
@@ -98,7 +103,7 @@ RUN_LIMIT_S = 600.0  # virtual; a run longer than this is a hang of the driver i
 GROUP = "g"
 
 # Planted faults, for the tests that show the checks can fail.
-PLANTS = ("stale_fence", "drop_delivery")
+PLANTS = ("stale_fence", "drop_delivery", "sink_writes_all")
 
 
 @dataclass
@@ -247,6 +252,11 @@ class Run:
         self.expiry = ExpiryPlan.draw(seed)
         self.store.on_position = self._on_position
         self.tears: Any = None  # tests.sim.tear.Tears, set by run_seed
+        # The Paimon sink in the handler, in its own draw (tests/sim/sink.py);
+        # the plants of the group's checks run their seeds as they were.
+        sink = SinkPlan.draw(seed)
+        self.sink = SinkWorld(sink, seed, root) \
+            if sink.on and plant in (None, "sink_writes_all") else None
 
     # -- members
 
@@ -310,7 +320,8 @@ class Run:
             for delay in (0.0, 1.1, 2.2):
                 loop.call_later(delay, self._commit)
 
-    def _record(self, inc: Incarnation, batch: Any) -> None:
+    def _record(self, inc: Incarnation, batch: Any) -> Any:
+        """Record ``batch`` as delivered to ``inc``'s handler; its rows."""
         table = batch.to_arrow()
         ids = table.column("id").to_pylist() if table.num_rows else []
         extra = table.column("extra").to_pylist() if "extra" in table.column_names else None
@@ -318,13 +329,14 @@ class Run:
         if self.plant == "drop_delivery" and not self.dropped_delivery and ids \
                 and inc.number > 0:
             self.dropped_delivery = True  # planted: a delivered batch goes unrecorded
-            return
+            return table
         self.deliveries.append({
             "t": time.monotonic(), "member": inc.member_id, "pid": inc.number,
             "shard": batch.shard, "epoch": batch.epoch, "snapshot": batch.snapshot_id,
             "next_snapshot": batch.next_snapshot, "kind": batch.kind.value, "ids": ids,
             "extra": extra, "vs": values,
         })
+        return table
 
     def _handler_delay(self, inc: Incarnation, batch: Any) -> float:
         rng = random.Random(f"handler:{self.seed}:{inc.number}:{batch.shard}:"
@@ -369,7 +381,13 @@ class Run:
                 self._commit()
             if inc.crashed:
                 await asyncio.Event().wait()
-            self._record(inc, batch)
+            rows = self._record(inc, batch)
+            if self.sink is not None:
+                try:
+                    self.sink.write(inc.number, rows, batch, self.sink.crash_point(
+                        inc.number, batch, self.plan.enabled), lambda: self._sink_crash(inc))
+                except SinkDied:
+                    await asyncio.Event().wait()  # a dead process does nothing more
 
         if mode == "run":
             await member.run(handle)
@@ -423,7 +441,8 @@ class Run:
         cfg = self._config(member_id, number)
         # One member in five is driven as the Spark source drives one (its
         # own draw: the other draws of a seed stay).
-        driven = random.Random(f"driver:{self.seed}:{number}").random() < 0.2
+        driven = random.Random(f"driver:{self.seed}:{number}").random() < 0.2 \
+            and self.sink is None
         inc = Incarnation(member_id, number, GroupMember(cfg, auto_commit=not driven),
                           history_path=cfg.history_path or "", started_at=time.monotonic(),
                           driven=driven)
@@ -452,11 +471,21 @@ class Run:
             self._kill(inc)
             return inc
         mode = self.rng.choice(["run", "run", "iterate"])
+        if self.sink is not None:
+            mode = "run"  # the sink's verdict on a replay is a handler's (tests/sim/sink.py)
         if inc.driven:
             mode = "driver"
             self.stats["driver_starts"] += 1
         inc.task = asyncio.create_task(self._consume(inc, mode), name=f"consume-{number}")
         return inc
+
+    def _sink_crash(self, inc: Incarnation) -> None:
+        """The member dies inside its sink's write; its supervisor restarts it."""
+        self.crash(inc)
+        rng = random.Random(f"sink-restart:{self.seed}:{inc.number}")
+        asyncio.get_running_loop().call_later(
+            rng.uniform(0.1, self.timeout_s * 2),
+            lambda: self._background(self._restart(inc.member_id)))
 
     def live(self) -> list[Incarnation]:
         return [i for i in self.incarnations if not i.crashed and not i.stopped
@@ -769,6 +798,14 @@ class Run:
         v["schema"].extend(self._check_schema())
         if not dropped:
             v["values"].extend(self._check_values(written))
+        if self.sink is not None:
+            try:
+                for name, found in self.sink.check(self, written).items():
+                    v[name].extend(found)
+            except Exception as err:
+                v["sink_check_error"].append(f"{type(err).__name__}: {err}\n"
+                                             f"{traceback.format_exc()}")
+            self.stats.update(self.sink.stats)
         for inc in self.incarnations:
             task = inc.task
             if task is not None and task.done() and not task.cancelled() \
@@ -1138,7 +1175,7 @@ def run_seed(seed: int, *, plant: str | None = None, keep: bool = False,
             run = Run(seed, root, plant)
             run.tears = Tears(seed, loop.clock, loop)
             with _sim_scheme(run.world), _shards_per_commit(run.shards_per_commit), \
-                    torn_consumer_writes(run.tears):
+                    torn_consumer_writes(run.tears), writes_all(plant == "sink_writes_all"):
                 try:
                     loop.run_until_complete(asyncio.wait_for(_main(run), RUN_LIMIT_S))
                 except SimSpin as err:
@@ -1168,6 +1205,7 @@ def run_seed(seed: int, *, plant: str | None = None, keep: bool = False,
                  expiry=run.expiry.mode, retain=str(run.expiry.retain),
                  consumer_expiration_s=run.expiry.consumer_expiration_s,
                  on_data_loss=run.expiry.on_data_loss, expired=len(run.wh.expired_at),
+                 sink=run.sink.plan.target if run.sink else "none",
                  torn_writes=run.tears.torn if run.tears else 0,
                  torn_reads=run.tears.torn_reads if run.tears else 0,
                  torn_left_empty=run.tears.abandoned if run.tears else 0)

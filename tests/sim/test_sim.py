@@ -22,6 +22,8 @@ import pytest
 from tests.sim.coordinator import FAULT_KINDS, PositionWrite
 from tests.sim.expiry import ExpiryPlan, LossOracle
 from tests.sim.runner import results, run_many
+from tests.sim.sink import TARGETS as SINK_TARGETS
+from tests.sim.sink import SinkPlan
 from tests.sim.table import KINDS, ReplayWarehouse, scratch_dir, templates
 
 SEEDS = int(os.environ.get("PG_SIM_SEEDS", "500"))
@@ -66,6 +68,13 @@ def test_seeds_hold_every_invariant() -> None:
         # left the table check to the group's head).
         strays = {k: n for k, n in summary.events.items() if k.startswith("stopped_by:other:")}
         assert not strays, strays
+        # The Paimon sink (tests/sim/sink.py): every kind of target, members
+        # killed before and after its commit, replays found in the target.
+        for target in SINK_TARGETS:
+            assert summary.events[f"sink_{target}_seeds"] > 0, (target, summary.events)
+        for event in ("sink_crash_before_commit", "sink_crash_after_commit",
+                      "sink_already_written", "sink_batches_written"):
+            assert summary.events[event] > 0, (event, summary.events)
 
 
 def test_a_stale_commit_accepted_by_the_coordinator_is_reported() -> None:
@@ -92,6 +101,17 @@ def test_a_delivered_batch_that_goes_missing_is_reported() -> None:
     runs = results(seeds, jobs=JOBS, plant="drop_delivery")
     lost = [r for r in runs if r.violations.get("lost")]
     assert len(lost) >= len(runs) // 2, [r.summary() for r in runs]
+
+
+def test_a_sink_that_writes_every_replay_is_reported() -> None:
+    """The sink's check reverted (planted: every batch judged ``write``): in
+    seeds with an append target, a batch replayed after a crash between the
+    target's commit and the position's is written twice, and reported."""
+    seeds = [s for s in range(300) if SinkPlan.draw(s).on
+             and not SinkPlan.draw(s).pk][:12]
+    runs = results(seeds, jobs=JOBS, plant="sink_writes_all")
+    found = [r for r in runs if r.violations.get("sink_duplicate")]
+    assert len(found) >= len(runs) // 3, [r.summary() for r in runs]
 
 
 def test_a_seed_reproduces_exactly() -> None:
@@ -190,6 +210,7 @@ FOUND_BEYOND_THE_CI_SEEDS = (
     201398, 205919, 205949, 206397, 207074, 208677, 228007,  # the checker's (docs/reliability.md)
     243174, 244687, 244843, 247746,  # the Spark source's move of the start, a coordinator error
     243848,  # a re-created table while the member's coordinator was unreachable
+    300686, 301489, 301795,  # the sink's oracle: a full scan replacing an expired one
 )
 """Seeds of the 20,000-seed runs that had violations, each fixed since: kept
 here so that none comes back (each failed before its fix)."""
