@@ -147,3 +147,24 @@ async def test_a_member_resuming_a_shard_from_a_torn_file_stops_in_one_line(
     message = str(info.value)
     assert "\n" not in message and "shard 0: consumer file" in message, message
     assert 0 not in {shard for shard, _ in got}
+
+
+def test_a_position_carries_the_moves_of_its_start(tmp_path: Path) -> None:
+    """The file records the moves of the group start its position derives
+    from, and Paimon's own reader still reads its ``nextSnapshot``; a file
+    without them (Paimon's layout, an operator's reset) reads as None."""
+    from pypaimon.consumer.consumer_manager import ConsumerManager
+
+    table, mirror = _mirror(tmp_path)
+    assert mirror.write(0, 12, force=True, start_moves=0)
+    assert mirror.read_position(0) == MirroredPosition(12, start_moves=0)
+    assert mirror.write(1, 11, force=True, full_scan_pending=True, start_moves=1)
+    assert mirror.read_position(1) == MirroredPosition(11, full_scan_pending=True, start_moves=1)
+    assert mirror.write(2, 9, force=True)
+    assert mirror.read_position(2) == MirroredPosition(9)
+    # the same value with other moves is a new value: written
+    assert mirror.write(0, 12, start_moves=1, force=True)
+    assert mirror.read_position(0) == MirroredPosition(12, start_moves=1)
+    manager = ConsumerManager(table.file_io, table.table_path)
+    assert manager.consumer("pg-g-shard-0").next_snapshot == 12
+    assert mirror.all() == {0: 12, 1: 11, 2: 9}

@@ -280,13 +280,14 @@ async def test_watch_is_quiet_until_a_direct_child_changes(
     etcd_server_factory: Factory,
 ) -> None:
     # A server of our own that sends a progress notification every 100 ms,
-    # and a 1 s session renewed every 333 ms holding a key in the watched
-    # directory: neither may wake the watch.
+    # and a 2 s session renewed every 0.67 s holding a key in the watched
+    # directory: neither may wake the watch. (A 1 s session could expire on a
+    # loaded machine, and its key's deletion is a real change.)
     server = etcd_server_factory(
         extra_args=("--experimental-watch-progress-notify-interval=100ms",)
     )
     url = server.url_with_prefix()
-    holder = open_coordinator(url, ConnectOptions(session_timeout_s=1))
+    holder = open_coordinator(url, ConnectOptions(session_timeout_s=2))
     await holder.connect()
     try:
         async with open_coordinator(url) as coord, open_coordinator(url) as writer:

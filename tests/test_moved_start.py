@@ -182,6 +182,23 @@ def test_a_consumer_file_is_judged_against_the_moved_start(
     assert file_start_moves(mirrored, None) == 0
 
 
+def test_a_consumer_file_that_records_its_start_is_not_judged() -> None:
+    """A file that records the moves of its start is taken at its word: a
+    position of the start before that had read past the moved start's full
+    scan is of the start before (judged, it looked like one of the moved
+    start, and the shard was not re-pinned: simulation seed 298848)."""
+    from paimon_group.member.ownership import file_start_moves
+    from paimon_group.reading.mirror import MirroredPosition
+
+    moved = GroupStart(next_snapshot=11, full_scan=10, start="latest-full", moves=1,
+                       moved_from=3)
+    assert file_start_moves(MirroredPosition(11), moved) == 1  # judged
+    assert file_start_moves(MirroredPosition(11, start_moves=0), moved) == 0
+    assert file_start_moves(MirroredPosition(11, start_moves=1), moved) == 1
+    assert file_start_moves(MirroredPosition(10, True, start_moves=0), moved) == 0
+    assert file_start_moves(MirroredPosition(4, start_moves=0), None) == 0
+
+
 @pytest.mark.asyncio
 async def test_a_shard_acquired_at_a_position_of_an_earlier_start_scans_the_moved_one(
         tmp_path: Path) -> None:

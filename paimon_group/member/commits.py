@@ -211,7 +211,7 @@ class Commits:
         if mirror_due:
             # Written after the coordinator accepted them: never ahead of it.
             await self._core.in_io(functools.partial(self._mirror_write_all, mirror_due, mirrored,
-                                                full_scan is not None))
+                                                full_scan is not None, moves))
 
     def _record_commits(self, owned: dict[int, OwnedShard], next_snapshot: int, *,
                         outcome: str, **details: Any) -> None:
@@ -239,7 +239,8 @@ class Commits:
                 o.full_scan = full_scan
                 o.start_moves = moves[s]
                 if self._core.mirror is not None and self._core.mirror.due(
-                        s, mirrored, full_scan_pending=full_scan is not None):
+                        s, mirrored, full_scan_pending=full_scan is not None,
+                        start_moves=moves[s]):
                     mirror_due.append(s)
             else:
                 self._rejected(s, o)
@@ -295,16 +296,19 @@ class Commits:
                 o.start_moves = (self._core.start_moves if position.start_moves is None
                                  else position.start_moves)
 
-    def _mirror_write_all(self, shards: list[int], n: int, full_scan_pending: bool) -> None:
+    def _mirror_write_all(self, shards: list[int], n: int, full_scan_pending: bool,
+                          start_moves: dict[int, int]) -> None:
         assert self._core.mirror is not None
-        failed = self._core.mirror.write_many(shards, n, full_scan_pending=full_scan_pending)
+        failed = self._core.mirror.write_many(shards, n, full_scan_pending=full_scan_pending,
+                                              start_moves=start_moves)
         for shard, err in failed.items():
             log.warning("shard %d: consumer file not written: %s", shard, err)
 
     def mirror_write(self, shard: int, n: int, force: bool,
-                      full_scan_pending: bool = False) -> None:
+                     full_scan_pending: bool, start_moves: int) -> None:
         assert self._core.mirror is not None
         try:
-            self._core.mirror.write(shard, n, force=force, full_scan_pending=full_scan_pending)
+            self._core.mirror.write(shard, n, force=force, full_scan_pending=full_scan_pending,
+                                    start_moves=start_moves)
         except Exception as err:
             log.warning("shard %d: consumer file not written: %s", shard, err)

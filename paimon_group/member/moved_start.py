@@ -137,4 +137,4 @@ async def repin_stale(core: MemberCore, commits: Commits, held: list[OwnedShard]
         for shard, o in stale.items():
             if o.full_scan == start.full_scan and o.start_moves == start.moves:
                 await core.in_io(functools.partial(commits.mirror_write, shard,
-                                                    start.full_scan, True, True))
+                                                    start.full_scan, True, True, start.moves))

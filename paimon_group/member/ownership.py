@@ -390,7 +390,7 @@ class ShardOwnership:
                         sorted(o.shard for o, _ in pairs), err,
                         extra={"group": self._core.group_name, "member": self._core.member_id})
             return False
-        mirrored: list[tuple[int, int, bool]] = []
+        mirrored: list[tuple[int, int, bool, int]] = []
         for o, _ in pairs:
             o.drop()
             self._owned.pop(o.shard, None)
@@ -399,14 +399,14 @@ class ShardOwnership:
                                       start_moves=o.start_moves)
             if o.committed is not None:
                 n = o.full_scan if o.full_scan is not None else o.committed
-                mirrored.append((o.shard, n, o.full_scan is not None))
+                mirrored.append((o.shard, n, o.full_scan is not None, o.start_moves))
         if mirrored and self._core.mirror is not None:
             await self._core.in_io(functools.partial(self._mirror_all, mirrored))
         return True
 
-    def _mirror_all(self, mirrored: list[tuple[int, int, bool]]) -> None:
-        for shard, n, full_scan_pending in mirrored:
-            self._commits.mirror_write(shard, n, True, full_scan_pending)
+    def _mirror_all(self, mirrored: list[tuple[int, int, bool, int]]) -> None:
+        for shard, n, full_scan_pending, start_moves in mirrored:
+            self._commits.mirror_write(shard, n, True, full_scan_pending, start_moves)
 
     async def _release(self, group: GroupClient | None, o: OwnedShard, *, finished: bool,
                        reason: str) -> bool:
@@ -451,7 +451,7 @@ class ShardOwnership:
         if ok and o.committed is not None and self._core.mirror is not None:
             n = o.full_scan if o.full_scan is not None else o.committed
             await self._core.in_io(functools.partial(self._commits.mirror_write, o.shard, n, True,
-                                                o.full_scan is not None))
+                                                     o.full_scan is not None, o.start_moves))
         return ok
 
     async def check_ownership(self, group: GroupClient) -> None:
@@ -495,12 +495,17 @@ class ShardOwnership:
 
 
 def file_start_moves(mirrored: MirroredPosition, start: GroupStart | None) -> int:
-    """The moves of the group start a consumer file's position derives from,
+    """The moves of the group start a consumer file's position derives from:
+    recorded in the file (:data:`paimon_group.reading.mirror.START_MOVES_FIELD`),
+    or, in a file without them (an operator's reset, an earlier version),
     judged against the start carried beside the files (``start``: its full
     scan ``L`` after ``m`` moves): a pending full scan of ``L``, or a position
     past ``L``, is of that start; any other is of the one before, so the shard
-    scans ``L`` as its peers do. (A position of the start before that reached
-    past ``L`` cannot be told apart: docs/operations.md, "Time to data loss".)"""
+    scans ``L`` as its peers do. (Judged, a position of the start before that
+    reached past ``L`` cannot be told apart: docs/operations.md, "Time to data
+    loss".)"""
+    if mirrored.start_moves is not None:
+        return mirrored.start_moves
     if start is None or start.full_scan is None or start.moves == 0:
         return 0 if start is None else start.moves
     of_it = (mirrored.next_snapshot == start.full_scan if mirrored.full_scan_pending

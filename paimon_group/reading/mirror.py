@@ -14,6 +14,16 @@ switched coordinator) that the full scan of ``F`` is still due, not only the
 snapshots after it. Without the marker a resumed shard would skip everything
 the table held before ``F``.
 
+A position also carries the moves of the group start it derives from
+(``"paimonGroupStartMoves": m``, when the writer knows them): after a switch,
+a shard resumed from its file is re-pinned at the moved start unless its
+position is of that start. Judged from the position alone, a shard of the
+start before that had read past the moved start's full scan looked like one
+of it, and on a bucket-unaware table with compaction in between lost the
+rows compaction had moved into its files (simulation seed 298848). A file
+without the field (written by an operator's reset, or an earlier version) is
+judged as before: :func:`paimon_group.member.ownership.file_start_moves`.
+
 A file is written whole (:func:`paimon_group.store.files.write_whole`: on a
 local file system a temporary ``.consumer-...tmp`` renamed over it, which
 Paimon's listing of ``consumer-*`` files never sees; an object store's upload
@@ -46,7 +56,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -92,14 +102,19 @@ class UnreadableConsumerFile(PaimonGroupError):
 FULL_SCAN_FIELD = "paimonGroupFullScan"
 """The consumer-file field that marks a pending full scan of ``nextSnapshot``."""
 
+START_MOVES_FIELD = "paimonGroupStartMoves"
+"""The consumer-file field with the moves of the group start the position derives from."""
+
 
 @dataclass(frozen=True)
 class MirroredPosition:
-    """A shard's consumer file: the next snapshot, and whether the full scan of
-    that snapshot is still pending (then it is the snapshot to scan)."""
+    """A shard's consumer file: the next snapshot, whether the full scan of
+    that snapshot is still pending (then it is the snapshot to scan), and the
+    moves of the group start it derives from (None: not recorded)."""
 
     next_snapshot: int
     full_scan_pending: bool = False
+    start_moves: int | None = None
 
 
 def _parse_position(text: str) -> MirroredPosition:
@@ -108,8 +123,23 @@ def _parse_position(text: str) -> MirroredPosition:
     if not isinstance(data, dict):
         raise TypeError(f"not a JSON object: {type(data).__name__}")
     next_snapshot = int(data["nextSnapshot"])
+    moves = data.get(START_MOVES_FIELD)
     return MirroredPosition(next_snapshot,
-                            full_scan_pending=data.get(FULL_SCAN_FIELD) == next_snapshot)
+                            full_scan_pending=data.get(FULL_SCAN_FIELD) == next_snapshot,
+                            start_moves=None if moves is None else int(moves))
+
+
+def _position_text(next_snapshot: int, full_scan_pending: bool, start_moves: int | None) -> str:
+    """A position as a consumer file's text: Paimon's own layout
+    (``{"nextSnapshot": N}``), plus our fields when they say something."""
+    if not full_scan_pending and start_moves is None:
+        return str(Consumer(next_snapshot=next_snapshot).to_json())
+    data: dict[str, int] = {"nextSnapshot": next_snapshot}
+    if full_scan_pending:
+        data[FULL_SCAN_FIELD] = next_snapshot
+    if start_moves is not None:
+        data[START_MOVES_FIELD] = start_moves
+    return json.dumps(data)
 
 
 class ConsumerMirror:
@@ -119,7 +149,7 @@ class ConsumerMirror:
         self._table_path = table_path
         self._group = group
         self._interval_s = interval_s
-        self._written: dict[int, tuple[int, bool]] = {}
+        self._written: dict[int, tuple[int, bool, int | None]] = {}
         self._written_at: dict[int, float] = {}
         self._lock = threading.Lock()  # the two dicts above
         # One lock a shard, held over its write: writes of different shards
@@ -159,25 +189,29 @@ class ConsumerMirror:
     def _path(self, shard: int) -> str:
         return f"{self._table_path.rstrip('/')}/consumer/consumer-{consumer_id(self._group, shard)}"
 
-    def due(self, shard: int, next_snapshot: int, *, full_scan_pending: bool = False) -> bool:
+    def due(self, shard: int, next_snapshot: int, *, full_scan_pending: bool = False,
+            start_moves: int | None = None) -> bool:
         """Whether an unforced :meth:`write` would write now (cheap: no I/O), so
         that a caller can skip handing a write that does nothing to an I/O thread."""
         with self._lock:
-            return self._due(shard, (next_snapshot, full_scan_pending), False, time.monotonic())
+            return self._due(shard, (next_snapshot, full_scan_pending, start_moves), False,
+                             time.monotonic())
 
-    def _due(self, shard: int, value: tuple[int, bool], force: bool, now: float) -> bool:
+    def _due(self, shard: int, value: tuple[int, bool, int | None], force: bool,
+             now: float) -> bool:
         if self._written.get(shard) == value:
             return False
         return force or now - self._written_at.get(shard, -1e18) >= self._interval_s
 
     def write(self, shard: int, next_snapshot: int, *, force: bool = False,
-              full_scan_pending: bool = False) -> bool:
+              full_scan_pending: bool = False, start_moves: int | None = None) -> bool:
         """Mirror a committed position; True if the file was written.
 
         ``full_scan_pending``: the position is a pinned start whose full scan
-        of ``next_snapshot`` is still to be delivered (see the module docstring).
+        of ``next_snapshot`` is still to be delivered; ``start_moves``: the
+        moves of the group start it derives from (see the module docstring).
         """
-        value = (next_snapshot, full_scan_pending)
+        value = (next_snapshot, full_scan_pending, start_moves)
         with self._lock:
             shard_lock = self._shard_locks.setdefault(shard, threading.Lock())
         with shard_lock:
@@ -185,11 +219,7 @@ class ConsumerMirror:
                 now = time.monotonic()
                 if not self._due(shard, value, force, now):
                     return False
-            # Paimon's own consumer-file layout ({"nextSnapshot": N}), plus the marker.
-            content = Consumer(next_snapshot=next_snapshot).to_json()
-            if full_scan_pending:
-                content = json.dumps({"nextSnapshot": next_snapshot,
-                                      FULL_SCAN_FIELD: next_snapshot})
+            content = _position_text(next_snapshot, full_scan_pending, start_moves)
             write_whole(self._file_io, self._path(shard), content)
             with self._lock:
                 self._written[shard] = value
@@ -198,14 +228,19 @@ class ConsumerMirror:
             return True
 
     def write_many(self, shards: Sequence[int], next_snapshot: int, *,
-                   full_scan_pending: bool = False) -> dict[int, BaseException]:
-        """:meth:`write` for several shards at one position; on an object store
-        in parallel (each file is three requests there: a group's start marks
-        every shard's pending full scan before its first row). The errors by
-        shard (a failed write is retried by the next commit)."""
+                   full_scan_pending: bool = False,
+                   start_moves: Mapping[int, int] | None = None) -> dict[int, BaseException]:
+        """:meth:`write` for several shards at one position (``start_moves``:
+        each shard's); on an object store in parallel (each file is three
+        requests there: a group's start marks every shard's pending full scan
+        before its first row). The errors by shard (a failed write is retried
+        by the next commit)."""
+        moves = start_moves or {}
+
         def one(shard: int) -> BaseException | None:
             try:
-                self.write(shard, next_snapshot, full_scan_pending=full_scan_pending)
+                self.write(shard, next_snapshot, full_scan_pending=full_scan_pending,
+                           start_moves=moves.get(shard))
             except Exception as err:
                 return err
             return None

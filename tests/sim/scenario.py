@@ -373,9 +373,12 @@ class Run:
             if delay:
                 await asyncio.sleep(delay)
             bite = random.Random(f"held-bite:{self.seed}:{inc.number}:{key}:{batch.epoch}")
-            if self.expiry.on and attempts[key] == 1 and bite.random() < self.expiry.bite:
+            if self.expiry.on and self.plan.enabled and attempts[key] == 1 \
+                    and bite.random() < self.expiry.bite:
                 # The handler waits on its downstream before pulling the rows;
-                # meanwhile the writer commits and expires.
+                # meanwhile the writer commits and expires. A chaos fault: off
+                # once the faults stop (a bite of up to two session timeouts per
+                # batch, in the settle phase, could outlast its bound alone).
                 self.stats["bite_held_batch"] += 1
                 await asyncio.sleep(bite.uniform(0.2, self.timeout_s * 2))
                 self._commit()
