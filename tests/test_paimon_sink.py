@@ -35,6 +35,7 @@ class Batch:
     group: str = "g"
     kind: BatchKind = BatchKind.DELTA
     incarnation: str = ""
+    start_moves: int = 0
 
     @property
     def next_snapshot(self) -> int:
@@ -116,6 +117,28 @@ def test_a_full_scan_past_the_mark_is_written(tmp_path: Path) -> None:
                                              incarnation="b"))
         assert sink.marks("g") == {0: ShardMark(1, 10, "b")}
     assert _read(tmp_path, "db.pk") == [(i, 2) for i in range(8)]
+
+
+def test_the_full_scan_of_a_moved_start_is_written_though_the_mark_is_past_it(
+        tmp_path: Path) -> None:
+    """A shard re-pinned at the group's moved start (``--on-data-loss
+    skip``) scans a snapshot its mark may be past: the scan is of a later
+    start (more moves), so it is written whole; judged by position alone it
+    was taken for written, and the rows a compaction had moved into the
+    shard's files under the file rule were lost (simulation seed 305872). A
+    replay of it is found; a batch of the earlier start is not taken for one
+    of the moved start."""
+    _targets(tmp_path)
+    with PaimonSink(str(tmp_path), "db.log", commit_interval_s=0) as sink:
+        sink.write(_rows(range(5), 1), Batch(0, 3, 5, 10))  # read to 11 from the first start
+        scan = Batch(0, 3, 10, 10, kind=BatchKind.INITIAL, start_moves=1)
+        sink.write(_rows(range(5, 9), 1), scan)
+        assert sink.marks("g") == {0: ShardMark(3, 11, "", 1)}
+        with pytest.raises(AlreadyWritten):
+            sink.write(_rows(range(5, 9), 1), scan)  # its replay
+        with pytest.raises(AlreadyWritten):  # of the start before, behind the mark
+            sink.write(_rows(range(5), 1), Batch(0, 3, 5, 10))
+    assert _read(tmp_path, "db.log") == [(i, 1) for i in range(9)]
 
 
 def test_a_group_re_created_on_another_coordinator_writes_on(tmp_path: Path) -> None:

@@ -18,12 +18,13 @@ from tests.support.public_api import public_api
 SNAPSHOT = Path(__file__).parent / "support" / "public_api.json"
 # The names added since the snapshot: the read loop's and the host-reads
 # part's one name each (their former names, ``reading`` and ``driving``, stay);
-# a batch's ``sink_holds`` (set by a sink that already holds its output) and
-# ``incarnation`` (the group's, which a sink's marks carry).
+# a batch's ``sink_holds`` (set by a sink that already holds its output),
+# ``incarnation`` (the group's) and ``start_moves`` (its start's), which a
+# sink's marks carry.
 ADDED = {"GroupMember": {"read_loop": "data", "host_reads": "data"},
-         "ShardBatch": {"sink_holds": "data", "incarnation": "data"}}
+         "ShardBatch": {"sink_holds": "data", "incarnation": "data", "start_moves": "data"}}
 # Keyword parameters added since, each with a default (old calls still work).
-ADDED_PARAMETERS = {"ShardBatch": ", incarnation: 'str' = ''"}
+ADDED_PARAMETERS = {"ShardBatch": ", incarnation: 'str' = '', start_moves: 'int' = 0"}
 
 
 def test_the_public_api_is_the_snapshot_with_the_names_added_since() -> None:

@@ -307,6 +307,7 @@ class ReadLoop:
                 plan=step,
                 planner=planner,
                 incarnation=self._core.meta.incarnation if self._core.meta is not None else "",
+                start_moves=o.start_moves,
             )))
         return deliveries, empty
 

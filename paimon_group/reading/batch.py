@@ -38,7 +38,8 @@ class ShardBatch:
     (the fencing epoch of this member's ownership of the shard),
     ``incarnation`` (the group's, in its coordinator: a group re-created on
     another or a wiped coordinator has another, and its epochs start anew;
-    empty if unknown),
+    empty if unknown), ``start_moves`` (the moves of the group start the
+    shard's position derives from: :class:`~paimon_group.protocol.records.GroupStart`),
     ``snapshot_id`` (the last snapshot the step covers), ``first_snapshot``,
     ``kind`` (:class:`~paimon_group.reading.planner.BatchKind`), ``next_snapshot``
     (the position committed after the handler returns), ``splits``,
@@ -85,6 +86,7 @@ class ShardBatch:
         "sink_holds",
         "snapshot_id",
         "splits",
+        "start_moves",
     )
 
     def __init__(
@@ -98,6 +100,7 @@ class ShardBatch:
         plan: StepPlan,
         planner: ShardPlanner,
         incarnation: str = "",
+        start_moves: int = 0,
     ) -> None:
         if planner.num_shards != num_shards:
             raise PlanInvariantViolated(
@@ -114,6 +117,7 @@ class ShardBatch:
         self.num_shards = num_shards
         self.epoch = epoch
         self.incarnation = incarnation
+        self.start_moves = start_moves
         self.kind: BatchKind = plan.kind
         self.snapshot_id = plan.snapshot_id
         self.first_snapshot = (

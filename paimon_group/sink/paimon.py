@@ -88,7 +88,8 @@ NONCE_PROPERTY = PROPERTY_PREFIX + "commit"
 
 class SourceBatch(Protocol):
     """What the sink needs of a batch (a :class:`~paimon_group.reading.batch.ShardBatch`;
-    its ``incarnation`` too, read as empty where a batch has none)."""
+    its ``incarnation`` and ``start_moves`` too, read as empty and 0 where a
+    batch has none)."""
 
     group: str
     shard: int
@@ -107,6 +108,7 @@ class _Pending:
     shard: int
     epoch: int
     incarnation: str
+    start_moves: int
     first: int
     full_scan: int | None
     next_snapshot: int
@@ -127,6 +129,11 @@ def _first_of(batch: SourceBatch) -> int:
 def _incarnation_of(batch: SourceBatch) -> str:
     """The group's incarnation the batch was read in ("": unknown)."""
     return str(getattr(batch, "incarnation", "") or "")
+
+
+def _start_moves_of(batch: SourceBatch) -> int:
+    """The moves of the group start the batch's position derives from."""
+    return int(getattr(batch, "start_moves", 0) or 0)
 
 
 def _full_scan_of(batch: SourceBatch) -> int | None:
@@ -212,11 +219,12 @@ class PaimonSink:
         table = self.target.conform(_as_arrow(rows), batch.snapshot_id)
         verdict = judge(self.target.marks(batch.group).get(batch.shard),
                         first=_first_of(batch), epoch=batch.epoch,
-                        incarnation=_incarnation_of(batch), full_scan=_full_scan_of(batch))
+                        incarnation=_incarnation_of(batch), full_scan=_full_scan_of(batch),
+                        start_moves=_start_moves_of(batch))
         _tell_batch(batch, verdict)
         _raise_unless_write(verdict, batch.group, batch.shard, batch.epoch)
         return _Pending(batch.group, batch.shard, batch.epoch, _incarnation_of(batch),
-                        _first_of(batch), _full_scan_of(batch),
+                        _start_moves_of(batch), _first_of(batch), _full_scan_of(batch),
                         batch.next_snapshot, batch.snapshot_id,
                         self.target.write_files(table, self.commit_user), table.num_rows,
                         batch)
@@ -315,14 +323,15 @@ class PaimonSink:
             for p in pending:
                 verdict = judge(marks.get(p.group, {}).get(p.shard), first=p.first,
                                 epoch=p.epoch, incarnation=p.incarnation,
-                                full_scan=p.full_scan)
+                                full_scan=p.full_scan, start_moves=p.start_moves)
                 (writes if verdict.kind == "write" else verdicts).append((p, verdict))
             if not writes:
                 break
             nonce = uuid.uuid4().hex
             properties = {NONCE_PROPERTY: nonce}
             for group in {p.group for p, _ in writes}:
-                ours = {p.shard: ShardMark(p.epoch, p.next_snapshot, p.incarnation)
+                ours = {p.shard: ShardMark(p.epoch, p.next_snapshot, p.incarnation,
+                                           p.start_moves)
                         for p, _ in writes if p.group == group}
                 properties[property_key(group)] = encode(merged(marks.get(group, {}), ours))
             messages = [m for p, _ in writes for m in p.messages]
