@@ -213,6 +213,7 @@ FOUND_BEYOND_THE_CI_SEEDS = (
     286400,  # the handler's held-batch bites went on in the settle phase
     298848,  # a shard resumed from its consumer file was judged of the moved start (D2)
     300686, 301489, 301795,  # the sink's oracle: a full scan replacing an expired one
+    305872,  # the sink took a moved start's full scan for written
 )
 """Seeds of the 20,000-seed runs that had violations, each fixed since: kept
 here so that none comes back (each failed before its fix)."""
