@@ -86,3 +86,15 @@ def test_describe_shows_each_members_share_of_the_load_for_a_load_group() -> Non
     assert "assignor load" in text, text
     assert "load" in next(line for line in text.splitlines() if "session" in line)
     assert "62%" in text and "38%" in text, text
+
+
+def test_the_help_names_the_lag_list_shows_the_max_lag() -> None:
+    """``list`` shows the slowest shard's lag: its help, and the command list, say so."""
+    from click.testing import CliRunner
+
+    from paimon_group.cli import main
+
+    for args in (["--help"], ["list", "--help"]):
+        result = CliRunner().invoke(main, args, terminal_width=200)
+        assert result.exit_code == 0, result.output
+        assert "max lag" in result.output and "total lag" not in result.output, result.output

@@ -48,7 +48,9 @@ if TYPE_CHECKING:
 @wide_option
 @friendly_errors
 def list_command(**kw: Any) -> None:
-    """The groups of a coordinator, with member count, state and total lag.
+    """The groups of a coordinator, with member count, state and max lag.
+
+    The lag shown is the slowest shard's (snapshots and time behind).
 
     Lag needs the tables: give --warehouse (each group's table is opened
     there); without it the lag columns are empty.

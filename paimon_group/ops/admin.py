@@ -84,7 +84,8 @@ async def list_groups(
     *,
     warehouse: str = "",
 ) -> list[GroupSummary]:
-    """Every group of the coordinator with its member count, state and total lag.
+    """Every group of the coordinator with its member count, state and lag (the
+    slowest shard's, as ``list`` shows it; the sum over shards as well).
 
     ``open_table(identifier)`` gives the table a group reads (or None when it
     cannot be opened: the lag is then null). Tables are opened once each. A
