@@ -294,3 +294,16 @@ def test_the_documented_metrics_are_exactly_the_exported_ones(tmp_path: Path) ->
     rows = "\n".join(f"| `{n}` | {t} | ... |" for n, t in sorted(missing.items()))
     assert not missing and not extra, (
         f"docs/operations.md metrics table: add or fix\n{rows}\nremove {extra}")
+
+
+def test_every_state_label_value_is_documented() -> None:
+    """docs/operations.md's rows of the state gauges name every value they take."""
+    from paimon_group.ops.metrics import MEMBER_STATES, SESSION_STATES
+
+    section = OPERATIONS.read_text()
+    section = section[section.index("### Metrics"):]
+    for family, states in (("paimon_group_session_state", SESSION_STATES),
+                           ("paimon_group_member_state", MEMBER_STATES)):
+        row = next(line for line in section.splitlines() if f"`{family}{{state}}`" in line)
+        missing = [s for s in states if f"`{s}`" not in row]
+        assert not missing, (family, missing)

@@ -45,7 +45,7 @@ coordinator URL or a credential):
 ``paimon_group_leader``                         1 if this member leads the group
 ``paimon_group_ready``                          1 if /readyz would answer 200
 ``paimon_group_loop_lag_seconds``               time since the control loop last ticked
-``paimon_group_session_state{state}``           1 for the session's state, 0 for the others
+``paimon_group_session_state{state}``           1 for the session's state (none: no session), 0 else
 ``paimon_group_member_state{state}``            1 for the member's state, 0 for the others
 ``paimon_group_member_info{version}``           always 1
 ``paimon_group_shards_moved_total{how}``        shards gone: revoked, released, lost
