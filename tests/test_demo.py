@@ -7,13 +7,14 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 from rich.console import Console
 
-from paimon_group.process.demo import demo_view
+from paimon_group.process.demo import Demo, demo_view
 from tests.support.group_procs import REPO
 
 
@@ -21,13 +22,16 @@ from tests.support.group_procs import REPO
 def test_demo_delivers_every_row(tmp_path: Path) -> None:
     # An 80x24 terminal, as rich sees it (COLUMNS, LINES). Piped, rich's Live
     # prints its final frame once: the screenshot of the end of the demo.
-    env = {**os.environ, "COLUMNS": "80", "LINES": "24"}
+    # Its own temporary directory (under TMPDIR), removed at the end, saying so.
+    env = {**os.environ, "COLUMNS": "80", "LINES": "24", "TMPDIR": str(tmp_path)}
     result = subprocess.run(
-        [sys.executable, "-m", "paimon_group", "demo", "--seconds", "8", "--dir",
-         str(tmp_path / "demo")],
+        [sys.executable, "-m", "paimon_group", "demo", "--seconds", "8"],
         cwd=REPO, capture_output=True, text=True, timeout=400, env=env,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert list(tmp_path.iterdir()) == [], result.stdout[-3000:]
+    assert f"removed the demo's directory {tmp_path.resolve()}/paimon-group-demo-" \
+        in result.stdout, result.stdout[-3000:]
     assert "every written row was delivered" in result.stdout
     assert "missing 0" in result.stdout
     assert "'worker-0': 0" in result.stdout
@@ -65,7 +69,9 @@ def test_demo_screen_fits_80x24_with_its_events() -> None:
     assert len(lines) <= 23, "\n".join(lines)
     text = "\n".join(lines)
     assert "─ events ─" in text
-    assert "event number 19" in text and "event number 14" in text
+    # The first events (the demo's setup), a line for those left out, the latest.
+    assert "event number 0" in text and "event number 19" in text
+    assert "... 11 more ..." in text and "event number 4 " not in text
     assert re.search(r"worker-1 +killed", text)
     assert "7:worker-1" in text
 
@@ -97,3 +103,50 @@ def test_demo_on_an_s3_warehouse(tmp_path: Path, s3_warehouse: Any) -> None:
     assert again.returncode == 2, again.stdout + again.stderr
     lines = again.stderr.strip().splitlines()
     assert len(lines) == 1 and "demo.events already exists" in lines[0], again.stderr
+
+
+def test_the_events_box_keeps_the_demos_first_events() -> None:
+    """A demo of 3 workers has 8 events: the box shows them all, from the first."""
+    events = ["00:00:00 writer started: a snapshot of 40 rows every 300 ms",
+              *(f"00:00:01 started worker-{i} (pid 1000{i})" for i in range(3)),
+              "00:00:05 SIGKILL worker-1: its shards move after the session timeout",
+              "00:00:11 started worker-1 (pid 10003)",
+              "00:00:20 stopping workers with SIGTERM (graceful handoff)",
+              "00:00:21 all workers stopped"]
+    statuses = {f"worker-{i}": "stopped (exit 0)" for i in range(3)}
+    lines = screen(demo_view(sample_report(), statuses, events))
+    assert len(lines) <= 23, "\n".join(lines)
+    box = lines[next(i for i, line in enumerate(lines) if "─ events ─" in line) + 1:-1]
+    assert [line.strip("│ ") for line in box] == events, "\n".join(lines)
+
+
+def test_the_box_cuts_a_long_event_and_shows_brackets_as_they_are() -> None:
+    events = ["00:00:00 describe: " + "x" * 100, "00:00:01 describe: [Errno 2] [bold]y[/bold]"]
+    lines = screen(demo_view(sample_report(), {"worker-0": "running"}, events))
+    box = lines[next(i for i, line in enumerate(lines) if "─ events ─" in line) + 1:-1]
+    assert len(box) == 2 and box[0].endswith("… │"), "\n".join(lines)
+    assert "[Errno 2] [bold]y[/bold]" in box[1], "\n".join(lines)
+
+
+def test_the_demo_removes_its_temporary_directory_unless_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    removed = Demo(3, 5, None)
+    assert removed.base.parent == tmp_path.resolve()
+    removed.finish(ok=True, keep=False)
+    assert not removed.base.exists()
+    out = capsys.readouterr().out
+    assert f"removed the demo's directory {removed.base} (--keep keeps it" in out
+    kept = Demo(3, 5, None)
+    kept.finish(ok=True, keep=True)
+    assert kept.base.is_dir()
+    assert capsys.readouterr().out.strip() == (
+        f"the demo's directory is kept: {kept.base} (rm -r {kept.base} when done)")
+    failed = Demo(3, 5, None)
+    failed.finish(ok=False, keep=False)  # a failed demo's logs tell why: kept
+    assert failed.base.is_dir() and "with the workers' logs" in capsys.readouterr().out
+    given = Demo(3, 5, str(tmp_path / "mine"))
+    given.finish(ok=True, keep=False)  # --dir is the user's: never removed
+    assert capsys.readouterr().out.strip() == (
+        f"the demo's directory is kept: {tmp_path.resolve() / 'mine'}")

@@ -237,20 +237,24 @@ def _kubernetes_pod_name() -> str | None:
               help="How long the demo writes (at least 5: a worker is killed and restarted "
                    "meanwhile).")
 @click.option("--dir", "directory", type=click.Path(file_okay=False),
-              help="Where to put the demo warehouse (default: a new temporary directory).")
+              help="Where to put the demo warehouse, the coordinator and the workers' logs, "
+                   "kept at the end (default: a new temporary directory, removed at the end "
+                   "of a demo that delivered every row).")
+@click.option("--keep", is_flag=True,
+              help="Keep the demo's temporary directory (its path is printed).")
 @click.option("--warehouse", default=None,
               help="A warehouse for the demo's table demo.events instead (s3://...: the "
                    "endpoint and keys as --catalog-option, or in PAIMON_GROUP_CATALOG_OPTION); "
                    "the coordinator and the logs stay in --dir.")
 @catalog_option
 @friendly_errors
-def demo(workers: int, seconds: float, directory: str | None, warehouse: str | None,
-         catalog_option: tuple[str, ...]) -> None:
+def demo(workers: int, seconds: float, directory: str | None, keep: bool,
+         warehouse: str | None, catalog_option: tuple[str, ...]) -> None:
     """A local warehouse, a writer, WORKERS members; one is killed and restarted."""
     from paimon_group.process.demo import run_demo
 
     ok = run_demo(workers=workers, seconds=seconds, directory=directory, warehouse=warehouse,
-                  catalog_options=catalog_options(catalog_option))
+                  catalog_options=catalog_options(catalog_option), keep=keep)
     sys.exit(0 if ok else 1)
 
 

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -137,9 +138,23 @@ def write_loop(warehouse: str, seconds: float, per_snapshot: int, log_path: str)
 
 # -- the screen ------------------------------------------------------------------
 
-EVENT_LINES = 6
-"""Events shown at once: with the header, the member table and the shard line
-the whole view fits an 80x24 terminal."""
+EVENT_LINES = 10
+"""Event lines shown at once: with the header, the member table (3 workers) and
+the shard line the whole view fits an 80x24 terminal. A demo of 3 workers has
+8 events; more are shown as the first ones, a line counting those left out,
+and the latest (:func:`event_lines`)."""
+
+
+def event_lines(events: list[str], room: int = EVENT_LINES) -> list[str]:
+    """The events the box shows: all of them while they fit ``room`` lines;
+    else the first ones (the demo's setup), one line saying how many are left
+    out, and the latest ones."""
+    if len(events) <= room:
+        return list(events)
+    first = (room - 1) // 2
+    last = room - 1 - first
+    hidden = len(events) - first - last
+    return [*events[:first], f"... {hidden} more ...", *events[-last:]]
 
 
 def demo_view(report: dict[str, Any], statuses: dict[str, str], events: list[str]) -> Any:
@@ -175,8 +190,10 @@ def demo_view(report: dict[str, Any], statuses: dict[str, str], events: list[str
         members.add_row(name, Text(status, style=style), shards)
     owners = " ".join(f"{s['shard']}:{s['owner'] or '-'}" for s in report.get("shards", []))
     shard_line = Text.assemble(("shards ", "bold"), owners or "-")
-    tail = "\n".join(events[-EVENT_LINES:])
-    return Group(head, members, shard_line, Panel(tail, title="events", height=EVENT_LINES + 2))
+    # One line per event (cut, never wrapped: a wrapped line would push the
+    # box's last lines out), taken as plain text (no rich markup in them).
+    shown = Text("\n".join(event_lines(events)), no_wrap=True, overflow="ellipsis")
+    return Group(head, members, shard_line, Panel(shown, title="events"))
 
 
 # -- the orchestration ---------------------------------------------------------
@@ -186,6 +203,8 @@ class Demo:
     def __init__(self, workers: int, seconds: float, directory: str | None,
                  warehouse: str | None = None,
                  catalog_options: dict[str, str] | None = None) -> None:
+        # A directory of its own (not --dir) is removed at the end: finish().
+        self.temporary = directory is None
         self.base = Path(directory or tempfile.mkdtemp(prefix="paimon-group-demo-")).resolve()
         # The table may live elsewhere (an object store); the coordinator,
         # the deliveries and the logs stay in the demo's directory.
@@ -332,6 +351,20 @@ class Demo:
         return ok
 
 
+    def finish(self, ok: bool, keep: bool) -> None:
+        """Remove the demo's temporary directory, or say where it is: kept
+        with ``keep``, after a failed or interrupted demo (its logs tell
+        why), and always when it is the user's ``--dir``."""
+        if self.temporary and ok and not keep:
+            shutil.rmtree(self.base, ignore_errors=True)
+            print(f"removed the demo's directory {self.base} (--keep keeps it: the workers' "
+                  "logs, the coordinator, the deliveries)")
+            return
+        why = "" if ok else ", with the workers' logs"
+        hint = f" (rm -r {self.base} when done)" if self.temporary else ""
+        print(f"the demo's directory is kept{why}: {self.base}{hint}")
+
+
 @contextlib.contextmanager
 def _environment(env: dict[str, str]) -> Any:
     """``os.environ`` as ``env`` for a moment (the table is created in this process)."""
@@ -346,14 +379,22 @@ def _environment(env: dict[str, str]) -> Any:
 
 def run_demo(workers: int = 3, seconds: float = 40.0, directory: str | None = None,
              warehouse: str | None = None,
-             catalog_options: dict[str, str] | None = None) -> bool:
+             catalog_options: dict[str, str] | None = None, keep: bool = False) -> bool:
     """The demo; ``warehouse`` (default: a directory of the demo's own) may be an
-    object store reached with ``catalog_options``."""
+    object store reached with ``catalog_options``. Without ``directory`` the
+    demo works in a new temporary directory, removed at the end of a demo
+    that succeeded unless ``keep`` (:meth:`Demo.finish`)."""
     if warehouse is not None:
         from paimon_group.config.member import refuse_credentials_in_warehouse
 
         refuse_credentials_in_warehouse(warehouse)
-    return Demo(workers, seconds, directory, warehouse, catalog_options).run()
+    demo = Demo(workers, seconds, directory, warehouse, catalog_options)
+    ok = False
+    try:
+        ok = demo.run()
+    finally:
+        demo.finish(ok, keep)
+    return ok
 
 
 if __name__ == "__main__":
