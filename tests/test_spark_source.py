@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import sys
 import threading
 import time
@@ -387,6 +388,64 @@ def test_bad_options_fail_the_query_at_load_with_one_clear_line(
         reader.load()
     assert message in str(caught.value)
     # Nothing was joined or created: the embedded coordinator was never opened.
+    assert not (warehouse / ".paimon-group").exists()
+
+
+def first_example(warehouse: Path, out: Path, checkpoint: Path) -> str:
+    """docs/spark.md's first source example (``# orders_query.py``), its paths
+    replaced by the test's."""
+    text = (REPO / "docs" / "spark.md").read_text()
+    blocks = re.findall(r"```python\n(# orders_query\.py.*?)```", text, flags=re.S)
+    assert len(blocks) == 1, "docs/spark.md: one # orders_query.py block"
+    return (blocks[0].replace('"/data/wh"', repr(str(warehouse)))
+            .replace('"/data/out/orders"', repr(str(out)))
+            .replace('"/ckpt/q1"', repr(str(checkpoint))))
+
+
+def test_the_docs_first_source_example_runs_as_written(spark: Any, tmp_path: Path) -> None:
+    warehouse, out = tmp_path / "wh", tmp_path / "out"
+    make_pk_table(warehouse, "db.orders", buckets=2)
+    write_rows(warehouse, "db.orders", range(30))
+    names: dict[str, Any] = {}
+    # The example ends in awaitTermination: it runs on a thread, and the
+    # test stops its query (getOrCreate gives it the module's session).
+    thread = threading.Thread(
+        target=exec, args=(first_example(warehouse, out, tmp_path / "ckpt"), names), daemon=True)
+    thread.start()
+    query = wait_for("the example's query", lambda: names.get("query"), timeout=180)
+    try:
+        wait_for("the rows in the example's sink", lambda: len(set(
+            read_sink(spark, str(out), ["id"]))) == 30, query=query)
+    finally:
+        query.stop()
+        thread.join(60)
+    assert sorted(read_sink(spark, str(out), ["id"])) == list(range(30))
+
+
+@pytest.mark.parametrize(
+    ("change", "line"),
+    [
+        (('.option("table", "db.orders")', '.option("tabel", "db.orders")'),
+         'unknown option "tabel" (did you mean "table"?) of the paimon-group source; known '
+         'options: allow_plaintext_credentials, '),
+        (('.option("table", "db.orders")', '.option("table", "db.missing")'),
+         'table db.missing not found in warehouse {warehouse}: check the options "warehouse" '
+         'and "table" of the paimon-group source'),
+    ],
+    ids=["misspelled", "missing-table"],
+)
+def test_a_misspelled_option_or_a_missing_table_is_one_line_naming_the_option(
+    spark: Any, tmp_path: Path, change: tuple[str, str], line: str
+) -> None:
+    warehouse = tmp_path / "wh"
+    make_pk_table(warehouse, "db.orders", buckets=2)
+    example = first_example(warehouse, tmp_path / "out", tmp_path / "ckpt")
+    assert change[0] in example
+    with pytest.raises(SystemExit) as caught:  # the example's sys.exit(f"error: {line}")
+        exec(example.replace(*change), {})
+    printed = str(caught.value.code)
+    assert "\n" not in printed
+    assert printed.startswith("error: " + line.format(warehouse=warehouse)), printed
     assert not (warehouse / ".paimon-group").exists()
 
 

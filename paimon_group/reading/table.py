@@ -120,13 +120,16 @@ class ShardedTable:
         warehouse: str,
         table: str,
         catalog_options: Mapping[str, str] | None = None,
+        *,
+        check: str = "check --warehouse and --table",
     ) -> ShardedTable:
         """Open ``table`` (``DB.TABLE``) from a filesystem warehouse.
 
         ``catalog_options`` are extra pypaimon catalog options (e.g. object
         store credentials); ``warehouse`` always wins over a ``warehouse`` key
         in them. Raises :class:`TableNotFound`, :class:`UnsupportedTable` or
-        :class:`ConfigError` (malformed name).
+        :class:`ConfigError` (malformed name). ``check`` ends the line of a
+        table not found: the settings to check, as the caller names them.
         """
         from pypaimon import CatalogFactory
         from pypaimon.catalog.catalog_exception import (
@@ -149,11 +152,11 @@ class ShardedTable:
             loaded = catalog.get_table(table)
         except (TableNotExistException, DatabaseNotExistException) as err:
             raise TableNotFound(
-                f"table {table} not found in warehouse {location}: check --warehouse and --table"
+                f"table {table} not found in warehouse {location}: {check}"
             ) from err
         except FileNotFoundError as err:
             raise TableNotFound(
-                f"table {table} not found in warehouse {location}: check --warehouse and --table"
+                f"table {table} not found in warehouse {location}: {check}"
             ) from err
         except ValueError as err:
             # pypaimon's message may quote an option: never a secret one.

@@ -10,6 +10,7 @@ same object travels to the source's driver process and to the executors.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +42,18 @@ _KNOWN = {
     "coordinator_password_file", "coordinator_ca", "coordinator_cert", "coordinator_key",
     "coordinator_server_name", "coordinator_auth", "allow_plaintext_credentials",
 }
+
+
+def unknown_options(unknown: list[str]) -> str:
+    """The one line for options the source does not know: each named, with the
+    closest known one when there is one, then the known options."""
+    named = []
+    for key in unknown:
+        close = difflib.get_close_matches(key, sorted(_KNOWN), n=1, cutoff=0.75)
+        named.append(f'"{key}" (did you mean "{close[0]}"?)' if close else f'"{key}"')
+    word = "option" if len(named) == 1 else "options"
+    return (f"unknown {word} {', '.join(named)} of the paimon-group source; known options: "
+            f"{', '.join(sorted(_KNOWN))}, {CATALOG_PREFIX}<pypaimon catalog option>")
 
 
 def _bool(options: Mapping[str, str], key: str, default: bool = False) -> bool:
@@ -120,9 +133,7 @@ class SourceOptions:
         opts = {str(k).lower(): str(v) for k, v in options.items()}
         unknown = sorted(k for k in opts if k not in _KNOWN and not k.startswith(CATALOG_PREFIX))
         if unknown:
-            raise ConfigError(
-                f"unknown option(s) of the paimon-group source: {', '.join(unknown)}; known: "
-                f"{', '.join(sorted(_KNOWN))}, {CATALOG_PREFIX}<pypaimon catalog option>")
+            raise ConfigError(unknown_options(unknown))
         for required in ("group", "warehouse", "table"):
             if not opts.get(required, "").strip():
                 raise ConfigError(

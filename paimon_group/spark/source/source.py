@@ -60,6 +60,9 @@ __all__ = ["PaimonGroupDataSource", "PaimonGroupStreamReader", "ShardPartition"]
 
 log = logging.getLogger("paimon_group.spark_source")
 
+CHECK_TABLE_OPTIONS = 'check the options "warehouse" and "table" of the paimon-group source'
+"""How a table not found ends its line here: the source's options, not the CLI's flags."""
+
 
 def arrow_schema(options: SourceOptions) -> pa.Schema:
     """The rows' Arrow schema: the table's columns (``_row_kind`` first when asked),
@@ -67,7 +70,8 @@ def arrow_schema(options: SourceOptions) -> pa.Schema:
     inside one, is nullable (:func:`spark_fields`)."""
     from paimon_group.reading.table import ShardedTable
 
-    table = ShardedTable.open(options.warehouse, options.table, options.catalog_options)
+    table = ShardedTable.open(options.warehouse, options.table, options.catalog_options,
+                              check=CHECK_TABLE_OPTIONS)
     schema = table.planner(1, include_row_kind=options.include_row_kind).schema
     fields = spark_fields(schema)
     if options.metadata_columns:
@@ -310,7 +314,8 @@ def read_partition(options: SourceOptions, partition: ShardPartition,
     (only ``columns`` of the table are decoded, when given)."""
     from paimon_group.reading.table import ShardedTable
 
-    table = ShardedTable.open(options.warehouse, options.table, options.catalog_options)
+    table = ShardedTable.open(options.warehouse, options.table, options.catalog_options,
+                              check=CHECK_TABLE_OPTIONS)
     planner = table.planner(1, include_row_kind=options.include_row_kind,
                             projection=list(columns) if columns else None)
     schema = pa.schema(spark_fields(planner.schema)
