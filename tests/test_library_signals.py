@@ -8,11 +8,18 @@ would show); one is signalled: the other holds its shards within a second or
 so (measured: the survivor's acquisition, from its ``on_assigned``, after the
 signal was sent), and the signalled one ends its ``batches()``, leaves, and
 exits 0 with no traceback.
+
+In one process (the test's, an in-memory coordinator): the members of one
+loop share the handlers and a signal stops each; the handlers found come back
+after the last; a handler of the program's own and ``handle_signals=False``
+are left alone.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -22,9 +29,8 @@ from typing import Any
 
 import pytest
 
+from paimon_group import GroupMember, MemberConfig
 from tests.support.tables import make_pk_table, write_rows
-
-pytestmark = [pytest.mark.slow]
 
 SHARDS = [0, 1, 2, 3]
 HANDOFF_LIMIT_S = 5.0
@@ -72,6 +78,7 @@ class Worker:
             self.proc.wait()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_signalled_library_worker_hands_its_shards_off_and_exits_0(
         tmp_path: Path, sig: signal.Signals) -> None:
@@ -112,3 +119,55 @@ def test_a_signalled_library_worker_hands_its_shards_off_and_exits_0(
     finally:
         for w in workers:
             w.stop()
+
+
+def _config(wh: Path, coordinator: str, member: str) -> MemberConfig:
+    return MemberConfig(group="lib", warehouse=str(wh), table="db.t", coordinator=coordinator,
+                        member_id=member, session_timeout_s=30, poll_interval_ms=50)
+
+
+async def _read_all(member: GroupMember, rows: list[int]) -> None:
+    async for batch in member.batches():
+        rows.extend(batch.to_arrow().column("id").to_pylist())
+
+
+@pytest.mark.asyncio
+async def test_one_signal_stops_every_library_member_of_the_loop(tmp_path: Path) -> None:
+    wh = tmp_path / "wh"
+    make_pk_table(str(wh), "db.t", buckets=len(SHARDS))
+    write_rows(str(wh), "db.t", range(40))
+    coordinator = f"memory://lib-{os.getpid()}-{time.monotonic_ns()}"
+    before = signal.getsignal(signal.SIGTERM)
+    rows: list[int] = []
+    async with GroupMember(_config(wh, coordinator, "a")) as a, \
+            GroupMember(_config(wh, coordinator, "b")) as b:
+        assert signal.getsignal(signal.SIGTERM) is not before  # taken: safe to send
+        readers = [asyncio.ensure_future(_read_all(m, rows)) for m in (a, b)]
+        while len(rows) < 40:
+            await asyncio.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)
+        await asyncio.wait_for(asyncio.gather(*readers), timeout=30)  # batches() ended
+        assert a.state.value in ("leaving", "stopped") and b.state.value in ("leaving", "stopped")
+    assert a.state.value == b.state.value == "stopped"
+    assert sorted(rows) == list(range(40))
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def _own_handler(signum: int, frame: object) -> None:
+    raise AssertionError("not sent")
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("own", [True, False], ids=["own-handler", "handle_signals=False"])
+async def test_a_program_s_own_signals_are_left_alone(tmp_path: Path, own: bool) -> None:
+    wh = tmp_path / "wh"
+    make_pk_table(str(wh), "db.t", buckets=2)
+    coordinator = f"memory://lib-{os.getpid()}-{time.monotonic_ns()}"
+    previous = signal.signal(signal.SIGTERM, _own_handler if own else signal.SIG_DFL)
+    try:
+        expected = signal.getsignal(signal.SIGTERM)
+        async with GroupMember(_config(wh, coordinator, "a"), handle_signals=own):
+            assert signal.getsignal(signal.SIGTERM) is expected
+        assert signal.getsignal(signal.SIGTERM) is expected
+    finally:
+        signal.signal(signal.SIGTERM, previous)

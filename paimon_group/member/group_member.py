@@ -8,7 +8,7 @@ import contextlib
 import logging
 import signal
 import warnings
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Self
 
@@ -27,7 +27,7 @@ from paimon_group.member.host_reads import HostReads, ShardPosition
 from paimon_group.member.membership import Membership
 from paimon_group.member.ownership import ShardOwnership
 from paimon_group.member.read_loop import Process, ReadLoop
-from paimon_group.member.signals import StopSignals
+from paimon_group.member.signals import subscribe as subscribe_stop_signals
 from paimon_group.member.state import MemberState, Stop
 from paimon_group.protocol.records import Assignment, GroupStart
 from paimon_group.protocol.sharding import ShardRule
@@ -79,7 +79,7 @@ class GroupMember:
         self._acked: dict[int, asyncio.Future[bool]] = {}
         self._stop_task: asyncio.Future[None] | None = None
         self._handle_signals = handle_signals
-        self._signals: StopSignals | None = None
+        self._unsubscribe: Callable[[], None] | None = None
         self._signalled: asyncio.Future[None] | None = None
         self._retry_handler = tenacity.AsyncRetrying(
             stop=tenacity.stop_after_attempt(max(1, config.max_handler_attempts)),
@@ -92,8 +92,8 @@ class GroupMember:
     async def __aenter__(self) -> Self:
         self._signalled = None
         if self._handle_signals:
-            self._signals = StopSignals(asyncio.get_running_loop(), self._on_stop_signal)
-            self._signals.install()
+            self._unsubscribe = subscribe_stop_signals(asyncio.get_running_loop(),
+                                                       self._on_stop_signal)
         try:
             await self.start()
         except BaseException:
@@ -132,9 +132,9 @@ class GroupMember:
             self._signalled = asyncio.ensure_future(self.stop())
 
     def _restore_signals(self) -> None:
-        if self._signals is not None:
-            self._signals.restore()
-            self._signals = None
+        unsubscribe, self._unsubscribe = self._unsubscribe, None
+        if unsubscribe is not None:
+            unsubscribe()
 
     async def start(self) -> None:
         """Open the table, join the group; reading starts when a handler or iterator runs."""

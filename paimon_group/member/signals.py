@@ -13,8 +13,9 @@ for SIGINT, or the SIGINT handler of ``asyncio.run`` (which would cancel the
 main task and end in a ``KeyboardInterrupt`` traceback, exit 130). A handler
 of the user's own (``signal.signal``, ``loop.add_signal_handler``,
 ``SIG_IGN``) is left alone, and so is a loop outside the main thread of the
-main interpreter (signals are delivered there only). The previous handlers
-come back when the member leaves.
+main interpreter (signals are delivered there only). The library members of
+one loop share its handlers (:func:`subscribe`): a signal stops each of them,
+and the previous handlers come back when the last one leaves.
 
 Example::
 
@@ -29,10 +30,12 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import signal
 import threading
+import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -107,3 +110,40 @@ class StopSignals:
                     signal.signal(sig, handler)
             except (ValueError, RuntimeError) as err:
                 log.debug("signal %s not restored: %s", sig, err)
+
+
+class _Subscribers:
+    """The library members of one loop and the handlers they share."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.callbacks: list[Callable[[int], None]] = []
+        self.signals = StopSignals(loop, self.dispatch)
+
+    def dispatch(self, signum: int) -> None:
+        for callback in list(self.callbacks):
+            callback(signum)
+
+
+_SUBSCRIBERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Subscribers] = (
+    weakref.WeakKeyDictionary())
+
+
+def subscribe(loop: asyncio.AbstractEventLoop,
+              on_signal: Callable[[int], None]) -> Callable[[], None]:
+    """Call ``on_signal(signum)`` on a stop signal, as long as the signals
+    had their default handlers when the first subscriber of ``loop`` came;
+    returns the unsubscribe, which restores them after the last one."""
+    subscribers = _SUBSCRIBERS.get(loop)
+    if subscribers is None:
+        subscribers = _SUBSCRIBERS[loop] = _Subscribers(loop)
+        subscribers.signals.install()
+    subscribers.callbacks.append(on_signal)
+
+    def unsubscribe() -> None:
+        with contextlib.suppress(ValueError):
+            subscribers.callbacks.remove(on_signal)
+        if not subscribers.callbacks and _SUBSCRIBERS.get(loop) is subscribers:
+            del _SUBSCRIBERS[loop]
+            subscribers.signals.restore()
+
+    return unsubscribe
