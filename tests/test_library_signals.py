@@ -126,9 +126,11 @@ def _config(wh: Path, coordinator: str, member: str) -> MemberConfig:
                         member_id=member, session_timeout_s=30, poll_interval_ms=50)
 
 
-async def _read_all(member: GroupMember, rows: list[int]) -> None:
+async def _read_all(member: GroupMember, rows: list[int], all_read: asyncio.Event) -> None:
     async for batch in member.batches():
         rows.extend(batch.to_arrow().column("id").to_pylist())
+        if len(rows) >= 40:
+            all_read.set()
 
 
 @pytest.mark.asyncio
@@ -139,12 +141,12 @@ async def test_one_signal_stops_every_library_member_of_the_loop(tmp_path: Path)
     coordinator = f"memory://lib-{os.getpid()}-{time.monotonic_ns()}"
     before = signal.getsignal(signal.SIGTERM)
     rows: list[int] = []
+    all_read = asyncio.Event()
     async with GroupMember(_config(wh, coordinator, "a")) as a, \
             GroupMember(_config(wh, coordinator, "b")) as b:
         assert signal.getsignal(signal.SIGTERM) is not before  # taken: safe to send
-        readers = [asyncio.ensure_future(_read_all(m, rows)) for m in (a, b)]
-        while len(rows) < 40:
-            await asyncio.sleep(0.05)
+        readers = [asyncio.ensure_future(_read_all(m, rows, all_read)) for m in (a, b)]
+        await asyncio.wait_for(all_read.wait(), timeout=60)
         os.kill(os.getpid(), signal.SIGTERM)
         await asyncio.wait_for(asyncio.gather(*readers), timeout=30)  # batches() ended
         assert a.state.value in ("leaving", "stopped") and b.state.value in ("leaving", "stopped")
