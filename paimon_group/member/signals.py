@@ -83,8 +83,11 @@ class StopSignals:
         return tuple(self._previous)
 
     def install(self) -> tuple[int, ...]:
-        """Take the signals; returns those taken."""
-        if threading.current_thread() is not threading.main_thread():
+        """Take the signals; returns those taken. Without ``only_defaults`` a
+        signal that cannot be taken (outside the main thread) raises, as
+        ``loop.add_signal_handler`` does: a process runner that could not be
+        stopped would run for ever."""
+        if self._only_defaults and threading.current_thread() is not threading.main_thread():
             return ()
         for sig in self._signals:
             try:
@@ -95,6 +98,9 @@ class StopSignals:
             except (ValueError, RuntimeError, NotImplementedError) as err:
                 # Not the main interpreter, or a loop without signal support
                 # (Windows): the signals keep their own handlers.
+                if not self._only_defaults:
+                    self.restore()
+                    raise
                 log.debug("signal %s left alone: %s", sig, err)
                 continue
             self._previous[sig] = previous
