@@ -78,3 +78,8 @@ def __getattr__(name: str) -> Any:
     if module is None:
         raise AttributeError(f"module 'paimon_group' has no attribute {name!r}")
     return getattr(importlib.import_module(module), name)
+
+
+def __dir__() -> list[str]:
+    # The lazy names too (``dir(paimon_group)`` lists ``GroupMember``).
+    return sorted({*globals(), *__all__})

@@ -23,8 +23,11 @@ SNAPSHOT = Path(__file__).parent / "support" / "public_api.json"
 # sink's marks carry.
 ADDED = {"GroupMember": {"read_loop": "data", "host_reads": "data"},
          "ShardBatch": {"sink_holds": "data", "incarnation": "data", "start_moves": "data"}}
-# Keyword parameters added since, each with a default (old calls still work).
-ADDED_PARAMETERS = {"ShardBatch": ", incarnation: 'str' = '', start_moves: 'int' = 0"}
+# Keyword parameters added since, each with a default (old calls still work);
+# GroupMember's ``handle_signals``: SIGTERM and SIGINT stop a member used as
+# ``async with`` gracefully (True), or are left alone (False).
+ADDED_PARAMETERS = {"ShardBatch": ", incarnation: 'str' = '', start_moves: 'int' = 0",
+                    "GroupMember": ", handle_signals: 'bool' = True"}
 
 
 def test_the_public_api_is_the_snapshot_with_the_names_added_since() -> None:

@@ -58,7 +58,9 @@ sibling parts it calls:
 they warn, until 0.2.
 
 The static-membership policy is :mod:`paimon_group.protocol.static_membership`; the
-process runner with its signals is :mod:`paimon_group.process.runner`.
+process runner is :mod:`paimon_group.process.runner`; the stop signals (SIGTERM and
+SIGINT: a graceful leave, for the runner and for ``async with``) are
+:mod:`paimon_group.member.signals`.
 
 Example (runnable; needs a Paimon table)::
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
 import warnings
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Self
 
@@ -26,6 +27,7 @@ from paimon_group.member.host_reads import HostReads, ShardPosition
 from paimon_group.member.membership import Membership
 from paimon_group.member.ownership import ShardOwnership
 from paimon_group.member.read_loop import Process, ReadLoop
+from paimon_group.member.signals import subscribe as subscribe_stop_signals
 from paimon_group.member.state import MemberState, Stop
 from paimon_group.protocol.records import Assignment, GroupStart
 from paimon_group.protocol.sharding import ShardRule
@@ -49,11 +51,15 @@ class GroupMember:
         listener: RebalanceListener | None = None,
         auto_commit: bool = True,
         table: ShardedTable | None = None,
+        handle_signals: bool = True,
     ) -> None:
         """``table``: the config's table, already opened (a check made before
         the start, as ``paimon-group run`` makes): the first start uses it
         instead of opening the table again (on an object store, requests);
-        None: the start opens it."""
+        None: the start opens it. ``handle_signals``: as ``async with``,
+        SIGTERM and SIGINT stop the member gracefully (its shards handed off,
+        :meth:`batches` ends) while they have their default handlers
+        (:mod:`paimon_group.member.signals`); False: leave them alone."""
         # The core: the state every part reads and the services they share.
         # Private: a member's user sees the read-only views below.
         self._core = core = MemberCore(config, listener=listener, auto_commit=auto_commit)
@@ -72,6 +78,9 @@ class GroupMember:
         self._queue: asyncio.Queue[tuple[ShardBatch, asyncio.Future[bool]]] = asyncio.Queue(1)
         self._acked: dict[int, asyncio.Future[bool]] = {}
         self._stop_task: asyncio.Future[None] | None = None
+        self._handle_signals = handle_signals
+        self._unsubscribe: Callable[[], None] | None = None
+        self._signalled: asyncio.Future[None] | None = None
         self._retry_handler = tenacity.AsyncRetrying(
             stop=tenacity.stop_after_attempt(max(1, config.max_handler_attempts)),
             wait=tenacity.wait_exponential(multiplier=config.handler_backoff_s, max=30),
@@ -81,6 +90,10 @@ class GroupMember:
     # -- lifecycle -------------------------------------------------------
 
     async def __aenter__(self) -> Self:
+        self._signalled = None
+        if self._handle_signals:
+            self._unsubscribe = subscribe_stop_signals(asyncio.get_running_loop(),
+                                                       self._on_stop_signal)
         try:
             await self.start()
         except BaseException:
@@ -88,7 +101,10 @@ class GroupMember:
             # executor's threads outlive the member.
             with contextlib.suppress(Exception):
                 await self.stop(timeout=0)
+            self._restore_signals()
             raise
+        if self._signalled is not None:  # a signal came while joining
+            self._signalled = asyncio.ensure_future(self.stop())
         return self
 
     async def __aexit__(
@@ -97,7 +113,28 @@ class GroupMember:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        await self.stop()
+        try:
+            await self.stop()
+        finally:
+            self._restore_signals()
+
+    def _on_stop_signal(self, signum: int) -> None:
+        """SIGTERM or SIGINT under ``async with``: leave gracefully, as
+        ``paimon-group run`` does; :meth:`batches` then ends."""
+        if self._signalled is not None:
+            return  # a stop is under way (stop() bounds it)
+        log.info("%s: handing shards off", signal.Signals(signum).name,
+                 extra={"group": self.group_name, "member": self.member_id})
+        if self._core.state is MemberState.JOINING:
+            # Stopped once the start returns (__aenter__), not in the middle of it.
+            self._signalled = asyncio.get_running_loop().create_future()
+        else:
+            self._signalled = asyncio.ensure_future(self.stop())
+
+    def _restore_signals(self) -> None:
+        unsubscribe, self._unsubscribe = self._unsubscribe, None
+        if unsubscribe is not None:
+            unsubscribe()
 
     async def start(self) -> None:
         """Open the table, join the group; reading starts when a handler or iterator runs."""

@@ -19,13 +19,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
 from collections.abc import Iterable
 from typing import Any
 
 from coordinators.errors import PaimonGroupError
 from paimon_group.config.member import MemberConfig
 from paimon_group.member import GroupMember, Handler, RebalanceListener
+from paimon_group.member.signals import StopSignals
 from paimon_group.reading.table import ShardedTable
 from paimon_group.store.object_store import store_failure
 
@@ -60,7 +60,7 @@ async def _run_member(
     progress_interval_s: float | None, listener: RebalanceListener | None,
     stop_signals: Iterable[int], table: ShardedTable | None,
 ) -> None:
-    member = GroupMember(config, listener=listener, table=table)
+    member = GroupMember(config, listener=listener, table=table, handle_signals=False)
     progress: asyncio.Task[None] | None = None
     server: Any = None
     if metrics_port is not None:
@@ -68,9 +68,10 @@ async def _run_member(
 
         server = serve_metrics(member, metrics_port)
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in stop_signals or (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    # The process is the member's: its signals are taken whatever they were.
+    signals = StopSignals(asyncio.get_running_loop(), lambda _sig: stop.set(), stop_signals,
+                          only_defaults=False)
+    signals.install()
     try:
         await member.start()
         if progress_interval_s:
@@ -103,6 +104,7 @@ async def _run_member(
                 await member.stop(timeout=1.0)
         if server is not None:
             server.close()
+        signals.restore()
 
 
 def run_until_signalled(
