@@ -114,10 +114,16 @@ async def _describe_all(url: str, options: ConnectOptions,
 
 
 async def _describe(url: str, options: ConnectOptions, kw: dict[str, Any]) -> GroupReport:
-    from paimon_group.ops.report import read_report
+    from paimon_group.ops.report import GroupNotFound, read_report
 
     async with open_coordinator(url, options) as coord:
-        kw["table"] = await group_table(coord, kw["group"], kw["table"], kw["warehouse"])
+        try:
+            kw["table"] = await group_table(coord, kw["group"], kw["table"], kw["warehouse"])
+        except GroupNotFound:
+            # No group and no --table: its report says so ("exists": false),
+            # as with --table; no table to open.
+            return (await read_report(coord, kw["group"], None)).with_coordinator(
+                redact_url(url))
         table = await asyncio.to_thread(open_table, kw)
         report = await read_report(coord, kw["group"], table)
         report = report.with_sinks(await _sink_reports(coord, kw))
