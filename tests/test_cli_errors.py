@@ -207,3 +207,44 @@ def test_bad_columns(tmp_path: Path, warehouse: str, columns: str, needle: str) 
     assert result.returncode == 2
     assert needle in one_line(result)
     assert not Path(f"{tmp_path}/coord.sqlite").exists()  # nothing joined or created
+
+
+def test_describe_watch_waits_for_a_missing_group(tmp_path: Path, warehouse: str) -> None:
+    """Without --table: "exists": false on every refresh until the group is
+    created, then its table's report (docs/operations.md, Reference)."""
+    import asyncio
+    import json
+    import signal
+
+    from coordinators import open_coordinator
+    from paimon_group.protocol.group import GroupClient
+
+    coordinator = f"sqlite://{tmp_path}/c.sqlite"
+
+    async def create(group: str | None) -> None:
+        async with open_coordinator(coordinator) as c:
+            if group:
+                await GroupClient(c, group).ensure_meta(4, "db.t")
+
+    asyncio.run(create(None))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "paimon_group", "describe", "--group", "later", "--warehouse",
+         warehouse, "--coordinator", coordinator, "--watch", "0.3", "--json"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stderr is not None
+    try:
+        first = proc.stdout.readline()
+        assert first, proc.stderr.read()
+        assert json.loads(first)["exists"] is False
+        asyncio.run(create("later"))
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            report = json.loads(proc.stdout.readline())
+            if report["exists"]:
+                break
+        assert report["exists"] and report["table"] == "db.t" and report["num_shards"] == 4
+        assert report["latest_snapshot"] == 1, report
+    finally:
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=30)
+    assert code == 0, proc.stderr.read()
