@@ -48,6 +48,9 @@ NETWORK_SCHEMES = frozenset({"etcd", "etcds", "zk"})
 # A refused connection is known at once, but a server being (re)started refuses
 # for a moment: it is retried this long before the command gives up on it.
 REFUSED_RETRY_S = 1.0
+# The variables that send gRPC (etcd's client) through a proxy.
+GRPC_PROXIES = ("grpc_proxy", "https_proxy", "http_proxy", "GRPC_PROXY", "HTTPS_PROXY",
+                "HTTP_PROXY")
 
 
 def check_coordinator_target(url: str, *, default_url: str | None, create: bool) -> None:
@@ -167,13 +170,14 @@ def check_not_refused(url: str, retry_s: float = REFUSED_RETRY_S) -> None:
     whose every server refuses the TCP connection (nothing listens there),
     retried for ``retry_s``: the client libraries would retry it for the whole
     connect timeout. A server that accepts, does not answer (a timeout) or
-    cannot be looked up is left to the connect and its timeout."""
+    cannot be looked up, and etcd through a proxy (:data:`GRPC_PROXIES`), are
+    left to the connect and its timeout."""
     import socket
     import time
 
     hosts = network_hosts(url)
-    if not hosts:
-        return
+    if not hosts or (scheme_of(url) != "zk" and any(os.environ.get(v) for v in GRPC_PROXIES)):
+        return  # etcd through a proxy: a direct connection says nothing
     deadline = time.monotonic() + retry_s
     pause = 0.1
     while True:
