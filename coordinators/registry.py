@@ -30,7 +30,7 @@ from coordinators.errors import InvalidCoordinatorURL
 from coordinators.protocol import ConnectOptions, Coordinator
 from coordinators.urls import redact_url
 
-__all__ = ["BACKENDS", "open_coordinator", "redact_url", "scheme_of"]
+__all__ = ["BACKENDS", "network_hosts", "open_coordinator", "redact_url", "scheme_of"]
 
 BACKENDS: dict[str, str] = {
     "sqlite": "coordinators.sqlite:SqliteCoordinator",
@@ -88,3 +88,24 @@ def open_coordinator(url: str, options: ConnectOptions | None = None) -> Coordin
     """A coordinator for ``url``, not yet connected (``await c.connect()``)."""
     cls: Callable[[str, ConnectOptions], Coordinator] = _CLASSES[scheme_of(url)]()
     return cls(url, options or ConnectOptions())
+
+
+def network_hosts(url: str) -> tuple[tuple[str, int], ...]:
+    """The ``(host, port)`` servers of an etcd or ZooKeeper URL, validated as
+    the backend validates it (one-line errors); ``()`` for an embedded one."""
+    scheme = scheme_of(url)
+    if scheme in ("etcd", "etcds"):
+        from coordinators.etcd.url import parse_etcd_url
+
+        return tuple(_host_port(e) for e in parse_etcd_url(url).endpoints)
+    if scheme == "zk":
+        from coordinators.zookeeper.url import parse_url
+
+        return parse_url(url).hosts
+    return ()
+
+
+def _host_port(endpoint: str) -> tuple[str, int]:
+    """``host:port`` or ``[v6]:port`` back into a pair."""
+    host, _, port = endpoint.rpartition(":")
+    return host.strip("[]"), int(port)

@@ -16,12 +16,15 @@ Example::
     (('a', 2181), ('::1', 2182))
     >>> redact_url("etcd://root:pw@h:2379/app?password=x")
     'etcd://***@h:2379/app?password=***'
+    >>> redact_url("zk://h:2181/app?acl=open")
+    'zk://h:2181/app?acl=open'
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Collection
+from typing import Final
 from urllib.parse import urlsplit
 
 from coordinators.errors import CREDENTIALS_HOW, InvalidCoordinatorURL
@@ -32,7 +35,8 @@ _HOST = re.compile(r"^(?:\[([0-9A-Fa-f:.]+)\]|([A-Za-z0-9._-]+))(?::(\d{1,5}))?$
 
 
 def redact_url(url: str) -> str:
-    """The URL with any ``user:password@`` part and query values masked."""
+    """The URL with any ``user:password@`` part and query values masked
+    (except :data:`SHOWN_QUERY_VALUES`: ``acl=open`` is no secret)."""
     if "://" not in url:
         # Not a URL at all (``etcd//oops``): show it as given, minus any
         # ``user:password@`` part and query values.
@@ -50,11 +54,21 @@ def redact_url(url: str) -> str:
     return f"{parts.scheme}://{netloc}{parts.path}" + _masked_query(parts.query)
 
 
+# Query values that are never secret, shown as they are: ZooKeeper's ACL
+# modes. Any other value (a digest ACL's ``user:password``, a token) is masked.
+SHOWN_QUERY_VALUES: Final = {"acl": frozenset({"open", "creator"})}
+
+
 def _masked_query(query: str) -> str:
-    masked = "&".join(
-        f"{kv.split('=', 1)[0]}=***" if "=" in kv else kv for kv in query.split("&") if kv
-    )
+    masked = "&".join(_masked_pair(kv) for kv in query.split("&") if kv)
     return f"?{masked}" if masked else ""
+
+
+def _masked_pair(kv: str) -> str:
+    if "=" not in kv:
+        return kv
+    name, value = kv.split("=", 1)
+    return kv if value in SHOWN_QUERY_VALUES.get(name.lower(), ()) else f"{name}=***"
 
 
 def split_scheme(url: str, schemes: Collection[str], what: str, usage: str) -> tuple[str, str]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,16 @@ from paimon_group.process import preflight
 RUN = cli.run
 REQUIRED = {"group", "warehouse", "table"}
 SOURCES = ("file", "env", "flag")
+
+
+@pytest.fixture(autouse=True)
+def _keep_signal_handlers() -> Iterator[None]:
+    """``run`` in this process sets SIGTERM and SIGINT to stop it before it
+    joins (exit 0): pytest's own handlers come back after each test."""
+    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    yield
+    for s, handler in saved.items():
+        signal.signal(s, handler)
 
 
 def run_options() -> list[click.Option]:
@@ -243,6 +254,7 @@ def test_options_reach_the_member_config(
     # real ones in tests/test_cli_bad_input.py.
     monkeypatch.setattr(preflight, "check_table", lambda *args, **kw: None)
     monkeypatch.setattr(preflight, "probe_coordinator", lambda *args: None)
+    monkeypatch.setattr(preflight, "check_not_refused", lambda *args: None)
     monkeypatch.setattr(cli, "setup_logging", lambda fmt, level: logging_setup.append(
         (fmt, level)))
     config = write_config(tmp_path / "member.yaml", {

@@ -148,7 +148,7 @@ def main() -> None:
 @friendly_errors
 def run(**kw: Any) -> None:
     """Run one member of a group until SIGTERM or SIGINT (then hand off and exit 0)."""
-    signal.signal(signal.SIGTERM, _stop_before_joining)  # until the member's own
+    _stop_cleanly_before_joining()  # until the member's own signal handlers
     setup_logging(kw["log_format"], kw["log_level"])
     if bool(kw["handler"]) == bool(kw["spark_handler"]):
         raise ConfigError("give exactly one of --handler or --spark-handler")
@@ -208,17 +208,22 @@ def run(**kw: Any) -> None:
                         progress_interval_s=kw["progress_interval_s"], table=table)
 
 
+def _stop_cleanly_before_joining() -> None:
+    for stop_signal in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(stop_signal, _stop_before_joining)
+
+
 def _stop_before_joining(signum: int, frame: Any) -> None:
     """Until the member's own handler takes over (just before it joins), a
-    SIGTERM ends the process with 0: a pod stopped while it starts is a clean
-    stop, not a crash (exit 143). At once: nothing is joined, held or created
-    yet. Not by raising
+    SIGTERM or SIGINT (Ctrl-C) ends the process with 0: a pod stopped while it
+    starts is a clean stop, not a crash (exit 143, or 1 "aborted"). At once:
+    nothing is joined, held or created yet. Not by raising
     SystemExit, which would land wherever the signal did (inside an event
     loop being built, a half-closed client): ``os._exit`` after flushing. A
     Spark session started by ``--spark-handler`` ends with us (its JVM stops
     when our end of its pipe closes)."""
     sys.stdout.flush()
-    sys.stderr.write("stopped before joining the group (SIGTERM)\n")
+    sys.stderr.write(f"stopped before joining the group ({signal.Signals(signum).name})\n")
     sys.stderr.flush()
     os._exit(0)
 

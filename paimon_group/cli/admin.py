@@ -55,10 +55,9 @@ def list_command(**kw: Any) -> None:
     Lag needs the tables: give --warehouse (each group's table is opened
     there); without it the lag columns are empty.
     """
+    url, options = admin_coordinator(kw)  # a refused coordinator before the imports
     from paimon_group.config.warehouses import normalised_warehouse
     from paimon_group.ops.admin import list_groups
-
-    url, options = admin_coordinator(kw)
 
     def opener(identifier: str) -> ShardedTable | None:
         return open_table(kw, identifier) if kw.get("warehouse") else None

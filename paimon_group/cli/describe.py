@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 from typing import TYPE_CHECKING, Any
@@ -114,10 +115,16 @@ async def _describe_all(url: str, options: ConnectOptions,
 
 
 async def _describe(url: str, options: ConnectOptions, kw: dict[str, Any]) -> GroupReport:
-    from paimon_group.ops.report import read_report
+    from paimon_group.ops.report import GroupNotFound, read_report
 
     async with open_coordinator(url, options) as coord:
-        kw["table"] = await group_table(coord, kw["group"], kw["table"], kw["warehouse"])
+        try:
+            kw["table"] = await group_table(coord, kw["group"], kw["table"], kw["warehouse"])
+        except GroupNotFound:
+            # No group and no --table: its report says so ("exists": false),
+            # as with --table; no table to open.
+            return (await read_report(coord, kw["group"], None)).with_coordinator(
+                redact_url(url))
         table = await asyncio.to_thread(open_table, kw)
         report = await read_report(coord, kw["group"], table)
         report = report.with_sinks(await _sink_reports(coord, kw))
@@ -180,17 +187,23 @@ async def _watch(url: str, options: ConnectOptions, kw: dict[str, Any],
 
     from paimon_group.ops.lag import SnapshotFacts
     from paimon_group.ops.render import describe_renderable
-    from paimon_group.ops.report import read_report
+    from paimon_group.ops.report import GroupNotFound, read_report
 
     facts: SnapshotFacts | None = None
+    table: ShardedTable | None = None
     async with open_coordinator(url, options) as coord:
-        kw["table"] = await group_table(coord, kw["group"], kw["table"], kw["warehouse"])
-        table = await asyncio.to_thread(open_table, kw)
 
         async def refresh() -> dict[str, Any]:
-            nonlocal facts
+            nonlocal facts, table
+            if table is None:
+                # A group not created yet, without --table: "does not exist"
+                # until it is, then its table.
+                with contextlib.suppress(GroupNotFound):
+                    kw["table"] = await group_table(coord, kw["group"], kw["table"],
+                                                    kw["warehouse"])
+                    table = await asyncio.to_thread(open_table, kw)
             report = await read_report(coord, kw["group"], table, facts=facts)
-            if facts is None and report.num_shards:
+            if facts is None and table is not None and report.num_shards:
                 facts = SnapshotFacts(table, report.num_shards)
             return report.with_coordinator(redact_url(url)).to_dict()
 

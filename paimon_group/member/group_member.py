@@ -22,6 +22,7 @@ from paimon_group.errors import AlreadyWritten, HandlerFailed, StaleEpoch
 from paimon_group.member.commits import Commits
 from paimon_group.member.control import Control
 from paimon_group.member.core import Handler, MemberCore, MemberStats, RebalanceListener
+from paimon_group.member.handler_errors import HandlerErrors
 from paimon_group.member.history import HistoryRecorder
 from paimon_group.member.host_reads import HostReads, ShardPosition
 from paimon_group.member.membership import Membership
@@ -222,6 +223,8 @@ class GroupMember:
         (``batch.lost``, set by its read) is not retried: the read loop
         handles it (data loss as ``--on-data-loss`` says, or one line).
         """
+        errors = HandlerErrors(self._core.config.max_handler_attempts)  # a traceback once
+
         async def process(batch: ShardBatch) -> None:
             # Not retried: a batch whose files are gone, one a sink holds
             # already (AlreadyWritten: the read loop commits its position), and
@@ -241,8 +244,9 @@ class GroupMember:
                             if batch.lost is None and not isinstance(
                                     raised, AlreadyWritten | StaleEpoch):
                                 self._core.stats.handler_errors += 1
-                                log.warning("handler raised on shard %d snapshot %d",
-                                            batch.shard, batch.snapshot_id, exc_info=True)
+                                errors.raised(raised, shard=batch.shard,
+                                              snapshot=batch.snapshot_id,
+                                              attempt=attempt.retry_state.attempt_number)
                             raise
             except StaleEpoch as err:
                 if batch.lost is not None:

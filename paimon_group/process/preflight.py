@@ -2,8 +2,9 @@
 
 Bad input must give one line and a non-zero exit *before* a member joins a
 group or a file appears. So ``paimon-group run`` checks, in this order: the
-options (click), the coordinator URL (:func:`check_coordinator_target`), the
-table (opened once), the handler (imported), and finally that the
+options (click), the coordinator URL (:func:`check_coordinator_target`; an
+etcd or ZooKeeper address where nothing listens is refused there, at once:
+:func:`check_not_refused`), the table (opened once), the handler (imported), and finally that the
 coordinator answers (:func:`probe_coordinator`), saying "connecting to URL
 (timeout N s)" first for network coordinators, which may keep a user waiting.
 
@@ -34,7 +35,8 @@ from typing import TYPE_CHECKING
 
 from coordinators.errors import ConfigError, CoordinatorUnavailable
 from coordinators.protocol import ConnectOptions
-from coordinators.registry import open_coordinator, redact_url, scheme_of
+from coordinators.registry import network_hosts, open_coordinator, redact_url, scheme_of
+from coordinators.urls import host_string
 
 if TYPE_CHECKING:
     from paimon_group.reading.table import ShardedTable
@@ -43,15 +45,25 @@ log = logging.getLogger("paimon_group.cli")
 
 NETWORK_SCHEMES = frozenset({"etcd", "etcds", "zk"})
 
+# A refused connection is known at once, but a server being (re)started refuses
+# for a moment: it is retried this long before the command gives up on it.
+REFUSED_RETRY_S = 1.0
+# The variables that send gRPC (etcd's client) through a proxy.
+GRPC_PROXIES = ("grpc_proxy", "https_proxy", "http_proxy", "GRPC_PROXY", "HTTPS_PROXY",
+                "HTTP_PROXY")
+
 
 def check_coordinator_target(url: str, *, default_url: str | None, create: bool) -> None:
-    """Refuse a ``sqlite://`` URL whose file (admin) or directory (run) is missing.
+    """Refuse a ``sqlite://`` URL whose file (admin) or directory (run) is
+    missing, and an etcd or ZooKeeper URL where nothing listens
+    (:func:`check_not_refused`).
 
     ``create``: the command may create the coordinator file (``run``). The
     warehouse's embedded file (``default_url``) may also have its directory
     created.
     """
     if scheme_of(url) != "sqlite":
+        check_not_refused(url)  # at once, not after the connect timeout
         return
     from coordinators.sqlite import parse_url
 
@@ -151,3 +163,38 @@ def probe_coordinator(url: str, options: ConnectOptions) -> None:
             ) from None
 
     asyncio.run(bounded())
+
+
+def check_not_refused(url: str, retry_s: float = REFUSED_RETRY_S) -> None:
+    """Refuse, in one line naming the URL, an etcd or ZooKeeper coordinator
+    whose every server refuses the TCP connection (nothing listens there),
+    retried for ``retry_s``: the client libraries would retry it for the whole
+    connect timeout. A server that accepts, does not answer (a timeout) or
+    cannot be looked up, and etcd through a proxy (:data:`GRPC_PROXIES`), are
+    left to the connect and its timeout."""
+    import socket
+    import time
+
+    hosts = network_hosts(url)
+    if not hosts or (scheme_of(url) != "zk" and any(os.environ.get(v) for v in GRPC_PROXIES)):
+        return  # etcd through a proxy: a direct connection says nothing
+    deadline = time.monotonic() + retry_s
+    pause = 0.1
+    while True:
+        for host, port in hosts:
+            try:
+                socket.create_connection((host, port), timeout=1.0).close()
+                return
+            except ConnectionRefusedError:
+                continue
+            except OSError:
+                return  # not a refusal: the connect's own timeout and message
+        now = time.monotonic()
+        if now >= deadline:
+            break
+        time.sleep(min(pause, deadline - now))
+        pause *= 2
+    raise CoordinatorUnavailable(
+        f"coordinator {redact_url(url)} refused the connection "
+        f"({', '.join(host_string(h) for h in hosts)}: connection refused for {retry_s:g} s): "
+        "is it running, at this address and port?", retriable=False)

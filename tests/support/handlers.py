@@ -82,6 +82,10 @@ def fail_always(batch: Any) -> None:
     raise RuntimeError(f"handler refuses shard {batch.shard}")
 
 
+def boom(batch: Any) -> None:
+    raise ValueError("boom")
+
+
 def record_rows(batch: Any) -> None:
     """Every row of the batch, as a list in the batch's column order, one JSON
     line per batch in ``$PG_TEST_OUT/rows-<pid>.jsonl`` with the member,
