@@ -323,3 +323,23 @@ def test_load_skips_a_torn_last_line(tmp_path: Path) -> None:
     (tmp_path / "deliveries-1.jsonl").write_text("")
     h = History.load(tmp_path)
     assert [x["event"] for x in h.events] == ["acquire"]
+
+
+@pytest.mark.parametrize(("ok", "flagged"), [(False, False), (True, True)])
+def test_a_commit_after_an_unconfirmed_release_is_the_coordinator_s_call(
+        ok: bool, flagged: bool) -> None:
+    """A revoke that abandoned its in-flight batch and whose release was not
+    confirmed (``ok`` false) leaves the owner key to the coordinator: the
+    batch's later commit is accepted only while the key is still that
+    epoch's, by design. After a confirmed release, a commit accepted at that
+    epoch is a violation."""
+    events = [
+        {"event": "acquire", "member": "m3", "shard": 2, "epoch": 82, "t": 1.0},
+        {"event": "release", "member": "m3", "shard": 2, "epoch": 82, "ok": ok,
+         "reason": "reassigned", "t": 2.0},
+        {"event": "deliver", "member": "m3", "shard": 2, "epoch": 82, "t": 2.5},
+        {"event": "commit", "member": "m3", "shard": 2, "epoch": 82, "next_snapshot": 3,
+         "outcome": "accepted", "t": 2.6},
+    ]
+    found = checker.commits_after_ownership_ended(History(events=events))
+    assert bool(found) is flagged, found

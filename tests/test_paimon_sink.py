@@ -287,3 +287,21 @@ def test_a_step_s_batches_share_one_commit_when_their_files_take_longer_to_write
             t.join(60)
         assert sink.commits == 1
     assert len(_read(tmp_path, "db.log")) == 40
+
+
+def test_a_closed_sink_leaves_the_process_s_registry(tmp_path: Path) -> None:
+    """A sink is published by the members of its process while it writes;
+    closed, it leaves the registry with its last holder (an open one kept
+    publishing every closed sink's target at each full control round)."""
+    from paimon_group.protocol.sinks import registered
+
+    _targets(tmp_path)
+    first = PaimonSink(str(tmp_path), "db.log", commit_interval_s=0)
+    second = PaimonSink(str(tmp_path), "db.log", commit_interval_s=0)
+    first.write(_rows(range(3), 1), Batch(0, 1, 1, 1, group="reg"))
+    second.write(_rows(range(3, 6), 1), Batch(1, 1, 1, 1, group="reg"))
+    assert [r.table for r in registered("reg")] == ["db.log"]
+    first.close()
+    assert [r.table for r in registered("reg")] == ["db.log"]  # the second still writes
+    second.close()
+    assert registered("reg") == []

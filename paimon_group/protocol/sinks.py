@@ -50,12 +50,35 @@ class SinkRecord:
 
 _lock = threading.Lock()
 _registered: dict[str, dict[str, SinkRecord]] = {}  # group -> name -> record
+# (group, name) -> the ids of the sinks that registered it and are not closed
+_holders: dict[tuple[str, str], set[int]] = {}
 
 
-def register(group: str, record: SinkRecord) -> None:
-    """Say that this process writes ``group``'s output to ``record``'s target."""
+def register(group: str, record: SinkRecord, holder: object = None) -> None:
+    """Say that this process writes ``group``'s output to ``record``'s target
+    (through ``holder``, a sink, until it :func:`unregister` s)."""
     with _lock:
         _registered.setdefault(group, {})[record.name] = record
+        _holders.setdefault((group, record.name), set()).add(id(holder))
+
+
+def unregister(group: str, record: SinkRecord, holder: object = None) -> None:
+    """``holder`` no longer writes ``group``'s output (it closed): the record
+    leaves the process's registry with its last holder (a record published
+    already stays in the group, for ``describe``). Without it a long-lived
+    process that opens a sink after another kept publishing every closed
+    one's target at each full control round."""
+    with _lock:
+        holders = _holders.get((group, record.name))
+        if holders is None:
+            return
+        holders.discard(id(holder))
+        if not holders:
+            del _holders[(group, record.name)]
+            known = _registered.get(group, {})
+            known.pop(record.name, None)
+            if not known:
+                _registered.pop(group, None)
 
 
 def registered(group: str) -> list[SinkRecord]:

@@ -61,7 +61,7 @@ from typing import Any, Protocol
 import pyarrow as pa
 
 from paimon_group.errors import AlreadyWritten, ConfigError, PaimonGroupError, StaleSinkWrite
-from paimon_group.protocol.sinks import SinkRecord, register
+from paimon_group.protocol.sinks import SinkRecord, register, unregister
 from paimon_group.reading.planner import BatchKind
 from paimon_group.sink.marks import (
     PROPERTY_PREFIX,
@@ -166,6 +166,7 @@ class PaimonSink:
         # The members of this process publish it in each group it writes for
         # (protocol/sinks.py, for describe).
         self._record = SinkRecord("paimon", self.target.warehouse, table)
+        self._groups: set[str] = set()  # the groups it registered for, until closed
         self.commit_interval_s = commit_interval_s
         self.commit_rows = commit_rows
         self.commit_user = f"paimon-group-sink-{uuid.uuid4().hex[:12]}"
@@ -201,7 +202,9 @@ class PaimonSink:
         :class:`~paimon_group.errors.StaleSinkWrite` when a newer owner
         of the shard wrote (nothing written).
         """
-        register(batch.group, self._record)
+        if batch.group not in self._groups:
+            self._groups.add(batch.group)
+            register(batch.group, self._record, self)
         if self._inline is not None:
             pending = self._written(rows, batch)
             with self._inline:
@@ -260,6 +263,8 @@ class PaimonSink:
             self._cond.notify_all()
         if self._committer.is_alive():
             self._committer.join(timeout)
+        for group in sorted(self._groups):
+            unregister(group, self._record, self)
 
     def __enter__(self) -> PaimonSink:
         return self

@@ -1197,6 +1197,12 @@ def run_seed(seed: int, *, plant: str | None = None, keep: bool = False,
         asyncio.set_event_loop(None)
         with contextlib.suppress(Exception):
             loop.close()
+        if run is not None and run.sink is not None:
+            # A seed's sinks close with it: a sink left open stays in the
+            # process's registry, and the members of every later seed in the
+            # worker published its target at each full control round (a
+            # seed's run then depended on the seeds before it).
+            run.sink.close()
         if not keep:
             shutil.rmtree(root, ignore_errors=True)
     assert run is not None

@@ -133,6 +133,11 @@ class SinkWorld:
         self.sinks: dict[int, PaimonSink] = {}
         self.stats: Counter[str] = Counter()
 
+    def close(self) -> None:
+        """Close every member's sink (each leaves the process's registry)."""
+        for sink in self.sinks.values():
+            sink.close(timeout=5)
+
     def _sink(self, number: int) -> PaimonSink:
         sink = self.sinks.get(number)
         if sink is None:
