@@ -49,7 +49,8 @@ class Listener:
 class NoMirror:
     """A consumer mirror that writes no files."""
 
-    def due(self, shard: int, n: int, *, full_scan_pending: bool) -> bool:
+    def due(self, shard: int, n: int, *, full_scan_pending: bool,
+            start_moves: int | None = None) -> bool:
         return False
 
 
