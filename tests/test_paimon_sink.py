@@ -305,3 +305,16 @@ def test_a_closed_sink_leaves_the_process_s_registry(tmp_path: Path) -> None:
     assert [r.table for r in registered("reg")] == ["db.log"]  # the second still writes
     second.close()
     assert registered("reg") == []
+
+
+def test_a_missing_target_is_one_line_naming_the_sink_s_arguments(tmp_path: Path) -> None:
+    """A target table that does not exist: one line naming the sink's own
+    arguments (not the command line's flags), and nothing created."""
+    from paimon_group.errors import TableNotFound
+
+    with pytest.raises(TableNotFound) as err:
+        PaimonSink(str(tmp_path / "wh"), "db.nope")
+    line = str(err.value)
+    assert "\n" not in line and "db.nope" in line, line
+    assert "the sink's warehouse and table" in line and "--" not in line, line
+    assert not (tmp_path / "wh").exists()

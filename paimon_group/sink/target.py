@@ -71,7 +71,8 @@ class TargetTable:
              catalog_options: Mapping[str, str] | None = None) -> TargetTable:
         """Open ``table`` (``DB.TABLE``); one line for a missing table or a
         primary-key table without ``sequence.field``."""
-        opened = ShardedTable.open(warehouse, table, catalog_options)
+        opened = ShardedTable.open(warehouse, table, catalog_options,
+                                   check="check the sink's warehouse and table")
         return cls(opened.table, table, opened.warehouse)
 
     # -- rows ----------------------------------------------------------------
