@@ -182,8 +182,9 @@ from coordinators.protocol import (
     Watch,
 )
 from coordinators.session import SessionTransitions
+from coordinators.zookeeper.choice import ClientChoice, chosen_client
 from coordinators.zookeeper.client import ZkClient
-from coordinators.zookeeper.core import session_id_of, start_client, stop_client
+from coordinators.zookeeper.core import session_id_of
 from coordinators.zookeeper.errors import AUTH_ERRORS, translated
 from coordinators.zookeeper.keys import Keys
 from coordinators.zookeeper.security import (
@@ -198,7 +199,7 @@ from coordinators.zookeeper.watch import ZkWatch
 log = logging.getLogger("coordinators.zookeeper")  # the backend's one logger
 
 
-class ZooKeeperCoordinator(Keys, ZkClient, Coordinator):
+class ZooKeeperCoordinator(Keys, ZkClient, ClientChoice, Coordinator):
     """A coordinator on a ZooKeeper ensemble; see the module docstring.
 
     Example::
@@ -256,6 +257,7 @@ class ZooKeeperCoordinator(Keys, ZkClient, Coordinator):
                 "?acl=open to the zk:// URL for world-accessible znodes (development only)"
             )
         self._check_tls(options)
+        self._client_kind = chosen_client(self._target)
         self._url = self._target.display()
         self._root = self._target.chroot or "/"
         self._prefix = self._target.chroot  # "" for the server root
@@ -306,13 +308,11 @@ class ZooKeeperCoordinator(Keys, ZkClient, Coordinator):
         self._loop = loop
         if self._credentials is not None:
             REDACTOR.add(self._credentials.secrets)
-        client = self._make_client()
+        client = self._make_client() if self._client_kind == "kazoo" else self._make_aio_client()
         started_at = time.monotonic()
         limit = float(self._options.connect_timeout_s)
         try:
-            connected = await loop.run_in_executor(
-                None, start_client, client, limit, self._handshake_done
-            )
+            connected = await self._start_chosen(client, limit)
             if not connected or isinstance(self._handshake_error, AUTH_ERRORS):
                 raise await self._connect_failure(client, limit)
             self._client = client
@@ -336,7 +336,7 @@ class ZooKeeperCoordinator(Keys, ZkClient, Coordinator):
             self._session = None
             self._transitions = None
             self._client = None
-            await loop.run_in_executor(None, stop_client, client)
+            await self._stop_client(client)
             self._closed = True
             if self._credentials is not None:
                 REDACTOR.discard(self._credentials.secrets)
@@ -364,7 +364,7 @@ class ZooKeeperCoordinator(Keys, ZkClient, Coordinator):
             await self._retiring
         client, self._client = self._client, None
         if client is not None and self._loop is not None:
-            await self._loop.run_in_executor(None, stop_client, client)
+            await self._stop_client(client)
             if self._credentials is not None:
                 REDACTOR.discard(self._credentials.secrets)
         if self._session is not None:

@@ -132,6 +132,8 @@ class ZkCore:
         future: asyncio.Future[Any] = self._loop.create_future()
         sent_at = time.monotonic()
         result = fn(*args)
+        if isinstance(result, asyncio.Future):  # the asyncio client: settled on the loop
+            return sent_at, result
         result.rawlink(functools.partial(self._deliver, future))
         return sent_at, future
 
@@ -185,6 +187,15 @@ class ZkCore:
             return
         if session_id_of(client) == session.raw_id:
             session.confirmed(sent_at)
+
+    async def _stop_client(self, client: Any) -> None:
+        """Stop either client, ending the session: the asyncio one on the loop,
+        kazoo (blocking) in the loop's default executor."""
+        close = getattr(client, "aclose", None)
+        if close is not None:
+            await close()
+            return
+        await asyncio.get_running_loop().run_in_executor(None, stop_client, client)
 
     def _forget(self, watch: ZkWatch) -> None:
         self._watches.discard(watch)

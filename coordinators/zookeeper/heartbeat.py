@@ -19,7 +19,7 @@ from coordinators.errors import (
     SessionSuspended,
 )
 from coordinators.protocol import SessionState
-from coordinators.zookeeper.core import ZkCore, session_id_of, stop_client
+from coordinators.zookeeper.core import ZkCore, session_id_of
 from coordinators.zookeeper.session import ZooKeeperSession
 
 log = logging.getLogger("coordinators.zookeeper")  # the backend's one logger
@@ -77,8 +77,7 @@ class Heartbeat(ZkCore):
             self._retiring = loop.create_task(self._retire(client), name="zk-retire")
 
     async def _retire(self, client: Any) -> None:
-        assert self._loop is not None
-        await self._loop.run_in_executor(None, stop_client, client)
+        await self._stop_client(client)
 
     def _require_session(self) -> ZooKeeperSession:
         """The session, if an ephemeral key may be created under it now."""

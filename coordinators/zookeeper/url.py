@@ -1,4 +1,4 @@
-"""ZooKeeper URLs: ``zk://HOST[:PORT][,HOST[:PORT]...][/CHROOT][?acl=...]``."""
+"""ZooKeeper URLs: ``zk://HOST[:PORT][,HOST[:PORT]...][/CHROOT][?acl=...][&client=...]``."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from coordinators.errors import InvalidCoordinatorURL
 from coordinators.urls import host_string, parse_hosts, redact_url, split_scheme
 
 DEFAULT_PORT: Final = 2181
+# The ZooKeeper clients the coordinator can run on (docs/zookeeper.md).
+CLIENTS: Final = ("kazoo", "asyncio")
 
 # ------------------------------------------------------------------------- URL
 
@@ -28,6 +30,8 @@ class ZkTarget:
     hosts: tuple[tuple[str, int], ...]
     chroot: str  # "" or "/a/b"
     acl: str | None = None
+    # ``?client=``: kazoo or asyncio; None: the default (PAIMON_GROUP_ZK_CLIENT, else kazoo).
+    client: str | None = None
 
     def hosts_string(self) -> str:
         return ",".join(host_string(h) for h in self.hosts)
@@ -38,6 +42,8 @@ class ZkTarget:
         if self.acl is not None:
             shown = self.acl if self.acl in ("open", "creator") else "***"
             url += f"?acl={shown}"
+        if self.client is not None:
+            url += f"{'&' if self.acl is not None else '?'}client={self.client}"
         return url
 
 
@@ -64,10 +70,19 @@ def parse_url(url: str) -> ZkTarget:
     if parts.fragment:
         raise InvalidCoordinatorURL(f"ZooKeeper URL {shown!r} takes no fragment")
     acl: str | None = None
+    client: str | None = None
     for name, value in parse_qsl(parts.query, keep_blank_values=True):
+        if name == "client":
+            if value not in CLIENTS:
+                raise InvalidCoordinatorURL(
+                    f"unknown client {value!r} in ZooKeeper URL {shown!r}: kazoo or asyncio"
+                )
+            client = value
+            continue
         if name != "acl":
             raise InvalidCoordinatorURL(
-                f"unknown parameter {name!r} in ZooKeeper URL {shown!r}: only acl is accepted"
+                f"unknown parameter {name!r} in ZooKeeper URL {shown!r}: only acl and client "
+                "are accepted"
             )
         acl = value
-    return ZkTarget(hosts, chroot, acl)
+    return ZkTarget(hosts, chroot, acl, client)

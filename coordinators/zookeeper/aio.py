@@ -1,0 +1,449 @@
+"""A ZooKeeper client on the event loop, without threads: kazoo's packets, our transport.
+
+The coordinator's other client, beside kazoo (``?client=asyncio`` in the URL,
+or ``PAIMON_GROUP_ZK_CLIENT=asyncio``; docs/zookeeper.md, "Client: kazoo or
+the asyncio connection"). It offers the part of :class:`kazoo.client.KazooClient`
+the coordinator uses, with the same names, values and exceptions, except that
+each ``*_async`` call returns an :class:`asyncio.Future` (settled on the loop
+as its reply is read, with no thread hand-off) and that starting and stopping
+are coroutines (:meth:`AioZkClient.start`, :meth:`AioZkClient.aclose`).
+
+* **Requests** are written at once when connected (queued while
+  reconnecting, sent in order on the next connection; a request whose
+  caller gave up before it was sent is dropped); replies come back in xid
+  order and settle the oldest pending future, as in kazoo
+  (``_read_response``): an ``exists`` of a missing znode is ``None``, any
+  other error code its kazoo exception.
+* **Watches** are registered when the reply that set them arrives and fire
+  once (xid -1). On a lost connection every watch is dropped, and the
+  coordinator's watches re-arm when CONNECTED is reported (they do after
+  every reconnection anyway): no ``SetWatches``.
+* **Pings** (xid -2) go out when nothing was sent for a third of the
+  negotiated timeout; a ping unanswered for another third drops the
+  connection.
+* **Reconnection**: to the next host of the list (shuffled once), with the
+  session id and password, backing off from 50 ms; requests in flight fail
+  with ``ConnectionLoss``. The listeners hear SUSPENDED when a connection
+  drops and CONNECTED once a new one is authenticated.
+* **Expiry**: a server that no longer knows the session ends the client
+  (EXPIRED_SESSION, the listeners hear LOST, every request fails with
+  ``SessionExpiredError``): unlike kazoo it opens no new session, which the
+  coordinator would never use anyway. A refused login ends it too
+  (AUTH_FAILED).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import random
+import ssl
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kazoo.exceptions import (
+    EXCEPTIONS,
+    AuthFailedError,
+    ConnectionClosedError,
+    ConnectionDropped,
+    ConnectionLoss,
+    NodeExistsError,
+    NoNodeError,
+    SASLException,
+    SessionClosedRequireSaslError,
+    SessionExpiredError,
+    ZookeeperError,
+)
+from kazoo.protocol.serialization import (
+    Close,
+    Create,
+    Exists,
+    GetACL,
+    GetChildren,
+    GetChildren2,
+    GetData,
+    PingInstance,
+    ReplyHeader,
+    Watch,
+)
+from kazoo.protocol.states import EVENT_TYPE_MAP, KazooState, KeeperState, WatchedEvent
+from kazoo.security import ACL
+
+from coordinators.zookeeper.aio_txn import AioTransaction
+from coordinators.zookeeper.wire import (
+    PING_XID,
+    WATCH_XID,
+    Framer,
+    Handshake,
+    Session,
+    authenticate,
+    open_session,
+    packet,
+)
+
+log = logging.getLogger("coordinators.zookeeper")  # the backend's one logger
+
+Watcher = Callable[[WatchedEvent], object]
+_Pending = tuple[Any, "asyncio.Future[Any]", int, Watcher | None]
+# Errors of a login: no retry fixes them.
+_LOGIN_ERRORS = (AuthFailedError, SASLException, SessionClosedRequireSaslError)
+_CREATED, _DELETED, _CHANGED, _CHILD = 1, 2, 3, 4
+
+
+class AioZkClient:
+    """kazoo's client surface on the event loop; see the module docstring."""
+
+    def __init__(
+        self,
+        hosts: list[tuple[str, int]],
+        *,
+        timeout_s: float,
+        auth_data: list[tuple[str, str]] | None = None,
+        sasl_options: dict[str, str] | None = None,
+        tls: Callable[[], ssl.SSLContext] | None = None,
+        max_delay_s: float = 2.0,
+    ) -> None:
+        self._hosts = list(hosts)
+        random.shuffle(self._hosts)
+        self._timeout_ms = int(timeout_s * 1000)
+        self._auth_data = list(auth_data or [])
+        self._sasl_options = sasl_options
+        self._tls = tls
+        self._max_delay_s = max_delay_s
+        self.client_state: str = KeeperState.CLOSED
+        self.last_zxid = 0
+        self._session_id: int | None = None
+        self._session: Session | None = None
+        self.negotiated_timeout_s: float | None = None
+        # The error that ended the first connection attempts, if any.
+        self.handshake_error: BaseException | None = None
+        self._listeners: list[Callable[[str], object]] = []
+        self._data_watchers: dict[str, set[Watcher]] = collections.defaultdict(set)
+        self._child_watchers: dict[str, set[Watcher]] = collections.defaultdict(set)
+        self._queue: collections.deque[tuple[Any, asyncio.Future[Any], Watcher | None]] = (
+            collections.deque()
+        )
+        self._pending: collections.deque[_Pending] = collections.deque()
+        self._framer: Framer | None = None  # the connection, once open and authenticated
+        self._xid = 0
+        self._last_send = 0.0
+        self._ping_sent: float | None = None
+        self._first: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+
+    # -- the surface the coordinator uses -------------------------------------
+
+    @property
+    def connected(self) -> bool:
+        return self._framer is not None
+
+    def add_listener(self, listener: Callable[[str], object]) -> None:
+        self._listeners.append(listener)
+
+    async def start(self, timeout: float) -> bool:
+        """Open the session; True once connected and authenticated within ``timeout``."""
+        self._first = asyncio.Event()
+        self.client_state = KeeperState.CONNECTING
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="zk-connection")
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await self._first.wait()
+        return self.connected
+
+    async def aclose(self) -> None:
+        """Close the session (its ephemeral znodes go at once) and the connection."""
+        if self._stopping:
+            return
+        self._stopping = True
+        framer = self._framer
+        if framer is not None:
+            closing = self._call(Close())
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(max(1.0, self._timeout_ms / 3000)):
+                    await asyncio.shield(closing)
+            framer.abort()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        self._end(KeeperState.CLOSED, ConnectionClosedError("Connection has been closed"))
+
+    def exists_async(self, path: str, watch: Watcher | None = None) -> asyncio.Future[Any]:
+        return self._call(Exists(path, watch), watch)
+
+    def get_async(self, path: str, watch: Watcher | None = None) -> asyncio.Future[Any]:
+        return self._call(GetData(path, watch), watch)
+
+    def get_children_async(
+        self, path: str, watch: Watcher | None = None, include_data: bool = False
+    ) -> asyncio.Future[Any]:
+        request = GetChildren2(path, watch) if include_data else GetChildren(path, watch)
+        return self._call(request, watch)
+
+    def get_acls_async(self, path: str) -> asyncio.Future[Any]:
+        return self._call(GetACL(path))
+
+    def create_async(
+        self, path: str, value: bytes = b"", acl: list[ACL] | None = None,
+        ephemeral: bool = False,
+    ) -> asyncio.Future[Any]:
+        return self._call(Create(path, value, list(acl or []), 1 if ephemeral else 0))
+
+    def ensure_path_async(self, path: str, acl: list[ACL] | None = None) -> asyncio.Future[Any]:
+        """Create ``path`` and its missing parents (persistent, ``acl``); True."""
+        return asyncio.ensure_future(self._ensure_path(path, list(acl or [])))
+
+    def transaction(self) -> AioTransaction:
+        return AioTransaction(self._call)
+
+    # -- requests -----------------------------------------------------------
+
+    def _call(self, request: Any, watch: Watcher | None = None) -> asyncio.Future[Any]:
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        state = self.client_state
+        if state == KeeperState.AUTH_FAILED:
+            future.set_exception(AuthFailedError())
+        elif state == KeeperState.EXPIRED_SESSION:
+            future.set_exception(SessionExpiredError())
+        elif (self._stopping and not isinstance(request, Close)) or state == KeeperState.CLOSED:
+            future.set_exception(ConnectionClosedError("Connection has been closed"))
+        elif self._framer is not None:
+            self._write(self._framer, request, future, watch)
+        else:
+            self._queue.append((request, future, watch))
+        return future
+
+    def _write(
+        self, framer: Framer, request: Any, future: asyncio.Future[Any], watch: Watcher | None
+    ) -> None:
+        self._xid = self._xid % 2147483647 + 1
+        framer.write(packet(request, self._xid))
+        self._pending.append((request, future, self._xid, watch))
+        self._last_send = time.monotonic()
+
+    async def _ensure_path(self, path: str, acl: list[ACL]) -> bool:
+        if await self.exists_async(path) is not None:
+            return True
+        parent = path.rpartition("/")[0]
+        if parent:
+            await self._ensure_path(parent, acl)
+        with contextlib.suppress(NodeExistsError):
+            await self.create_async(path, b"", acl)
+        return True
+
+    # -- replies ------------------------------------------------------------
+
+    def _on_frame(self, frame: bytes) -> None:
+        header, offset = ReplyHeader.deserialize(frame, 0)
+        if header.xid == PING_XID:
+            self._ping_sent = None
+        elif header.xid == WATCH_XID:
+            self._on_event(frame, offset)
+        elif header.xid > 0:
+            self._on_reply(header, frame, offset)
+
+    def _on_reply(self, header: Any, frame: bytes, offset: int) -> None:
+        framer = self._framer
+        if not self._pending:
+            if framer is not None:
+                framer.abort(ConnectionDropped(f"a reply to xid {header.xid} never sent"))
+            return
+        request, future, xid, watch = self._pending.popleft()
+        if header.zxid and header.zxid > 0:
+            self.last_zxid = header.zxid
+        if header.xid != xid:
+            _fail(future, ConnectionDropped(f"reply to xid {header.xid}, expected {xid}"))
+            if framer is not None:
+                framer.abort(ConnectionDropped("replies out of order"))
+            return
+        missing = header.err == NoNodeError.code and request.type == Exists.type
+        if header.err and not missing:
+            _fail(future, EXCEPTIONS[header.err]())
+            return
+        try:
+            value = None if missing else _decode(request, frame, offset)
+        except Exception as err:  # a reply kazoo's codec cannot read
+            log.exception("ZooKeeper reply to %s could not be decoded", type(request).__name__)
+            _fail(future, err)
+            return
+        if not future.done():
+            future.set_result(value)
+        if watch is not None and not self._stopping:
+            if isinstance(request, GetChildren | GetChildren2):
+                self._child_watchers[request.path].add(watch)
+            else:
+                self._data_watchers[request.path].add(watch)
+
+    def _on_event(self, frame: bytes, offset: int) -> None:
+        event, _ = Watch.deserialize(frame, offset)
+        path = event.path
+        watchers: set[Watcher] = set()
+        if event.type in (_CREATED, _CHANGED, _DELETED):
+            watchers |= self._data_watchers.pop(path, set())
+        if event.type in (_DELETED, _CHILD):
+            watchers |= self._child_watchers.pop(path, set())
+        if self._stopping or not watchers:
+            return
+        fired = WatchedEvent(EVENT_TYPE_MAP[event.type], KeeperState.CONNECTED, path)
+        for watcher in watchers:
+            try:
+                watcher(fired)
+            except Exception:
+                log.exception("a ZooKeeper watcher failed")
+
+    # -- the connection -----------------------------------------------------
+
+    async def _run(self) -> None:
+        """Connect, serve, reconnect: until stopped, expired or refused."""
+        delay = 0.05
+        attempt = 0
+        while not self._stopping:
+            host, port = self._hosts[attempt % len(self._hosts)]
+            attempt += 1
+            try:
+                if await self._serve(host, port):
+                    delay = 0.05
+                    continue
+            except (SessionExpiredError, *_LOGIN_ERRORS) as err:
+                self._fatal(err)
+                return
+            except ssl.SSLError as err:
+                if self._session is None:  # no first connection: a TLS setup error
+                    self._fatal(err)
+                    return
+                log.debug("TLS with ZooKeeper at %s:%s failed: %r", host, port, err)
+            except (OSError, ConnectionDropped, ZookeeperError, TimeoutError) as err:
+                log.debug("ZooKeeper connection to %s:%s failed: %r", host, port, err)
+            if attempt % len(self._hosts) == 0:
+                await asyncio.sleep(delay * random.uniform(0.8, 1.2))
+                delay = min(delay * 2, self._max_delay_s)
+
+    async def _serve(self, host: str, port: int) -> bool:
+        """One connection: open it, serve it until it drops. True if it was opened."""
+        loop = asyncio.get_running_loop()
+        timeout = max(1.0, self._timeout_ms / 1000 / len(self._hosts))
+        context = self._tls() if self._tls is not None else None
+        async with asyncio.timeout(timeout):
+            _, framer = await loop.create_connection(
+                lambda: Framer(self._on_frame), host, port, ssl=context,
+                server_hostname=host if context is not None else None,
+            )
+        try:
+            await self._handshake(framer, host, timeout)
+            self._connected(framer)
+            await self._keep(framer)
+            return True
+        finally:
+            framer.abort()
+            self._disconnected(framer)
+
+    async def _handshake(self, framer: Framer, host: str, timeout: float) -> None:
+        handshake = Handshake(framer)
+        session = await open_session(handshake, self._session, self._timeout_ms, timeout)
+        if self._session is not None and session.session_id != self._session.session_id:
+            raise SessionExpiredError("the server opened a new session")
+        session.last_zxid = max(session.last_zxid, self.last_zxid)
+        self._session, self._session_id = session, session.session_id
+        self.negotiated_timeout_s = session.timeout_ms / 1000
+        timeout = max(1.0, session.timeout_ms / 1000 / len(self._hosts))
+        try:
+            await authenticate(
+                handshake, session, self._auth_data, self._sasl_options, host, timeout
+            )
+        except ZookeeperError as err:
+            if isinstance(err, _LOGIN_ERRORS):
+                raise
+            raise AuthFailedError(f"login refused: {type(err).__name__}") from err
+        self.last_zxid = max(self.last_zxid, session.last_zxid)
+        framer.on_frame = self._on_frame
+
+    def _connected(self, framer: Framer) -> None:
+        self._framer, self._xid, self._ping_sent = framer, 0, None
+        self.client_state = KeeperState.CONNECTED
+        queued, self._queue = self._queue, collections.deque()
+        for request, future, watch in queued:
+            if not future.done():  # its caller gave up: never sent
+                self._write(framer, request, future, watch)
+        self._last_send = time.monotonic()
+        self._tell(KazooState.CONNECTED)
+        if self._first is not None:
+            self._first.set()
+
+    async def _keep(self, framer: Framer) -> None:
+        """Ping when idle for a third of the timeout; drop a connection that stopped answering."""
+        assert self._session is not None
+        third = self._session.timeout_ms / 3000
+        while not framer.closed.done():
+            now = time.monotonic()
+            if self._ping_sent is not None and now - self._ping_sent > third:
+                framer.abort(ConnectionDropped("outstanding ping not answered"))
+                break
+            if self._ping_sent is None and now - self._last_send >= third:
+                framer.write(packet(PingInstance, PING_XID))
+                self._ping_sent = self._last_send = now
+            wait = third if self._ping_sent is not None else self._last_send + third - now
+            await asyncio.wait({framer.closed}, timeout=max(0.01, wait))
+
+    def _disconnected(self, framer: Framer) -> None:
+        if self._framer is not framer:
+            return
+        self._framer = None
+        lost = ConnectionLoss("the connection to ZooKeeper was lost")
+        pending, self._pending = self._pending, collections.deque()
+        for _, future, _, _ in pending:
+            _fail(future, lost)
+        # Watches are not re-sent: the coordinator's re-arm on CONNECTED.
+        self._data_watchers.clear()
+        self._child_watchers.clear()
+        if not self._stopping:
+            self.client_state = KeeperState.CONNECTING
+            self._tell(KazooState.SUSPENDED)
+
+    def _fatal(self, err: BaseException) -> None:
+        self.handshake_error = err
+        if isinstance(err, SessionExpiredError):
+            self._session_id = None
+            self._end(KeeperState.EXPIRED_SESSION, SessionExpiredError())
+            self._tell(KazooState.LOST)
+        elif isinstance(err, _LOGIN_ERRORS):
+            self._end(KeeperState.AUTH_FAILED, AuthFailedError())
+        else:
+            self._end(KeeperState.CLOSED, ConnectionClosedError(f"{type(err).__name__}"))
+        if self._first is not None:
+            self._first.set()
+
+    def _end(self, state: str, error: BaseException) -> None:
+        """No more connections: fail everything queued or in flight with ``error``."""
+        self.client_state = state
+        self._framer = None
+        for _, future, _ in self._queue:
+            _fail(future, error)
+        for _, future, _, _ in self._pending:
+            _fail(future, error)
+        self._queue.clear()
+        self._pending.clear()
+        self._data_watchers.clear()
+        self._child_watchers.clear()
+
+    def _tell(self, state: str) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener(state)
+            except Exception:
+                log.exception("a ZooKeeper state listener failed")
+
+
+def _decode(request: Any, frame: bytes, offset: int) -> Any:
+    """The value kazoo's codec reads from a reply (as kazoo's ``_read_response``)."""
+    if isinstance(request, Close):
+        return True
+    return request.deserialize(frame, offset)
+
+
+def _fail(future: asyncio.Future[Any], error: BaseException) -> None:
+    if not future.done():
+        future.set_exception(error)
