@@ -18,9 +18,10 @@ are coroutines (:meth:`AioZkClient.start`, :meth:`AioZkClient.aclose`).
   once (xid -1). On a lost connection every watch is dropped, and the
   coordinator's watches re-arm when CONNECTED is reported (they do after
   every reconnection anyway): no ``SetWatches``.
-* **Pings** (xid -2) go out when nothing was sent for a third of the
-  negotiated timeout; a ping unanswered for another third drops the
-  connection.
+* **Pings** (xid -2) go out when nothing is outstanding and nothing was
+  sent for a third of the negotiated timeout; a connection with a request
+  or a ping outstanding and nothing received for two thirds of the timeout
+  (less up to 0.4 s) is dropped, as kazoo drops it.
 * **Reconnection**: to the next host of the list (shuffled once), with the
   session id and password, backing off from 50 ms; requests in flight fail
   with ``ConnectionLoss``. The listeners hear SUSPENDED when a connection
@@ -130,6 +131,7 @@ class AioZkClient:
         self._framer: Framer | None = None  # the connection, once open and authenticated
         self._xid = 0
         self._last_send = 0.0
+        self._last_recv = 0.0
         self._ping_sent: float | None = None
         self._first: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
@@ -140,6 +142,12 @@ class AioZkClient:
     @property
     def connected(self) -> bool:
         return self._framer is not None
+
+    @property
+    def client_id(self) -> tuple[int, bytes] | None:
+        """The session's id and password, as kazoo's ``client_id``."""
+        session = self._session
+        return (session.session_id, session.password) if session is not None else None
 
     def add_listener(self, listener: Callable[[str], object]) -> None:
         self._listeners.append(listener)
@@ -238,6 +246,7 @@ class AioZkClient:
     # -- replies ------------------------------------------------------------
 
     def _on_frame(self, frame: bytes) -> None:
+        self._last_recv = time.monotonic()
         header, offset = ReplyHeader.deserialize(frame, 0)
         if header.xid == PING_XID:
             self._ping_sent = None
@@ -317,7 +326,7 @@ class AioZkClient:
                     return
                 log.debug("TLS with ZooKeeper at %s:%s failed: %r", host, port, err)
             except (OSError, ConnectionDropped, ZookeeperError, TimeoutError) as err:
-                log.debug("ZooKeeper connection to %s:%s failed: %r", host, port, err)
+                log.info("ZooKeeper connection to %s:%s failed: %r", host, port, err)
             if attempt % len(self._hosts) == 0:
                 await asyncio.sleep(delay * random.uniform(0.8, 1.2))
                 delay = min(delay * 2, self._max_delay_s)
@@ -343,6 +352,8 @@ class AioZkClient:
 
     async def _handshake(self, framer: Framer, host: str, timeout: float) -> None:
         handshake = Handshake(framer)
+        if self._session is not None:
+            self._session.last_zxid = self.last_zxid
         session = await open_session(handshake, self._session, self._timeout_ms, timeout)
         if self._session is not None and session.session_id != self._session.session_id:
             raise SessionExpiredError("the server opened a new session")
@@ -368,25 +379,36 @@ class AioZkClient:
         for request, future, watch in queued:
             if not future.done():  # its caller gave up: never sent
                 self._write(framer, request, future, watch)
-        self._last_send = time.monotonic()
+        self._last_send = self._last_recv = time.monotonic()
         self._tell(KazooState.CONNECTED)
         if self._first is not None:
             self._first.set()
 
     async def _keep(self, framer: Framer) -> None:
-        """Ping when idle for a third of the timeout; drop a connection that stopped answering."""
+        """Ping when idle for a third of the timeout; drop a connection that stopped answering.
+
+        Stopped answering: a request or a ping is outstanding and nothing came
+        for two thirds of the timeout, less a little (kazoo's read timeout and
+        jitter), so that a server that hangs is left before the coordinator's
+        heartbeat gives up on it, as kazoo does.
+        """
         assert self._session is not None
         third = self._session.timeout_ms / 3000
+        limit = 2 * third - min(0.4, third / 10)
         while not framer.closed.done():
             now = time.monotonic()
-            if self._ping_sent is not None and now - self._ping_sent > third:
-                framer.abort(ConnectionDropped("outstanding ping not answered"))
-                break
-            if self._ping_sent is None and now - self._last_send >= third:
-                framer.write(packet(PingInstance, PING_XID))
-                self._ping_sent = self._last_send = now
-            wait = third if self._ping_sent is not None else self._last_send + third - now
-            await asyncio.wait({framer.closed}, timeout=max(0.01, wait))
+            if self._pending or self._ping_sent is not None:
+                due = self._last_recv + limit
+                if now >= due:
+                    framer.abort(ConnectionDropped("no reply for two thirds of the timeout"))
+                    break
+            else:
+                due = self._last_send + third
+                if now >= due:
+                    framer.write(packet(PingInstance, PING_XID))
+                    self._ping_sent = self._last_send = now
+                    continue
+            await asyncio.wait({framer.closed}, timeout=min(max(0.01, due - now), third / 4))
 
     def _disconnected(self, framer: Framer) -> None:
         if self._framer is not framer:

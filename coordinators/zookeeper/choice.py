@@ -37,7 +37,9 @@ def chosen_client(target: ZkTarget) -> str:
 class ClientChoice(Heartbeat):
     """Making and starting the chosen client."""
 
-    _client_kind: str
+    @property
+    def _client_kind(self) -> str:
+        return chosen_client(self._target)
 
     def _make_aio_client(self) -> AioZkClient:
         options, credentials = self._options, self._credentials

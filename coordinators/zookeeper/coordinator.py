@@ -182,7 +182,7 @@ from coordinators.protocol import (
     Watch,
 )
 from coordinators.session import SessionTransitions
-from coordinators.zookeeper.choice import ClientChoice, chosen_client
+from coordinators.zookeeper.choice import ClientChoice
 from coordinators.zookeeper.client import ZkClient
 from coordinators.zookeeper.core import session_id_of
 from coordinators.zookeeper.errors import AUTH_ERRORS, translated
@@ -257,7 +257,6 @@ class ZooKeeperCoordinator(Keys, ZkClient, ClientChoice, Coordinator):
                 "?acl=open to the zk:// URL for world-accessible znodes (development only)"
             )
         self._check_tls(options)
-        self._client_kind = chosen_client(self._target)
         self._url = self._target.display()
         self._root = self._target.chroot or "/"
         self._prefix = self._target.chroot  # "" for the server root
@@ -306,9 +305,9 @@ class ZooKeeperCoordinator(Keys, ZkClient, ClientChoice, Coordinator):
             raise CoordinatorError(f"{self!r} is already connected")
         loop = asyncio.get_running_loop()
         self._loop = loop
+        client = self._make_client() if self._client_kind == "kazoo" else self._make_aio_client()
         if self._credentials is not None:
             REDACTOR.add(self._credentials.secrets)
-        client = self._make_client() if self._client_kind == "kazoo" else self._make_aio_client()
         started_at = time.monotonic()
         limit = float(self._options.connect_timeout_s)
         try:

@@ -28,6 +28,8 @@ from kazoo.exceptions import (
 )
 from kazoo.protocol.serialization import SASL, Auth, Connect, ReplyHeader
 
+from coordinators.zookeeper.security import kazoo_log
+
 log = logging.getLogger("coordinators.zookeeper")  # the backend's one logger
 
 INT = struct.Struct("!i")
@@ -130,6 +132,11 @@ class Handshake:
         self._frames: asyncio.Queue[bytes] = asyncio.Queue()
         framer.on_frame = self._frames.put_nowait
 
+    def send(self, request: Any, xid: int | None) -> None:
+        """Send a handshake packet, logged at DEBUG as kazoo logs it (redacted)."""
+        kazoo_log.debug("Sending request(xid=%s): %s", xid, request)
+        self.framer.write(packet(request, xid))
+
     async def read(self, timeout: float) -> bytes:
         get = asyncio.ensure_future(self._frames.get())
         try:
@@ -170,7 +177,7 @@ async def open_session(
         resume.password if resume else b"\x00" * 16,
         False,
     )
-    handshake.framer.write(packet(connect, None))
+    handshake.send(connect, None)
     reply, _ = Connect.deserialize(await handshake.read(timeout), 0)
     if reply.time_out <= 0:
         raise SessionExpiredError("the session has expired")
@@ -191,7 +198,7 @@ async def authenticate(
     if sasl_options is not None:
         await _sasl(handshake, session, dict(sasl_options), host, timeout)
     for scheme, credential in auth_data:
-        handshake.framer.write(packet(Auth(0, scheme, credential), AUTH_XID))
+        handshake.send(Auth(0, scheme, credential), AUTH_XID)
         try:
             await handshake.reply(AUTH_XID, timeout, session)
         except ConnectionDropped as err:
@@ -221,7 +228,7 @@ async def _sasl(
         if client.complete and not response:
             break
         xid += 1
-        handshake.framer.write(packet(SASL(response or b""), xid))
+        handshake.send(SASL(response or b""), xid)
         try:
             frame, offset = await handshake.reply(xid, timeout, session)
         except ConnectionDropped as err:

@@ -8,7 +8,8 @@ process per core (:mod:`tests.benchmarks.member_pool`), session timeout 10 s
 reads; a member that fails is started again (as a supervisor would) and the
 restarts are reported. Sizes: 200 members x 2,048 shards and 1,000 x 8,192 (20 x 256
 with ``--quick``); ``BENCH_COORDINATOR_SIZES=200x2048`` picks some, and
-``BENCH_COORDINATOR_SERVERS=etcd`` one server, and
+``BENCH_COORDINATOR_SERVERS=etcd`` one server, ``BENCH_ZK_CLIENT=kazoo,asyncio``
+the ZooKeeper clients (one run each, back to back; default kazoo), and
 ``BENCH_COORDINATOR_PROFILE=DIR`` profiles the workers' event loops (cProfile)
 during the joins and leaves and prints the top functions.
 
@@ -175,6 +176,8 @@ async def scenario(url: str, wh: str, members: int, shards: int, window_s: float
             result["steady_calls"] = got["calls"]
             result["steady_server_messages_per_s"] = round(
                 (server_after - server_before) / window, 1)
+            result["steady_server_messages_per_member_s"] = round(
+                (server_after - server_before) / window / members, 2)
             result["steady_cpu_ms_per_member_s"] = round(
                 1000.0 * got["cpu_s"] / window / members, 2)
             result["load_avg_steady"] = os.getloadavg()
@@ -224,6 +227,24 @@ def servers() -> list[str]:
     return [s for s in ("etcd", "zookeeper") if s in chosen]
 
 
+def zk_clients() -> list[str]:
+    """``BENCH_ZK_CLIENT=kazoo,asyncio``: the ZooKeeper clients to run, one after
+    the other on the same server (default: kazoo, the coordinator's default)."""
+    chosen = os.environ.get("BENCH_ZK_CLIENT", "kazoo").split(",")
+    return [c for c in ("kazoo", "asyncio") if c in chosen]
+
+
+def runs() -> list[tuple[str, str]]:
+    """(label, server) of each run: etcd, then ZooKeeper once per client."""
+    found: list[tuple[str, str]] = []
+    for server in servers():
+        if server == "zookeeper":
+            found += [(f"zookeeper ({client})", f"zookeeper:{client}") for client in zk_clients()]
+        else:
+            found.append((server, server))
+    return found
+
+
 def figures_of(server: str, r: dict[str, Any], targets: bool) -> list[Figure]:
     where = f"{server}, {r['members']} members x {r['shards']} shards"
     load = f"load {r['load_avg_steady'][0]:.1f}"
@@ -263,14 +284,15 @@ def run(ctx: Context) -> list[Figure]:
     cycles = 1 if ctx.quick else 3
     try:
         for members, shards in sizes(ctx.quick):
-            for server in servers():
+            for server, which in runs():
                 wh = str(ctx.scratch("wh"))
                 make_append_table(wh, "db.t", buckets=-1)
                 write_rows(wh, "db.t", range(10))
-                if server == "etcd":
+                if which == "etcd":
                     url, count = ctx.etcd_url(), etcd_messages(ctx.etcd().endpoint)
                 else:
-                    url, count = zk.unique_url(), zookeeper_packets(zk)
+                    client = which.partition(":")[2]
+                    url, count = f"{zk.unique_url()}&client={client}", zookeeper_packets(zk)
                 try:
                     r = asyncio.run(scenario(url, wh, members, shards, window, cycles,
                                              ctx.scratch("history"), count))
