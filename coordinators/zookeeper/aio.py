@@ -129,6 +129,7 @@ class AioZkClient:
         )
         self._pending: collections.deque[_Pending] = collections.deque()
         self._framer: Framer | None = None  # the connection, once open and authenticated
+        self._outbox: list[bytes] = []  # packets written at the end of this turn of the loop
         self._xid = 0
         self._last_send = 0.0
         self._last_recv = 0.0
@@ -228,10 +229,20 @@ class AioZkClient:
     def _write(
         self, framer: Framer, request: Any, future: asyncio.Future[Any], watch: Watcher | None
     ) -> None:
+        """Send in xid order; the requests of one turn of the loop go out in one write."""
         self._xid = self._xid % 2147483647 + 1
-        framer.write(packet(request, self._xid))
+        if not self._outbox:
+            asyncio.get_running_loop().call_soon(self._flush, framer)
+        self._outbox.append(packet(request, self._xid))
         self._pending.append((request, future, self._xid, watch))
         self._last_send = time.monotonic()
+
+    def _flush(self, framer: Framer) -> None:
+        if framer is not self._framer:
+            return  # that connection is gone, and its packets were dropped with it
+        outbox, self._outbox = self._outbox, []
+        if outbox:
+            framer.write(b"".join(outbox))
 
     async def _ensure_path(self, path: str, acl: list[ACL]) -> bool:
         if await self.exists_async(path) is not None:
@@ -414,6 +425,7 @@ class AioZkClient:
         if self._framer is not framer:
             return
         self._framer = None
+        self._outbox = []
         lost = ConnectionLoss("the connection to ZooKeeper was lost")
         pending, self._pending = self._pending, collections.deque()
         for _, future, _, _ in pending:
@@ -442,6 +454,7 @@ class AioZkClient:
         """No more connections: fail everything queued or in flight with ``error``."""
         self.client_state = state
         self._framer = None
+        self._outbox = []
         for _, future, _ in self._queue:
             _fail(future, error)
         for _, future, _, _ in self._pending:

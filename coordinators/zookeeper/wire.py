@@ -199,10 +199,7 @@ async def authenticate(
         await _sasl(handshake, session, dict(sasl_options), host, timeout)
     for scheme, credential in auth_data:
         handshake.send(Auth(0, scheme, credential), AUTH_XID)
-        try:
-            await handshake.reply(AUTH_XID, timeout, session)
-        except ConnectionDropped as err:
-            raise AuthFailedError("the server closed the connection on our credentials") from err
+        await handshake.reply(AUTH_XID, timeout, session)
 
 
 async def _sasl(
