@@ -900,8 +900,6 @@ def test_the_handler_waits_with_poll_and_never_builds_an_epoll(
 async def test_every_kazoo_client_gets_the_polling_handler(zk_url: str) -> None:
     from coordinators.zookeeper.handler import PollingHandler
 
-    async with open_coordinator(zk_url) as coord:
-        if coord._client_kind != "kazoo":  # type: ignore[attr-defined]
-            pytest.skip("the asyncio client (PAIMON_GROUP_ZK_CLIENT) has no kazoo handler")
+    async with open_coordinator(f"{zk_url}&client=kazoo") as coord:
         assert isinstance(coord._client.handler, PollingHandler)  # type: ignore[attr-defined]
         assert await coord.create("k", b"v") is not None

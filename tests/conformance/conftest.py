@@ -1,7 +1,7 @@
 """Fixtures of the coordinator conformance suite: every backend passes the same tests.
 
 ``coordinator_url`` is parametrised over the backends (ZooKeeper twice: on
-kazoo and on the asyncio client). The embedded ones get a
+its default client, the asyncio connection, and on kazoo). The embedded ones get a
 fresh database per test (a file in ``tmp_path``; a unique in-memory name). The
 server ones take their URL from the fixtures ``etcd_url`` and ``zk_url``
 (``tests/support/etcd_server.py``, ``tests/support/zk_server.py``): each returns
@@ -36,8 +36,8 @@ DEFAULT_SESSION_TIMEOUT_S = 10.0
         "memory",
         pytest.param("etcd", marks=pytest.mark.etcd),
         pytest.param("zk", marks=pytest.mark.zk),
-        # The ZooKeeper backend on its asyncio client (docs/zookeeper.md).
-        pytest.param("zk-asyncio", marks=pytest.mark.zk),
+        # The ZooKeeper backend on kazoo, its other client (docs/zookeeper.md).
+        pytest.param("zk-kazoo", marks=pytest.mark.zk),
     ]
 )
 def coordinator_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
@@ -46,8 +46,8 @@ def coordinator_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         return "sqlite://" + quote(str(tmp_path / "coordinator.db"))
     if backend == "memory":
         return f"memory://conformance-{uuid.uuid4().hex}"
-    if backend == "zk-asyncio":
-        return f"{request.getfixturevalue('zk_url')}&client=asyncio"
+    if backend == "zk-kazoo":
+        return f"{request.getfixturevalue('zk_url')}&client=kazoo"
     url = request.getfixturevalue(f"{backend}_url")
     assert isinstance(url, str), f"fixture {backend}_url must return a URL string"
     return url
