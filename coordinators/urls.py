@@ -5,8 +5,9 @@ A coordinator URL is ``SCHEME://REST``. The network backends share the shape
 addresses or bracketed IPv6 addresses, each with an optional port (the
 backend's default otherwise). Credentials never belong in a URL: they are
 :class:`~coordinators.protocol.ConnectOptions` fields, and a URL that carries
-``user:password@`` is refused without echoing it. Every message is one line
-and shows the URL through :func:`redact_url`.
+``user:password@`` is refused without echoing it, whatever the password holds
+(``/ ? # @ :``: :func:`userinfo_end` finds where it ends). Every message is
+one line and shows the URL through :func:`redact_url`.
 
 Example::
 
@@ -18,6 +19,8 @@ Example::
     'etcd://***@h:2379/app?password=***'
     >>> redact_url("zk://h:2181/app?acl=open")
     'zk://h:2181/app?acl=open'
+    >>> redact_url("etcd://root:SE/KR?E#T@h:2379/app")
+    'etcd://***@h:2379/app'
 """
 
 from __future__ import annotations
@@ -30,9 +33,50 @@ from coordinators.errors import CREDENTIALS_HOW, InvalidCoordinatorURL
 
 HostPort = tuple[str, int]
 
+_HOST = re.compile(r"^(?:\[([0-9A-Fa-f:.]+)\]|([A-Za-z0-9._-]+))(?::(\d{1,5}))?$")
+
+
+def redact_url(url: str) -> str:
+    """The URL with any ``user:password@`` part and query values masked
+    (except :data:`SHOWN_QUERY_VALUES`: ``acl=open`` is no secret)."""
+    if "://" not in url:
+        # Not a URL at all (``etcd//oops``): show it as given, minus any
+        # ``user:password@`` part and query values.
+        return _masked_text(url)
+    # The user information is found by userinfo_end, whatever the secret
+    # holds (``/ ? # @ :``); the values of ``;`` parameters (a Spark Connect
+    # token) are masked as query values are, and a fragment as ``#***``.
+    scheme, _, rest = url.partition("://")
+    if not _SCHEME.fullmatch(scheme):
+        return _masked_text(url)
+    end = userinfo_end(rest)
+    shown = "***@" + _masked_tail(rest[end + 1:]) if end >= 0 else _masked_tail(rest)
+    return f"{scheme.lower()}://{shown}"
+
+
+# Query values that are never secret, shown as they are: ZooKeeper's ACL
+# modes. Any other value (a digest ACL's ``user:password``, a token) is masked.
+SHOWN_QUERY_VALUES: Final = {"acl": frozenset({"open", "creator"})}
+
+
+def _masked_query(query: str) -> str:
+    masked = "&".join(_masked_pair(kv) for kv in query.split("&") if kv)
+    return f"?{masked}" if masked else ""
+
+
+def _masked_pair(kv: str) -> str:
+    if "=" not in kv:
+        return MASK  # a parameter without "=" may be a bare secret
+    name, value = kv.split("=", 1)
+    return kv if value in SHOWN_QUERY_VALUES.get(name.lower(), ()) else f"{name}=***"
+
+
 MASK: Final = "***"
 
-_HOST = re.compile(r"^(?:\[([0-9A-Fa-f:.]+)\]|([A-Za-z0-9._-]+))(?::(\d{1,5}))?$")
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
+
+# Where a URL's host part ends (when nothing before it is a secret).
+_PART_END = re.compile(r"[/?#]")
 
 
 def userinfo_end(rest: str) -> int:
@@ -65,37 +109,9 @@ def has_userinfo(url: str) -> bool:
     return bool(sep) and bool(_SCHEME.fullmatch(scheme)) and userinfo_end(rest) >= 0
 
 
-def redact_url(url: str) -> str:
-    """The URL safe to show: any ``user:password@`` part (found by
-    :func:`userinfo_end`, whatever the secret holds) shown as ``***@``, the
-    values of query and ``;`` parameters as ``***`` (a parameter without
-    ``=`` whole), except :data:`SHOWN_QUERY_VALUES` (``acl=open`` is no
-    secret), and a fragment as ``#***``."""
-    scheme, sep, rest = url.partition("://")
-    if not sep or not _SCHEME.fullmatch(scheme):
-        # Not a URL at all (``etcd//oops``): show it as given, minus anything
-        # up to an ``@`` and the parameters' values.
-        text = url.rsplit("@", 1)[1] if "@" in url else url
-        return ("***@" if "@" in url else "") + _masked_tail(text)
-    end = userinfo_end(rest)
-    shown = "***@" + _masked_tail(rest[end + 1:]) if end >= 0 else _masked_tail(rest)
-    return f"{scheme.lower()}://{shown}"
-
-
-_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
-
-# Where a URL's host part ends (when nothing before is a secret).
-_PART_END = re.compile(r"[/?#]")
-
-
 def _could_be_hosts(text: str) -> bool:
     """True if ``text`` can be a URL's host list (``HOST[:PORT][,...]``)."""
     return bool(text) and all(_HOST.match(part) for part in text.split(","))
-
-
-# Query values that are never secret, shown as they are: ZooKeeper's ACL
-# modes. Any other value (a digest ACL's ``user:password``, a token) is masked.
-SHOWN_QUERY_VALUES: Final = {"acl": frozenset({"open", "creator"})}
 
 
 def _masked_tail(text: str) -> str:
@@ -110,18 +126,12 @@ def _masked_tail(text: str) -> str:
     return shown + ("#***" if hash_sign else "")
 
 
-def _masked_query(query: str) -> str:
-    masked = "&".join(_masked_pair(kv) for kv in query.split("&") if kv)
-    return f"?{masked}" if masked else ""
-
-
-def _masked_pair(kv: str) -> str:
-    """``name=value`` with the value masked (unless shown); a parameter
-    without ``=`` may be a bare secret: ``***``."""
-    if "=" not in kv:
-        return MASK
-    name, value = kv.split("=", 1)
-    return kv if value in SHOWN_QUERY_VALUES.get(name.lower(), ()) else f"{name}={MASK}"
+def _masked_text(text: str) -> str:
+    """What is not a URL, shown minus anything up to its last ``@`` and its
+    parameters' values."""
+    if "@" not in text:
+        return _masked_tail(text)
+    return "***@" + _masked_tail(text.rsplit("@", 1)[1])
 
 
 def split_scheme(url: str, schemes: Collection[str], what: str, usage: str) -> tuple[str, str]:
