@@ -63,6 +63,9 @@ def parse_url(url: str) -> ZkTarget:
             )
     if parts.fragment:
         raise InvalidCoordinatorURL(f"ZooKeeper URL {shown!r} takes no fragment")
+    if any(p and "=" not in p for p in parts.query.split("&")):  # maybe a bare secret
+        raise InvalidCoordinatorURL(
+            f"a parameter without '=' in ZooKeeper URL {shown!r}: only acl=... is accepted")
     acl: str | None = None
     for name, value in parse_qsl(parts.query, keep_blank_values=True):
         if name != "acl":
