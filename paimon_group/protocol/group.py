@@ -68,9 +68,11 @@ from paimon_group.protocol.records import (
     Owner,
     Position,
     RemovedMember,
+    check_can_follow,
     decoded_assignment,
     position_order,
 )
+from paimon_group.version import __version__
 
 
 def _reset_position(next_snapshot: int, actor: str, now: float) -> bytes:
@@ -132,12 +134,14 @@ class GroupClient:
                 )
             new = GroupMeta(num_shards=num_shards, table=table, created_at=time.time(),
                             sharding=sharding, incarnation=incarnation, table_id=table_id,
-                            warehouse=warehouse, assignor=assignor or "count")
+                            warehouse=warehouse, assignor=assignor or "count",
+                            written_by=__version__)
             created = await self.coordinator.create(self.keys.meta, new.encode())
             if created is not None:
                 return new
             meta = await self.read_meta()
             assert meta is not None  # created concurrently by another member
+        check_can_follow(meta, self.group)
         check_group_warehouse(meta, self.group, warehouse)
         if explicit and num_shards is not None and meta.num_shards != num_shards:
             raise ShardCountMismatch(
