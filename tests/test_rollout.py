@@ -15,16 +15,16 @@ upgrade"; the compatibility rule: docs/design.md, "Versions and compatibility").
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
-import signal
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from paimon_group.version import __version__
 from tests.support.checker import check_all
 from tests.support.group_procs import REPO, GroupHarness, live_members
 from tests.support.releases import extract_release, previous_release
@@ -120,12 +120,44 @@ def test_rolling_upgrade_and_rollback(tmp_path: Path, group_coordinator: str,
     print(f"rows {len(h.written)}, versions {versions}")
 
 
-def test_member_refuses_a_feature_it_cannot_follow(tmp_path: Path) -> None:
-    from tests.support.group_procs import GroupHarness
+def _rewrite_group_record(h: GroupHarness, change: dict[str, Any]) -> None:
+    """The group record with ``change``, as a later release would write it."""
+    from coordinators.protocol import Put
+    from coordinators.registry import open_coordinator
+    from paimon_group.config.member import resolve_coordinator
+    from paimon_group.protocol.names import GroupKeys
 
-    url = f"sqlite://{tmp_path}/coordinator.sqlite"
-    h = GroupHarness(tmp_path, url, buckets=2)
-    h.write(range(10))
-    assert h.start("a").wait(timeout=120) is not None or True
-    h.signal("a", signal.SIGTERM) if h.procs["a"].poll() is None else None
-    _ = json, time
+    async def go() -> None:
+        key = GroupKeys(h.group).meta
+        async with open_coordinator(resolve_coordinator(h.warehouse, h.coordinator)) as coord:
+            entry = await coord.get(key)
+            assert entry is not None
+            record = {**json.loads(entry.value), **change}
+            assert await coord.commit([], [Put(key, json.dumps(record).encode())])
+
+    asyncio.run(go())
+
+
+def test_member_refuses_a_feature_it_cannot_follow(tmp_path: Path) -> None:
+    h = GroupHarness(tmp_path, f"sqlite://{tmp_path}/coordinator.sqlite", buckets=2)
+    try:
+        h.write(range(10))
+        h.start("a")
+        h.wait_caught_up({"a"})
+        assert h.terminate("a") == 0, h.log("a")
+        # A later release switched on a feature main does not know.
+        _rewrite_group_record(h, {"features": ["future-feature"], "written_by": "9.0.0"})
+        h.write(range(10, 20))
+        log_before = h.log("a")
+        code = h.start("a").wait(timeout=60)
+    finally:
+        h.cleanup()
+    lines = h.log("a")[len(log_before):].splitlines()
+    errors = [line for line in lines if "error" in line.lower()]
+    assert code == 2 and errors == [
+        "error: group 'g' uses feature future-feature (switched on by paimon-group 9.0.0), "
+        f"which this member, paimon-group {__version__}, cannot follow: upgrade it to "
+        "paimon-group 9.0.0 or later"], lines
+    d = h.describe()  # it holds nothing and left nothing: no member, no owner
+    assert d["members"] == [] and all(s["owner"] is None for s in d["shards"]), d
+    assert all(s["next_snapshot"] == 2 for s in d["shards"]), d  # nothing committed
