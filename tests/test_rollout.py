@@ -76,10 +76,13 @@ class MixedGroup(GroupHarness):
 
     def wait_all_own(self) -> dict[str, Any]:
         """Until the three members are live, the group stable and every shard owned."""
-        return self.wait_for(
-            lambda d: live_members(d) == set(MEMBERS) and d["state"] == "stable"
-            and all(s["owner"] in MEMBERS for s in d["shards"]),
-            timeout=60, what="every member live and every shard owned")
+        try:
+            return self.wait_for(
+                lambda d: live_members(d) == set(MEMBERS) and d["state"] == "stable"
+                and all(s["owner"] in MEMBERS for s in d["shards"]),
+                timeout=60, what="every member live and every shard owned")
+        except AssertionError as err:
+            raise AssertionError(f"{str(err)[:300]}\n{self.explain()}") from None
 
     def roll(self, member: str, release: str) -> int:
         """Stop ``member`` with SIGTERM and start it again on ``release``."""
@@ -89,7 +92,7 @@ class MixedGroup(GroupHarness):
         return code
 
     def explain(self) -> str:
-        return "\n".join(f"--- {m} ({self.runs.get(m)})\n{self.log(m)[-3000:]}"
+        return "\n".join(f"--- {m} ({self.runs.get(m)})\n{self.log(m)[-1500:]}"
                          for m in self.procs)
 
 

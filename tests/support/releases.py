@@ -5,9 +5,11 @@ CHANGELOG.md has one ``## `` heading per release, newest first::
     ## Unreleased (0.2.0)
     ## 0.1.0 (2026-11-23, commit 9a66f3523a74a54793dde1b17feccb684622c741)
 
-A release is found by its tag ``v<version>`` when the clone has tags, and
-otherwise by the commit its heading records (a clone without tags still has
-the history). :func:`extract_release` writes the release's packages
+(at a release's own commit its heading has only the date: the commit is
+recorded by the next one, docs/releasing.md). A release is found by its tag
+``v<version>`` when the clone has tags, and otherwise by the commit its
+heading records (a clone without tags still has the history).
+:func:`extract_release` writes the release's packages
 (``paimon_group`` and ``coordinators``, nothing else: the tests' own helpers
 stay main's) into a directory with ``git archive``; a process with that
 directory first on its path runs the release, with the dependencies of the
@@ -33,7 +35,8 @@ CHANGELOG = REPO / "CHANGELOG.md"
 
 _HEADING = re.compile(
     r"^## (?:(?P<unreleased>Unreleased) \((?P<next>[0-9][^)]*)\)"
-    r"|(?P<version>[0-9][^ ]*) \((?P<date>[0-9-]+), commit (?P<commit>[0-9a-f]{40})\))\s*$")
+    r"|(?P<version>[0-9][^ ]*) \((?P<date>[0-9]{4}-[0-9]{2}-[0-9]{2})"
+    r"(?:, commit (?P<commit>[0-9a-f]{40}))?\))\s*$")
 
 
 @dataclass(frozen=True)
@@ -45,19 +48,24 @@ class Heading:
 
 def headings(path: Path = CHANGELOG) -> list[Heading]:
     """Every release heading of the changelog, newest first."""
+    return parse_headings(path.read_text())
+
+
+def parse_headings(text: str) -> list[Heading]:
+    """:func:`headings` of a changelog's text (a commit's, read from git)."""
     out: list[Heading] = []
-    for line in path.read_text().splitlines():
+    for line in text.splitlines():
         if not line.startswith("## "):
             continue
         m = _HEADING.match(line)
         if m is None:
-            raise AssertionError(f"{path.name}: a release heading not in the form "
-                                 f"'## Unreleased (X.Y.Z)' or '## X.Y.Z (DATE, commit SHA)': "
-                                 f"{line!r}")
+            raise AssertionError("CHANGELOG.md: a release heading not in the form "
+                                 f"'## Unreleased (X.Y.Z)' or '## X.Y.Z (YYYY-MM-DD[, commit "
+                                 f"SHA])': {line!r}")
         if m["unreleased"]:
             out.append(Heading(m["next"], True))
         else:
-            out.append(Heading(m["version"], False, m["commit"]))
+            out.append(Heading(m["version"], False, m["commit"] or ""))
     return out
 
 
@@ -75,19 +83,47 @@ def _git(*args: str) -> str:
                           check=True).stdout.strip()
 
 
+def tag_commit(version: str) -> str | None:
+    """The commit of tag ``v<version>``, None when the clone has no such tag."""
+    tag = subprocess.run(["git", "rev-parse", "--verify", "-q", f"v{version}^{{commit}}"],
+                         cwd=REPO, capture_output=True, text=True)
+    return tag.stdout.strip() if tag.returncode == 0 else None
+
+
 def release_commit(release: Heading) -> str:
     """The release's commit: its tag's when the tag is present (and then it
     must be the recorded one), else the commit the changelog records."""
-    tag = subprocess.run(["git", "rev-parse", "--verify", "-q", f"v{release.version}^{{commit}}"],
-                         cwd=REPO, capture_output=True, text=True)
-    if tag.returncode == 0:
-        commit = tag.stdout.strip()
-        if commit != release.commit:
+    commit = tag_commit(release.version)
+    if commit is not None:
+        if release.commit and commit != release.commit:
             raise AssertionError(f"tag v{release.version} is at {commit}; CHANGELOG.md "
                                  f"records {release.commit}")
         return commit
-    _git("cat-file", "-e", f"{release.commit}^{{commit}}")  # in the history (no shallow clone)
+    if not release.commit:
+        raise AssertionError(f"release {release.version} has no tag in this clone and "
+                             "CHANGELOG.md records no commit for it")
+    try:
+        _git("cat-file", "-e", f"{release.commit}^{{commit}}")
+    except subprocess.CalledProcessError as err:
+        raise AssertionError(f"release {release.version}'s commit {release.commit} is not in "
+                             "this clone's history (a shallow clone?)") from err
     return release.commit
+
+
+_VERSION_LINE = re.compile(r'^__version__ = "([^"]+)"$', re.M)
+
+
+def version_at(commit: str) -> str:
+    """The package version of ``commit``'s tree (paimon_group/version.py, or
+    paimon_group/__init__.py before that file existed)."""
+    for path in ("paimon_group/version.py", "paimon_group/__init__.py"):
+        try:
+            m = _VERSION_LINE.search(file_at(commit, path))
+        except subprocess.CalledProcessError:
+            continue
+        if m:
+            return m.group(1)
+    raise AssertionError(f"no __version__ in {commit}'s tree")
 
 
 def file_at(commit: str, path: str) -> str:
