@@ -146,3 +146,20 @@ def test_every_record_is_in_the_rule() -> None:
     section = doc.split("## Versions and compatibility", 1)[1].split("\n## ", 1)[0]
     missing = sorted(c for c in classes if f"`{c}`" not in section)
     assert missing == [], f"records not in docs/design.md's compatibility table: {missing}"
+
+
+def test_sink_marks_of_a_newer_format_are_refused_in_one_line() -> None:
+    from paimon_group.sink.marks import ShardMark, decode, encode
+
+    value = encode({0: ShardMark(epoch=3, next_snapshot=9, incarnation="a", start_moves=1)})
+    assert decode(value)[0].next_snapshot == 9
+    newer = json.dumps({**json.loads(value), "v": 2})
+    with pytest.raises(IncompatibleVersion, match=(
+            rf"^the sink's marks in the target have format 2; this is paimon-group "
+            rf"{__version__}, which reads format 1: upgrade it to the version that wrote "
+            r"them or later$")):
+        decode(newer)
+    # A mark with more entries than this version knows (a later one's, added
+    # at the end) is read ignoring them.
+    longer = json.dumps({"v": 1, "shards": {"0": [3, 9, "a", 1, "later"]}})
+    assert decode(longer) == {0: ShardMark(3, 9, "a", 1)}

@@ -72,7 +72,6 @@ from paimon_group.protocol.records import (
     decoded_assignment,
     position_order,
 )
-from paimon_group.version import __version__
 
 
 def _reset_position(next_snapshot: int, actor: str, now: float) -> bytes:
@@ -134,8 +133,7 @@ class GroupClient:
                 )
             new = GroupMeta(num_shards=num_shards, table=table, created_at=time.time(),
                             sharding=sharding, incarnation=incarnation, table_id=table_id,
-                            warehouse=warehouse, assignor=assignor or "count",
-                            written_by=__version__)
+                            warehouse=warehouse, assignor=assignor or "count")
             created = await self.coordinator.create(self.keys.meta, new.encode())
             if created is not None:
                 return new

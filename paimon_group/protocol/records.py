@@ -114,7 +114,8 @@ class GroupMeta(_Record):
 
     ``features`` are the group features in use that a member must follow to
     take part (:data:`FEATURES`; empty in every group of 0.1.0 and 0.2.0), and
-    ``written_by`` the version that wrote the record (empty: 0.1.0).
+    ``written_by`` the version that wrote the record (this one's when
+    created here; empty in 0.1.0's).
     """
 
     num_shards: int
@@ -127,7 +128,7 @@ class GroupMeta(_Record):
     warehouse: str = ""
     assignor: str = "count"
     features: tuple[str, ...] = ()
-    written_by: str = ""
+    written_by: str = __version__
 
     @classmethod
     def _from_dict(cls, data: dict[str, Any]) -> GroupMeta:
