@@ -107,3 +107,21 @@ def test_the_changelog_names_the_records_of_each_release() -> None:
         section = text.split(f"## {'Unreleased (' + h.version if h.unreleased else h.version}",
                              1)[1].split("\n## ", 1)[0]
         assert "### Records and files" in section, f"{h.version}: no 'Records and files'"
+
+
+def test_the_previous_release_is_found_without_tags(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A clone without tags (CI's may have none) finds the previous release by
+    the commit CHANGELOG.md records, and extracts it from the history."""
+    from tests.support import releases
+
+    monkeypatch.setattr(releases, "tag_commit", lambda version: None)
+    previous = releases.previous_release()
+    assert releases.release_commit(previous) == previous.commit
+    tree = releases.extract_release(previous, tmp_path / "previous")
+    text = (tree / "paimon_group" / "__init__.py").read_text()
+    version_file = tree / "paimon_group" / "version.py"
+    if version_file.exists():
+        text = version_file.read_text()
+    assert f'__version__ = "{previous.version}"' in text
+    assert not (tree / "tests").exists()  # the tests' helpers stay main's
