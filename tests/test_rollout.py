@@ -9,8 +9,9 @@ upgrade"; the compatibility rule: docs/design.md, "Versions and compatibility").
   back to the previous release. Every row delivered, none from a shard its
   member did not own, every exit 0. On sqlite, etcd and ZooKeeper.
 * refusal: a group record naming a feature main does not know (as a later
-  release switches one on) is refused by a main member in one line naming both
-  versions; the member registers nothing and holds no shard.
+  release switches one on), and one of a newer format, are refused by a main
+  member in one line naming both versions (and by ``reset``); the member
+  registers nothing and holds no shard.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import asyncio
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -141,6 +143,14 @@ def _rewrite_group_record(h: GroupHarness, change: dict[str, Any]) -> None:
     asyncio.run(go())
 
 
+def _refusal(h: GroupHarness) -> tuple[int, list[str]]:
+    """Start member ``a`` and wait for its exit: its code and its error lines."""
+    log_before = h.log("a")
+    code = h.start("a").wait(timeout=60)
+    lines = h.log("a")[len(log_before):].splitlines()
+    return code, [line for line in lines if "error" in line.lower()]
+
+
 def test_member_refuses_a_feature_it_cannot_follow(tmp_path: Path) -> None:
     h = GroupHarness(tmp_path, f"sqlite://{tmp_path}/coordinator.sqlite", buckets=2)
     try:
@@ -151,16 +161,26 @@ def test_member_refuses_a_feature_it_cannot_follow(tmp_path: Path) -> None:
         # A later release switched on a feature main does not know.
         _rewrite_group_record(h, {"features": ["future-feature"], "written_by": "9.0.0"})
         h.write(range(10, 20))
-        log_before = h.log("a")
-        code = h.start("a").wait(timeout=60)
+        refused = _refusal(h)
+        reset = subprocess.run(
+            [sys.executable, "-m", "paimon_group", "reset", "--group", h.group, "--warehouse",
+             h.warehouse, "--coordinator", h.coordinator, "--to-latest", "--execute"],
+            cwd=REPO, capture_output=True, text=True, timeout=60, env=h.env)
+        # A later release raised the group record's format.
+        _rewrite_group_record(h, {"features": [], "format": 2})
+        newer = _refusal(h)
     finally:
         h.cleanup()
-    lines = h.log("a")[len(log_before):].splitlines()
-    errors = [line for line in lines if "error" in line.lower()]
-    assert code == 2 and errors == [
-        "error: group 'g' uses feature future-feature (switched on by paimon-group 9.0.0), "
-        f"which this member, paimon-group {__version__}, cannot follow: upgrade it to "
-        "paimon-group 9.0.0 or later"], lines
-    d = h.describe()  # it holds nothing and left nothing: no member, no owner
+    line = ("error: group 'g' uses feature future-feature (switched on by paimon-group 9.0.0), "
+            f"which this member, paimon-group {__version__}, cannot follow: upgrade it to "
+            "paimon-group 9.0.0 or later")
+    assert refused == (2, [line]), h.log("a")
+    assert (reset.returncode, reset.stderr.splitlines()) == (2, [line]), reset.stderr
+    assert newer == (2, [
+        "error: the record at coordinator key 'groups/g' has format 2 (written by "
+        f"paimon-group 9.0.0); this member is paimon-group {__version__}, which reads "
+        "format 1: upgrade it to 9.0.0 or later"]), h.log("a")
+    _rewrite_group_record(h, {"format": 1})  # describe reads format 1 only
+    d = h.describe()  # it held nothing and left nothing: no member, no owner
     assert d["members"] == [] and all(s["owner"] is None for s in d["shards"]), d
     assert all(s["next_snapshot"] == 2 for s in d["shards"]), d  # nothing committed
