@@ -74,8 +74,11 @@ def newest_heading(path: Path = CHANGELOG) -> Heading:
 
 
 def previous_release(path: Path = CHANGELOG) -> Heading:
-    """The newest released version (the one before main's)."""
-    return next(h for h in headings(path) if not h.unreleased)
+    """The newest release before this tree's version (at a release's own
+    commit, the one before it)."""
+    from paimon_group.version import __version__
+
+    return next(h for h in headings(path) if not h.unreleased and h.version != __version__)
 
 
 def _git(*args: str) -> str:
