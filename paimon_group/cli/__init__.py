@@ -42,6 +42,7 @@ from paimon_group.cli.options import (
     group_option,
     table_options,
 )
+from paimon_group.cli.version import version_option
 from paimon_group.config.member import (
     DEFAULT_PARALLEL_SHARDS,
     MemberConfig,
@@ -62,7 +63,7 @@ def setup_logging(fmt: str, level: str) -> None:
 
 @click.group(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"],
                                                   "max_content_width": 100})
-@click.version_option(package_name="paimon-group")
+@version_option
 def main() -> None:
     """Coordinated, sharded consumer groups for Apache Paimon tables."""
 
