@@ -127,3 +127,40 @@ def test_the_path_is_restored_after_a_handler_import_and_its_package_still_impor
     finally:
         for name in ("host_safety_pkg", "host_safety_pkg.later", "host_safety_broken"):
             sys.modules.pop(name, None)
+
+
+SECRET = "SE/KRET-host-safety"
+
+
+def test_a_secret_catalog_option_on_the_command_line_is_warned_about_once(
+        tmp_path: Path, warehouse: Path) -> None:
+    """Issue 44: ``--catalog-option s3.secret-key=...`` put the secret where
+    ``ps`` shows it, without a word. One warning line now names the keys (never
+    a value) and the two ways that keep them off the command line; nothing is
+    said of them in the environment or a --config file, nor of an option that
+    is not secret-looking."""
+    args = run_args(warehouse, "--start", "yesterday")  # ends before joining: exit 2
+    given = ["--catalog-option", f"s3.access-key=AK{SECRET}",
+             "--catalog-option", f"s3.secret-key={SECRET}",
+             "--catalog-option", "s3.endpoint=http://127.0.0.1:9"]
+    result = paimon_group(tmp_path, *args, *given)
+    assert result.returncode == 2, result.stderr
+    assert SECRET not in result.stderr + result.stdout
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert warnings == [
+        "warning: --catalog-option s3.access-key, s3.secret-key on the command line can be "
+        "read by other users of this host (ps): give secret catalog options in the --config "
+        "file's [catalog-option] table or in PAIMON_GROUP_CATALOG_OPTION"], result.stderr
+    config = tmp_path / "config.toml"
+    config.write_text(f'[catalog-option]\n"s3.secret-key" = "{SECRET}"\n')
+    quiet = [
+        paimon_group(tmp_path, *args, "--catalog-option", "s3.endpoint=http://127.0.0.1:9"),
+        paimon_group(tmp_path, *args, "--config", str(config)),
+    ]
+    env = {**os.environ, "PYTHONPATH": str(REPO),
+           "PAIMON_GROUP_CATALOG_OPTION": f"s3.secret-key={SECRET}"}
+    quiet.append(subprocess.run([str(SCRIPT), *args], cwd=tmp_path, env=env,
+                                capture_output=True, text=True, timeout=TIMEOUT_S))
+    for other in quiet:
+        assert other.returncode == 2, other.stderr
+        assert "warning:" not in other.stderr and SECRET not in other.stderr, other.stderr
