@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -56,6 +57,7 @@ def run_args(wh: Path, *extra: str, handler: str = "tests.support.handlers:recor
 HANDLER = '''
 import json
 import os
+import stat
 import sys
 
 import host_safety_helper  # a sibling, imported with the handler: found
@@ -71,6 +73,7 @@ def handle(batch):
 
 PLANTED = '''
 import os
+import stat
 open(os.path.join(os.environ["PG_TEST_OUT"], "planted-ran"), "w").close()
 '''
 
@@ -164,3 +167,34 @@ def test_a_secret_catalog_option_on_the_command_line_is_warned_about_once(
     for other in quiet:
         assert other.returncode == 2, other.stderr
         assert "warning:" not in other.stderr and SECRET not in other.stderr, other.stderr
+
+
+def test_a_history_path_that_is_a_symbolic_link_is_refused_and_a_new_one_is_private(
+        tmp_path: Path, warehouse: Path) -> None:
+    """Issue 44: the history was opened following a symbolic link (mode 0644):
+    in a shared folder, a link planted at the ``--history`` path made the
+    member append to, or create, a file of the link's choosing. A link is
+    refused in one line before anything is joined or created; a new history
+    file is readable by its owner only."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep\n")
+    (shared / "existing.jsonl").symlink_to(victim)
+    (shared / "dangling.jsonl").symlink_to(tmp_path / "created-by-the-member.jsonl")
+    for link in ("existing.jsonl", "dangling.jsonl"):
+        result = paimon_group(tmp_path, *run_args(warehouse, "--history", str(shared / link),
+                                                  handler="json:dumps"))
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        assert result.returncode == 2 and lines == [
+            f"error: --history {shared / link} is a symbolic link: refused (it could send "
+            "the history anywhere); give the path of the file itself"], result.stderr
+    assert victim.read_text() == "keep\n"
+    assert not (tmp_path / "created-by-the-member.jsonl").exists()
+    assert not (warehouse / ".paimon-group").exists()  # nothing joined
+    history = shared / "history.jsonl"
+    result = paimon_group(tmp_path, *run_args(warehouse, "--history", str(history),
+                                              handler="json:dumps"))
+    assert result.returncode == 3, result.stderr  # json.dumps(batch) raised
+    assert "acquire" in history.read_text()
+    assert stat.S_IMODE(history.stat().st_mode) == 0o600

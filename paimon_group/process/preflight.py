@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import stat
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -37,6 +38,7 @@ from coordinators.errors import ConfigError, CoordinatorUnavailable
 from coordinators.protocol import ConnectOptions
 from coordinators.registry import network_hosts, open_coordinator, redact_url, scheme_of
 from coordinators.urls import host_string
+from paimon_group.member.history import symlink_refusal
 
 if TYPE_CHECKING:
     from paimon_group.reading.table import ShardedTable
@@ -108,12 +110,22 @@ def check_table(warehouse: str, identifier: str, catalog_options: dict[str, str]
 
 
 def check_history_path(path: str | None) -> None:
-    """``--history`` must name a file in an existing directory."""
+    """``--history`` must name a file in an existing directory: a regular file
+    or none yet, never a symbolic link (the member opens it with ``O_NOFOLLOW``
+    too: a link planted after this check is refused as well)."""
     if path is None:
         return
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
         raise ConfigError(f"--history {path}: directory {parent} does not exist")
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(mode):
+        raise symlink_refusal(path, "--history")
+    if not stat.S_ISREG(mode):
+        raise ConfigError(f"--history {path} is not a regular file")
 
 
 def check_metrics_port(port: int | None) -> None:
