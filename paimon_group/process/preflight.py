@@ -38,7 +38,6 @@ from coordinators.errors import ConfigError, CoordinatorUnavailable
 from coordinators.protocol import ConnectOptions
 from coordinators.registry import network_hosts, open_coordinator, redact_url, scheme_of
 from coordinators.urls import host_string
-from paimon_group.member.history import symlink_refusal
 
 if TYPE_CHECKING:
     from paimon_group.reading.table import ShardedTable
@@ -123,6 +122,10 @@ def check_history_path(path: str | None) -> None:
     except FileNotFoundError:
         return
     if stat.S_ISLNK(mode):
+        # Here, not at the top: paimon_group.member is slow to import, and
+        # this module's other checks answer before anything heavy is loaded.
+        from paimon_group.member.history import symlink_refusal
+
         raise symlink_refusal(path, "--history")
     if not stat.S_ISREG(mode):
         raise ConfigError(f"--history {path} is not a regular file")
