@@ -86,7 +86,7 @@ from prometheus_client.registry import Collector
 
 from paimon_group.config.timing import MIN_STUCK_LOOP_S, MemberTiming
 from paimon_group.member import VERSION
-from paimon_group.ops.http_server import IDLE_TIMEOUT_S, TEXT, HttpServer, Response
+from paimon_group.ops.http_server import TEXT, HttpServer, Response
 from paimon_group.ops.lag import LagSource, OwnedLag
 from paimon_group.protocol.records import Assignment
 
@@ -422,8 +422,7 @@ class MetricsServer:
     ``close()`` stops it."""
 
     def __init__(self, member: MemberView, port: int, *, host: str = "0.0.0.0",
-                 max_loop_lag_s: float | None = None, lag_refresh_s: float = 1.0,
-                 idle_timeout_s: float = IDLE_TIMEOUT_S) -> None:
+                 max_loop_lag_s: float | None = None, lag_refresh_s: float = 1.0) -> None:
         self.member = member
         self.registry = CollectorRegistry(auto_describe=False)
         self.collector = MemberCollector(member, lag_refresh_s=lag_refresh_s)
@@ -433,8 +432,7 @@ class MetricsServer:
         self.max_loop_lag_s = max_loop_lag_s
         routes = {"/metrics": self._metrics, "/healthz": self._healthz, "/readyz": self._readyz}
         # /metrics computes lag (it may read snapshot files): on a worker thread.
-        self.http = HttpServer(host, port, routes, name="pg-metrics", blocking={"/metrics"},
-                               idle_timeout_s=idle_timeout_s)
+        self.http = HttpServer(host, port, routes, name="pg-metrics", blocking={"/metrics"})
         self.port: int = self.http.port
         log.info("serving /metrics, /healthz and /readyz on port %d", self.port,
                  extra={"group": member.group_name, "member": member.member_id})
