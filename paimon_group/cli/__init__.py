@@ -140,7 +140,8 @@ def main() -> None:
               help="Log a progress line (batches, rows, rate, lag) at INFO this often while "
                    "there is work; 0: never. Each batch is logged at DEBUG.")
 @click.option("--history", envvar=env("history"), type=click.Path(dir_okay=False),
-              help="Append a JSONL history of deliveries and commits here (for audits).")
+              help="Append a JSONL history of deliveries and commits here (for audits; "
+                   "created 0600, a symbolic link is refused).")
 @click.option("--spark-master", default="local[*]", show_default=True,
               envvar=env("spark-master"),
               help="Spark master of the --spark-handler's session.")
