@@ -3,7 +3,8 @@ real processes, as a StatefulSet rollout does it (docs/kubernetes.md, "A rolling
 upgrade"; the compatibility rule: docs/design.md, "Versions and compatibility").
 
 * rollout: 3 members of the previous release (its tag, or the commit
-  CHANGELOG.md records, extracted with ``git archive``: tests/support/releases.py)
+  CHANGELOG.md records, installed from that tree into a virtualenv of its own:
+  tests/support/releases.py, ``install_release``; its ``paimon-group`` script)
   read a table while a writer commits; each is stopped with SIGTERM and started
   again from main under the same member id, one at a time; then one is rolled
   back to the previous release. Every row delivered, none from a shard its
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -29,17 +29,22 @@ import pytest
 from paimon_group.version import __version__
 from tests.support.checker import check_all
 from tests.support.group_procs import REPO, GroupHarness, live_members
-from tests.support.releases import extract_release, previous_release
+from tests.support.releases import install_release, previous_release
 
 pytestmark = pytest.mark.slow
 
 MEMBERS = ("m0", "m1", "m2")
 
 
+HANDLERS = REPO / "tests" / "support" / "handlers.py"
+"""The tests' handler (standard library only), given to the previous release
+as a module of its own: with main's tree on its path it would run main."""
+
+
 @pytest.fixture(scope="session")
-def previous_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The previous release's packages, extracted once per test session."""
-    return extract_release(previous_release(), tmp_path_factory.mktemp("previous-release"))
+def previous_release_script(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The previous release's ``paimon-group``, installed once per test session."""
+    return install_release(previous_release(), tmp_path_factory.mktemp("previous-release"))
 
 
 @pytest.fixture(
@@ -62,16 +67,21 @@ class MixedGroup(GroupHarness):
     def __init__(self, base: Path, coordinator: str, previous: Path) -> None:
         super().__init__(base, coordinator, session_timeout_s=2.0, poll_interval_ms=100)
         self.previous = previous
+        self.handlers = base / "previous-handlers"
+        self.handlers.mkdir()
+        (self.handlers / "rollout_handlers.py").write_text(HANDLERS.read_text())
         self.runs: dict[str, str] = {}
 
     def start_as(self, member: str, release: str) -> subprocess.Popen[bytes]:
         if release == "main":
             proc = self.start(member)
-        else:  # the previous release first on the path; the tests' handler is main's
+        else:  # the installed release's script; nothing of main's tree on its path
             log = open(self.out / f"{member}.log", "ab")
-            env = {**self.env, "PYTHONPATH": os.pathsep.join([str(self.previous), str(REPO)])}
-            proc = subprocess.Popen(self.command(member), cwd=self.previous, stdout=log,
-                                    stderr=subprocess.STDOUT, env=env)
+            env = {**self.env, "PYTHONPATH": str(self.handlers)}
+            command = self.command(member, handler="rollout_handlers:record")
+            assert command[1:3] == ["-m", "paimon_group"], command
+            proc = subprocess.Popen([str(self.previous), *command[3:]], cwd=self.handlers,
+                                    stdout=log, stderr=subprocess.STDOUT, env=env)
             self.procs[member] = proc
         self.runs[member] = release
         return proc
@@ -99,8 +109,8 @@ class MixedGroup(GroupHarness):
 
 
 def test_rolling_upgrade_and_rollback(tmp_path: Path, group_coordinator: str,
-                                      previous_tree: Path) -> None:
-    h = MixedGroup(tmp_path, group_coordinator, previous_tree)
+                                      previous_release_script: Path) -> None:
+    h = MixedGroup(tmp_path, group_coordinator, previous_release_script)
     try:
         h.write(range(0, 100))
         for m in MEMBERS:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import io
 import re
 import subprocess
+import sys
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -133,12 +134,48 @@ def file_at(commit: str, path: str) -> str:
     return _git("show", f"{commit}:{path}")
 
 
-def extract_release(release: Heading, into: Path) -> Path:
-    """The release's packages written under ``into``; returns ``into``."""
+PACKAGES = ("paimon_group", "coordinators")
+
+
+def extract_release(release: Heading, into: Path, paths: tuple[str, ...] = PACKAGES) -> Path:
+    """The release's ``paths`` (its packages) written under ``into``; returns ``into``."""
     commit = release_commit(release)
-    data = subprocess.run(["git", "archive", "--format=tar", commit, "paimon_group",
-                           "coordinators"], cwd=REPO, capture_output=True, check=True).stdout
+    data = subprocess.run(["git", "archive", "--format=tar", commit, *paths],
+                          cwd=REPO, capture_output=True, check=True).stdout
     into.mkdir(parents=True, exist_ok=True)
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         tar.extractall(into, filter="data")
     return into
+
+
+def install_release(release: Heading, into: Path) -> Path:
+    """The release installed from its tree into a virtualenv of its own under
+    ``into``, as a user installs it; returns the ``paimon-group`` script.
+
+    Its dependencies come from the running interpreter's environment (a
+    ``.pth`` file), so nothing but the release itself is installed (pip builds
+    it with its own build requirements, in an isolated build environment, as
+    ``pip install`` does). The running environment's own ``paimon_group`` is
+    not seen: the release's site-packages come first, and an editable install
+    of the running tree is a ``.pth`` file of that environment, which a
+    directory added by a ``.pth`` line does not read.
+    """
+    import sysconfig
+    import venv
+
+    source = extract_release(release, into / "source", paths=(
+        *PACKAGES, "pyproject.toml", "README.md"))
+    env = into / "venv"
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(env)
+    python = env / "bin" / "python"
+    purelib = subprocess.run([str(python), "-c", "import sysconfig; "
+                              "print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    shared = sysconfig.get_paths()["purelib"]
+    (Path(purelib) / "shared-dependencies.pth").write_text(shared + "\n")
+    done = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install",
+                           "-q", "--no-deps", str(source)], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise AssertionError(f"installing release {release.version} failed:\n"
+                             f"{done.stderr[-3000:]}")
+    return env / "bin" / "paimon-group"
