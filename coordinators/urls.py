@@ -29,6 +29,7 @@ import re
 from collections.abc import Collection
 from typing import Final
 
+from coordinators.acls import show_acl_spec
 from coordinators.errors import CREDENTIALS_HOW, InvalidCoordinatorURL
 
 HostPort = tuple[str, int]
@@ -38,7 +39,8 @@ _HOST = re.compile(r"^(?:\[([0-9A-Fa-f:.]+)\]|([A-Za-z0-9._-]+))(?::(\d{1,5}))?$
 
 def redact_url(url: str) -> str:
     """The URL with any ``user:password@`` part and query values masked
-    (except :data:`SHOWN_QUERY_VALUES`: ``acl=open`` is no secret)."""
+    (except :data:`SHOWN_QUERY_VALUES`: ``acl=open`` is no secret, and an
+    ``acl`` list shows all but its digest hashes)."""
     if "://" not in url:
         # Not a URL at all (``etcd//oops``): show it as given, minus any
         # ``user:password@`` part and query values.
@@ -55,7 +57,8 @@ def redact_url(url: str) -> str:
 
 
 # Query values that are never secret, shown as they are: ZooKeeper's ACL
-# modes. Any other value (a digest ACL's ``user:password``, a token) is masked.
+# modes (an ``acl`` list is shown with its digest hashes masked:
+# :func:`coordinators.acls.show_acl_spec`). Any other value (a token) is masked.
 SHOWN_QUERY_VALUES: Final = {"acl": frozenset({"open", "creator"})}
 
 
@@ -68,6 +71,8 @@ def _masked_pair(kv: str) -> str:
     if "=" not in kv:
         return MASK  # a parameter without "=" may be a bare secret
     name, value = kv.split("=", 1)
+    if name.lower() == "acl":
+        return f"{name}={show_acl_spec(value)}"  # only digest hashes are secret
     return kv if value in SHOWN_QUERY_VALUES.get(name.lower(), ()) else f"{name}=***"
 
 

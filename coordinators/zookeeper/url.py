@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Final
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from coordinators.acls import show_acl_spec
 from coordinators.errors import InvalidCoordinatorURL
 from coordinators.urls import host_string, parse_hosts, redact_url, split_scheme
 
@@ -36,8 +37,7 @@ class ZkTarget:
         """The URL without anything secret."""
         url = f"zk://{self.hosts_string()}{self.chroot}"
         if self.acl is not None:
-            shown = self.acl if self.acl in ("open", "creator") else "***"
-            url += f"?acl={shown}"
+            url += f"?acl={show_acl_spec(self.acl)}"  # digest hashes masked
         return url
 
 
