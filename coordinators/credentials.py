@@ -29,7 +29,7 @@ Example::
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import fields
 from typing import Any, Final
 
@@ -76,15 +76,22 @@ def secret_values(options: Mapping[str, str]) -> list[str]:
     return [v for k, v in options.items() if v and is_secret_key(k)]
 
 
-def masked_repr(obj: Any, masked: str) -> str:
+def masked_repr(obj: Any, masked: str,
+                urls: Mapping[str, Callable[[str], str]] | None = None) -> str:
     """A dataclass's generated repr, with the option mapping in field ``masked``
     shown through :func:`mask_options` (``ConnectOptions.extra``,
-    ``MemberConfig.catalog_options``)."""
+    ``MemberConfig.catalog_options``), and each string field named in ``urls``
+    shown through its function (a URL's redaction). Fields declared with
+    ``repr=False`` are left out, as in the generated repr."""
     shown = []
     for f in fields(obj):
+        if not f.repr:
+            continue
         value = getattr(obj, f.name)
         if f.name == masked:
             value = mask_options(value)
+        elif urls and f.name in urls and isinstance(value, str):
+            value = urls[f.name](value)
         shown.append(f"{f.name}={value!r}")
     return f"{type(obj).__name__}({', '.join(shown)})"
 

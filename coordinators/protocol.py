@@ -56,6 +56,7 @@ Example (runnable with the embedded in-memory backend)::
 from __future__ import annotations
 
 import abc
+import dataclasses
 import enum
 import time
 from collections.abc import Callable, Collection, Sequence
@@ -63,6 +64,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Self
 
+from coordinators.acls import show_acl_spec
 from coordinators.credentials import masked_repr
 from coordinators.errors import ConfigError
 
@@ -227,8 +229,10 @@ class ConnectOptions:
 
     def __repr__(self) -> str:
         # Like the generated repr, with secret-looking ``extra`` values masked
-        # (the password is a Secret and masks itself).
-        return masked_repr(self, "extra")
+        # (the password is a Secret and masks itself) and the digest hashes
+        # of a ZooKeeper ``acl`` list masked.
+        shown = dataclasses.replace(self, acl=show_acl_spec(self.acl))
+        return masked_repr(shown, "extra")
 
     __str__ = __repr__
 

@@ -30,6 +30,7 @@ __all__ = [
     "GroupBusy",
     "HandlerFailed",
     "HandlerImportError",
+    "IncompatibleVersion",
     "InvalidCoordinatorURL",
     "MemberIdInUse",
     "MemberRemoved",
@@ -137,6 +138,14 @@ class PlanInvariantViolated(PaimonGroupError):
 
     A bug, never retried: the batch is refused instead of delivered.
     """
+
+
+class IncompatibleVersion(ConfigError):
+    """A record written by a newer version that this one cannot follow: a
+    record of a newer format, or a group that uses a feature this version does
+    not know (docs/design.md, "Versions and compatibility"). Refused at join,
+    before the member registers or holds anything; never retried: this
+    member's version must be upgraded."""
 
 
 class ShardCountMismatch(ConfigError):

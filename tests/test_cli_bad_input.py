@@ -180,13 +180,14 @@ def test_a_string_without_scheme_is_echoed_as_given_minus_secrets() -> None:
 
 
 def test_redaction_hides_secrets_only() -> None:
-    """ZooKeeper's acl=open and acl=creator are no secrets; a digest ACL, a
-    password, a token or an unknown parameter is masked."""
+    """ZooKeeper's acl=open and acl=creator are no secrets, nor an ACL list but
+    for its digest hashes; a password, a token or an unknown parameter is masked."""
     from coordinators.registry import redact_url
 
     assert redact_url("zk://h:1/x?acl=open") == "zk://h:1/x?acl=open"
     assert redact_url("zk://h:1/x?ACL=creator") == "zk://h:1/x?ACL=creator"
-    assert redact_url("zk://h:1/x?acl=digest:bob:pw:r,open") == "zk://h:1/x?acl=***"
+    assert redact_url("zk://h:1/x?acl=digest:bob:pw:r,open") == \
+        "zk://h:1/x?acl=digest:bob:***:r,open"
     assert redact_url("zk://h:1/x?acl=open&token=t&password=open") == \
         "zk://h:1/x?acl=open&token=***&password=***"
     assert redact_url("etcd://u:pw@h:1?acl=open") == "etcd://***@h:1?acl=open"

@@ -89,3 +89,28 @@ def test_a_stop_whose_caller_gave_up_can_be_called_again(tmp_path: Path) -> None
 
     member = asyncio.run(main())
     assert member.state is MemberState.STOPPED
+
+
+def test_a_history_that_is_a_symbolic_link_is_refused_and_a_new_one_is_private(
+        tmp_path: Path) -> None:
+    """Issue 44: the recorder itself opens with O_NOFOLLOW (a link planted after
+    the command line's check, or a library member's history_path), and creates
+    the file 0600."""
+    import os
+    import stat
+
+    import pytest
+
+    from paimon_group.errors import ConfigError
+    from paimon_group.member.history import HistoryRecorder
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep\n")
+    link = tmp_path / "h.jsonl"
+    link.symlink_to(victim)
+    with pytest.raises(ConfigError, match=r"h\.jsonl is a symbolic link: refused"):
+        HistoryRecorder(str(link), member_id="m")
+    assert victim.read_text() == "keep\n"
+    rec = HistoryRecorder(str(tmp_path / "new.jsonl"), member_id="m")
+    rec.close()
+    assert stat.S_IMODE(os.stat(tmp_path / "new.jsonl").st_mode) == 0o600

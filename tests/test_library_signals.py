@@ -173,3 +173,47 @@ async def test_a_program_s_own_signals_are_left_alone(tmp_path: Path, own: bool)
         assert signal.getsignal(signal.SIGTERM) is expected
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+@pytest.mark.asyncio
+async def test_a_signal_during_the_join_stops_the_member_once_it_has_joined(
+    tmp_path: Path,
+) -> None:
+    """SIGTERM while ``async with`` is still joining: the join is not torn in
+    the middle; the member stops as soon as it returns, its ``batches()``
+    ends, it leaves the group holding nothing (a later member reads every
+    row it did not), and the handlers found come back."""
+    wh = tmp_path / "wh"
+    make_pk_table(str(wh), "db.t", buckets=len(SHARDS))
+    write_rows(str(wh), "db.t", range(40))
+    coordinator = f"memory://lib-{os.getpid()}-{time.monotonic_ns()}"
+    before = signal.getsignal(signal.SIGTERM)
+    member = GroupMember(_config(wh, coordinator, "a"))
+    seen: list[str] = []
+
+    async def signal_while_joining() -> None:
+        while member.state.value != "joining":  # noqa: ASYNC110 (no event for it)
+            await asyncio.sleep(0)
+        seen.append(member.state.value)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    sender = asyncio.ensure_future(signal_while_joining())
+    rows: list[int] = []
+    async with member:
+        assert sender.done() and seen == ["joining"]
+        async def read() -> None:
+            async for batch in member.batches():
+                rows.extend(batch.to_arrow().column("id").to_pylist())
+        await asyncio.wait_for(read(), timeout=30)  # ends: the signal's stop
+    assert member.state.value == "stopped"
+    assert signal.getsignal(signal.SIGTERM) is before
+    # It left holding nothing: a new member takes every shard at once.
+    async with GroupMember(_config(wh, coordinator, "b"), handle_signals=False) as b:
+        got: list[int] = []
+        async def read_b() -> None:
+            async for batch in b.batches():
+                got.extend(batch.to_arrow().column("id").to_pylist())
+                if len(set(got) | set(rows)) >= 40:
+                    return
+        await asyncio.wait_for(read_b(), timeout=30)
+    assert set(got) | set(rows) == set(range(40))

@@ -5,6 +5,8 @@ attributes only) and a real Paimon table for lag. The real ``paimon-group run
 from __future__ import annotations
 
 import re
+import select
+import socket
 import threading
 import time
 import urllib.error
@@ -19,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from paimon_group.config.timing import MemberTiming
 from paimon_group.member import MemberState, MemberStats
+from paimon_group.ops.http_server import IDLE_TIMEOUT_S, MAX_CONNECTIONS
 from paimon_group.ops.metrics import MetricsServer, serve_metrics
 from paimon_group.protocol.records import Assignment
 from paimon_group.reading.table import ShardedTable
@@ -242,6 +245,71 @@ def test_close_frees_the_port(member: StandInMember) -> None:
         assert get(again, "/healthz")[0] == 200
     finally:
         again.close()
+
+
+def held_open(socks: list[socket.socket]) -> int:
+    """How many of ``socks`` the server has not closed (nothing was sent on them)."""
+    count = 0
+    for sock in socks:
+        sock.setblocking(False)
+        try:
+            if sock.recv(1):
+                count += 1
+        except BlockingIOError:
+            count += 1
+        except OSError:
+            pass
+    return count
+
+
+def test_idle_connections_take_no_thread_and_the_probes_still_answer(
+    member: StandInMember, server: MetricsServer
+) -> None:
+    """Issue 44: a thread per connection, kept while the client sent nothing:
+    400 idle connections made a member grow from 13 to 413 threads. Now they
+    cost no thread, at most MAX_CONNECTIONS stay open (the oldest idle one is
+    closed for a new one), and the probes answer meanwhile."""
+    assert get(server, "/metrics")[0] == 200  # the server's own threads started
+    before = threading.active_count()
+    socks = [socket.create_connection((HOST, server.port), timeout=10) for _ in range(400)]
+    try:
+        time.sleep(0.5)
+        during = threading.active_count()
+        assert get(server, "/healthz")[0] == 200
+        assert get(server, "/metrics")[0] == 200
+        assert during <= before + 2, f"{during - before} more threads for 400 idle connections"
+        assert held_open(socks) <= MAX_CONNECTIONS
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def test_a_silent_or_trickling_client_is_closed_after_the_idle_timeout(
+    member: StandInMember, server: MetricsServer
+) -> None:
+    """A connection that sends nothing, or its request a byte at a time, is
+    closed once IDLE_TIMEOUT_S have passed without a whole request (a deadline
+    for the request, not for each read)."""
+    silent = socket.create_connection((HOST, server.port), timeout=30)
+    trickle = socket.create_connection((HOST, server.port), timeout=30)
+    started = time.monotonic()
+    closed_at = None
+    with silent, trickle:
+        for byte in b"GET /healthz HTTP/1.1\r\nHost: x\r\n" * 10:
+            try:
+                trickle.sendall(bytes([byte]))
+            except OSError:
+                closed_at = time.monotonic()
+                break
+            readable, _, _ = select.select([trickle], [], [], 0.25)
+            if readable and trickle.recv(1) == b"":
+                closed_at = time.monotonic()
+                break
+        assert closed_at is not None, "the trickling client was never closed"
+        assert IDLE_TIMEOUT_S - 0.5 <= closed_at - started <= IDLE_TIMEOUT_S + 3
+        assert silent.recv(1) == b""  # closed, long before its 30 s
+        assert time.monotonic() - started <= IDLE_TIMEOUT_S + 3
+    assert get(server, "/readyz")[0] == 503  # and the server still answers
 
 
 # -- the metrics table of docs/operations.md is the code's ---------------------------

@@ -151,9 +151,9 @@ class TestUrls:
         assert PASSWORD not in str(caught.value)
         assert "ConnectOptions" in str(caught.value)
 
-    def test_url_property_hides_explicit_acl_lists(self) -> None:
+    def test_url_property_masks_the_digest_hashes_of_an_acl_list(self) -> None:
         coordinator = ZooKeeperCoordinator("zk://h:1/x?acl=digest:bob:abc:r,open")
-        assert coordinator.url == "zk://h:1/x?acl=***"
+        assert coordinator.url == "zk://h:1/x?acl=digest:bob:***:r,open"
 
 
 class TestAclAndOptions:

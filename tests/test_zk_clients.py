@@ -1,10 +1,11 @@
-"""The ZooKeeper backend on its asyncio client (docs/zookeeper.md, "Client: kazoo
-or the asyncio connection").
+"""The ZooKeeper backend's two clients (docs/zookeeper.md, "Client: kazoo or the
+asyncio connection").
 
-The choice (``?client=``, ``PAIMON_GROUP_ZK_CLIENT``); no thread per client; and
-the backend's session, security and ACL tests of ``tests/test_zk_backend.py``
-run again here with the asyncio client chosen for the whole process (the
-conformance suite runs on it as the ``zk-asyncio`` backend).
+The choice (``?client=``, ``PAIMON_GROUP_ZK_CLIENT``); no thread per client on
+the asyncio connection (the default); and the backend's session, security and
+ACL tests of ``tests/test_zk_backend.py`` and ``tests/test_zk_security.py`` run
+again here on kazoo, chosen for
+the whole process (the conformance suite runs on it as the ``zk-kazoo`` backend).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from coordinators import ConnectOptions, open_coordinator
 from coordinators.errors import ConfigError, InvalidCoordinatorURL
 from coordinators.zookeeper import parse_url
 from coordinators.zookeeper.aio import AioZkClient
-from tests.test_zk_backend import (  # noqa: F401  (collected here again, on the asyncio client)
+from tests.test_zk_backend import (  # noqa: F401  (collected here again, on kazoo)
     test_aba_a_stale_owner_fails_although_the_new_znode_looks_the_same,
     test_acl_audit_digest_every_znode_is_creator_only,
     test_acl_audit_sasl_every_znode_is_creator_only,
@@ -33,14 +34,20 @@ from tests.test_zk_backend import (  # noqa: F401  (collected here again, on the
     test_wrong_sasl_password_and_missing_credentials_are_refused,
     test_znode_layout_is_a_value_a_flag_and_an_epoch_marker,
 )
+from tests.test_zk_security import (  # noqa: F401  (collected here again, on kazoo)
+    test_a_digest_acl_is_shown_with_its_hash_masked_everywhere,
+    test_a_tls_failure_is_said_at_once_naming_the_server,
+    test_what_our_members_made_is_accepted_on_every_auth_mode,
+)
 
 zk = pytest.mark.zk
 
 
 @pytest.fixture(autouse=True)
-def asyncio_client(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every coordinator of these tests (and of their subprocesses) on the asyncio client."""
-    monkeypatch.setenv("PAIMON_GROUP_ZK_CLIENT", "asyncio")
+def kazoo_client(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every coordinator of these tests (and of their subprocesses) on kazoo,
+    unless its URL chooses."""
+    monkeypatch.setenv("PAIMON_GROUP_ZK_CLIENT", "kazoo")
 
 
 class TestChoice:
@@ -59,12 +66,12 @@ class TestChoice:
         self, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         coordinator = open_coordinator("zk://h:1/c?acl=open")
-        assert coordinator._client_kind == "asyncio"  # type: ignore[attr-defined]
-        coordinator = open_coordinator("zk://h:1/c?acl=open&client=kazoo")
         assert coordinator._client_kind == "kazoo"  # type: ignore[attr-defined]
+        coordinator = open_coordinator("zk://h:1/c?acl=open&client=asyncio")
+        assert coordinator._client_kind == "asyncio"  # type: ignore[attr-defined]
         monkeypatch.delenv("PAIMON_GROUP_ZK_CLIENT")
         coordinator = open_coordinator("zk://h:1/c?acl=open")
-        assert coordinator._client_kind == "kazoo"  # type: ignore[attr-defined]
+        assert coordinator._client_kind == "asyncio"  # type: ignore[attr-defined]
         monkeypatch.setenv("PAIMON_GROUP_ZK_CLIENT", "gevent")
         with pytest.raises(ConfigError, match="PAIMON_GROUP_ZK_CLIENT='gevent'"):
             coordinator = open_coordinator("zk://h:1/c?acl=open")
@@ -77,7 +84,8 @@ async def test_the_asyncio_client_starts_no_thread(zk_url: str) -> None:
     """Ten coordinators, their sessions, keys and watches: no thread more
     (kazoo starts a connection thread and callback threads per client)."""
     before = threading.active_count()
-    coordinators = [open_coordinator(zk_url, ConnectOptions(session_timeout_s=10))
+    coordinators = [open_coordinator(f"{zk_url}&client=asyncio",
+                                     ConnectOptions(session_timeout_s=10))
                     for _ in range(10)]
     try:
         for i, coordinator in enumerate(coordinators):

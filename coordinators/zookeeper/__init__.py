@@ -7,9 +7,10 @@ redacted kazoo logs), ``errors`` (the one translation of kazoo errors, and
 the retries), ``session`` and ``heartbeat`` (the session and what keeps it),
 ``layout`` and ``planning`` (the znodes of a key, and the ``multi`` of each
 write), ``core`` and ``client`` (the shared state, kazoo's requests, the
-client's start), ``keys`` (get, list, create, delete, commit) and ``watch``;
-``choice`` (kazoo or the asyncio client), ``aio``, ``aio_txn`` and ``wire``
-(the asyncio client: kazoo's packets on an event-loop transport).
+client's start), ``guard`` (the ACLs of znodes that exist already), ``keys``
+(get, list, create, delete, commit) and ``watch``; ``choice`` (kazoo or the
+asyncio client), ``aio``, ``aio_txn`` and ``wire`` (the asyncio client:
+kazoo's packets on an event-loop transport).
 Nothing in the package imports this ``__init__``: it only re-exports the
 backend's names.
 """

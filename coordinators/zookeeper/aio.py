@@ -1,7 +1,7 @@
 """A ZooKeeper client on the event loop, without threads: kazoo's packets, our transport.
 
-The coordinator's other client, beside kazoo (``?client=asyncio`` in the URL,
-or ``PAIMON_GROUP_ZK_CLIENT=asyncio``; docs/zookeeper.md, "Client: kazoo or
+The coordinator's default client; kazoo is the other (``?client=kazoo`` in the
+URL, or ``PAIMON_GROUP_ZK_CLIENT=kazoo``; docs/zookeeper.md, "Client: kazoo or
 the asyncio connection"). It offers the part of :class:`kazoo.client.KazooClient`
 the coordinator uses, with the same names, values and exceptions, except that
 each ``*_async`` call returns an :class:`asyncio.Future` (settled on the loop
@@ -74,6 +74,7 @@ from kazoo.protocol.states import EVENT_TYPE_MAP, KazooState, KeeperState, Watch
 from kazoo.security import ACL
 
 from coordinators.zookeeper.aio_txn import AioTransaction
+from coordinators.zookeeper.security import kazoo_log
 from coordinators.zookeeper.wire import (
     PING_XID,
     WATCH_XID,
@@ -209,6 +210,11 @@ class AioZkClient:
     def transaction(self) -> AioTransaction:
         return AioTransaction(self._call)
 
+    def call_async(self, request: Any) -> asyncio.Future[Any]:
+        """Send any request kazoo's way could (an object with ``type``,
+        ``serialize`` and ``deserialize``); its decoded reply."""
+        return self._call(request)
+
     # -- requests -----------------------------------------------------------
 
     def _call(self, request: Any, watch: Watcher | None = None) -> asyncio.Future[Any]:
@@ -231,6 +237,8 @@ class AioZkClient:
     ) -> None:
         """Send in xid order; the requests of one turn of the loop go out in one write."""
         self._xid = self._xid % 2147483647 + 1
+        if kazoo_log.isEnabledFor(logging.DEBUG):  # as kazoo logs them (redacted)
+            kazoo_log.debug("Sending request(xid=%s): %s", self._xid, request)
         if not self._outbox:
             asyncio.get_running_loop().call_soon(self._flush, framer)
         self._outbox.append(packet(request, self._xid))
@@ -290,6 +298,8 @@ class AioZkClient:
             log.exception("ZooKeeper reply to %s could not be decoded", type(request).__name__)
             _fail(future, err)
             return
+        if kazoo_log.isEnabledFor(logging.DEBUG):
+            kazoo_log.debug("Received response(xid=%s): %r", xid, value)
         if not future.done():
             future.set_result(value)
         if watch is not None and not self._stopping:

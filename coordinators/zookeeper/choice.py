@@ -1,8 +1,9 @@
-"""Which ZooKeeper client a coordinator runs on: kazoo (the default) or the asyncio connection.
+"""Which ZooKeeper client a coordinator runs on: the asyncio connection (the default) or kazoo.
 
 ``?client=kazoo|asyncio`` in the ``zk://`` URL chooses; without it, the
 environment variable ``PAIMON_GROUP_ZK_CLIENT`` does (so a whole deployment,
-or a test or benchmark run, can be switched at once); else kazoo. Both offer
+or a test or benchmark run, can be switched at once); else the asyncio
+connection, chosen on the figures of docs/zookeeper.md. Both offer
 the coordinator the same calls (kazoo's names); only starting and stopping
 differ, and they are here and in :meth:`ZkCore._stop_client`.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+from collections.abc import Callable
 from typing import Any
 
 from coordinators.errors import ConfigError
@@ -25,10 +27,10 @@ ENVIRONMENT = "PAIMON_GROUP_ZK_CLIENT"
 
 
 def chosen_client(target: ZkTarget) -> str:
-    """``kazoo`` or ``asyncio``: the URL's choice, else the environment's, else kazoo."""
+    """``kazoo`` or ``asyncio``: the URL's choice, else the environment's, else asyncio."""
     if target.client is not None:
         return target.client
-    chosen = os.environ.get(ENVIRONMENT, "").strip() or "kazoo"
+    chosen = os.environ.get(ENVIRONMENT, "").strip() or "asyncio"
     if chosen not in CLIENTS:
         raise ConfigError(f"{ENVIRONMENT}={chosen!r}: choose kazoo or asyncio")
     return chosen
@@ -59,8 +61,11 @@ class ClientChoice(Heartbeat):
         client.add_listener(functools.partial(self._on_kazoo_state, client))
         return client
 
-    async def _start_chosen(self, client: Any, limit: float) -> bool:
-        """Start ``client`` and wait for its first session: True if connected in time."""
+    async def _start_chosen(
+        self, client: Any, limit: float, give_up: Callable[[], bool]
+    ) -> bool:
+        """Start ``client`` and wait for its first session: True if connected in time
+        (kazoo stops waiting early when ``give_up()``)."""
         if isinstance(client, AioZkClient):
             connected = await client.start(limit)
             self._handshake_error = client.handshake_error
@@ -68,5 +73,7 @@ class ClientChoice(Heartbeat):
             return connected
         loop = asyncio.get_running_loop()
         return bool(
-            await loop.run_in_executor(None, start_client, client, limit, self._handshake_done)
+            await loop.run_in_executor(
+                None, start_client, client, limit, self._handshake_done, give_up
+            )
         )

@@ -21,13 +21,15 @@ from coordinators.errors import (
     CoordinatorUnavailable,
     PaimonGroupError,
 )
+from coordinators.urls import host_string
 from coordinators.zookeeper.errors import AUTH_ERRORS, translate
+from coordinators.zookeeper.guard import AclGuard
 from coordinators.zookeeper.handler import PollingHandler
 from coordinators.zookeeper.heartbeat import Heartbeat
 from coordinators.zookeeper.security import kazoo_log
 
 
-class ZkClient(Heartbeat):
+class ZkClient(AclGuard, Heartbeat):
     """The kazoo client of a coordinator: its options, its handshake, its chroot."""
 
     def _make_client(self) -> Any:
@@ -100,6 +102,9 @@ class ZkClient(Heartbeat):
                 raise AuthFailedError("SASL authentication refused") from err
             except BaseException as err:
                 self._handshake_error = err
+                tls = tls_error_of(err)
+                if tls is not None:  # kazoo logs it and retries: keep it
+                    self._tls_failures[(host.strip("[]"), int(port))] = tls
                 raise
             finally:
                 done.set()
@@ -111,6 +116,8 @@ class ZkClient(Heartbeat):
             self._handshake_error, AUTH_ERRORS
         ):
             return translate(AuthFailedError(), "connect")
+        for (host, port), tls in list(self._tls_failures.items())[:1]:
+            return AuthenticationFailed(tls_message(host, port, tls))
         if self._options.tls:
             assert self._loop is not None
             problem = await self._loop.run_in_executor(None, self._probe_tls)
@@ -134,16 +141,17 @@ class ZkClient(Heartbeat):
                 with socket.create_connection((host, port), timeout=5) as raw:
                     with context.wrap_socket(raw, server_hostname=host):
                         return None
-            except ssl.SSLCertVerificationError as err:
-                return (
-                    f"TLS certificate verification failed for ZooKeeper at {host}:{port}: "
-                    f"{err.verify_message}"
-                )
             except ssl.SSLError as err:
-                return f"TLS handshake with ZooKeeper at {host}:{port} failed: {err.reason or err}"
+                return tls_message(host, port, err)
             except OSError:
                 continue
         return None
+
+    def _tls_gave_up(self) -> bool:
+        """Every server of the URL failed its TLS handshake (kazoo would retry
+        until the connect timeout, with nothing better to say then)."""
+        failed = self._tls_failures
+        return bool(failed) and all((h, p) in failed for h, p in self._target.hosts)
 
     async def _prepare_root(self) -> None:
         client = self._client
@@ -154,3 +162,30 @@ class ZkClient(Heartbeat):
         # Reading it proves the credentials grant access (a wrong digest
         # password is not refused at login, only by the ACLs).
         await self._request("read the chroot", client.get_children_async, self._root)
+        # Made by us just now or by someone else before: its ACL must be ours
+        # (coordinators/zookeeper/guard.py); the server's root is not ours to judge.
+        await self._learn_identities()
+        if self._root != "/" and not self._open_to_all():
+            await self._judge([""])
+        self._trusted.add("")
+
+
+def tls_error_of(err: BaseException) -> ssl.SSLError | None:
+    """The TLS error behind a failed connection attempt: kazoo turns it into
+    ConnectionDropped("socket connection error: ..."), raised while handling it."""
+    seen: BaseException | None = err
+    for _ in range(5):
+        if seen is None:
+            return None
+        if isinstance(seen, ssl.SSLError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def tls_message(host: str, port: int, err: ssl.SSLError) -> str:
+    """One line naming the server and what TLS refused."""
+    where = f"ZooKeeper at {host_string((host, port))}"
+    if isinstance(err, ssl.SSLCertVerificationError):
+        return f"TLS certificate verification failed for {where}: {err.verify_message}"
+    return f"TLS handshake with {where} failed: {err.reason or err}"

@@ -152,8 +152,13 @@ Security
     ``open``, and ``SCHEME:ID:PERMS`` entries (``PERMS`` from ``crwda``),
     e.g. ``creator,sasl:auditor:r``. TLS (``ConnectOptions.tls_*``) always
     verifies the server certificate and its host name against the host
-    names of the URL. Passwords never reach logs, exceptions or reprs:
-    kazoo's own debug logging of authentication packets is redacted.
+    names of the URL; a TLS failure is said at once, naming the server.
+    Passwords never reach logs, exceptions or reprs: kazoo's own debug
+    logging of authentication packets is redacted, and an ACL is shown with
+    its digest hashes masked. A chroot or a directory znode that exists
+    already is used only if its ACL grants nothing beyond ours
+    (:mod:`coordinators.zookeeper.guard`): the chroot is checked at connect,
+    any other directory before its first use.
 """
 
 from __future__ import annotations
@@ -162,6 +167,7 @@ import asyncio
 import collections
 import contextlib
 import logging
+import ssl
 import threading
 import time
 from collections.abc import Awaitable, Callable, Collection
@@ -169,6 +175,7 @@ from typing import Any
 
 from kazoo.security import Id, Permissions
 
+from coordinators.acls import show_acl_spec
 from coordinators.credentials import refuse_plaintext_credentials
 from coordinators.errors import (
     CREDENTIALS_HOW,
@@ -190,6 +197,7 @@ from coordinators.zookeeper.keys import Keys
 from coordinators.zookeeper.security import (
     REDACTOR,
     credentials_of,
+    log_secrets,
     parse_acl,
 )
 from coordinators.zookeeper.session import ZooKeeperSession
@@ -236,27 +244,13 @@ class ZooKeeperCoordinator(Keys, ZkClient, ClientChoice, Coordinator):
             raise ConfigError(f"connect timeout must be positive, got {options.connect_timeout_s}")
         self._options = options
         self._credentials = credentials_of(options)
-        if (
-            self._credentials is not None
-            and self._credentials.plaintext
-            and not options.tls
-            and not options.allow_plaintext_credentials
-        ):
-            raise refuse_plaintext_credentials(
-                "ZooKeeper", f"{self._credentials.mechanism} authentication",
-                "give a CA (tls_ca, --coordinator-ca) for TLS, or use SASL DIGEST-MD5",
-            )
         acl_spec = self._target.acl if self._target.acl is not None else options.acl
         self._acl = parse_acl(acl_spec)
-        # A TLS client certificate is an identity too (ZooKeeper's x509 provider).
-        identified = self._credentials is not None or options.tls_cert is not None
-        if not identified and any(e.id.scheme == "auth" for e in self._acl):
-            raise ConfigError(
-                f"ZooKeeper acl {acl_spec.split(',')[0]!r} needs an identity: credentials "
-                f"({CREDENTIALS_HOW}) or a TLS client certificate (--coordinator-cert), or add "
-                "?acl=open to the zk:// URL for world-accessible znodes (development only)"
-            )
+        self._check_identity(acl_spec, options)
         self._check_tls(options)
+        # Kept out of kazoo's logs: the password, and the digest hashes of the
+        # ACL (of entries we configured, and of our own identity).
+        self._log_secrets = log_secrets(self._credentials, self._acl)
         self._url = self._target.display()
         self._root = self._target.chroot or "/"
         self._prefix = self._target.chroot  # "" for the server root
@@ -268,6 +262,11 @@ class ZooKeeperCoordinator(Keys, ZkClient, ClientChoice, Coordinator):
         # its handshake, authentication included, or failed.
         self._handshake_done: threading.Event | None = None
         self._handshake_error: BaseException | None = None
+        # The TLS errors of kazoo's connection attempts, by (host, port).
+        self._tls_failures: dict[tuple[str, int], ssl.SSLError] = {}
+        # Directories whose ACL was found acceptable, and what our ACL grants.
+        self._trusted: set[str] = set()
+        self._grants: dict[Id, int] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._client: Any = None
         self._session: ZooKeeperSession | None = None
@@ -281,6 +280,28 @@ class ZooKeeperCoordinator(Keys, ZkClient, ClientChoice, Coordinator):
         # Set from kazoo's thread the moment kazoo reports LOST, before the
         # loop hears of it: no ephemeral create may start after that.
         self._lost_flag = False
+
+    def _check_identity(self, acl_spec: str, options: ConnectOptions) -> None:
+        """No password in the clear; an identity for a ``creator`` ACL."""
+        credentials = self._credentials
+        if (
+            credentials is not None
+            and credentials.plaintext
+            and not options.tls
+            and not options.allow_plaintext_credentials
+        ):
+            raise refuse_plaintext_credentials(
+                "ZooKeeper", f"{credentials.mechanism} authentication",
+                "give a CA (tls_ca, --coordinator-ca) for TLS, or use SASL DIGEST-MD5",
+            )
+        # A TLS client certificate is an identity too (ZooKeeper's x509 provider).
+        identified = self._credentials is not None or options.tls_cert is not None
+        if not identified and any(e.id.scheme == "auth" for e in self._acl):
+            raise ConfigError(
+                f"ZooKeeper acl {show_acl_spec(acl_spec)!r} needs an identity: credentials "
+                f"({CREDENTIALS_HOW}) or a TLS client certificate (--coordinator-cert), or add "
+                "?acl=open to the zk:// URL for world-accessible znodes (development only)"
+            )
 
     def _check_tls(self, options: ConnectOptions) -> None:
         if (options.tls_cert is None) != (options.tls_key is None):
@@ -306,12 +327,11 @@ class ZooKeeperCoordinator(Keys, ZkClient, ClientChoice, Coordinator):
         loop = asyncio.get_running_loop()
         self._loop = loop
         client = self._make_client() if self._client_kind == "kazoo" else self._make_aio_client()
-        if self._credentials is not None:
-            REDACTOR.add(self._credentials.secrets)
+        REDACTOR.add(self._log_secrets)
         started_at = time.monotonic()
         limit = float(self._options.connect_timeout_s)
         try:
-            connected = await self._start_chosen(client, limit)
+            connected = await self._start_chosen(client, limit, self._tls_gave_up)
             if not connected or isinstance(self._handshake_error, AUTH_ERRORS):
                 raise await self._connect_failure(client, limit)
             self._client = client
@@ -337,8 +357,7 @@ class ZooKeeperCoordinator(Keys, ZkClient, ClientChoice, Coordinator):
             self._client = None
             await self._stop_client(client)
             self._closed = True
-            if self._credentials is not None:
-                REDACTOR.discard(self._credentials.secrets)
+            REDACTOR.discard(self._log_secrets)
             raise
         if any(e.id == Id("world", "anyone") and e.perms & ~Permissions.READ for e in self._acl):
             log.warning("ZooKeeper coordinator %s creates world-writable znodes", self._url)
@@ -364,8 +383,7 @@ class ZooKeeperCoordinator(Keys, ZkClient, ClientChoice, Coordinator):
         client, self._client = self._client, None
         if client is not None and self._loop is not None:
             await self._stop_client(client)
-            if self._credentials is not None:
-                REDACTOR.discard(self._credentials.secrets)
+            REDACTOR.discard(self._log_secrets)
         if self._session is not None:
             self._session.mark(SessionState.LOST)
 

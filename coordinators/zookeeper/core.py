@@ -11,6 +11,7 @@ import collections
 import contextlib
 import functools
 import logging
+import ssl
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -64,6 +65,8 @@ class ZkCore:
     # its handshake, authentication included, or failed.
     _handshake_done: threading.Event | None
     _handshake_error: BaseException | None
+    # The TLS error of kazoo's last connection attempt to each (host, port).
+    _tls_failures: dict[tuple[str, int], ssl.SSLError]
     _loop: asyncio.AbstractEventLoop | None
     _client: Any
     _session: ZooKeeperSession | None
@@ -221,16 +224,22 @@ def _settle(future: asyncio.Future[Any], result: Any) -> None:
         future.set_result(result.value)
 
 
-def start_client(client: Any, timeout_s: float, handshake: threading.Event | None) -> bool:
+def start_client(
+    client: Any, timeout_s: float, handshake: threading.Event | None,
+    give_up: Callable[[], bool] = lambda: False,
+) -> bool:
     """Start kazoo and wait for its first connection (blocking; runs in an executor).
 
     kazoo reports the connection as soon as the server accepts the session,
     before authenticating and before returning the negotiated timeout; wait
-    for the end of the handshake too when we can see it.
+    for the end of the handshake too when we can see it. ``give_up()`` true
+    (every server failed its TLS handshake) ends the wait early.
     """
     deadline = time.monotonic() + timeout_s
     event = client.start_async()
-    event.wait(timeout_s)
+    while not event.wait(min(0.05, max(0.0, deadline - time.monotonic()))):
+        if give_up() or time.monotonic() >= deadline:
+            break
     if handshake is not None and client.connected:
         handshake.wait(max(0.0, deadline - time.monotonic()))
     return bool(client.connected)

@@ -33,6 +33,7 @@ from coordinators.protocol import (
     Put,
 )
 from coordinators.zookeeper.errors import Conflict
+from coordinators.zookeeper.guard import AclGuard
 from coordinators.zookeeper.heartbeat import Heartbeat
 from coordinators.zookeeper.layout import FLAG_PREFIX, NONCE, Failure, KeyState, Txn, TxnOp
 from coordinators.zookeeper.planning import Planner
@@ -40,7 +41,12 @@ from coordinators.zookeeper.planning import Planner
 log = logging.getLogger("coordinators.zookeeper")  # the backend's one logger
 
 
-class Keys(Planner, Heartbeat):
+def _head(key: str) -> str:
+    """The directory of ``key`` (``""``: the chroot)."""
+    return key.rpartition("/")[0]
+
+
+class Keys(Planner, AclGuard, Heartbeat):
     """The key operations of the protocol over the znode layout."""
 
     async def _read_states(self, keys: Iterable[str]) -> dict[str, KeyState]:
@@ -101,6 +107,7 @@ class Keys(Planner, Heartbeat):
     async def get(self, key: str) -> Entry | None:
         self._check_key(key)
         with self._translating(f"get {key}"):
+            await self._guard([_head(key)])
             states = await self._read_states([key])
         return self._entry(key, states[key])
 
@@ -109,6 +116,7 @@ class Keys(Planner, Heartbeat):
         for key in wanted:
             self._check_key(key)
         with self._translating(f"get {len(wanted)} keys"):
+            await self._guard({_head(key) for key in wanted})
             states = await self._read_states(wanted)
         return {key: self._entry(key, states[key]) for key in wanted}
 
@@ -117,6 +125,7 @@ class Keys(Planner, Heartbeat):
         client = self._live_client()
         directory = self._dir_znode(prefix[:-1])
         with self._translating(f"list {prefix}"):
+            await self._guard([prefix[:-1]])
 
             async def children() -> list[str]:
                 try:
@@ -221,6 +230,7 @@ class Keys(Planner, Heartbeat):
             raise AssertionError("unreachable")
 
         with self._translating(f"create {key}"):
+            await self._guard([_head(key)], create=True)
             return await self._writing(attempt)
 
     async def _created(self, key: str, nonce: str, value: bytes, ephemeral: bool) -> Entry:
@@ -271,6 +281,7 @@ class Keys(Planner, Heartbeat):
             raise AssertionError("unreachable")
 
         with self._translating(f"delete {key}"):
+            await self._guard([_head(key)])
             return await self._writing(attempt)
 
     async def commit(self, checks: Sequence[Check], ops: Sequence[Op]) -> bool:
@@ -310,4 +321,6 @@ class Keys(Planner, Heartbeat):
             raise AssertionError("unreachable")
 
         with self._translating("commit"):
+            heads = {_head(c.key) for c in checks} | {_head(op.key) for op in ops}
+            await self._guard(heads, create=any(isinstance(op, Put) for op in ops))
             return await self._writing(attempt)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Final, Literal
 
 from kazoo.protocol.serialization import SASL, Auth, Connect
-from kazoo.security import ACL, CREATOR_ALL_ACL, Id, Permissions
+from kazoo.security import ACL, CREATOR_ALL_ACL, Id, Permissions, make_digest_acl_credential
 
 from coordinators.errors import CREDENTIALS_HOW, ConfigError
 from coordinators.protocol import ConnectOptions
@@ -109,6 +109,19 @@ def credentials_of(options: ConnectOptions) -> Credentials | None:
     if "sasl_service" in options.extra:
         sasl["service"] = options.extra["sasl_service"]
     return Credentials("sasl", [], sasl, (secret,))
+
+
+def log_secrets(credentials: Credentials | None, acl: Iterable[ACL]) -> tuple[str, ...]:
+    """What kazoo's logs must never show: the password, and every digest hash
+    (of the ACL's digest entries, and of our own digest identity, which the
+    server puts in the ACL of what we create)."""
+    secrets = list(credentials.secrets) if credentials is not None else []
+    digests = [a.id.id for a in acl if a.id.scheme == "digest"]
+    if credentials is not None and credentials.scheme == "digest":
+        user, _, secret = credentials.auth_data[0][1].partition(":")
+        digests.append(make_digest_acl_credential(user, secret))
+    secrets += [d.partition(":")[2] for d in digests if d.partition(":")[2]]
+    return tuple(secrets)
 
 
 class RedactCredentials(logging.Filter):

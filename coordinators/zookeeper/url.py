@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Final
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from coordinators.acls import show_acl_spec
 from coordinators.errors import InvalidCoordinatorURL
 from coordinators.urls import host_string, parse_hosts, redact_url, split_scheme
 
@@ -30,7 +31,7 @@ class ZkTarget:
     hosts: tuple[tuple[str, int], ...]
     chroot: str  # "" or "/a/b"
     acl: str | None = None
-    # ``?client=``: kazoo or asyncio; None: the default (PAIMON_GROUP_ZK_CLIENT, else kazoo).
+    # ``?client=``: kazoo or asyncio; None: the default (PAIMON_GROUP_ZK_CLIENT, else asyncio).
     client: str | None = None
 
     def hosts_string(self) -> str:
@@ -40,8 +41,7 @@ class ZkTarget:
         """The URL without anything secret."""
         url = f"zk://{self.hosts_string()}{self.chroot}"
         if self.acl is not None:
-            shown = self.acl if self.acl in ("open", "creator") else "***"
-            url += f"?acl={shown}"
+            url += f"?acl={show_acl_spec(self.acl)}"  # digest hashes masked
         if self.client is not None:
             url += f"{'&' if self.acl is not None else '?'}client={self.client}"
         return url
@@ -69,6 +69,10 @@ def parse_url(url: str) -> ZkTarget:
             )
     if parts.fragment:
         raise InvalidCoordinatorURL(f"ZooKeeper URL {shown!r} takes no fragment")
+    if any(p and "=" not in p for p in parts.query.split("&")):  # maybe a bare secret
+        raise InvalidCoordinatorURL(
+            f"a parameter without '=' in ZooKeeper URL {shown!r}: only acl=... and client=... "
+            "are accepted")
     acl: str | None = None
     client: str | None = None
     for name, value in parse_qsl(parts.query, keep_blank_values=True):

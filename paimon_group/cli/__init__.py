@@ -42,6 +42,7 @@ from paimon_group.cli.options import (
     group_option,
     table_options,
 )
+from paimon_group.cli.version import version_option
 from paimon_group.config.member import (
     DEFAULT_PARALLEL_SHARDS,
     MemberConfig,
@@ -62,7 +63,7 @@ def setup_logging(fmt: str, level: str) -> None:
 
 @click.group(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"],
                                                   "max_content_width": 100})
-@click.version_option(package_name="paimon-group")
+@version_option
 def main() -> None:
     """Coordinated, sharded consumer groups for Apache Paimon tables."""
 
@@ -139,7 +140,8 @@ def main() -> None:
               help="Log a progress line (batches, rows, rate, lag) at INFO this often while "
                    "there is work; 0: never. Each batch is logged at DEBUG.")
 @click.option("--history", envvar=env("history"), type=click.Path(dir_okay=False),
-              help="Append a JSONL history of deliveries and commits here (for audits).")
+              help="Append a JSONL history of deliveries and commits here (for audits; "
+                   "created 0600, a symbolic link is refused).")
 @click.option("--spark-master", default="local[*]", show_default=True,
               envvar=env("spark-master"),
               help="Spark master of the --spark-handler's session.")

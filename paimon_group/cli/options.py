@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+from click.core import ParameterSource
 
-from coordinators.credentials import describe_option
+from coordinators.credentials import describe_option, is_secret_key
 from coordinators.errors import ConfigError
 from coordinators.protocol import ConnectOptions, Secret
 
@@ -198,9 +199,29 @@ def catalog_option(fn: F) -> F:
     """``--catalog-option KEY=VALUE`` (repeatable)."""
     return click.option("--catalog-option", "catalog_option", multiple=True,
                         envvar=env("catalog-option"), metavar="KEY=VALUE",
+                        callback=warn_of_secrets_on_the_command_line,
                         help="Extra catalog option (repeatable): pypaimon's (s3.endpoint ...), "
                              "or paimon-group.s3.timeout-s (object store request timeout, "
                              "default 10 s).")(fn)
+
+
+def warn_of_secrets_on_the_command_line(ctx: click.Context, param: click.Parameter,
+                                        pairs: tuple[str, ...]) -> tuple[str, ...]:
+    """One warning line on stderr when secret-looking ``--catalog-option`` keys
+    (the keys masked everywhere: ``s3.secret-key``, ``s3.access-key`` ...) are
+    given as flags, which any user of the host reads with ``ps``. It names the
+    keys, never a value, and the ways that keep them off the command line.
+    Nothing is said of pairs from the environment or a ``--config`` file."""
+    if not pairs or ctx.get_parameter_source(param.name or "") is not ParameterSource.COMMANDLINE:
+        return pairs
+    keys = sorted({key for key, sep, _ in (str(p).partition("=") for p in pairs)
+                   if sep and is_secret_key(key)})
+    if keys:
+        click.echo(f"warning: --catalog-option {', '.join(keys)} on the command line can be "
+                   "read by other users of this host (ps): give secret catalog options in the "
+                   "--config file's [catalog-option] table or in "
+                   f"{env('catalog-option')}", err=True)
+    return pairs
 
 
 def _table_options(fn: F, *, table_required: bool) -> F:

@@ -18,6 +18,7 @@ from pathlib import Path
 from coordinators.credentials import masked_repr
 from coordinators.errors import ConfigError
 from coordinators.protocol import ConnectOptions
+from coordinators.urls import has_userinfo, redact_url, refuse_credentials
 from paimon_group.config.projection import parse_columns
 from paimon_group.config.timing import MemberTiming, default_margin_s
 from paimon_group.config.warehouses import (
@@ -41,15 +42,16 @@ def refuse_credentials_in_warehouse(warehouse: str) -> None:
 
     pypaimon keeps such a URI in every object path it builds, and pyarrow's
     errors quote those paths: the secret would be printed by the first error.
-    Credentials go in catalog options instead (a ``--config`` file or the
-    environment keeps them out of ``ps``).
+    The secret may hold ``/``, ``?``, ``#`` or ``@`` (AWS secret keys often
+    hold ``/``): :func:`coordinators.urls.has_userinfo` finds the user
+    information wherever it ends. Credentials go in catalog options instead
+    (a ``--config`` file or the environment keeps them out of ``ps``).
     """
-    scheme, sep, rest = warehouse.partition("://")
-    if sep and "@" in rest.split("/", 1)[0] and scheme.lower() != "file":
+    if has_userinfo(warehouse) and not warehouse.lower().startswith("file://"):
         raise ConfigError(
-            f"the --warehouse URI {scheme}://***@... carries credentials: give them as catalog "
-            "options instead (s3.access-key and s3.secret-key, and s3.session-token, in a "
-            "--config file or PAIMON_GROUP_CATALOG_OPTION, or as --catalog-option KEY=VALUE)")
+            f"the warehouse URI {redact_url(warehouse)} carries credentials: give them as "
+            "catalog options instead (s3.access-key and s3.secret-key, and s3.session-token, "
+            "in a --config file or PAIMON_GROUP_CATALOG_OPTION)")
 
 
 def local_coordinator_url(warehouse: str) -> str:
@@ -67,6 +69,10 @@ def local_coordinator_url(warehouse: str) -> str:
     else:
         path = Path(normalised_warehouse(warehouse)) / ".paimon-group" / "coordinator.sqlite"
     return f"sqlite://{path}"
+
+
+SHOWN_URLS = {"warehouse": redact_url, "coordinator": redact_url}
+"""The URL fields of a config's repr, and how each is shown (``masked_repr``)."""
 
 
 CLI_OPTION = "--coordinator {}"
@@ -92,12 +98,14 @@ def resolve_coordinator(warehouse: str, coordinator: str | None, *,
                         option: str = CLI_OPTION) -> str:
     """The coordinator URL of ``coordinator`` as given (None or empty: the
     default; ``local``: :func:`local_coordinator_url`; else the URL itself).
-    A warehouse URI with credentials is refused first (never echoed)."""
+    A warehouse URI or a coordinator URL with credentials is refused first
+    (never echoed)."""
     refuse_credentials_in_warehouse(warehouse)
     if not coordinator:
         return default_coordinator_url(warehouse, option=option)
     if coordinator.strip().lower() == LOCAL_COORDINATOR:
         return local_coordinator_url(warehouse)
+    refuse_credentials(coordinator)
     return coordinator
 
 
@@ -199,8 +207,9 @@ class MemberConfig:
 
     def __repr__(self) -> str:
         # The generated repr, with the values of secret-looking catalog
-        # options masked (``s3.secret-key`` ...); ConnectOptions masks its own.
-        return masked_repr(self, "catalog_options")
+        # options masked (``s3.secret-key`` ...) and the URLs redacted (a
+        # password in a query); ConnectOptions masks its own.
+        return masked_repr(self, "catalog_options", SHOWN_URLS)
 
     __str__ = __repr__
 

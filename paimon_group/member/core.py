@@ -48,10 +48,11 @@ from paimon_group.reading.mirror import ConsumerMirror
 from paimon_group.reading.planner import ShardPlanner
 from paimon_group.reading.start import StartPosition
 from paimon_group.reading.table import ShardedTable
+from paimon_group.version import __version__
 
 log = logging.getLogger("paimon_group.member")
 
-VERSION = "0.1.0"
+VERSION = __version__  # what a member registers (MemberInfo.version)
 
 
 class RebalanceListener(Protocol):

@@ -7,6 +7,9 @@ batch handed to the handler and returned), ``commit`` (an attempt, with
 ``outcome`` ``accepted`` / ``rejected`` / ``refused`` -- refused locally,
 never sent: the member was leaving and its session was already closed).
 
+The file is never opened through a symbolic link (refused in one line), and
+is created readable and writable by its owner only (0600).
+
 Example::
 
     >>> import tempfile, os, json
@@ -19,11 +22,37 @@ Example::
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import threading
 import time
 from typing import Any
+
+from paimon_group.errors import ConfigError
+
+HISTORY_MODE = 0o600
+"""A new history file is its owner's alone (an existing one keeps its mode)."""
+
+
+def symlink_refusal(path: str, what: str = "history file") -> ConfigError:
+    """The one line refusing a history path that is a symbolic link (``what``:
+    how the path was given, ``--history`` on the command line)."""
+    return ConfigError(f"{what} {path} is a symbolic link: refused (it could send the "
+                       "history anywhere); give the path of the file itself")
+
+
+def open_history(path: str) -> int:
+    """``path`` opened to append, created :data:`HISTORY_MODE` if missing; never
+    through a symbolic link (``O_NOFOLLOW``: one planted in a shared folder
+    would make the member write, or create, a file of the link's choosing)."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        return os.open(path, flags, HISTORY_MODE)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise symlink_refusal(path) from None
+        raise
 
 
 class HistoryRecorder:
@@ -34,7 +63,7 @@ class HistoryRecorder:
         self.member_id = member_id
         self._lock = threading.Lock()
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._fd = open_history(path)
 
     def record(self, event: str, **fields: Any) -> None:
         line = {

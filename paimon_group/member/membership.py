@@ -36,7 +36,7 @@ from paimon_group.member.state import MemberState
 from paimon_group.member.watches import ControlWatches
 from paimon_group.protocol.group import GroupClient
 from paimon_group.protocol.identity import check_table_identity, table_identity
-from paimon_group.protocol.records import GroupMeta, MemberInfo
+from paimon_group.protocol.records import FEATURES, GroupMeta, MemberInfo
 from paimon_group.protocol.sharding import Sharding, ShardRule, idle_shards_note, plan_new_group
 from paimon_group.reading.consumer_meta import ConsumerFilesOrigin, adopt_winner, prepare_new_group
 from paimon_group.reading.mirror import ConsumerMirror, mirror_interval
@@ -102,6 +102,7 @@ class Membership:
                 version=VERSION,
                 started_at=time.time(),
                 session=coord.session.id,
+                features=tuple(sorted(FEATURES)),
             )
             await self._register(group, info)
         except BaseException:

@@ -1,7 +1,9 @@
 """Prometheus metrics and Kubernetes probes of one running member.
 
 :func:`serve_metrics` starts an HTTP server **on its own thread** (so a busy
-or blocked event loop can never stall a probe) that answers:
+or blocked event loop can never stall a probe; :mod:`~paimon_group.ops.http_server`:
+idle clients cost no thread, at most 64 connections are open, a client has
+5 s to send its request) that answers:
 
 ``/metrics``
     Prometheus text format, from a registry of this member only (never the
@@ -70,7 +72,6 @@ import math
 import os
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -85,6 +86,7 @@ from prometheus_client.registry import Collector
 
 from paimon_group.config.timing import MIN_STUCK_LOOP_S, MemberTiming
 from paimon_group.member import VERSION
+from paimon_group.ops.http_server import TEXT, HttpServer, Response
 from paimon_group.ops.lag import LagSource, OwnedLag
 from paimon_group.protocol.records import Assignment
 
@@ -415,7 +417,9 @@ def health(member: MemberView, max_loop_lag_s: float) -> tuple[bool, str]:
 
 
 class MetricsServer:
-    """The HTTP server of :func:`serve_metrics`; ``close()`` stops it."""
+    """The HTTP server of :func:`serve_metrics` (:class:`HttpServer`: idle
+    clients cost no thread, connections are bounded and time out);
+    ``close()`` stops it."""
 
     def __init__(self, member: MemberView, port: int, *, host: str = "0.0.0.0",
                  max_loop_lag_s: float | None = None, lag_refresh_s: float = 1.0) -> None:
@@ -426,51 +430,26 @@ class MetricsServer:
         if max_loop_lag_s is None:
             max_loop_lag_s = member.config.timing.stuck_loop_s
         self.max_loop_lag_s = max_loop_lag_s
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                path = self.path.split("?", 1)[0]
-                try:
-                    if path == "/metrics":
-                        self._send(200, generate_latest(server.registry), CONTENT_TYPE_LATEST)
-                    elif path == "/healthz":
-                        ok, reason = health(server.member, server.max_loop_lag_s)
-                        self._send(200 if ok else 503, (reason + "\n").encode())
-                    elif path == "/readyz":
-                        ready = bool(server.member.ready)
-                        self._send(200 if ready else 503,
-                                   b"ready\n" if ready else b"not ready\n")
-                    else:
-                        self._send(404, b"not found: /metrics, /healthz, /readyz\n")
-                except Exception as err:
-                    log.warning("metrics request %s failed: %s", path, err)
-                    self._send(500, b"internal error\n")
-
-            def _send(self, code: int, body: bytes,
-                      content_type: str = "text/plain; charset=utf-8") -> None:
-                self.send_response(code)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                log.debug("metrics http: " + format, *args)
-
-        self.httpd = ThreadingHTTPServer((host, port), Handler)
-        self.httpd.daemon_threads = True
-        self.port: int = int(self.httpd.server_address[1])
-        self._thread = threading.Thread(target=self.httpd.serve_forever, name="pg-metrics",
-                                        daemon=True)
-        self._thread.start()
+        routes = {"/metrics": self._metrics, "/healthz": self._healthz, "/readyz": self._readyz}
+        # /metrics computes lag (it may read snapshot files): on a worker thread.
+        self.http = HttpServer(host, port, routes, name="pg-metrics", blocking={"/metrics"})
+        self.port: int = self.http.port
         log.info("serving /metrics, /healthz and /readyz on port %d", self.port,
                  extra={"group": member.group_name, "member": member.member_id})
 
+    def _metrics(self) -> Response:
+        return 200, generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+    def _healthz(self) -> Response:
+        ok, reason = health(self.member, self.max_loop_lag_s)
+        return (200 if ok else 503), (reason + "\n").encode(), TEXT
+
+    def _readyz(self) -> Response:
+        ready = bool(self.member.ready)
+        return (200, b"ready\n", TEXT) if ready else (503, b"not ready\n", TEXT)
+
     def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self._thread.join(timeout=5)
+        self.http.close()
 
 
 def serve_metrics(member: MemberView, port: int, *, host: str | None = None) -> MetricsServer:

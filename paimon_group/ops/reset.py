@@ -44,6 +44,7 @@ from paimon_group.ops.report import GroupNotFound
 from paimon_group.protocol.group import GroupClient
 from paimon_group.protocol.group_views import GroupState
 from paimon_group.protocol.names import consumer_id
+from paimon_group.protocol.records import check_can_follow
 from paimon_group.reading.mirror import ConsumerMirror
 from paimon_group.reading.start import parse_start
 from paimon_group.reading.table import ShardedTable
@@ -211,6 +212,7 @@ async def plan_reset(
     state = await client.state()
     if state.meta is None:
         raise GroupNotFound(f"group {client.group!r} does not exist in this coordinator")
+    check_can_follow(state.meta, client.group)  # positions of a feature it does not know
     check_table(state, table, client.group)
     num_shards = state.meta.num_shards
     chosen = sorted(set(range(num_shards) if shards is None else shards))

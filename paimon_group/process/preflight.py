@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import stat
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -108,12 +109,26 @@ def check_table(warehouse: str, identifier: str, catalog_options: dict[str, str]
 
 
 def check_history_path(path: str | None) -> None:
-    """``--history`` must name a file in an existing directory."""
+    """``--history`` must name a file in an existing directory: a regular file
+    or none yet, never a symbolic link (the member opens it with ``O_NOFOLLOW``
+    too: a link planted after this check is refused as well)."""
     if path is None:
         return
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
         raise ConfigError(f"--history {path}: directory {parent} does not exist")
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(mode):
+        # Here, not at the top: paimon_group.member is slow to import, and
+        # this module's other checks answer before anything heavy is loaded.
+        from paimon_group.member.history import symlink_refusal
+
+        raise symlink_refusal(path, "--history")
+    if not stat.S_ISREG(mode):
+        raise ConfigError(f"--history {path} is not a regular file")
 
 
 def check_metrics_port(port: int | None) -> None:

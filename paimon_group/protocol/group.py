@@ -68,6 +68,7 @@ from paimon_group.protocol.records import (
     Owner,
     Position,
     RemovedMember,
+    check_can_follow,
     decoded_assignment,
     position_order,
 )
@@ -138,6 +139,7 @@ class GroupClient:
                 return new
             meta = await self.read_meta()
             assert meta is not None  # created concurrently by another member
+        check_can_follow(meta, self.group)
         check_group_warehouse(meta, self.group, warehouse)
         if explicit and num_shards is not None and meta.num_shards != num_shards:
             raise ShardCountMismatch(

@@ -19,8 +19,40 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Self
 
 from coordinators.errors import CorruptValue
+from paimon_group.errors import IncompatibleVersion
+from paimon_group.version import __version__
 
 FORMAT_VERSION = 1
+"""The format of the records this version writes, and the highest it reads.
+
+Every record of 0.1.0 and 0.2.0 is format 1: fields are only added, each with
+a default that means what a record without it meant, so a member of either
+version reads the other's records (an older one ignores the fields it does not
+know). A release that changes what an existing field means writes a higher
+``format`` into the records it changes; a member that reads a record of a
+format above its own refuses in one line naming both versions
+(:func:`check_format`). A record without ``format`` is format 1.
+docs/design.md, "Versions and compatibility".
+"""
+
+FEATURES: frozenset[str] = frozenset()
+"""The group features this version follows (none yet). A feature older members
+cannot follow is named in the group record (:attr:`GroupMeta.features`) only
+once every live member lists it in its :attr:`MemberInfo.features`
+(:func:`unable_to_follow`); a member that finds a feature it does not know in
+use refuses to join (:func:`check_can_follow`)."""
+
+
+def check_format(key: str, data: dict[str, Any]) -> None:
+    """Refuse a record of a newer format (one line, both versions)."""
+    fmt = data.get("format", FORMAT_VERSION)
+    if isinstance(fmt, int) and fmt > FORMAT_VERSION:
+        by = data.get("written_by")
+        raise IncompatibleVersion(
+            f"the record at coordinator key {key!r} has format {fmt}"
+            f"{f' (written by paimon-group {by})' if by else ''}; this member is "
+            f"paimon-group {__version__}, which reads format {FORMAT_VERSION}: "
+            f"upgrade it to {by or 'the version that wrote it'} or later")
 
 
 def _load(key: str, value: bytes) -> dict[str, Any]:
@@ -40,6 +72,7 @@ class _Record:
     @classmethod
     def decode(cls, key: str, value: bytes) -> Self:
         data = _load(key, value)
+        check_format(key, data)
         try:
             return cls._from_dict(data)
         except (KeyError, TypeError, ValueError) as err:
@@ -78,6 +111,11 @@ class GroupMeta(_Record):
     ``assignor`` is how the leader assigns shards (``count`` or ``load``, see
     :data:`paimon_group.protocol.assignor.ASSIGNORS`), chosen at creation; a record
     stored without one decodes as ``"count"``.
+
+    ``features`` are the group features in use that a member must follow to
+    take part (:data:`FEATURES`; empty in every group of 0.1.0 and 0.2.0), and
+    ``written_by`` the version that wrote the record (this one's when
+    created here; empty in 0.1.0's).
     """
 
     num_shards: int
@@ -89,6 +127,8 @@ class GroupMeta(_Record):
     table_id: str = ""
     warehouse: str = ""
     assignor: str = "count"
+    features: tuple[str, ...] = ()
+    written_by: str = __version__
 
     @classmethod
     def _from_dict(cls, data: dict[str, Any]) -> GroupMeta:
@@ -102,6 +142,8 @@ class GroupMeta(_Record):
             table_id=str(data.get("table_id") or ""),
             warehouse=str(data.get("warehouse") or ""),
             assignor=str(data.get("assignor") or "count"),
+            features=tuple(str(f) for f in data.get("features") or ()),
+            written_by=str(data.get("written_by") or ""),
         )
         from paimon_group.protocol.assignor import ASSIGNORS
         from paimon_group.protocol.sharding import ShardRule
@@ -116,7 +158,9 @@ class GroupMeta(_Record):
 
 @dataclass(frozen=True)
 class MemberInfo(_Record):
-    """``groups/<group>/members/<id>``: who a live member is."""
+    """``groups/<group>/members/<id>``: who a live member is; ``version`` its
+    release, ``features`` the group features it can follow (:data:`FEATURES`;
+    absent in 0.1.0's records: none)."""
 
     member_id: str
     host: str
@@ -124,6 +168,33 @@ class MemberInfo(_Record):
     version: str
     started_at: float
     session: str = ""
+    features: tuple[str, ...] = ()
+
+    @classmethod
+    def _from_dict(cls, data: dict[str, Any]) -> MemberInfo:
+        return MemberInfo(
+            member_id=str(data["member_id"]), host=str(data["host"]), pid=int(data["pid"]),
+            version=str(data["version"]), started_at=float(data["started_at"]),
+            session=str(data.get("session") or ""),
+            features=tuple(str(f) for f in data.get("features") or ()))
+
+
+def check_can_follow(meta: GroupMeta, group: str) -> None:
+    """Refuse a group that uses a feature this version cannot follow (one
+    line, both versions): the member must not join it."""
+    unknown = sorted(set(meta.features) - FEATURES)
+    if unknown:
+        by = f"paimon-group {meta.written_by}" if meta.written_by else "a newer version"
+        raise IncompatibleVersion(
+            f"group {group!r} uses feature{'s' if len(unknown) > 1 else ''} "
+            f"{', '.join(unknown)} (switched on by {by}), which this member, "
+            f"paimon-group {__version__}, cannot follow: upgrade it to {by} or later")
+
+
+def unable_to_follow(feature: str, members: list[MemberInfo]) -> list[str]:
+    """The members that cannot follow ``feature``: it may be switched on
+    (named in :attr:`GroupMeta.features`) only when there are none."""
+    return sorted(m.member_id for m in members if feature not in m.features)
 
 
 @dataclass(frozen=True)

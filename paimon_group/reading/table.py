@@ -29,7 +29,8 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from coordinators.credentials import scrub, secret_values
-from coordinators.errors import ConfigError
+from coordinators.errors import ConfigError, PaimonGroupError
+from coordinators.urls import redact_url
 from paimon_group.errors import SnapshotExpired, TableNotFound, TableReplaced
 from paimon_group.protocol.identity import table_identity
 from paimon_group.protocol.sharding import (
@@ -70,6 +71,45 @@ def _normalise_warehouse(warehouse: str) -> str:
     if "://" in warehouse:
         return warehouse
     return os.path.abspath(os.path.expanduser(warehouse))
+
+
+def _open_failure(err: Exception, table: str, location: str,
+                  options: Mapping[str, str]) -> PaimonGroupError:
+    """One line for a table that failed to open: a failed request to the object
+    store (:func:`~paimon_group.store.object_store.store_failure`), else the
+    error's first line with the warehouse redacted and secret option values
+    scrubbed; a ``ValueError`` (pypaimon's bad option) as a ConfigError."""
+    failure = object_store.store_failure(err, table, location, options)
+    if failure is not None:
+        return failure
+    shown = redact_url(location)
+    reason = _scrubbed(str(err).strip().split("\n", 1)[0], options).replace(location, shown)
+    if isinstance(err, ValueError):
+        return ConfigError(f"cannot open table {table} in warehouse {shown}: {reason}")
+    return PaimonGroupError(f"cannot open table {table} in warehouse {shown}: "
+                            f"{type(err).__name__}: {reason}")
+
+
+def _scrubbed(text: str, options: Mapping[str, str]) -> str:
+    return scrub(text, secret_values(options))
+
+
+def _cause(err: Exception, location: str, options: Mapping[str, str]) -> Exception | None:
+    """``err`` as the cause of the one-line error, or None when an error of its
+    chain quotes a secret option value or the warehouse unredacted (a
+    traceback would show it), or is an object store's failure (pyarrow's
+    traceback adds nothing to the line)."""
+    hidden = redact_url(location) != location
+    seen: BaseException | None = err
+    for _ in range(8):
+        if seen is None:
+            break
+        text = str(seen)
+        if _scrubbed(text, options) != text or (hidden and location in text) \
+                or isinstance(seen, OSError):
+            return None
+        seen = seen.__cause__ or seen.__context__
+    return err
 
 
 class ShardedTable:
@@ -150,26 +190,15 @@ class ShardedTable:
             # Before the first request: pypaimon's S3 timeouts hang a wrong endpoint.
             object_store.bound_requests(catalog.file_io, location, options)
             loaded = catalog.get_table(table)
-        except (TableNotExistException, DatabaseNotExistException) as err:
+        except (TableNotExistException, DatabaseNotExistException, FileNotFoundError) as err:
             raise TableNotFound(
-                f"table {table} not found in warehouse {location}: {check}"
+                f"table {table} not found in warehouse {redact_url(location)}: {check}"
             ) from err
-        except FileNotFoundError as err:
-            raise TableNotFound(
-                f"table {table} not found in warehouse {location}: {check}"
-            ) from err
-        except ValueError as err:
-            # pypaimon's message may quote an option: never a secret one.
-            reason = scrub(str(err), secret_values(options))
-            error = ConfigError(f"cannot open table {table} in warehouse {location}: {reason}")
-            if reason != str(err):  # the original would carry the secret in a traceback
-                raise error from None
-            raise error from err
-        except (OSError, RuntimeError) as err:
-            failure = object_store.store_failure(err, table, location, options)
-            if failure is None:
-                raise
-            raise failure from None  # pyarrow's traceback adds nothing to the line
+        except PaimonGroupError:
+            raise  # ours, one line already (an endpoint carrying credentials)
+        except Exception as err:  # never a raw traceback quoting the warehouse
+            raise _open_failure(err, table, location, options) \
+                from _cause(err, location, options)
         return cls(loaded, warehouse=location, identifier=table)
 
     @property

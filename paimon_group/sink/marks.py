@@ -66,7 +66,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from paimon_group.errors import CorruptValue
+from paimon_group.errors import CorruptValue, IncompatibleVersion
+from paimon_group.version import __version__
 
 PROPERTY_PREFIX = "paimon-group.sink."
 FORMAT = 1
@@ -146,6 +147,11 @@ def decode(value: str) -> dict[int, ShardMark]:
     """The marks of a property value; one line naming what is wrong otherwise."""
     try:
         data = json.loads(value)
+        if isinstance(data.get("v"), int) and data["v"] > FORMAT:
+            raise IncompatibleVersion(
+                f"the sink's marks in the target have format {data['v']}; this is "
+                f"paimon-group {__version__}, which reads format {FORMAT}: upgrade it to the "
+                "version that wrote them or later")
         if data.get("v") != FORMAT:
             raise ValueError(f"format {data.get('v')!r}")
         return {int(s): ShardMark(int(m[0]), int(m[1]), str(m[2]) if len(m) > 2 else "",

@@ -58,6 +58,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from coordinators.errors import ConfigError, PaimonGroupError
+from coordinators.urls import redact_url
 from paimon_group.errors import StaleEpoch
 
 if TYPE_CHECKING:
@@ -121,8 +122,10 @@ def build_spark_session(
     """
     session_cls = _import_pyspark()
     if remote is not None and not remote.startswith("sc://"):
-        raise ConfigError(f"--spark-remote {remote!r} must be a Spark Connect address sc://HOST:PORT")
-    where = f"Spark Connect server {remote}" if remote else f"Spark master {master!r}"
+        raise ConfigError(f"--spark-remote {redact_url(remote)!r} must be a Spark Connect "
+                          "address sc://HOST:PORT")
+    # A Connect address may carry a token (sc://h:15002/;token=...): shown redacted.
+    where = f"Spark Connect server {redact_url(remote)}" if remote else f"Spark master {master!r}"
     try:
         builder = session_cls.builder.appName(app_name)
         builder = builder.remote(remote) if remote else builder.master(master)
@@ -150,6 +153,8 @@ def build_spark_session(
         ) from err
     except Exception as err:  # Py4J / gRPC / JVM start-up errors
         first_line = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        if remote:
+            first_line = first_line.replace(remote, redact_url(remote))
         raise PaimonGroupError(
             f"cannot start a Spark session on {where}: {type(err).__name__}: {first_line}",
             retriable=True,
@@ -214,7 +219,7 @@ class SparkBatchHandler:
         self._closed = False
 
     def __repr__(self) -> str:
-        where = self.remote or self.master
+        where = redact_url(self.remote) if self.remote else self.master
         name = getattr(self.fn, "__qualname__", repr(self.fn))
         owner = "own session" if self._owns_session else "user session"
         return f"SparkBatchHandler({name}, {owner} on {where})"
@@ -228,7 +233,8 @@ class SparkBatchHandler:
                 self._spark = build_spark_session(
                     master=self.master, remote=self.remote, app_name=self.app_name, conf=self.conf
                 )
-                log.info("Spark session started on %s", self.remote or self.master)
+                log.info("Spark session started on %s",
+                         redact_url(self.remote) if self.remote else self.master)
             return self._spark
 
     @property

@@ -38,6 +38,7 @@ from urllib.parse import urlsplit
 
 from coordinators.credentials import scrub, secret_values
 from coordinators.errors import ConfigError
+from coordinators.urls import redact_url, userinfo_end
 from paimon_group.errors import ObjectStoreUnavailable
 
 __all__ = ["ATTEMPTS", "DEFAULT_TIMEOUT_S", "TIMEOUT_OPTION", "bound_requests",
@@ -121,10 +122,11 @@ def bound_requests(file_io: Any, warehouse: str, options: Mapping[str, str]) -> 
 
 def refuse_credentials_in_endpoint(options: Mapping[str, str]) -> None:
     """Refuse ``s3.endpoint=http://KEY:SECRET@host`` in one line that never echoes it
-    (an endpoint is not a secret-looking option: reprs and errors would show it)."""
+    (an endpoint is not a secret-looking option: reprs and errors would show it).
+    The secret may hold ``/``, ``?``, ``#`` or ``@`` (:func:`coordinators.urls.userinfo_end`)."""
     for key in _ENDPOINT_KEYS:
         scheme, sep, rest = str(options.get(key) or "").partition("://")
-        if "@" in (rest if sep else scheme).split("/", 1)[0]:
+        if userinfo_end(rest if sep else scheme) >= 0:
             shown = f"{scheme}://***@..." if sep else "***@..."
             raise ConfigError(
                 f"catalog option {key}={shown} carries credentials: give them as "
@@ -139,8 +141,8 @@ def endpoint_of(options: Mapping[str, str]) -> str:
         endpoint = options.get(key)
         if endpoint:
             scheme, sep, rest = endpoint.partition("://")
-            host, slash, path = (rest if sep else scheme).partition("/")
-            shown = host.rpartition("@")[2] + slash + path  # never user information
+            text = rest if sep else scheme
+            shown = text[userinfo_end(text) + 1:]  # never user information
             return f"{scheme}://{shown}" if sep else shown
     region = options.get("s3.region") or options.get("fs.s3a.region")
     return f"the AWS S3 endpoint of region {region}" if region else "the AWS S3 endpoint"
@@ -169,6 +171,7 @@ def store_failure(err: BaseException, table: str, warehouse: str,
         return None
     endpoint = endpoint_of(options)
     reason = scrub(" ".join(str(cause).split()), secret_values(options))
+    warehouse = redact_url(warehouse)
     if "NETWORK_CONNECTION" in reason:
         return ObjectStoreUnavailable(
             f"cannot reach object store {endpoint} (warehouse {warehouse}, table {table}) "

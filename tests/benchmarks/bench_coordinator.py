@@ -9,7 +9,7 @@ reads; a member that fails is started again (as a supervisor would) and the
 restarts are reported. Sizes: 200 members x 2,048 shards and 1,000 x 8,192 (20 x 256
 with ``--quick``); ``BENCH_COORDINATOR_SIZES=200x2048`` picks some, and
 ``BENCH_COORDINATOR_SERVERS=etcd`` one server, ``BENCH_ZK_CLIENT=kazoo,asyncio``
-the ZooKeeper clients (one run each, back to back; default kazoo), and
+the ZooKeeper clients (one run each, back to back; default: the coordinator's), and
 ``BENCH_COORDINATOR_PROFILE=DIR`` profiles the workers' event loops (cProfile)
 during the joins and leaves and prints the top functions.
 
@@ -229,9 +229,9 @@ def servers() -> list[str]:
 
 def zk_clients() -> list[str]:
     """``BENCH_ZK_CLIENT=kazoo,asyncio``: the ZooKeeper clients to run, one after
-    the other on the same server (default: kazoo, the coordinator's default)."""
-    chosen = os.environ.get("BENCH_ZK_CLIENT", "kazoo").split(",")
-    return [c for c in ("kazoo", "asyncio") if c in chosen]
+    the other on the same server (default: "", the coordinator's default)."""
+    chosen = os.environ.get("BENCH_ZK_CLIENT", "").split(",")
+    return [c for c in ("kazoo", "asyncio") if c in chosen] or [""]
 
 
 def runs() -> list[tuple[str, str]]:
@@ -239,7 +239,8 @@ def runs() -> list[tuple[str, str]]:
     found: list[tuple[str, str]] = []
     for server in servers():
         if server == "zookeeper":
-            found += [(f"zookeeper ({client})", f"zookeeper:{client}") for client in zk_clients()]
+            found += [(f"zookeeper ({client})" if client else "zookeeper", f"zookeeper:{client}")
+                      for client in zk_clients()]
         else:
             found.append((server, server))
     return found
@@ -292,7 +293,8 @@ def run(ctx: Context) -> list[Figure]:
                     url, count = ctx.etcd_url(), etcd_messages(ctx.etcd().endpoint)
                 else:
                     client = which.partition(":")[2]
-                    url, count = f"{zk.unique_url()}&client={client}", zookeeper_packets(zk)
+                    url = zk.unique_url() + (f"&client={client}" if client else "")
+                    count = zookeeper_packets(zk)
                 try:
                     r = asyncio.run(scenario(url, wh, members, shards, window, cycles,
                                              ctx.scratch("history"), count))

@@ -15,10 +15,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from coordinators.credentials import masked_repr
 from coordinators.errors import ConfigError
 from coordinators.protocol import ConnectOptions, Secret
 from coordinators.registry import scheme_of
-from paimon_group.config.member import MemberConfig, resolve_coordinator
+from paimon_group.config.member import SHOWN_URLS, MemberConfig, resolve_coordinator
 from paimon_group.protocol.names import validate_group
 
 __all__ = ["CATALOG_PREFIX", "METADATA_COLUMNS", "SourceOptions"]
@@ -126,6 +127,13 @@ class SourceOptions:
     coordinator_server_name: str | None = None
     coordinator_auth: str | None = None
     allow_plaintext_credentials: bool = False
+
+    def __repr__(self) -> str:
+        # The generated repr, with secret-looking catalog options masked and
+        # the URLs redacted (the password is a Secret, left out).
+        return masked_repr(self, "catalog_options", SHOWN_URLS)
+
+    __str__ = __repr__
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
