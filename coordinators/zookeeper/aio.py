@@ -73,7 +73,7 @@ from kazoo.protocol.serialization import (
 from kazoo.protocol.states import EVENT_TYPE_MAP, KazooState, KeeperState, WatchedEvent
 from kazoo.security import ACL
 
-from coordinators.zookeeper.aio_txn import AioTransaction
+from coordinators.zookeeper.aio_txn import AioTransaction, MultiRead
 from coordinators.zookeeper.security import kazoo_log
 from coordinators.zookeeper.wire import (
     PING_XID,
@@ -138,6 +138,8 @@ class AioZkClient:
         self._first: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
+        # False once a server answered a multiRead with UnimplementedError (before 3.6).
+        self.multi_read = True
 
     # -- the surface the coordinator uses -------------------------------------
 
@@ -187,6 +189,11 @@ class AioZkClient:
 
     def get_async(self, path: str, watch: Watcher | None = None) -> asyncio.Future[Any]:
         return self._call(GetData(path, watch), watch)
+
+    def get_many_async(self, paths: list[str]) -> asyncio.Future[Any]:
+        """``GetData`` of each path in one message (``multiRead``, ZooKeeper 3.6+): per
+        path ``(data, stat)`` or the kazoo exception of its error, in order."""
+        return self._call(MultiRead(tuple(paths)))
 
     def get_children_async(
         self, path: str, watch: Watcher | None = None, include_data: bool = False
