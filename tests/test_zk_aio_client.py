@@ -1,4 +1,5 @@
-"""The asyncio ZooKeeper client's reads: a read of many keys is one ``multiRead``.
+"""The ZooKeeper coordinator's steady messages: a read of many keys is one
+``multiRead`` on the asyncio client; no heartbeat while requests are answered.
 
 On a real server of the test's own, whose ``srvr`` count of received messages
 tells how many messages a read took; the values are compared with what kazoo's
@@ -7,6 +8,7 @@ pipelined reads (``?client=kazoo``) return for the same znodes.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Callable
 from typing import Any
@@ -115,3 +117,31 @@ async def test_a_server_without_multi_read_is_read_the_pipelined_way(
         assert client.multi_read is False
         assert [e and e.value for e in entries.values()] == [b"1", b"2", None]
         assert client.client_id == session
+
+
+@zk
+@pytest.mark.asyncio
+@pytest.mark.parametrize("client", ["asyncio", "kazoo"])
+async def test_no_heartbeat_while_requests_are_answered(zk_url: str, client: str) -> None:
+    """The heartbeat (an ``exists`` of the chroot) is due a third of the
+    timeout after the last confirmation, by any answered request: a busy
+    session sends none, an idle one still does."""
+    options = ConnectOptions(session_timeout_s=3)  # a heartbeat every second when idle
+    async with opened(f"{zk_url}&client={client}", options) as coordinator:
+        sent: list[str] = []
+        real = coordinator._client.exists_async
+
+        def exists(path: str, *args: Any) -> Any:
+            if path == coordinator._root:
+                sent.append(path)
+            return real(path, *args)
+
+        coordinator._client.exists_async = exists
+        for _ in range(12):  # 3 s of reads, one every 0.25 s
+            assert await coordinator.get("k") is None
+            await asyncio.sleep(0.25)
+        assert sent == []
+        assert coordinator.session.is_live(margin_s=1.5)
+        await asyncio.sleep(2.5)  # idle
+        assert len(sent) >= 2
+        assert coordinator.session.is_live(margin_s=1.5)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from typing import Any
 
 from kazoo.exceptions import (
@@ -102,12 +103,24 @@ class Heartbeat(ZkCore):
         assert transitions is not None
         while not self._closed and session.state is not SessionState.LOST:
             interval = max(session.timeout_s / 3, 0.05)
+            # Due a third of the timeout after the last confirmation, a
+            # heartbeat's or any other answered request's: a session whose
+            # requests are answered anyway needs none (the deadline stays at
+            # least two thirds of the timeout ahead, as with a heartbeat).
+            wait = session.deadline - session.timeout_s + interval - time.monotonic()
+            kicked = False
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._heartbeat_kick.wait(), interval)
+                await asyncio.wait_for(
+                    self._heartbeat_kick.wait(), wait if wait > 0 else interval
+                )
+                kicked = True
             self._heartbeat_kick.clear()
             client = self._client
             if client is None or self._closed:
                 return
+            confirmed_at = session.deadline - session.timeout_s
+            if not kicked and time.monotonic() < confirmed_at + interval:
+                continue  # confirmed meanwhile
             if transitions.overdue():
                 # The server may already have expired us and handed our keys
                 # on; kazoo would only learn it on reconnection. Like
