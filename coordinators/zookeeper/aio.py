@@ -14,6 +14,10 @@ are coroutines (:meth:`AioZkClient.start`, :meth:`AioZkClient.aclose`).
   order and settle the oldest pending future, as in kazoo
   (``_read_response``): an ``exists`` of a missing znode is ``None``, any
   other error code its kazoo exception.
+* **multiRead** (:meth:`AioZkClient.get_many_async`, ZooKeeper 3.6+): the
+  ``GetData`` of many paths in one message, each answered on its own
+  (:class:`~coordinators.zookeeper.aio_txn.MultiRead`); kazoo has none.
+  ``multi_read`` turns False once a server answered ``UnimplementedError``.
 * **Watches** are registered when the reply that set them arrives and fire
   once (xid -1). On a lost connection every watch is dropped, and the
   coordinator's watches re-arm when CONNECTED is reported (they do after
