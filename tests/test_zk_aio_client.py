@@ -145,3 +145,40 @@ async def test_no_heartbeat_while_requests_are_answered(zk_url: str, client: str
         await asyncio.sleep(2.5)  # idle
         assert len(sent) >= 2
         assert coordinator.session.is_live(margin_s=1.5)
+
+
+@zk
+@pytest.mark.asyncio
+@pytest.mark.parametrize("client", ["asyncio", "kazoo"])
+async def test_a_value_change_re_arms_that_value_only(zk_url: str, client: str) -> None:
+    """A watch whose directory's child watch has not fired re-arms the data
+    watch of the value that changed, without listing the directory again
+    (the table head, rewritten every few seconds, wakes every member)."""
+    async with opened(f"{zk_url}&client={client}", OPTIONS) as coordinator:
+        assert await coordinator.commit([], [Put("h/head", b"0")])
+        listings: list[str] = []
+        real = coordinator._client.get_children_async
+
+        def get_children(path: str, *args: Any, **kwargs: Any) -> Any:
+            listings.append(path)
+            return real(path, *args, **kwargs)
+
+        coordinator._client.get_children_async = get_children
+        async with coordinator.watch("h/") as watch:
+            await asyncio.sleep(0.3)  # armed: the directory listed once
+            first = len(listings)
+            assert first >= 1
+            for i in range(1, 4):
+                assert await coordinator.commit([], [Put("h/head", str(i).encode())])
+                assert await watch.wait(timeout=10)
+            await asyncio.sleep(0.3)
+            assert len(listings) == first
+            # A key created: the child watch fires, the directory is listed,
+            # and the new key's value is watched from then on.
+            assert await coordinator.commit([], [Put("h/other", b"a")])
+            assert await watch.wait(timeout=10)
+            await asyncio.sleep(0.3)
+            assert len(listings) == first + 1
+            assert await coordinator.commit([], [Put("h/other", b"b")])
+            assert await watch.wait(timeout=10)
+            assert not await watch.wait(timeout=0.5)

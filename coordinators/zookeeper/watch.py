@@ -75,6 +75,11 @@ class ZkWatch(Watch):
         self._taken = asyncio.Event()
         # Keys whose value znode carries our data watch.
         self._armed: set[str] = set()
+        # The keys of the last listing while the directory's child watch it
+        # set has not fired since (None: list again). A value's change then
+        # re-arms that value's data watch only: no key was created or deleted.
+        self._listed: set[str] | None = None
+        self._unlisted = 0  # how many times _listed was dropped
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -94,16 +99,24 @@ class ZkWatch(Watch):
             return
         if event.type == EventType.NONE:
             self._armed.clear()  # kazoo dropped every watch (connection lost)
+            self._unlist()
         elif event.path != self._dir:
             self._armed.discard(event.path.rpartition("/")[2])
+        else:
+            self._unlist()  # a key created or deleted, or the directory
         self._mark()
         self._rearm.set()
 
     def _connection_changed(self, state: str) -> None:
         if state == KazooState.CONNECTED or state == KazooState.LOST:
             self._armed.clear()
+            self._unlist()
             self._mark()  # anything may have changed while we could not watch
             self._rearm.set()
+
+    def _unlist(self) -> None:
+        self._listed = None
+        self._unlisted += 1
 
     def _mark(self) -> None:
         self._dirty = True
@@ -130,6 +143,7 @@ class ZkWatch(Watch):
                     return
                 log.debug("re-arming the watch on %s failed: %r", self.prefix, err)
                 self._armed.clear()
+                self._unlist()
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
                 self._rearm.set()
@@ -139,6 +153,33 @@ class ZkWatch(Watch):
         client = coordinator._client
         if client is None or not client.connected:
             return  # re-armed when kazoo reports CONNECTED
+        names = self._listed
+        if names is None or not self._values:
+            unlisted = self._unlisted
+            listed = await self._list(client)
+            if listed is None or not self._values:
+                return
+            names = listed
+            if unlisted == self._unlisted:  # the child watch has not fired since
+                self._listed = listed
+        self._armed &= names
+        fresh = sorted(names - self._armed)
+        what = f"watch {self.prefix}"
+        sent = [
+            coordinator._send(client.exists_async, self._child(n), self._on_event) for n in fresh
+        ]
+        replies = await coordinator._recv_all(sent, what)
+        for name, reply in zip(fresh, replies, strict=True):
+            if isinstance(reply, BaseException):
+                self._rearm.set()
+                continue
+            self._armed.add(name)
+            if reply is None or reply.mzxid > self._seen:
+                self._mark()
+
+    async def _list(self, client: Any) -> set[str] | None:
+        """List the directory with a child watch: the keys watched (None: no directory)."""
+        coordinator = self._coordinator
         what = f"watch {self.prefix}"
         try:
             children, stat = await coordinator._request(
@@ -151,27 +192,13 @@ class ZkWatch(Watch):
             )
             if exists is not None:
                 self._rearm.set()  # created in between: list it
-            return
+            return None
         if stat.pzxid > self._seen:
             self._mark()  # a key created or deleted since the caller last looked
-        if not self._values:
-            return
         names = {n[len(FLAG_PREFIX) :] for n in children if n.startswith(FLAG_PREFIX)}
         if self._children is not None:
             names &= self._children
-        self._armed &= names
-        fresh = sorted(names - self._armed)
-        sent = [
-            coordinator._send(client.exists_async, self._child(n), self._on_event) for n in fresh
-        ]
-        replies = await coordinator._recv_all(sent, what)
-        for name, reply in zip(fresh, replies, strict=True):
-            if isinstance(reply, BaseException):
-                self._rearm.set()
-                continue
-            self._armed.add(name)
-            if reply is None or reply.mzxid > self._seen:
-                self._mark()
+        return names
 
     async def wait(self, timeout: float | None = None) -> bool:
         loop = asyncio.get_running_loop()
