@@ -3,6 +3,7 @@ loopback ports; in CI (``CI=true``) a missing server binary fails, never skips."
 
 import logging
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -29,3 +30,18 @@ def _restore_logging_levels() -> Iterator[None]:
     yield
     for logger, level in zip(loggers, levels, strict=True):
         logger.setLevel(level)
+
+
+@pytest.fixture(
+    params=[
+        "sqlite",
+        pytest.param("etcd", marks=pytest.mark.etcd),
+        pytest.param("zk", marks=pytest.mark.zk),
+    ]
+)
+def group_coordinator(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A coordinator URL for a group of real processes: sqlite, etcd, ZooKeeper."""
+    if request.param == "sqlite":
+        return f"sqlite://{tmp_path}/coordinator.sqlite"
+    url: str = request.getfixturevalue(f"{request.param}_url")
+    return url

@@ -27,18 +27,6 @@ from tests.support.group_procs import GroupHarness, live_members
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(
-    params=[
-        "sqlite",
-        pytest.param("etcd", marks=pytest.mark.etcd),
-        pytest.param("zk", marks=pytest.mark.zk),
-    ]
-)
-def group_coordinator(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite://{tmp_path}/coordinator.sqlite"
-    url: str = request.getfixturevalue(f"{request.param}_url")
-    return url
 
 
 def _explain(h: GroupHarness) -> str:

@@ -47,18 +47,6 @@ def previous_release_script(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return install_release(previous_release(), tmp_path_factory.mktemp("previous-release"))
 
 
-@pytest.fixture(
-    params=[
-        "sqlite",
-        pytest.param("etcd", marks=pytest.mark.etcd),
-        pytest.param("zk", marks=pytest.mark.zk),
-    ]
-)
-def group_coordinator(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite://{tmp_path}/coordinator.sqlite"
-    url: str = request.getfixturevalue(f"{request.param}_url")
-    return url
 
 
 class MixedGroup(GroupHarness):
