@@ -28,6 +28,7 @@ from paimon_group.cli import main
 from paimon_group.reading.table import ShardedTable
 from paimon_group.spark.source.options import SourceOptions
 from tests.support.group_procs import REPO
+from tests.support.requirements import require
 from tests.support.tables import make_pk_table
 
 USER = "AKIAXUSERQ"
@@ -237,7 +238,7 @@ def test_the_spark_source_refuses_a_secret_url_when_the_query_is_defined(
     local_wh: Path, tmp_path: Path, special: str
 ) -> None:
     """What Spark calls with the reader's options (``format("paimon-group")``)."""
-    pytest.importorskip("pyspark")
+    require("pyspark", "pip install '.[spark]' (tests/run.sh does)")
     from paimon_group.spark.source import PaimonGroupDataSource
 
     for options in ({"warehouse": warehouse_uri(special)},
