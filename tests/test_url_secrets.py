@@ -204,6 +204,7 @@ def test_the_command_refuses_a_warehouse_with_a_secret_before_anything(
     assert result.stderr.startswith("error: the warehouse URI s3://***@bucket/wh carries "
                                     "credentials"), result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "in a --config file or PAIMON_GROUP_CATALOG_OPTION)" in result.stderr
     assert not state.exists()
 
 
@@ -230,6 +231,26 @@ def test_member_config_and_source_options_refuse_a_secret_url(
             SourceOptions.parse({"group": "g", "warehouse": warehouse, "table": "db.t",
                                  "coordinator": coordinator})
         assert_refused_unseen(source.value)
+
+
+def test_a_warehouse_refusal_names_the_way_its_entry_point_takes_catalog_options(
+    local_wh: Path,
+) -> None:
+    """The library and the Spark source never point at the command line's ways."""
+    warehouse = warehouse_uri("/")
+    refusals = {
+        "in catalog_options)": [
+            lambda: MemberConfig(group="g", warehouse=warehouse, table="db.t"),
+            lambda: ShardedTable.open(warehouse, "db.t")],
+        'as .option("catalog.<key>", ...))': [
+            lambda: SourceOptions.parse({"group": "g", "warehouse": warehouse, "table": "db.t"})],
+    }
+    for way, makers in refusals.items():
+        for make in makers:
+            with pytest.raises(ConfigError) as caught:
+                make()
+            assert str(caught.value).endswith(way), str(caught.value)
+            assert "PAIMON_GROUP_CATALOG_OPTION" not in str(caught.value)
 
 
 @pytest.mark.spark

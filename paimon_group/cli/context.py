@@ -35,11 +35,11 @@ def admin_coordinator(kw: dict[str, Any]) -> tuple[str, ConnectOptions]:
         raise ConfigError(
             "give --coordinator URL, or --warehouse for its embedded coordinator"
         )
-    from paimon_group.config.member import refuse_credentials_in_warehouse
+    from paimon_group.config.member import CLI_CATALOG, refuse_credentials_in_warehouse
     from paimon_group.process.preflight import check_coordinator_target
 
     if kw.get("warehouse"):
-        refuse_credentials_in_warehouse(kw["warehouse"])
+        refuse_credentials_in_warehouse(kw["warehouse"], catalog=CLI_CATALOG)
     if (kw.get("coordinator") or "").strip().lower() == "local" and not kw.get("warehouse"):
         raise ConfigError("--coordinator local is the embedded file of a warehouse: "
                           "give --warehouse too")

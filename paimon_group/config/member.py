@@ -37,7 +37,13 @@ only contend for it (measured in docs/benchmarks.md); pypaimon's own reads
 use at most one thread per CPU as well."""
 
 
-def refuse_credentials_in_warehouse(warehouse: str) -> None:
+CLI_CATALOG = "in a --config file or PAIMON_GROUP_CATALOG_OPTION"
+LIBRARY_CATALOG = "in catalog_options"
+SPARK_CATALOG = 'as .option("catalog.<key>", ...)'
+"""Where each entry point takes catalog options, as its refusals name it."""
+
+
+def refuse_credentials_in_warehouse(warehouse: str, *, catalog: str = LIBRARY_CATALOG) -> None:
     """Refuse ``s3://KEY:SECRET@bucket/...`` in one line that never echoes it.
 
     pypaimon keeps such a URI in every object path it builds, and pyarrow's
@@ -45,13 +51,14 @@ def refuse_credentials_in_warehouse(warehouse: str) -> None:
     The secret may hold ``/``, ``?``, ``#`` or ``@`` (AWS secret keys often
     hold ``/``): :func:`coordinators.urls.has_userinfo` finds the user
     information wherever it ends. Credentials go in catalog options instead
-    (a ``--config`` file or the environment keeps them out of ``ps``).
+    (a ``--config`` file or the environment keeps them out of ``ps``);
+    ``catalog`` says where the caller's entry point takes them.
     """
     if has_userinfo(warehouse) and not warehouse.lower().startswith("file://"):
         raise ConfigError(
             f"the warehouse URI {redact_url(warehouse)} carries credentials: give them as "
             "catalog options instead (s3.access-key and s3.secret-key, and s3.session-token, "
-            "in a --config file or PAIMON_GROUP_CATALOG_OPTION)")
+            f"{catalog})")
 
 
 def local_coordinator_url(warehouse: str) -> str:
@@ -95,12 +102,12 @@ def default_coordinator_url(warehouse: str, *, option: str = CLI_OPTION) -> str:
 
 
 def resolve_coordinator(warehouse: str, coordinator: str | None, *,
-                        option: str = CLI_OPTION) -> str:
+                        option: str = CLI_OPTION, catalog: str = CLI_CATALOG) -> str:
     """The coordinator URL of ``coordinator`` as given (None or empty: the
     default; ``local``: :func:`local_coordinator_url`; else the URL itself).
     A warehouse URI or a coordinator URL with credentials is refused first
-    (never echoed)."""
-    refuse_credentials_in_warehouse(warehouse)
+    (never echoed); ``option`` and ``catalog`` name the entry point's ways."""
+    refuse_credentials_in_warehouse(warehouse, catalog=catalog)
     if not coordinator:
         return default_coordinator_url(warehouse, option=option)
     if coordinator.strip().lower() == LOCAL_COORDINATOR:
@@ -177,7 +184,8 @@ class MemberConfig:
         if "." not in self.table:
             raise ConfigError(f"--table must be DATABASE.TABLE, got {self.table!r}")
         self.coordinator = resolve_coordinator(self.warehouse, self.coordinator,
-                                               option='coordinator="{}"')
+                                               option='coordinator="{}"',
+                                               catalog=LIBRARY_CATALOG)
         if self.safety_margin_s is None:
             self.safety_margin_s = default_margin_s(self.session_timeout_s)
         if self.safety_margin_s >= self.session_timeout_s:

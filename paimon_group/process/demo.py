@@ -385,9 +385,9 @@ def run_demo(workers: int = 3, seconds: float = 40.0, directory: str | None = No
     demo works in a new temporary directory, removed at the end of a demo
     that succeeded unless ``keep`` (:meth:`Demo.finish`)."""
     if warehouse is not None:
-        from paimon_group.config.member import refuse_credentials_in_warehouse
+        from paimon_group.config.member import CLI_CATALOG, refuse_credentials_in_warehouse
 
-        refuse_credentials_in_warehouse(warehouse)
+        refuse_credentials_in_warehouse(warehouse, catalog=CLI_CATALOG)
     demo = Demo(workers, seconds, directory, warehouse, catalog_options)
     ok = False
     try:

@@ -19,7 +19,12 @@ from coordinators.credentials import masked_repr
 from coordinators.errors import ConfigError
 from coordinators.protocol import ConnectOptions, Secret
 from coordinators.registry import scheme_of
-from paimon_group.config.member import SHOWN_URLS, MemberConfig, resolve_coordinator
+from paimon_group.config.member import (
+    SHOWN_URLS,
+    SPARK_CATALOG,
+    MemberConfig,
+    resolve_coordinator,
+)
 from paimon_group.protocol.names import validate_group
 
 __all__ = ["CATALOG_PREFIX", "METADATA_COLUMNS", "SourceOptions"]
@@ -151,7 +156,8 @@ class SourceOptions:
         if "." not in opts["table"]:
             raise ConfigError(f"option table={opts['table']!r} must be DATABASE.TABLE")
         coordinator = resolve_coordinator(opts["warehouse"], opts.get("coordinator"),
-                                          option='.option("coordinator", "{}")')
+                                          option='.option("coordinator", "{}")',
+                                          catalog=SPARK_CATALOG)
         scheme_of(coordinator)  # one line for a malformed URL or an unknown scheme
         session_timeout = _number(opts, "session_timeout_s", 10.0)
         assert session_timeout is not None
