@@ -40,4 +40,4 @@ echo "== ruff"; .venv/bin/ruff check .
 echo "== mypy"; .venv/bin/mypy
 echo "== import-linter"; .venv/bin/lint-imports
 echo "== pytest"
-exec .venv/bin/python -m pytest --durations=25 "$@"
+exec .venv/bin/python -m pytest -n 2 --dist worksteal --durations=25 "$@"
