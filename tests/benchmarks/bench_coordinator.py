@@ -34,6 +34,7 @@ first and last release by the old owners, the first and last acquisition.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import statistics
@@ -110,6 +111,28 @@ def timeline(history: Path, t0: float, stable: float, generation_seen: float | N
     }
 
 
+def registrations(members: dict[str, Any], began_wall: float) -> dict[str, Any]:
+    """When the members registered (their records' ``started_at``): the first,
+    the last, and the longest pause between two arrivals."""
+    times = sorted(info.started_at - began_wall for info in members.values())
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    return {"first_registered_s": round(times[0], 2), "last_registered_s": round(times[-1], 2),
+            "longest_arrival_pause_s": round(max(gaps, default=0.0), 3),
+            "arrival_pauses_over_0.5_s": sum(g > 0.5 for g in gaps)}
+
+
+def events_per_second(history: Path, t0: float, t1: float) -> dict[str, list[int]]:
+    """Acquisitions and releases in each second from ``t0`` to ``t1``."""
+    seconds = int(t1 - t0) + 1
+    counts = {"acquire": [0] * seconds, "release": [0] * seconds}
+    for path in history.glob("history-*.jsonl"):
+        for line in path.read_text().splitlines():
+            e = json.loads(line)
+            if e["event"] in counts and t0 <= e["t"] <= t1:
+                counts[e["event"]][int(e["t"] - t0)] += 1
+    return counts
+
+
 async def churn(pool: MemberPool, watcher: GroupWatcher, names: list[str], history: Path,
                 cycles: int) -> dict[str, Any]:
     """``cycles`` times: one member joins -> stable, then a follower leaves -> stable."""
@@ -153,17 +176,33 @@ async def scenario(url: str, wh: str, members: int, shards: int, window_s: float
         pool = MemberPool(url=url, warehouse=wh, table="db.t", group=GROUP, shards=shards,
                           session_timeout_s=session_timeout_s(members),
                           processes=processes(members), history_dir=history)
+        profiling = os.environ.get("BENCH_COORDINATOR_PROFILE")
         try:
-            began = time.monotonic()
+            if profiling:
+                await asyncio.to_thread(pool.profile, Path(profiling) / "start")
+            began, began_wall = time.monotonic(), time.time()
             starting = asyncio.ensure_future(asyncio.to_thread(pool.start, names))
             started: list[float] = []
             starting.add_done_callback(lambda _: started.append(time.monotonic()))
             stable = await watcher.wait_stable(set(names), 600)
             await starting
+            if profiling:
+                print("   the start's profile:", flush=True)
+                print_profile(await asyncio.to_thread(pool.profile, None))
             result["start_s"] = round(stable - began, 2)
             # When the last start() returned: the members' own start (open
             # the table, the session, register), apart from the rebalances.
             result["start_calls_returned_s"] = round(started[0] - began, 2)
+            # Where the start's time went: the generations the watcher saw
+            # (when), and the members' releases and acquisitions.
+            result["start_timeline"] = {
+                **timeline(history, began, stable, None),
+                "generations_seen": {g: round(t - began, 2) for g, t in
+                                     sorted(watcher.generations.items())},
+                "events_per_s": events_per_second(history, began, stable),
+                "requests": pool.requests(),
+                **registrations(await watcher.group.members(), began_wall),
+            }
             result["processes"] = pool.processes
             await asyncio.sleep(SETTLE_S)
 
@@ -182,7 +221,6 @@ async def scenario(url: str, wh: str, members: int, shards: int, window_s: float
                 1000.0 * got["cpu_s"] / window / members, 2)
             result["load_avg_steady"] = os.getloadavg()
 
-            profiling = os.environ.get("BENCH_COORDINATOR_PROFILE")
             if profiling:
                 await asyncio.to_thread(pool.profile, Path(profiling))
             result.update(await churn(pool, watcher, names, history, cycles))

@@ -120,6 +120,7 @@ def _worker(conn: Connection, settings: dict[str, Any]) -> None:
         profile_path = ""
         loop = asyncio.get_running_loop()
         supervisor = asyncio.ensure_future(supervise(members))
+        conn.send("ready")  # imported: the pool's clock may start
         while True:
             op, arg = await loop.run_in_executor(None, conn.recv)
             if op == "quit":
@@ -184,6 +185,12 @@ class MemberPool:
             proc.start()
             self.pipes.append(parent)
             self.procs.append(proc)
+        # A worker imports the member's modules (pyarrow, pypaimon, grpc) as
+        # it starts: wait for that, so that a start measured from now is the
+        # members' start, not the processes'.
+        for w, pipe in enumerate(self.pipes):
+            if not pipe.poll(REPLY_LIMIT_S) or pipe.recv() != "ready":
+                raise RuntimeError(f"worker {w} did not start")
 
     def _ask(self, worker: int, op: str, arg: Any) -> Any:
         pipe = self.pipes[worker]
@@ -239,6 +246,8 @@ class MemberPool:
         and write ``directory/worker-N.prof`` (None); the files written."""
         paths = [] if directory is None else [directory / f"worker-{w}.prof"
                                              for w in range(self.processes)]
+        if directory is not None:
+            directory.mkdir(parents=True, exist_ok=True)
         for w in range(self.processes):
             self._ask(w, "profile", str(paths[w]) if paths else None)
         if directory is None:
