@@ -52,7 +52,7 @@ Example (quiet 0.2 s, at most 2 s)::
     >>> s.delay({"a", "b", "c", "e", "f"}, now=20.65)   # a departure: at once
     0.0
 
-A forming group (quiet 1 s, at most 10 s)::
+A forming group (quiet 1 s, at most 3 s)::
 
     >>> f = ArrivalSettle()
     >>> f.delay({"a"}, now=0.0, forming=True)       # the first member waits
@@ -70,7 +70,7 @@ from collections.abc import Collection
 QUIET_S = 0.2
 MAX_WAIT_S = 2.0
 FORMING_QUIET_S = 1.0
-FORMING_MAX_S = 10.0
+FORMING_MAX_S = 3.0
 
 
 class ArrivalSettle:
