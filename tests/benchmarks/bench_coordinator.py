@@ -141,26 +141,28 @@ async def churn(pool: MemberPool, watcher: GroupWatcher, names: list[str], histo
     leaves: list[dict[str, Any]] = []
     for c in range(cycles):
         newcomer = f"j{c:03d}"
-        before = pool.requests()
+        before, cpu = pool.requests(), pool.cpu_s()
         known = max(watcher.generations, default=0)
         t0 = await asyncio.to_thread(pool.join, newcomer)
         live.add(newcomer)
         stable = await watcher.wait_stable(live, 120)
         seen = min((t for g, t in watcher.generations.items() if g > known), default=None)
         joins.append({**timeline(history, t0, stable, seen, newcomer),
-                      "requests": pool.requests() - before})
+                      "requests": pool.requests() - before,
+                      "client_cpu_s": round(pool.cpu_s() - cpu, 3)})
         await asyncio.sleep(SETTLE_S)
 
         leader = await watcher.leader()
         leaver = next(m for m in sorted(live) if m != leader and m != newcomer)
-        before = pool.requests()
+        before, cpu = pool.requests(), pool.cpu_s()
         known = max(watcher.generations, default=0)
         t0 = await asyncio.to_thread(pool.leave, leaver)
         live.discard(leaver)
         stable = await watcher.wait_stable(live, 120)
         seen = min((t for g, t in watcher.generations.items() if g > known), default=None)
         leaves.append({**timeline(history, t0, stable, seen),
-                       "requests": pool.requests() - before})
+                       "requests": pool.requests() - before,
+                       "client_cpu_s": round(pool.cpu_s() - cpu, 3)})
         await asyncio.sleep(SETTLE_S)
     return {"joins": joins, "leaves": leaves}
 
@@ -220,6 +222,8 @@ async def scenario(url: str, wh: str, members: int, shards: int, window_s: float
             result["steady_cpu_ms_per_member_s"] = round(
                 1000.0 * got["cpu_s"] / window / members, 2)
             result["load_avg_steady"] = os.getloadavg()
+            result["threads_per_process"] = round(statistics.mean(got["threads"]), 1)
+            result["peak_rss_mb_per_process"] = round(statistics.mean(got["rss_mb"]))
 
             if profiling:
                 await asyncio.to_thread(pool.profile, Path(profiling))
