@@ -91,10 +91,12 @@ async def test_a_burst_of_arrivals_into_a_new_group_is_one_generation(table: str
     url = f"memory://forming-{uuid.uuid4().hex}"
     members = [GroupMember(_config(table, url, f"m{i}", 40), auto_commit=False)
                for i in range(5)]
+    async def start_after(m: GroupMember, delay_s: float) -> None:
+        await asyncio.sleep(delay_s)
+        await m.start()
+
     try:
-        for m in members:
-            await m.start()
-            await asyncio.sleep(0.15)
+        await asyncio.gather(*(start_after(m, 0.15 * i) for i, m in enumerate(members)))
         await _until_owned(members, 40)
         assignment = await _assignment(url)
         assert assignment is not None and sorted(assignment.shards) == [m.member_id
@@ -146,14 +148,14 @@ async def test_a_join_into_a_stable_group_is_not_held(table: str,
 @pytest.mark.asyncio
 async def test_the_leaders_acquisitions_do_not_hold_a_publication_back(
         table: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The leader alone is given 150 shards and acquires them slowly (30 ms
-    each: 4.5 s); a member joining meanwhile is published for within about
+    """The leader alone is given 150 shards and acquires them slowly (40 ms
+    each: 6 s); a member joining meanwhile is published for within about
     one look (``RECHECK_S``), not once the leader has acquired every shard."""
     real_acquire = GroupClient.acquire
 
     async def slow_acquire(self: GroupClient, shard: int, member_id: str,
                            generation: int) -> int | None:
-        await asyncio.sleep(0.03)
+        await asyncio.sleep(0.04)
         return await real_acquire(self, shard, member_id, generation)
 
     monkeypatch.setattr(GroupClient, "acquire", slow_acquire)
@@ -176,6 +178,6 @@ async def test_the_leaders_acquisitions_do_not_hold_a_publication_back(
             await asyncio.sleep(0.02)
         took = time.monotonic() - registered
         assert len(leader.owned_shards) < 140, "the leader acquired nearly all first"
-        assert took < 2.0, f"published {took:.2f} s after the join"
+        assert took < 3.0, f"published {took:.2f} s after the join"
     finally:
         await asyncio.gather(leader.stop(), joiner.stop())
