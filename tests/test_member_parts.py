@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 import pytest_asyncio
@@ -27,6 +27,7 @@ from paimon_group.member.host_reads import HostReads
 from paimon_group.member.membership import Membership
 from paimon_group.member.ownership import ShardOwnership
 from paimon_group.member.read_loop import ReadLoop
+from paimon_group.member.settle import ArrivalSettle
 from paimon_group.member.state import OwnedShard
 from paimon_group.protocol.group import GroupClient
 from paimon_group.protocol.records import Assignment, MemberInfo
@@ -304,7 +305,8 @@ class RecordingOwnership(ShardOwnership):
         self.acquired: list[tuple[list[int], int]] = []
         self.revoked: list[tuple[list[int], str]] = []
 
-    async def acquire(self, shards: list[int], generation: int) -> None:
+    async def acquire(self, shards: list[int], generation: int, *,
+                      interrupt: Callable[[], Awaitable[bool]] | None = None) -> None:
         self.acquired.append((list(shards), generation))
 
     async def revoke(self, shards: list[int], *, reason: str) -> None:
@@ -325,6 +327,9 @@ async def test_control_round_leads_publishes_and_follows(coordinator: Coordinato
     await register(core, coordinator)
     ownership = RecordingOwnership(core)
     control = Control(core, ownership, core._leadership)
+    # A new group's leader waits for arrivals to pause (tests/test_forming_group.py):
+    # here at once.
+    control._arrivals = ArrivalSettle(forming_quiet_s=0.0)
     await control._reconcile({"local"})
     assert core.is_leader
     assert core.assignment is not None and core.assignment.shards_of("m") == [0, 1, 2]

@@ -34,6 +34,8 @@ first and last release by the old owners, the first and last acquisition.
 from __future__ import annotations
 
 import asyncio
+import functools
+import itertools
 import json
 import os
 import statistics
@@ -110,6 +112,28 @@ def timeline(history: Path, t0: float, stable: float, generation_seen: float | N
     }
 
 
+def registrations(members: dict[str, Any], began_wall: float) -> dict[str, Any]:
+    """When the members registered (their records' ``started_at``): the first,
+    the last, and the longest pause between two arrivals."""
+    times = sorted(info.started_at - began_wall for info in members.values())
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    return {"first_registered_s": round(times[0], 2), "last_registered_s": round(times[-1], 2),
+            "longest_arrival_pause_s": round(max(gaps, default=0.0), 3),
+            "arrival_pauses_over_0.5_s": sum(g > 0.5 for g in gaps)}
+
+
+def events_per_second(history: Path, t0: float, t1: float) -> dict[str, list[int]]:
+    """Acquisitions and releases in each second from ``t0`` to ``t1``."""
+    seconds = int(t1 - t0) + 1
+    counts = {"acquire": [0] * seconds, "release": [0] * seconds}
+    for path in history.glob("history-*.jsonl"):
+        for line in path.read_text().splitlines():
+            e = json.loads(line)
+            if e["event"] in counts and t0 <= e["t"] <= t1:
+                counts[e["event"]][int(e["t"] - t0)] += 1
+    return counts
+
+
 async def churn(pool: MemberPool, watcher: GroupWatcher, names: list[str], history: Path,
                 cycles: int) -> dict[str, Any]:
     """``cycles`` times: one member joins -> stable, then a follower leaves -> stable."""
@@ -118,26 +142,28 @@ async def churn(pool: MemberPool, watcher: GroupWatcher, names: list[str], histo
     leaves: list[dict[str, Any]] = []
     for c in range(cycles):
         newcomer = f"j{c:03d}"
-        before = pool.requests()
+        before, cpu = pool.requests(), pool.cpu_s()
         known = max(watcher.generations, default=0)
         t0 = await asyncio.to_thread(pool.join, newcomer)
         live.add(newcomer)
         stable = await watcher.wait_stable(live, 120)
         seen = min((t for g, t in watcher.generations.items() if g > known), default=None)
         joins.append({**timeline(history, t0, stable, seen, newcomer),
-                      "requests": pool.requests() - before})
+                      "requests": pool.requests() - before,
+                      "client_cpu_s": round(pool.cpu_s() - cpu, 3)})
         await asyncio.sleep(SETTLE_S)
 
         leader = await watcher.leader()
         leaver = next(m for m in sorted(live) if m != leader and m != newcomer)
-        before = pool.requests()
+        before, cpu = pool.requests(), pool.cpu_s()
         known = max(watcher.generations, default=0)
         t0 = await asyncio.to_thread(pool.leave, leaver)
         live.discard(leaver)
         stable = await watcher.wait_stable(live, 120)
         seen = min((t for g, t in watcher.generations.items() if g > known), default=None)
         leaves.append({**timeline(history, t0, stable, seen),
-                       "requests": pool.requests() - before})
+                       "requests": pool.requests() - before,
+                       "client_cpu_s": round(pool.cpu_s() - cpu, 3)})
         await asyncio.sleep(SETTLE_S)
     return {"joins": joins, "leaves": leaves}
 
@@ -150,20 +176,43 @@ async def scenario(url: str, wh: str, members: int, shards: int, window_s: float
                               "session_timeout_s": session_timeout_s(members),
                               "load_avg_before": os.getloadavg()}
     async with GroupWatcher(url, GROUP, shards) as watcher:
-        pool = MemberPool(url=url, warehouse=wh, table="db.t", group=GROUP, shards=shards,
-                          session_timeout_s=session_timeout_s(members),
-                          processes=processes(members), history_dir=history)
+        # The workers import the member's modules before the pool returns: off
+        # the loop, where the watcher's ZooKeeper session keeps beating.
+        spawned = time.monotonic()
+        pool = await asyncio.to_thread(functools.partial(
+            MemberPool, url=url, warehouse=wh, table="db.t", group=GROUP, shards=shards,
+            session_timeout_s=session_timeout_s(members), processes=processes(members),
+            history_dir=history))
+        # Before 1516da1 the start was timed from here (the workers' imports
+        # included): start_s + workers_ready_s is that figure.
+        result["workers_ready_s"] = round(time.monotonic() - spawned, 2)
+        profiling = os.environ.get("BENCH_COORDINATOR_PROFILE")
         try:
-            began = time.monotonic()
+            if profiling:
+                await asyncio.to_thread(pool.profile, Path(profiling) / "start")
+            began, began_wall = time.monotonic(), time.time()
             starting = asyncio.ensure_future(asyncio.to_thread(pool.start, names))
             started: list[float] = []
             starting.add_done_callback(lambda _: started.append(time.monotonic()))
             stable = await watcher.wait_stable(set(names), 600)
             await starting
+            if profiling:
+                print("   the start's profile:", flush=True)
+                print_profile(await asyncio.to_thread(pool.profile, None))
             result["start_s"] = round(stable - began, 2)
             # When the last start() returned: the members' own start (open
             # the table, the session, register), apart from the rebalances.
             result["start_calls_returned_s"] = round(started[0] - began, 2)
+            # Where the start's time went: the generations the watcher saw
+            # (when), and the members' releases and acquisitions.
+            result["start_timeline"] = {
+                **timeline(history, began, stable, None),
+                "generations_seen": {g: round(t - began, 2) for g, t in
+                                     sorted(watcher.generations.items())},
+                "events_per_s": events_per_second(history, began, stable),
+                "requests": pool.requests(),
+                **registrations(await watcher.group.members(), began_wall),
+            }
             result["processes"] = pool.processes
             await asyncio.sleep(SETTLE_S)
 
@@ -181,8 +230,9 @@ async def scenario(url: str, wh: str, members: int, shards: int, window_s: float
             result["steady_cpu_ms_per_member_s"] = round(
                 1000.0 * got["cpu_s"] / window / members, 2)
             result["load_avg_steady"] = os.getloadavg()
+            result["threads_per_process"] = round(statistics.mean(got["threads"]), 1)
+            result["peak_rss_mb_per_process"] = round(statistics.mean(got["rss_mb"]))
 
-            profiling = os.environ.get("BENCH_COORDINATOR_PROFILE")
             if profiling:
                 await asyncio.to_thread(pool.profile, Path(profiling))
             result.update(await churn(pool, watcher, names, history, cycles))

@@ -39,6 +39,19 @@ def _cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def _threads() -> int:
+    """The process's threads, as the kernel counts them (the coordinator
+    clients' native threads too)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("Threads:"):
+            return int(line.split()[1])
+    return 0
+
+
+def _rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def _count_requests(calls: Counter[str]) -> None:
     """Wrap every member's coordinator so that its requests are counted."""
     from paimon_group.member.membership import Membership
@@ -120,6 +133,7 @@ def _worker(conn: Connection, settings: dict[str, Any]) -> None:
         profile_path = ""
         loop = asyncio.get_running_loop()
         supervisor = asyncio.ensure_future(supervise(members))
+        conn.send("ready")  # imported: the pool's clock may start
         while True:
             op, arg = await loop.run_in_executor(None, conn.recv)
             if op == "quit":
@@ -140,9 +154,12 @@ def _worker(conn: Connection, settings: dict[str, Any]) -> None:
                 before, cpu0, t0 = Counter(calls), _cpu_s(), time.monotonic()
                 await asyncio.sleep(float(arg))
                 conn.send({"cpu_s": _cpu_s() - cpu0, "window_s": time.monotonic() - t0,
-                           "calls": dict(calls - before)})
+                           "calls": dict(calls - before), "threads": _threads(),
+                           "rss_mb": _rss_mb()})
             elif op == "calls":
                 conn.send(dict(calls))
+            elif op == "cpu":
+                conn.send(_cpu_s())
             elif op == "restarts":
                 conn.send(list(restarts))
             elif op == "profile":  # a path: profile from now; None: write it there
@@ -184,6 +201,12 @@ class MemberPool:
             proc.start()
             self.pipes.append(parent)
             self.procs.append(proc)
+        # A worker imports the member's modules (pyarrow, pypaimon, grpc) as
+        # it starts: wait for that, so that a start measured from now is the
+        # members' start, not the processes'.
+        for w, pipe in enumerate(self.pipes):
+            if not pipe.poll(REPLY_LIMIT_S) or pipe.recv() != "ready":
+                raise RuntimeError(f"worker {w} did not start")
 
     def _ask(self, worker: int, op: str, arg: Any) -> Any:
         pipe = self.pipes[worker]
@@ -224,7 +247,13 @@ class MemberPool:
         for r in results:
             calls.update(r["calls"])
         return {"window_s": max(r["window_s"] for r in results),
-                "cpu_s": sum(r["cpu_s"] for r in results), "calls": dict(calls)}
+                "cpu_s": sum(r["cpu_s"] for r in results), "calls": dict(calls),
+                "threads": [r["threads"] for r in results],
+                "rss_mb": [r["rss_mb"] for r in results]}
+
+    def cpu_s(self) -> float:
+        """CPU time used so far by every worker (all their threads)."""
+        return sum(self._ask(w, "cpu", None) for w in range(self.processes))
 
     def restarts(self) -> list[str]:
         """The members started again after they failed, in every worker."""
@@ -239,6 +268,8 @@ class MemberPool:
         and write ``directory/worker-N.prof`` (None); the files written."""
         paths = [] if directory is None else [directory / f"worker-{w}.prof"
                                              for w in range(self.processes)]
+        if directory is not None:
+            directory.mkdir(parents=True, exist_ok=True)
         for w in range(self.processes):
             self._ask(w, "profile", str(paths[w]) if paths else None)
         if directory is None:

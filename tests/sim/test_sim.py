@@ -106,12 +106,17 @@ def test_a_delivered_batch_that_goes_missing_is_reported() -> None:
 def test_a_sink_that_writes_every_replay_is_reported() -> None:
     """The sink's check reverted (planted: every batch judged ``write``): in
     seeds with an append target, a batch replayed after a crash between the
-    target's commit and the position's is written twice, and reported."""
+    target's commit and the position's is written twice, and reported.
+
+    In how many seeds depends on when their crashes fall: since a forming
+    group's leader waits for arrivals to pause (member/settle.py), 14 of the
+    first 36 such seeds find it (21 before), 8 of the first 24, 3 of the
+    first 12; hence 24 seeds and a quarter."""
     seeds = [s for s in range(300) if SinkPlan.draw(s).on
-             and not SinkPlan.draw(s).pk][:12]
+             and not SinkPlan.draw(s).pk][:24]
     runs = results(seeds, jobs=JOBS, plant="sink_writes_all")
     found = [r for r in runs if r.violations.get("sink_duplicate")]
-    assert len(found) >= len(runs) // 3, [r.summary() for r in runs]
+    assert len(found) >= len(runs) // 4, [r.summary() for r in runs]
 
 
 def test_a_seed_reproduces_exactly() -> None:
