@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 import pytest_asyncio
@@ -305,8 +305,7 @@ class RecordingOwnership(ShardOwnership):
         self.acquired: list[tuple[list[int], int]] = []
         self.revoked: list[tuple[list[int], str]] = []
 
-    async def acquire(self, shards: list[int], generation: int, *,
-                      interrupt: Callable[[], Awaitable[bool]] | None = None) -> None:
+    async def acquire(self, shards: list[int], generation: int) -> None:
         self.acquired.append((list(shards), generation))
 
     async def revoke(self, shards: list[int], *, reason: str) -> None:

@@ -56,8 +56,6 @@ class Control:
         self._full_round_at = -1e18
         self._loads = LeaderLoads()
         self._arrivals = ArrivalSettle()
-        # The live members our last leading round saw (None: not leading).
-        self._led_members: frozenset[str] | None = None
         # The sinks published in this session (protocol/sinks.py).
         self._published_sinks: set[str] = set()
 
@@ -122,8 +120,7 @@ class Control:
         if self._owners_only(fired):
             pending = self._ownership.pending_acquisitions()
             if pending and self._state.assignment is not None:
-                await self._ownership.acquire(pending, self._state.assignment.generation,
-                                              interrupt=self._publication_due)
+                await self._ownership.acquire(pending, self._state.assignment.generation)
             if time.monotonic() - self._ownership.checked_at > self._ownership.check_s:
                 await self._ownership.check_ownership(group)
             return
@@ -209,17 +206,7 @@ class Control:
             self._core.add_task(t)
         to_acquire = sorted(target - set(self._core.owned))
         if to_acquire and self._state.assignment is not None:
-            await self._ownership.acquire(to_acquire, self._state.assignment.generation,
-                                          interrupt=self._publication_due)
-
-    async def _publication_due(self) -> bool:
-        """Asked while we acquire (every ``RECHECK_S``): whether we lead and
-        the member list changed since our last leading round, so that the
-        round publishes before we go on acquiring (a follower: never)."""
-        group = self._core.group
-        if self._state.leader_epoch is None or self._led_members is None or group is None:
-            return False
-        return frozenset(await group.members()) != self._led_members
+            await self._ownership.acquire(to_acquire, self._state.assignment.generation)
 
     async def _maybe_lead(self, group: GroupClient, view: RoundView) -> None:
         leader = view.leader
@@ -247,7 +234,6 @@ class Control:
         """A new session, or none: the leader key of the one before is not ours
         (and the sinks are published again: the coordinator may be new)."""
         self._state.leader_epoch = None
-        self._led_members = None
         self._published_sinks.clear()
 
     async def resign(self, group: GroupClient) -> None:
@@ -261,7 +247,6 @@ class Control:
         live = set(await group.members())
         previous, version = await group.read_assignment()
         leaving = await group.leaving()
-        self._led_members = frozenset(live)
         members = sorted(live | self._reserved_members(live, previous, leaving))
         # Forming: no live member holds shards of the published assignment
         # (or none is published), so nobody reads and nobody's rows wait.

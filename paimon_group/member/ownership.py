@@ -105,8 +105,7 @@ class ShardOwnership:
         target = set(core.assignment.shards_of(core.member_id)) if core.assignment else set()
         return sorted(target - set(self._owned))
 
-    async def acquire(self, shards: list[int], generation: int, *,
-                      interrupt: Callable[[], Awaitable[bool]] | None = None) -> None:
+    async def acquire(self, shards: list[int], generation: int) -> None:
         """Acquire ``shards`` in turn (:func:`one_by_one`); a shard still held
         by its previous owner is left for its release to wake us.
 
@@ -115,17 +114,13 @@ class ShardOwnership:
         follows it at once. Without this, the first member of a starting
         group, given every shard, went on acquiring shards the arrivals
         since had taken (thousands of round trips), and then released them.
-        ``interrupt``, asked at the same times, stops them too (the leader's:
-        the member list changed, and its round is to publish before it goes
-        on acquiring; a leader acquiring a hundred shards of a first
-        generation held the next one back by 8 s).
         """
         if self._closed or self._core.stopping:
             return
         self._acquiring += 1
         self._no_acquisition.clear()
         try:
-            await self._acquire_in_turn(shards, generation, interrupt)
+            await self._acquire_in_turn(shards, generation)
         finally:
             self._acquiring -= 1
             if not self._acquiring:
@@ -141,8 +136,7 @@ class ShardOwnership:
         self._closed = True
         await self._no_acquisition.wait()
 
-    async def _acquire_in_turn(self, shards: list[int], generation: int,
-                               interrupt: Callable[[], Awaitable[bool]] | None) -> None:
+    async def _acquire_in_turn(self, shards: list[int], generation: int) -> None:
         """:meth:`acquire`, under way."""
         last_look = time.monotonic()
 
@@ -156,8 +150,7 @@ class ShardOwnership:
             assert group is not None
             assignment, _ = await group.read_assignment()
             last_look = time.monotonic()
-            newer = assignment is not None and assignment.generation != generation
-            if not newer and (interrupt is None or not await interrupt()):
+            if assignment is None or assignment.generation == generation:
                 return False
             self._core.wake.set()  # the next round follows it at once
             return True

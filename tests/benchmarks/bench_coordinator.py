@@ -13,7 +13,10 @@ the ZooKeeper clients (one run each, back to back; default: the coordinator's), 
 ``BENCH_COORDINATOR_PROFILE=DIR`` profiles the workers' event loops (cProfile)
 during the joins and leaves and prints the top functions.
 
-* start: every member's ``start()`` called -> stable;
+* start: every member's ``start()`` called -> stable, timed once the worker
+  processes have imported (``workers_ready_s``: how long that took), with where
+  its time went (``start_timeline``: the generations the watcher saw, the
+  acquisitions and releases per second, when the members registered);
 * join: one more member's ``start()`` called -> stable (median of the cycles);
 * leave: a follower's ``stop()`` (graceful leave) called -> stable;
 * steady state over a window after the start: the members' requests per
