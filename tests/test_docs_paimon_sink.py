@@ -82,13 +82,24 @@ def _read(wh: Path, name: str) -> pa.Table:
     return builder.new_read().to_arrow(builder.new_scan().plan().splits())
 
 
+def _tails(procs: list[tuple[subprocess.Popen[str], Path]], lines: int = 25) -> str:
+    """Each worker's last log lines, as one string (pytest shortens a
+    message that is not a string to a line)."""
+    return "\n".join(f"--- {log.name}:\n" + "\n".join(log.read_text().splitlines()[-lines:])
+                     for _, log in procs)
+
+
 def _wait(check: Any, what: str, procs: list[tuple[subprocess.Popen[str], Path]],
-          timeout: float = 180) -> None:
+          timeout: float = 180, held: Any = None) -> None:
+    """Wait for ``check()``; on a timeout, say ``held()`` (what the target
+    holds against what it should) and what each worker logged last."""
     deadline = time.monotonic() + timeout
     while not check():
         for proc, log in procs:
-            assert proc.poll() is None, log.read_text()[-3000:]
-        assert time.monotonic() < deadline, (what, [log.read_text()[-2000:] for _, log in procs])
+            assert proc.poll() is None, f"{log.name} exited:\n{_tails(procs, 60)}"
+        if time.monotonic() >= deadline:
+            pytest.fail(f"{what}: not done in {timeout:.0f} s; "
+                        f"{held() if held is not None else ''}\n{_tails(procs)}")
         time.sleep(0.3)
 
 
@@ -126,12 +137,25 @@ def test_the_pipeline_of_the_page_writes_each_change_once(tmp_path: Path) -> Non
         written += more + updates
         latest = dict(written)
 
-        def enriched_done() -> bool:
+        def amounts() -> dict[int, float]:
             out = _read(wh, "shop.orders_enriched")
             return dict(zip(out.column("order_id").to_pylist(), out.column("amount").to_pylist(),
-                            strict=True)) == latest
+                            strict=True))
 
-        _wait(enriched_done, "the primary-key target", procs)
+        def enriched_held() -> str:
+            out = _read(wh, "shop.orders_enriched")
+            got = amounts()
+            wrong = sorted(k for k in got if k in latest and got[k] != latest[k])
+            missing = sorted(set(latest) - set(got))
+            snapshots = collections.Counter(out.column("pg_source_snapshot").to_pylist())
+            with PaimonSink(str(wh), "shop.orders_enriched") as target:
+                marks = target.marks("enrich")
+            return (f"{len(got)} orders held of {len(latest)}; missing {missing[:20]} "
+                    f"({len(missing)}); stale amounts {wrong[:20]} ({len(wrong)}); rows by "
+                    f"source snapshot {sorted(snapshots.items())}; marks {marks}")
+
+        _wait(lambda: amounts() == latest, "the primary-key target", procs,
+              held=enriched_held)
         _wait(lambda: _read(wh, "shop.order_events").num_rows >= len(written),
               "the append target", procs)
         time.sleep(2.0)  # nothing more comes
