@@ -21,6 +21,7 @@ policy              used for
 ``RPCS``            etcd calls (stop: the connect-timeout budget of each call)
 ``REJOIN``          a member re-joining after its session was lost
 ``OPENS``           opening a SQLite coordinator file another process is setting up
+``SINK_RACES``      a Paimon sink's commit that another writer's took the snapshot id of
 ``handler(n, s)``   a user handler, ``n`` attempts with backoff from ``s`` seconds
 ==================  =============================================================
 """
@@ -61,6 +62,16 @@ OPENS: Final = tenacity.AsyncRetrying(
     reraise=True,
 )
 """Stopped by the caller's connect timeout (``asyncio.wait_for`` around it)."""
+
+SINK_RACES: Final = tenacity.Retrying(
+    stop=tenacity.stop_after_attempt(50),
+    wait=tenacity.wait_random_exponential(multiplier=0.002, max=0.2),
+    retry=tenacity.retry_if_result(lambda won: won is False),
+)
+"""Synchronous (the sink's committer is a thread); retried while an attempt
+returns False (lost the race: judged again on the newer snapshot). Random
+waits: without them two writers committing back to back took turns badly,
+one losing 50 races in a row (``commit_interval_s=0``, 200 batches each)."""
 
 REJOIN: Final = tenacity.AsyncRetrying(
     retry=RETRIABLE,

@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from paimon_group.errors import AlreadyWritten, ConfigError
+from paimon_group.errors import AlreadyWritten, ConfigError, PaimonGroupError
 from paimon_group.reading.planner import BatchKind
 from paimon_group.sink import PaimonSink, ShardMark
 from paimon_group.spark.fence import StaleSinkWrite
@@ -261,6 +261,26 @@ def test_a_commit_that_loses_the_race_is_judged_again_on_the_winner_s_snapshot(
         b.write(_rows(range(100, 110), 1), Batch(1, 1, 1, 1))
     a.close()
     b.close()
+
+
+def test_a_commit_that_keeps_losing_races_waits_at_random_then_fails_its_batches(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every try loses the snapshot id to another writer: the sink judges and
+    tries again after a short random wait (two writers committing back to
+    back otherwise took turns badly), 50 tries in all, then the batch fails
+    in one line and nothing of it is in the target."""
+    _targets(tmp_path)
+    waits: list[float] = []
+    with PaimonSink(str(tmp_path), "db.log", commit_interval_s=0) as sink:
+        sink._sleep = waits.append
+        monkeypatch.setattr(type(sink.target), "commit_once", lambda *a, **k: False)
+        with pytest.raises(PaimonGroupError,
+                           match=r"^the sink's commit lost 50 races in a row to other writers "
+                                 r"of the target; the batches are retried$"):
+            sink.write(_rows(range(10), 1), Batch(0, 1, 1, 1))
+    assert len(waits) == 49 and all(0 <= w <= 0.2 for w in waits), waits
+    assert len(set(waits)) > 40  # random, not a fixed step
+    assert _read(tmp_path, "db.log") == []
 
 
 def test_a_step_s_batches_share_one_commit_when_their_files_take_longer_to_write(

@@ -59,7 +59,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import pyarrow as pa
+import tenacity
 
+from coordinators import retry
 from paimon_group.errors import AlreadyWritten, ConfigError, PaimonGroupError, StaleSinkWrite
 from paimon_group.protocol.sinks import SinkRecord, register, unregister
 from paimon_group.reading.planner import BatchKind
@@ -81,8 +83,6 @@ COMMIT_ROWS = 1_000_000
 # How long the committer gathers the batches of one step, delivered at once
 # by the member's parallel handlers, before the first commit after a pause.
 GATHER_S = 0.05
-# Commits lost to another writer's, judged again and retried, before a batch fails.
-MAX_RACES = 50
 NONCE_PROPERTY = PROPERTY_PREFIX + "commit"
 
 
@@ -171,6 +171,7 @@ class PaimonSink:
         self.commit_rows = commit_rows
         self.commit_user = f"paimon-group-sink-{uuid.uuid4().hex[:12]}"
         self._identifiers = itertools.count(1)
+        self._sleep = time.sleep  # between lost races (injectable)
         self._cond = threading.Condition()
         self._queue: list[_Pending] = []
         self._writing = 0  # writes judged or writing files, not queued yet
@@ -319,36 +320,18 @@ class PaimonSink:
 
     def _commit(self, pending: list[_Pending]) -> None:
         """Judge every pending batch against the newest marks and commit the
-        ones to write, on top of the snapshot judged; again if another
-        writer's commit came first."""
-        for _ in range(MAX_RACES):
-            latest, marks = self.target.marks_at_latest()
-            writes: list[tuple[_Pending, Verdict]] = []
-            verdicts: list[tuple[_Pending, Verdict]] = []
-            for p in pending:
-                verdict = judge(marks.get(p.group, {}).get(p.shard), first=p.first,
-                                epoch=p.epoch, incarnation=p.incarnation,
-                                full_scan=p.full_scan, start_moves=p.start_moves)
-                (writes if verdict.kind == "write" else verdicts).append((p, verdict))
-            if not writes:
-                break
-            nonce = uuid.uuid4().hex
-            properties = {NONCE_PROPERTY: nonce}
-            for group in {p.group for p, _ in writes}:
-                ours = {p.shard: ShardMark(p.epoch, p.next_snapshot, p.incarnation,
-                                           p.start_moves)
-                        for p, _ in writes if p.group == group}
-                properties[property_key(group)] = encode(merged(marks.get(group, {}), ours))
-            messages = [m for p, _ in writes for m in p.messages]
-            if self.target.commit_once(messages, latest, properties, self.commit_user,
-                                       next(self._identifiers), nonce):
-                self.commits += 1
-                for p, _ in writes:
-                    p.done.set()
-                break
-        else:
-            raise PaimonGroupError(f"the sink's commit lost {MAX_RACES} races in a row to "
-                                   "other writers of the target; the batches are retried")
+        ones to write, on top of the snapshot judged; again, after a short
+        random wait, if another writer's commit came first
+        (:data:`coordinators.retry.SINK_RACES`)."""
+        verdicts: list[tuple[_Pending, Verdict]] = []
+        policy = retry.SINK_RACES.copy(sleep=self._sleep)
+        try:
+            policy(self._commit_attempt, pending, verdicts)
+        except tenacity.RetryError:
+            raise PaimonGroupError(
+                f"the sink's commit lost {policy.statistics['attempt_number']} "
+                "races in a row to other writers of the target; the batches are retried"
+            ) from None
         for p, verdict in verdicts:
             _tell_batch(p.batch, verdict)
             try:
@@ -356,6 +339,36 @@ class PaimonSink:
             except PaimonGroupError as err:
                 p.error = err
             p.done.set()
+
+
+    def _commit_attempt(self, pending: list[_Pending],
+                        verdicts: list[tuple[_Pending, Verdict]]) -> bool:
+        """One try of :meth:`_commit`: False if another writer took the
+        snapshot id first. ``verdicts`` gets the batches not to write."""
+        latest, marks = self.target.marks_at_latest()
+        writes: list[tuple[_Pending, Verdict]] = []
+        verdicts.clear()
+        for p in pending:
+            verdict = judge(marks.get(p.group, {}).get(p.shard), first=p.first,
+                            epoch=p.epoch, incarnation=p.incarnation,
+                            full_scan=p.full_scan, start_moves=p.start_moves)
+            (writes if verdict.kind == "write" else verdicts).append((p, verdict))
+        if not writes:
+            return True
+        nonce = uuid.uuid4().hex
+        properties = {NONCE_PROPERTY: nonce}
+        for group in {p.group for p, _ in writes}:
+            ours = {p.shard: ShardMark(p.epoch, p.next_snapshot, p.incarnation, p.start_moves)
+                    for p, _ in writes if p.group == group}
+            properties[property_key(group)] = encode(merged(marks.get(group, {}), ours))
+        messages = [m for p, _ in writes for m in p.messages]
+        if not self.target.commit_once(messages, latest, properties, self.commit_user,
+                                       next(self._identifiers), nonce):
+            return False
+        self.commits += 1
+        for p, _ in writes:
+            p.done.set()
+        return True
 
 
 def _tell_batch(batch: Any, verdict: Verdict) -> None:

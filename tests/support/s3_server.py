@@ -83,6 +83,7 @@ class CountingApp:
         self.app = app
         self.latency_s = latency_s
         self.lock = threading.Lock()
+        self.conditional = threading.Lock()
         self.counts: Counter[str] = Counter()
         self.paths: Counter[str] = Counter()
         # (wall time, "KIND /path") of the last TIMELINE requests: where a
@@ -109,6 +110,12 @@ class CountingApp:
             self.timeline.append((time.time(), f"{kind} {path}"))
         if self.latency_s:
             time.sleep(self.latency_s)  # a store's time to first byte, per request
+        if environ.get("HTTP_IF_NONE_MATCH") and environ.get("REQUEST_METHOD") == "PUT":
+            # moto checks a conditional upload's key, then stores it, in
+            # two steps of a threaded server; S3 does both at once: so
+            # does this server, one conditional upload at a time.
+            with self.conditional:
+                return list(self.app(environ, start_response))
         return self.app(environ, start_response)
 
 
