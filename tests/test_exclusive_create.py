@@ -49,6 +49,7 @@ def test_a_warehouse_whose_store_cannot_create_exclusively_is_refused_in_one_lin
         exclusive_create_check(object(), "gs://bucket/wh/db.db/t")
     exclusive_create_check(object(), "/data/wh/db.db/t")
     exclusive_create_check(object(), "file:///data/wh/db.db/t")
+    exclusive_create_check(object(), "hdfs://namenode:8020/wh/db.db/t")
 
 
 def _claim(k: int, directory: str, names: int, barrier: Any, out: Any) -> None:

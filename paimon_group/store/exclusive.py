@@ -27,6 +27,9 @@ HDFS; object stores need a lock).
   through boto3 (the ``s3`` extra), configured from that file system's own
   settings (endpoint, keys, region, addressing, timeouts): the same store as
   the table's other requests;
+* **HDFS** (``hdfs://``, ``viewfs://``): pypaimon's own create, whose
+  rename the NameNode refuses when the name exists (not run here: the suite
+  has no HDFS);
 * **anything else**: :class:`ExclusiveCreateUnsupported`, at once
   (:func:`exclusive_create_check`, called when a writer opens its table).
 """
@@ -46,6 +49,7 @@ from paimon_group.errors import ConfigError
 __all__ = ["ExclusiveCreateUnsupported", "create_exclusive", "exclusive_create_check"]
 
 S3_SCHEMES = ("s3", "s3a", "s3n")
+HDFS_SCHEMES = ("hdfs", "viewfs")
 
 
 class ExclusiveCreateUnsupported(ConfigError):
@@ -74,9 +78,9 @@ def _s3_file_system(file_io: Any) -> pafs.S3FileSystem | None:
 def exclusive_create_check(file_io: Any, path: str) -> None:
     """Raise :class:`ExclusiveCreateUnsupported` (one line) unless
     :func:`create_exclusive` can create files under ``path``."""
-    if _local_path(path) is not None:
-        return
     scheme = urlparse(path).scheme
+    if _local_path(path) is not None or scheme in HDFS_SCHEMES:
+        return
     if scheme in S3_SCHEMES and _s3_file_system(file_io) is not None:
         try:
             import boto3  # noqa: F401
@@ -87,7 +91,8 @@ def exclusive_create_check(file_io: Any, path: str) -> None:
         return
     raise ExclusiveCreateUnsupported(
         f"a Paimon sink cannot commit safely on a {scheme}:// warehouse: its commits need a "
-        "file created only if absent (a local file system, or S3 and S3-compatible stores)")
+        "file created only if absent (a local file system, HDFS, or S3 and S3-compatible "
+        "stores)")
 
 
 def create_exclusive(file_io: Any, path: str, text: str) -> bool:
@@ -99,6 +104,8 @@ def create_exclusive(file_io: Any, path: str, text: str) -> bool:
     fs = _s3_file_system(file_io)
     if fs is not None and urlparse(path).scheme in S3_SCHEMES:
         return _create_s3(fs, path, text)
+    if urlparse(path).scheme in HDFS_SCHEMES:
+        return bool(file_io.try_to_write_atomic(path, text))
     exclusive_create_check(file_io, path)
     raise AssertionError("unreachable")  # pragma: no cover
 
