@@ -23,11 +23,16 @@ A forming group (no live member holds shards of the published assignment,
 or there is none yet: nobody reads, so nobody's rows wait) is published
 only once the list has been quiet for ``forming_quiet_s``, but never later
 than ``forming_max_s`` after the leader first saw it, the first list
-included: Kafka's ``group.initial.rebalance.delay.ms`` (3 s) for a group
-with no members. Without it the leader published at once for the first
-few members of a starting group (21 of 200 at 200 x 2,048), they acquired
+included: Kafka's ``group.initial.rebalance.delay.ms`` for a group with no
+members, which each join extends by 3 s up to the rebalance timeout (5 min
+by default). Without it the leader published at once for the first few
+members of a starting group (21 of 200 at 200 x 2,048), they acquired
 every shard, and when the others had arrived nine in ten shards moved
-again (3,900 acquisitions and 1,800 releases for 2,048 shards). A join
+again (3,900 acquisitions and 1,800 releases for 2,048 shards). The cap is
+60 s: arrivals that last a minute (1,000 members started by two
+processes) are one generation; with a 3 s cap the first few members took
+every shard, their processes acquired thousands while still starting the
+others, and the start of 1,000 x 8,192 on ZooKeeper took 221.6 s. A join
 into a stable group is never held by it: its group is not forming.
 
 An I/O-free timing object (the clock is passed in), as aiokafka's heartbeat.
@@ -52,7 +57,7 @@ Example (quiet 0.2 s, at most 2 s)::
     >>> s.delay({"a", "b", "c", "e", "f"}, now=20.65)   # a departure: at once
     0.0
 
-A forming group (quiet 1 s, at most 3 s)::
+A forming group (quiet 1 s, at most 60 s)::
 
     >>> f = ArrivalSettle()
     >>> f.delay({"a"}, now=0.0, forming=True)       # the first member waits
@@ -70,7 +75,7 @@ from collections.abc import Collection
 QUIET_S = 0.2
 MAX_WAIT_S = 2.0
 FORMING_QUIET_S = 1.0
-FORMING_MAX_S = 3.0
+FORMING_MAX_S = 60.0
 
 
 class ArrivalSettle:
