@@ -38,13 +38,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import uuid
 from typing import Any
 from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
 
 from paimon_group.errors import ConfigError
+from paimon_group.store.files import write_beside
 
 __all__ = ["ExclusiveCreateUnsupported", "create_exclusive", "exclusive_create_check"]
 
@@ -111,15 +111,10 @@ def create_exclusive(file_io: Any, path: str, text: str) -> bool:
 
 
 def _create_local(path: str, text: str) -> bool:
-    directory, name = os.path.split(path)
-    directory = directory or "."
-    os.makedirs(directory, exist_ok=True)
-    # A leading dot keeps it out of Paimon's listings by prefix (snapshot-*).
-    temporary = os.path.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    # A leading dot keeps the temporary file out of Paimon's listings by
+    # prefix (snapshot-*).
+    temporary = write_beside(path, text)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
         try:
             os.link(temporary, path)
         except FileExistsError:

@@ -34,8 +34,8 @@ from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
 
-__all__ = ["file_exists", "is_object_store", "is_remote_fs", "read_text", "write_text",
-           "write_whole"]
+__all__ = ["file_exists", "is_object_store", "is_remote_fs", "read_text", "write_beside",
+           "write_text", "write_whole"]
 
 
 def is_remote_fs(fs: Any) -> bool:
@@ -121,6 +121,20 @@ def write_whole(file_io: Any, path: str, text: str) -> None:
         write_text(file_io, path, text)
         return
     target = parsed.path if parsed.scheme == "file" else path
+    temporary = write_beside(target, text)
+    try:
+        os.replace(temporary, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
+def write_beside(target: str, text: str) -> str:
+    """Write ``text`` to a new temporary file ``.<name>.<random>.tmp`` in the
+    local directory of ``target`` (made if missing), with the mode a plain
+    write gives; its path. The caller renames or links it to ``target``, and
+    removes it."""
     directory, name = os.path.split(target)
     directory = directory or "."
     os.makedirs(directory, exist_ok=True)
@@ -129,8 +143,8 @@ def write_whole(file_io: Any, path: str, text: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
-        os.replace(temporary, target)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
         raise
+    return temporary
