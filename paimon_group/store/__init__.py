@@ -5,5 +5,7 @@
 * :mod:`~paimon_group.store.handed_over`: metadata files the group's head
   read once and handed over to the members' planners;
 * :mod:`~paimon_group.store.object_store`: bounded object-store requests, and
-  one line when the store fails.
+  one line when the store fails;
+* :mod:`~paimon_group.store.exclusive`: a file created only if its name is
+  free (a sink's snapshot commit), on a local file system, S3 or HDFS.
 """
