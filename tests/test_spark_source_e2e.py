@@ -36,7 +36,10 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def wait_for(what: str, check: Callable[[], Any], procs: dict[str, subprocess.Popen[bytes]],
-             timeout: float = 180) -> Any:
+             timeout: float = 300) -> Any:
+    # 300 s: the first wait holds two Spark drivers' starts (two JVMs), which
+    # took over 180 s on a loaded two-core machine; a healthy run passes each
+    # wait in seconds to a minute.
     deadline = time.monotonic() + timeout
     while True:
         result = check()
