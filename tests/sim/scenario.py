@@ -67,6 +67,7 @@ from paimon_group.errors import (
 )
 from paimon_group.protocol import commit_size
 from paimon_group.protocol.records import position_order
+from tests.sim.afterlife import Afterlife, AfterPlan
 from tests.sim.coordinator import (
     FaultPlan,
     FaultyCoordinator,
@@ -88,8 +89,10 @@ from tests.sim.table import (
     KIND_WEIGHTS,
     KINDS,
     PK_KINDS,
+    ROW_KIND_KINDS,
     ReplayWarehouse,
     scratch_dir,
+    successor,
     templates,
 )
 from tests.sim.tear import Tears, torn_consumer_writes
@@ -201,6 +204,11 @@ class Run:
         self.plant = plant
         self.kind = table_kind_of(seed)
         main, recreated = templates(self.kind)
+        # The operator's steps after a re-created table, in their own draw
+        # (tests/sim/afterlife.py): the table is re-created, a longer one.
+        after = AfterPlan.draw(seed, SinkPlan.draw(seed).on and plant in (None, "sink_writes_all"))
+        if after.on:
+            recreated = successor(self.kind)
         self.wh = ReplayWarehouse(root / "wh", main, recreated)
         rng = self.rng
         self.timeout_s = rng.choice([1.0, 2.0, 3.0])
@@ -216,6 +224,8 @@ class Run:
             self.fault_rate = heavy.choice([0.1, 0.2, 0.3])
             self.rebalance_delay = heavy.choice([0.0, self.timeout_s * 2])
         self.table_fate = rng.choices(["keep", "drop", "recreate"], [8, 1, 1])[0]
+        if after.on:
+            self.table_fate = "recreate"
         self.store = SimStore()
         # A coordinator switch or wipe, in its own draw (the others stay):
         # every member leaves (``switch``: gracefully, as in a planned move;
@@ -255,8 +265,9 @@ class Run:
         # The Paimon sink in the handler, in its own draw (tests/sim/sink.py);
         # the plants of the group's checks run their seeds as they were.
         sink = SinkPlan.draw(seed)
-        self.sink = SinkWorld(sink, seed, root) \
+        self.sink = SinkWorld(sink, seed, root, after.on and self.kind in ROW_KIND_KINDS) \
             if sink.on and plant in (None, "sink_writes_all") else None
+        self.afterlife = Afterlife(self, after) if after.on and self.sink is not None else None
 
     # -- members
 
@@ -809,6 +820,14 @@ class Run:
                 v["sink_check_error"].append(f"{type(err).__name__}: {err}\n"
                                              f"{traceback.format_exc()}")
             self.stats.update(self.sink.stats)
+        if self.afterlife is not None:
+            try:
+                for name, found in self.afterlife.check().items():
+                    v[name].extend(found)
+            except Exception as err:
+                v["sink_check_error"].append(f"{type(err).__name__}: {err}\n"
+                                             f"{traceback.format_exc()}")
+            self.stats.update(self.afterlife.stats)
         for inc in self.incarnations:
             task = inc.task
             if task is not None and task.done() and not task.cancelled() \
@@ -945,7 +964,13 @@ class Run:
         bad = []
         writers: dict[tuple[int, int], str] = {}
         last: dict[int, tuple[int, int, int]] = {}
-        for w in store.position_log:
+        log = store.position_log
+        if store is self.store and self.afterlife is not None \
+                and self.afterlife.log_from is not None:
+            # The group deleted and created again (tests/sim/afterlife.py):
+            # its positions start anew.
+            log = log[:self.afterlife.log_from]
+        for w in log:
             if w.fence is None or w.fence != w.owner_create_version or w.fence != w.epoch:
                 bad.append(f"shard {w.shard}: position {w.next_snapshot} of epoch {w.epoch} "
                            f"by {w.member} applied with fence {w.fence}, owner key "
@@ -1144,6 +1169,8 @@ async def _main(run: Run) -> None:
     await run.chaos()
     await run.settle()
     await run.stop_all()
+    if run.afterlife is not None:
+        await run.afterlife.go()
 
 
 @contextlib.contextmanager
@@ -1165,6 +1192,8 @@ def run_seed(seed: int, *, plant: str | None = None, keep: bool = False,
     # Written on real time (a table's identity is its first schema's creation
     # time: the two tables must not share one virtual instant).
     templates(table_kind_of(seed))
+    if AfterPlan.draw(seed, SinkPlan.draw(seed).on).on:
+        successor(table_kind_of(seed))
     root = Path(tempfile.mkdtemp(prefix=f"pg-sim-{seed}-", dir=scratch_dir()))
     logging.getLogger("paimon_group").setLevel(log_level)
     logging.getLogger("coordinators").setLevel(log_level)
@@ -1203,6 +1232,8 @@ def run_seed(seed: int, *, plant: str | None = None, keep: bool = False,
             # worker published its target at each full control round (a
             # seed's run then depended on the seeds before it).
             run.sink.close()
+            if run.afterlife is not None:
+                run.afterlife.close()
         if not keep:
             shutil.rmtree(root, ignore_errors=True)
     assert run is not None

@@ -80,6 +80,9 @@ class Template:
     refs: dict[int, frozenset[str]] = field(default_factory=dict)
     # snapshot id -> the data files live in it
     live: dict[int, frozenset[Location]] = field(default_factory=dict)
+    # snapshot id -> the row kind of each id it wrote, where not ``+I``
+    # (:func:`successor`: updates ``+U``, deletes ``-D``)
+    ops: dict[int, dict[int, str]] = field(default_factory=dict)
 
     @property
     def table_dir(self) -> Path:
@@ -101,11 +104,15 @@ def _note_files(messages: list[object], locs: dict[int, set[Location]],
 
 
 def _write(warehouse: str, ids: list[int], v: int, extra: bool,
-           locs: dict[int, set[Location]], first: dict[int, Location]) -> int:
+           locs: dict[int, set[Location]], first: dict[int, Location],
+           ops: dict[int, str] | None = None) -> int:
     from tests.support.tables import open_table, rows_table
 
     table = open_table(warehouse, TABLE)
     data = rows_table(table, ids, v=v)
+    if ops:
+        data = data.set_column(data.schema.get_field_index("op"), "op", pa.array(
+            [ops.get(i, "+I") for i in ids], pa.string()))
     if extra:
         data = data.append_column(pa.field("extra", pa.int64()),
                                   pa.array([i * 10 for i in ids], pa.int64()))
@@ -194,21 +201,29 @@ def _conform(data: pa.Table, schema: pa.Schema) -> pa.Table:
     return pa.table(cols, schema=schema)
 
 
-def _make(root: Path, kind: str) -> None:
+def _make(root: Path, kind: str, row_kinds: bool = False) -> None:
     from tests.support.tables import make_kind_table, make_pk_table
 
-    if kind == "first-row":
+    if row_kinds:
+        # A primary-key table whose writes carry their row kind (``op``).
+        make_pk_table(root, TABLE, buckets=-1 if kind == "dynamic" else BUCKETS,
+                      partitioned=kind.endswith("-partitioned"), row_kind_field=True,
+                      options={"dynamic-bucket.target-row-num": "8"}
+                      if kind == "dynamic" else None)
+    elif kind == "first-row":
         make_pk_table(root, TABLE, buckets=BUCKETS, options={"merge-engine": "first-row"})
     else:
         make_kind_table(root, TABLE, kind, buckets=BUCKETS, target_row_num=8)
 
 
 def _build(root: Path, kind: str, *, first_id: int, snapshots: int,
-           alter_before: int | None) -> Template:
+           alter_before: int | None, row_kinds: bool = False) -> Template:
     from paimon_group.protocol.sharding import choose_rule, table_kind
     from tests.support.tables import compact, open_table
 
-    _make(root, kind)
+    _make(root, kind, row_kinds)
+    ops: dict[int, dict[int, str]] = {}
+    deleted: set[int] = set()
     ids: dict[int, list[int]] = {}
     values: dict[int, int] = {}
     locs: dict[int, set[Location]] = {}
@@ -232,8 +247,25 @@ def _build(root: Path, kind: str, *, first_id: int, snapshots: int,
             batch += [first_id + (n * 5) % (next_id - count - first_id),
                       first_id + (n * 11 + 1) % (next_id - count - first_id)]
             batch = sorted(set(batch))
+        changes: dict[int, str] = {}
+        if row_kinds and n >= 2:
+            # Updates are ``+U`` (of a deleted key: inserted again), and one
+            # or two keys written before are deleted (``-D``).
+            changes = {i: "+U" for i in batch if i < next_id - count}
+            before = [i for i in range(first_id, next_id - count)
+                      if i not in batch and i not in deleted]
+            for k in (n * 3, n * 7 + 2)[:1 + n % 2]:
+                if before:
+                    gone = before.pop(k % len(before))
+                    changes[gone] = "-D"
+                    batch.append(gone)
+            batch = sorted(batch)
+            deleted = (deleted | {i for i, op in changes.items() if op == "-D"}) \
+                - {i for i, op in changes.items() if op != "-D"}
         with_extra = alter_before is not None and n >= alter_before
-        snapshot = _write(str(root), batch, n, with_extra, locs, first)
+        snapshot = _write(str(root), batch, n, with_extra, locs, first, changes)
+        if changes:
+            ops[snapshot] = changes
         if with_extra and extra_from is None:
             extra_from = snapshot
         ids[snapshot] = batch
@@ -249,7 +281,7 @@ def _build(root: Path, kind: str, *, first_id: int, snapshots: int,
     rule = choose_rule(table, table_kind(table, TABLE))
     refs, live = _snapshot_files(table, locs)
     return Template(root, kind, ids, values, first, locs, extra_from, rule, tuple(compactions),
-                    refs, live)
+                    refs, live, ops)
 
 
 def _snapshot_files(table: Any, ids: dict[int, set[Location]]
@@ -318,6 +350,24 @@ def templates(kind: str = "fixed") -> tuple[Template, Template]:
         recreated = _build(base / "recreated", kind, first_id=1000,
                            snapshots=RECREATED_SNAPSHOTS, alter_before=None)
     return main, recreated
+
+
+SUCCESSOR_SNAPSHOTS = 8
+ROW_KIND_KINDS = ("fixed", "fixed-partitioned", "dynamic")
+"""Kinds whose :func:`successor` carries deletes and updates (``op``)."""
+
+
+@functools.cache
+def successor(kind: str = "fixed") -> Template:
+    """A longer re-created table of ``kind`` (ids from 1000, as ``recreated``),
+    for the seeds whose operator deletes the group and starts it again on it
+    (:mod:`tests.sim.afterlife`): :data:`SUCCESSOR_SNAPSHOTS` writes, and on
+    the kinds of :data:`ROW_KIND_KINDS` updates (``+U``) and deletes (``-D``)
+    of keys written before."""
+    base = Path(tempfile.mkdtemp(prefix="pg-sim-successor-", dir=scratch_dir()))
+    with _fixed_uuids(f"successor:{kind}"):
+        return _build(base / "successor", kind, first_id=1000, snapshots=SUCCESSOR_SNAPSHOTS,
+                      alter_before=None, row_kinds=kind in ROW_KIND_KINDS)
 
 
 def scratch_dir() -> str | None:
