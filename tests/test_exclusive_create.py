@@ -6,6 +6,12 @@ in two processes at once, locally and on S3, losing no batch.
 Before it, pypaimon's create (ask, then rename over the name) let two
 processes both win the same name: 5 of 2,000 synchronised attempts; two sink
 processes of 150 batches each lost one batch without an error.
+
+And what the sink refuses, each in one line: HDFS; an S3-compatible store
+that ignores ``If-None-Match`` (the suite's server behind a proxy dropping
+the header), probed once per process; a pypaimon whose commit the sink
+cannot make exclusive, or that commits without the exclusive create. A local
+snapshot is synced before its link and its directory after.
 """
 
 from __future__ import annotations
