@@ -20,9 +20,15 @@ SNAPSHOT = Path(__file__).parent / "support" / "public_api.json"
 # part's one name each (their former names, ``reading`` and ``driving``, stay);
 # a batch's ``sink_holds`` (set by a sink that already holds its output),
 # ``incarnation`` (the group's) and ``start_moves`` (its start's), which a
-# sink's marks carry.
+# sink's marks carry; the output a sink holds for a batch written in parts,
+# sealed or dropped by the member once the handler is done.
 ADDED = {"GroupMember": {"read_loop": "data", "host_reads": "data"},
-         "ShardBatch": {"sink_holds": "data", "incarnation": "data", "start_moves": "data"}}
+         "ShardBatch": {"sink_holds": "data", "incarnation": "data", "start_moves": "data",
+                        "hold_output": "method(self, sink: 'HeldOutput') -> 'None'",
+                        "seal_output": "method(self) -> 'list[concurrent.futures.Future[None]]'",
+                        "commit_output": "method(self) -> 'None'",
+                        "drop_output": "method(self) -> 'None'",
+                        "close_output": "method(self) -> 'None'"}}
 # Keyword parameters added since, each with a default (old calls still work);
 # GroupMember's ``handle_signals``: SIGTERM and SIGINT stop a member used as
 # ``async with`` gracefully (True), or are left alone (False).

@@ -240,7 +240,11 @@ class GroupMember:
                             result = await asyncio.to_thread(handler, batch)
                             if asyncio.iscoroutine(result):
                                 await result
+                            # The output the handler's sinks hold for the
+                            # batch, committed together before its position.
+                            await asyncio.to_thread(batch.commit_output)
                         except Exception as raised:
+                            batch.drop_output()  # an attempt's parts: none committed
                             if batch.lost is None and not isinstance(
                                     raised, AlreadyWritten | StaleEpoch):
                                 self._core.stats.handler_errors += 1
@@ -293,7 +297,18 @@ class GroupMember:
             if not self._core.auto_commit:
                 self._core.await_durable(batch)
             await self._queue.put((batch, done))
-            await done
+            try:
+                await done
+            except BaseException:
+                batch.drop_output()
+                raise
+            # The output the loop body's sinks hold for the batch, committed
+            # together before its position.
+            try:
+                await asyncio.to_thread(batch.commit_output)
+            except StaleEpoch as err:
+                log.warning("shard %d: a sink refused the batch at snapshot %d of epoch %d: "
+                            "%s", batch.shard, batch.snapshot_id, batch.epoch, err)
 
         reader = asyncio.create_task(self._consume(process), name="pg-consume")
         current: asyncio.Future[bool] | None = None

@@ -490,6 +490,7 @@ class ReadLoop:
             queued = True
             await self._commit_batch(lane, o, batch, step)
         finally:
+            batch.close_output()  # a no-op once sealed; else nothing of it is committed
             if not queued:
                 lane.skipped()
                 self._resolve_durable(batch, None if written_committed else gone or written

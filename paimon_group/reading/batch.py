@@ -16,19 +16,39 @@ Example (a handler for ``paimon-group run --handler mymodule:handle``)::
 
 from __future__ import annotations
 
+import concurrent.futures
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 
-from paimon_group.errors import BatchExpired, DataFileMissing, PlanInvariantViolated
+from paimon_group.errors import (
+    BatchExpired,
+    DataFileMissing,
+    PaimonGroupError,
+    PlanInvariantViolated,
+)
 from paimon_group.reading.expiry import missing_file_error
 from paimon_group.reading.planner import BatchKind, StepPlan, check_routing
 
 if TYPE_CHECKING:
     from paimon_group.reading.planner import ShardPlanner
 
-__all__ = ["ShardBatch"]
+__all__ = ["HeldOutput", "ShardBatch"]
+
+
+class HeldOutput(Protocol):
+    """A sink holding a batch's output until its handler is done with it
+    (:meth:`ShardBatch.hold_output`)."""
+
+    def seal(self, batch: ShardBatch) -> concurrent.futures.Future[None]:
+        """Commit every part written for ``batch``, together; the future
+        ends once they are committed (or with why not)."""
+        ...
+
+    def drop(self, batch: ShardBatch) -> None:
+        """Forget every part written for ``batch``: none is committed."""
+        ...
 
 
 class ShardBatch:
@@ -70,6 +90,8 @@ class ShardBatch:
     """
 
     __slots__ = (
+        "_held",
+        "_output_closed",
         "_planner",
         "_view",
         "epoch",
@@ -132,6 +154,10 @@ class ShardBatch:
         # instead of the batch's own, also if the handler swallowed the
         # sink's AlreadyWritten (iterator mode: the loop body went on).
         self.sink_holds: int | None = None
+        # Sinks holding parts of this batch's output, committed together
+        # once the handler is done with the batch (hold_output).
+        self._held: list[HeldOutput] = []
+        self._output_closed = False  # the member is done with the batch
         self._planner = planner
         # The readers this step was planned with: the planner may switch to a
         # newer schema (ALTER TABLE) while this batch is in the handler, and
@@ -193,6 +219,56 @@ class ShardBatch:
                 self._planner.table, err, shards=(self.shard,), first=self.first_snapshot,
                 last=self.snapshot_id, full_scan=self.kind is BatchKind.INITIAL)
         return self.lost
+
+    # -- output held by sinks until the handler is done -----------------
+
+    def hold_output(self, sink: HeldOutput) -> None:
+        """Called by a sink at its first write of this batch's output. A
+        handler may write the batch in several parts (one per record batch
+        of :meth:`iter_batches`); the sink holds them, and the member seals
+        them once the handler returned (:meth:`seal_output`: all parts
+        committed together, before the batch's position) or drops them when
+        it raised (:meth:`drop_output`: none committed, the next attempt
+        writes them again)."""
+        if self._output_closed:
+            raise PaimonGroupError(
+                f"{self!r} was handed back already (its handler returned, or the "
+                "member stopped it): write a batch's output before the handler returns")
+        if all(held is not sink for held in self._held):
+            self._held.append(sink)
+
+    def seal_output(self) -> list[concurrent.futures.Future[None]]:
+        """Seal the output every sink holds for this batch; one future per
+        sink, ended once its parts are committed."""
+        held, self._held = self._held, []
+        return [sink.seal(self) for sink in held]
+
+    def commit_output(self) -> None:
+        """:meth:`seal_output`, then wait for every sink's commit (blocking:
+        the member calls it in a worker thread); raises the first sink's
+        error once all are done."""
+        errors = []
+        for future in self.seal_output():
+            try:
+                future.result()
+            except BaseException as err:  # raised below, after the others
+                errors.append(err)
+        if errors:
+            raise errors[0]
+
+    def drop_output(self) -> None:
+        """Drop the output every sink holds for this batch (a handler's
+        attempt failed: the next one writes it again)."""
+        held, self._held = self._held, []
+        for sink in held:
+            sink.drop(self)
+
+    def close_output(self) -> None:
+        """The member is done with the batch: what no one sealed is dropped,
+        and a later write of its output is refused (a handler still running
+        after its member stopped waiting for it)."""
+        self._output_closed = True
+        self.drop_output()
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:
         return self.iter_batches()

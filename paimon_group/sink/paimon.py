@@ -49,6 +49,7 @@ Example (a ``paimon-group run`` handler)::
 
 from __future__ import annotations
 
+import concurrent.futures
 import itertools
 import logging
 import threading
@@ -116,8 +117,20 @@ class _Pending:
     messages: list[Any]
     rows: int
     batch: Any = None
-    done: threading.Event = field(default_factory=threading.Event)
-    error: BaseException | None = None
+    future: concurrent.futures.Future[None] = field(default_factory=concurrent.futures.Future)
+
+    def finish(self, error: BaseException | None = None) -> None:
+        """Answer the batch's waiter (once): committed, or ``error``."""
+        if self.future.done():
+            return
+        if error is None:
+            self.future.set_result(None)
+        else:
+            self.future.set_exception(error)
+
+    @property
+    def finished(self) -> bool:
+        return self.future.done()
 
 
 def _first_of(batch: SourceBatch) -> int:
@@ -174,6 +187,9 @@ class PaimonSink:
         self._sleep = time.sleep  # between lost races (injectable)
         self._cond = threading.Condition()
         self._queue: list[_Pending] = []
+        # A member's batches whose parts are being written: held until the
+        # member seals them (after the handler) or drops them.
+        self._open: dict[int, _Pending] = {}
         self._writing = 0  # writes judged or writing files, not queued yet
         self._closed = False
         self._last_commit = 0.0
@@ -196,16 +212,30 @@ class PaimonSink:
 
     def write(self, rows: Any, batch: SourceBatch) -> None:
         """Write ``rows`` (an Arrow table or record batch, or a Spark
-        DataFrame) as the output of ``batch``; return once they are committed.
+        DataFrame) as the output of ``batch``.
+
+        A batch a member delivered (a
+        :class:`~paimon_group.reading.batch.ShardBatch`) may be written in
+        several parts, say one per record batch of ``batch.iter_batches()``:
+        each call writes its part's data files and returns; the member
+        commits all parts of the batch together once the handler returned
+        (before it commits the batch's position), and drops them if the
+        handler raised. Any other batch is written whole by one call, which
+        returns once it is committed.
 
         Raises :class:`~paimon_group.errors.AlreadyWritten` when the target
         already holds the batch (the member commits the position it names),
         :class:`~paimon_group.errors.StaleSinkWrite` when a newer owner
-        of the shard wrote (nothing written).
+        of the shard wrote (nothing written); for a member's batch these
+        may also come when the member seals it.
         """
         if batch.group not in self._groups:
             self._groups.add(batch.group)
             register(batch.group, self._record, self)
+        hold = getattr(batch, "hold_output", None)
+        if hold is not None:
+            self._write_part(rows, batch, hold)
+            return
         if self._inline is not None:
             pending = self._written(rows, batch)
             with self._inline:
@@ -214,9 +244,71 @@ class PaimonSink:
                 self._commit_reporting([pending])
         else:
             pending = self._queue_written(rows, batch)
-        pending.done.wait()
-        if pending.error is not None:
-            raise pending.error
+            self._enqueue(pending)
+        pending.future.result()
+
+    def _write_part(self, rows: Any, batch: SourceBatch, hold: Any) -> None:
+        """One part of a member's batch: the first is judged against the
+        marks known (an early answer; the commit judges again) and opens
+        the batch's entry, held until :meth:`seal` or :meth:`drop`; later
+        parts add their files to it."""
+        key = id(batch)
+        with self._cond:
+            if self._closed:
+                raise PaimonGroupError("the sink is closed")
+            opened = self._open.get(key)
+        if opened is None:
+            part = self._queue_written(rows, batch)
+            with self._cond:
+                opened = self._open.get(key)
+                if opened is None:
+                    hold(self)  # refused for a batch its member is done with
+                    self._open[key] = part
+                    self._cond.notify_all()
+                    return
+                # A first part written by another thread at the same time.
+                opened.messages.extend(part.messages)
+                opened.rows += part.rows
+                return
+        table = self.target.conform(_as_arrow(rows), batch.snapshot_id)
+        with self._cond:
+            self._writing += 1
+        try:
+            messages = self.target.write_files(table, self.commit_user)
+        finally:
+            with self._cond:
+                self._writing -= 1
+                opened.messages.extend(messages)
+                opened.rows += table.num_rows
+                self._cond.notify_all()
+
+    def seal(self, batch: Any) -> concurrent.futures.Future[None]:
+        """Commit every part written for ``batch`` together (the member
+        calls it once the handler returned); the future ends once they are
+        in the target, or with the judgement's error."""
+        with self._cond:
+            pending = self._open.pop(id(batch), None)
+            self._cond.notify_all()
+        if pending is None:
+            done: concurrent.futures.Future[None] = concurrent.futures.Future()
+            done.set_result(None)
+            return done
+        if self._inline is not None:
+            with self._inline:
+                if self._closed:
+                    pending.finish(PaimonGroupError("the sink is closed"))
+                else:
+                    self._commit_reporting([pending])
+        else:
+            self._enqueue(pending)
+        return pending.future
+
+    def drop(self, batch: Any) -> None:
+        """Forget the parts written for ``batch`` (its handler raised): none
+        is committed; their data files stay unnamed by any snapshot."""
+        with self._cond:
+            self._open.pop(id(batch), None)
+            self._cond.notify_all()
 
     def _written(self, rows: Any, batch: SourceBatch) -> _Pending:
         """``batch`` judged against the marks known, and its files written."""
@@ -234,24 +326,24 @@ class PaimonSink:
                         batch)
 
     def _queue_written(self, rows: Any, batch: SourceBatch) -> _Pending:
-        """:meth:`_written`, then queued for the committer, which counts it
-        among the writes under way meanwhile (see :meth:`_wait_due`)."""
+        """:meth:`_written`, counted among the writes under way meanwhile
+        (the committer waits for them: see :meth:`_wait_due`)."""
         with self._cond:
             self._writing += 1
         try:
-            pending = self._written(rows, batch)
-        except BaseException:
+            return self._written(rows, batch)
+        finally:
             with self._cond:
                 self._writing -= 1
                 self._cond.notify_all()
-            raise
+
+    def _enqueue(self, pending: _Pending) -> None:
+        """Hand ``pending`` to the committer."""
         with self._cond:
-            self._writing -= 1
-            self._cond.notify_all()
             if self._closed:
                 raise PaimonGroupError("the sink is closed")
             self._queue.append(pending)
-        return pending
+            self._cond.notify_all()
 
     def marks(self, group: str) -> dict[int, ShardMark]:
         """Each shard's mark in the target for ``group`` (read now)."""
@@ -294,9 +386,7 @@ class PaimonSink:
         except BaseException as err:
             log.warning("sink commit failed: %s", err)
             for p in pending:
-                if not p.done.is_set():
-                    p.error = err
-                    p.done.set()
+                p.finish(err)
 
     def _wait_due(self) -> None:
         """Wait (holding the condition) until the next commit is due: one
@@ -313,7 +403,7 @@ class PaimonSink:
                 return
             if now < due:
                 self._cond.wait(due - now)
-            elif self._writing and now < first + self.commit_interval_s:
+            elif (self._writing or self._open) and now < first + self.commit_interval_s:
                 self._cond.wait(first + self.commit_interval_s - now)
             else:
                 return
@@ -337,8 +427,8 @@ class PaimonSink:
             try:
                 _raise_unless_write(verdict, p.group, p.shard, p.epoch)
             except PaimonGroupError as err:
-                p.error = err
-            p.done.set()
+                p.finish(err)
+            p.finish()
 
 
     def _commit_attempt(self, pending: list[_Pending],
@@ -367,7 +457,7 @@ class PaimonSink:
             return False
         self.commits += 1
         for p, _ in writes:
-            p.done.set()
+            p.finish()
         return True
 
 

@@ -21,6 +21,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Mapping
@@ -28,7 +29,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from paimon_group.errors import ConfigError
+from paimon_group.errors import ConfigError, PaimonGroupError
 from paimon_group.reading.table import ShardedTable
 from paimon_group.sink.marks import PROPERTY_PREFIX, ShardMark, decode
 from paimon_group.store.exclusive import create_exclusive, exclusive_create_check
@@ -60,19 +61,51 @@ class _PinnedLatest:
 def _exclusive_snapshot_commit(snapshot_manager: Any) -> Any:
     """pypaimon's renaming snapshot commit, but the snapshot file is created
     only if no other writer created it (:func:`create_exclusive`); the LATEST
-    hint is written as pypaimon writes it (a hint: readers check it)."""
+    hint is written as pypaimon writes it (a hint: readers check it). Its
+    ``created`` is the id of the snapshot it created (None: none)."""
     from pypaimon.common.json_util import JSON
     from pypaimon.snapshot.renaming_snapshot_commit import RenamingSnapshotCommit
 
     class ExclusiveSnapshotCommit(RenamingSnapshotCommit):  # type: ignore[misc]
+        created: int | None = None
+
         def commit(self, base_snapshot_uuid: Any, snapshot: Any, statistics: Any) -> bool:
             path = self.snapshot_manager.get_snapshot_path(snapshot.id)
             if not create_exclusive(self.file_io, path, JSON.to_json(snapshot, indent=2)):
                 return False
+            self.created = snapshot.id
             self._commit_latest_hint(snapshot.id)
             return True
 
     return ExclusiveSnapshotCommit(snapshot_manager)
+
+
+def _make_exclusive(store_commit: Any) -> Any:
+    """Put the exclusive snapshot commit into pypaimon's ``store_commit`` in
+    place of its renaming one; it (None: a catalog's own commit, a REST
+    catalog's, which is the server's compare-and-set already, is kept).
+    One line, and nothing committed, for a pypaimon whose store commit has
+    no ``snapshot_commit`` or one of another type: the sink never commits
+    through pypaimon's create (it asks, then renames over another writer's
+    snapshot)."""
+    from pypaimon.snapshot.catalog_snapshot_commit import CatalogSnapshotCommit
+    from pypaimon.snapshot.renaming_snapshot_commit import RenamingSnapshotCommit
+
+    found = store_commit.__dict__.get("snapshot_commit", _MISSING)
+    if isinstance(found, CatalogSnapshotCommit):
+        return None
+    if type(found) is not RenamingSnapshotCommit:
+        kind = "has no snapshot_commit" if found is _MISSING else \
+            f"is a {type(found).__module__}.{type(found).__qualname__}"
+        raise PaimonGroupError(
+            "the sink cannot make its commits exclusive with this pypaimon: its store "
+            f"commit {kind}, not the RenamingSnapshotCommit the sink replaces")
+    exclusive = _exclusive_snapshot_commit(store_commit.snapshot_manager)
+    store_commit.snapshot_commit = exclusive
+    return exclusive
+
+
+_MISSING = object()
 
 
 class TargetTable:
@@ -169,20 +202,19 @@ class TargetTable:
         ``latest``; False if another writer's commit took that id first.
         A commit whose outcome is unknown (an error after the snapshot may
         have been written) is looked up by its ``nonce``."""
-        from pypaimon.snapshot.renaming_snapshot_commit import RenamingSnapshotCommit
         from pypaimon.write.table_commit import StreamTableCommit
 
         commit = StreamTableCommit(self._committing, commit_user)
         store_commit = commit.file_store_commit
         store_commit.snapshot_manager = _PinnedLatest(store_commit.snapshot_manager, latest)
-        if isinstance(store_commit.snapshot_commit, RenamingSnapshotCommit):
-            # (A catalog's own commit, a REST catalog's, is the server's
-            # compare-and-set already.)
-            store_commit.snapshot_commit = _exclusive_snapshot_commit(
-                store_commit.snapshot_manager)
+        try:
+            exclusive = _make_exclusive(store_commit)
+        except BaseException:
+            with contextlib.suppress(Exception):  # the refusal is the error to tell
+                commit.close()
+            raise
         try:
             commit.commit(messages, identifier, snapshot_properties=properties)
-            return True
         except Exception as err:  # a lost race, or an unknown outcome
             taken = self.table.snapshot_manager().get_snapshot_by_id(
                 1 if latest is None else latest.id + 1)
@@ -193,6 +225,14 @@ class TargetTable:
                 raise  # nothing took the id: not a race
             log.debug("the sink's commit lost the race for snapshot %d: %s", taken.id, err)
             return False
+        else:
+            if exclusive is not None and getattr(exclusive, "created", None) is None:
+                raise PaimonGroupError(
+                    f"the sink's commit of snapshot {1 if latest is None else latest.id + 1} "
+                    "succeeded without its exclusive create of the snapshot file (pypaimon "
+                    "committed by another path): another writer may have taken the same "
+                    "snapshot id")
+            return True
         finally:
             commit.close()
 

@@ -7,5 +7,6 @@
 * :mod:`~paimon_group.store.object_store`: bounded object-store requests, and
   one line when the store fails;
 * :mod:`~paimon_group.store.exclusive`: a file created only if its name is
-  free (a sink's snapshot commit), on a local file system, S3 or HDFS.
+  free (a sink's snapshot commit), on a local file system or on S3 (a store
+  that honours ``If-None-Match``).
 """

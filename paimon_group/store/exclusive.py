@@ -18,38 +18,52 @@ HDFS; object stores need a lock).
 :func:`create_exclusive` does it without a lock:
 
 * **local file system**: the text goes to a temporary file beside the name,
-  which is then ``link(2)``-ed to the name: a link fails with ``EEXIST``
-  when the name exists, in one step (POSIX; also over NFS v3 and later); the
-  temporary file is removed either way;
+  synced to disk, which is then ``link(2)``-ed to the name: a link fails
+  with ``EEXIST`` when the name exists, in one step (POSIX; also over NFS v3
+  and later); the temporary file is removed either way. The directory is
+  synced after a link that created the name (and the parent of a directory
+  it had to make), so once :func:`create_exclusive` returned True the file
+  and its name survive a crash of the host: a position committed after a
+  snapshot never points past a snapshot the crash lost;
 * **S3** (and S3-compatible stores: MinIO, moto): a conditional upload,
   ``If-None-Match: *``: the store answers 412 when the key exists (S3 since
   August 2024). pyarrow's S3 file system cannot send it, so the upload goes
   through boto3 (the ``s3`` extra), configured from that file system's own
   settings (endpoint, keys, region, addressing, timeouts): the same store as
-  the table's other requests;
-* **HDFS** (``hdfs://``, ``viewfs://``): pypaimon's own create, whose
-  rename the NameNode refuses when the name exists (not run here: the suite
-  has no HDFS);
-* **anything else**: :class:`ExclusiveCreateUnsupported`, at once
-  (:func:`exclusive_create_check`, called when a writer opens its table).
+  the table's other requests. A completed upload is durable (S3 answers once
+  the object is stored). A store may accept the header and ignore it (the
+  upload then replaces the key, and both writers win): the first
+  :func:`exclusive_create_check` of a process on an (endpoint, bucket)
+  uploads a probe key twice, conditionally, deletes it, and refuses the
+  store unless the second upload was refused;
+* **anything else**, HDFS (``hdfs://``, ``viewfs://``) included:
+  :class:`ExclusiveCreateUnsupported`, at once (:func:`exclusive_create_check`,
+  called when a writer opens its table). pypaimon reaches HDFS through
+  hdfs-native, or without it through pyarrow, whose move deletes an existing
+  destination and renames again; both ask whether the name exists, then
+  rename: not a create only if absent.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import threading
+import uuid
 from typing import Any
 from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
 
-from paimon_group.errors import ConfigError
-from paimon_group.store.files import write_beside
+from paimon_group.errors import ConfigError, ObjectStoreUnavailable
+from paimon_group.store.files import sync_directory, write_beside
 
 __all__ = ["ExclusiveCreateUnsupported", "create_exclusive", "exclusive_create_check"]
 
 S3_SCHEMES = ("s3", "s3a", "s3n")
-HDFS_SCHEMES = ("hdfs", "viewfs")
+# The probe key's name, beside the snapshots (a leading dot: out of Paimon's
+# listings by prefix).
+PROBE_PREFIX = ".exclusive-create-probe-"
 
 
 class ExclusiveCreateUnsupported(ConfigError):
@@ -79,20 +93,22 @@ def exclusive_create_check(file_io: Any, path: str) -> None:
     """Raise :class:`ExclusiveCreateUnsupported` (one line) unless
     :func:`create_exclusive` can create files under ``path``."""
     scheme = urlparse(path).scheme
-    if _local_path(path) is not None or scheme in HDFS_SCHEMES:
+    if _local_path(path) is not None:
         return
-    if scheme in S3_SCHEMES and _s3_file_system(file_io) is not None:
+    fs = _s3_file_system(file_io)
+    if scheme in S3_SCHEMES and fs is not None:
         try:
             import boto3  # noqa: F401
         except ImportError:
             raise ExclusiveCreateUnsupported(
                 "a Paimon sink on S3 commits with a conditional upload (If-None-Match), "
                 "which needs boto3: pip install 'paimon-group[s3]'") from None
+        _probe_conditional_upload(fs, path)
         return
     raise ExclusiveCreateUnsupported(
         f"a Paimon sink cannot commit safely on a {scheme}:// warehouse: its commits need a "
-        "file created only if absent (a local file system, HDFS, or S3 and S3-compatible "
-        "stores)")
+        "file created only if absent (a local file system, or S3 and S3-compatible "
+        "stores that honour If-None-Match)")
 
 
 def create_exclusive(file_io: Any, path: str, text: str) -> bool:
@@ -104,21 +120,20 @@ def create_exclusive(file_io: Any, path: str, text: str) -> bool:
     fs = _s3_file_system(file_io)
     if fs is not None and urlparse(path).scheme in S3_SCHEMES:
         return _create_s3(fs, path, text)
-    if urlparse(path).scheme in HDFS_SCHEMES:
-        return bool(file_io.try_to_write_atomic(path, text))
     exclusive_create_check(file_io, path)
     raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _create_local(path: str, text: str) -> bool:
     # A leading dot keeps the temporary file out of Paimon's listings by
-    # prefix (snapshot-*).
-    temporary = write_beside(path, text)
+    # prefix (snapshot-*). Its text is on disk before the name links to it.
+    temporary = write_beside(path, text, sync=True)
     try:
         try:
             os.link(temporary, path)
         except FileExistsError:
             return False
+        sync_directory(os.path.dirname(path) or ".")  # the name, on disk
         return True
     finally:
         with contextlib.suppress(OSError):
@@ -158,17 +173,26 @@ def _s3_client(fs: pafs.S3FileSystem) -> Any:
 _clients: dict[int, tuple[pafs.S3FileSystem, Any]] = {}
 
 
-def _create_s3(fs: pafs.S3FileSystem, path: str, text: str) -> bool:
-    from botocore.exceptions import ClientError
-
+def _client_of(fs: pafs.S3FileSystem) -> Any:
     known = _clients.get(id(fs))
     if known is None or known[0] is not fs:
         known = _clients[id(fs)] = (fs, _s3_client(fs))
-    client = known[1]
+    return known[1]
+
+
+def _create_s3(fs: pafs.S3FileSystem, path: str, text: str) -> bool:
     parsed = urlparse(path)
+    return _put_if_absent(_client_of(fs), parsed.netloc, parsed.path.lstrip("/"),
+                          text.encode("utf-8"))
+
+
+def _put_if_absent(client: Any, bucket: str, key: str, body: bytes) -> bool:
+    """Upload ``key`` if absent: True; False if the store refused (the key
+    exists, or another conditional upload of it is under way)."""
+    from botocore.exceptions import ClientError
+
     try:
-        client.put_object(Bucket=parsed.netloc, Key=parsed.path.lstrip("/"),
-                          Body=text.encode("utf-8"), IfNoneMatch="*")
+        client.put_object(Bucket=bucket, Key=key, Body=body, IfNoneMatch="*")
     except ClientError as err:
         code = str(err.response.get("Error", {}).get("Code", ""))
         status = err.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
@@ -179,3 +203,61 @@ def _create_s3(fs: pafs.S3FileSystem, path: str, text: str) -> bool:
             return False
         raise
     return True
+
+
+# The (endpoint, bucket) pairs whose store refused a second conditional
+# upload of a key, in this process.
+_honouring: set[tuple[str, str]] = set()
+_probe_lock = threading.Lock()
+
+
+def _probe_conditional_upload(fs: pafs.S3FileSystem, path: str) -> None:
+    """Raise :class:`ExclusiveCreateUnsupported` (one line) unless the store
+    under ``path`` refuses a conditional upload of an existing key: two
+    uploads of a probe key beside the snapshots, then its delete; once per
+    (endpoint, bucket) per process."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    client = _client_of(fs)
+    parsed = urlparse(path)
+    bucket = parsed.netloc
+    endpoint = str(client.meta.endpoint_url)
+    with _probe_lock:
+        if (endpoint, bucket) in _honouring:
+            return
+        key = f"{parsed.path.strip('/')}/snapshot/{PROBE_PREFIX}{uuid.uuid4().hex}".lstrip("/")
+        try:
+            try:
+                created = _put_if_absent(client, bucket, key, b"probe")
+                replaced = created and _put_if_absent(client, bucket, key, b"probe again")
+            finally:
+                with contextlib.suppress(ClientError, BotoCoreError):
+                    client.delete_object(Bucket=bucket, Key=key)
+        except ClientError as err:
+            error = err.response.get("Error", {})
+            status = err.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if status == 501 or error.get("Code") == "NotImplemented":
+                raise ExclusiveCreateUnsupported(
+                    f"the object store {endpoint} (bucket {bucket}) does not support "
+                    "conditional uploads (If-None-Match), which the commits of a Paimon "
+                    "sink need; use a store that does (AWS S3, MinIO)") from None
+            raise ObjectStoreUnavailable(
+                f"object store {endpoint} failed the Paimon sink's probe of conditional "
+                f"uploads in bucket {bucket}: {error.get('Code') or status} "
+                f"{' '.join(str(error.get('Message') or '').split())}".rstrip()) from None
+        except BotoCoreError as err:
+            raise ObjectStoreUnavailable(
+                f"object store {endpoint} failed the Paimon sink's probe of conditional "
+                f"uploads in bucket {bucket}: {' '.join(str(err).split())}") from None
+        if not created:
+            raise ExclusiveCreateUnsupported(
+                f"the object store {endpoint} (bucket {bucket}) refused a conditional upload "
+                "(If-None-Match) of a new key, so a Paimon sink could never commit; use a "
+                "store that honours it (AWS S3, MinIO)")
+        if replaced:
+            raise ExclusiveCreateUnsupported(
+                f"the object store {endpoint} (bucket {bucket}) ignores If-None-Match: a "
+                "second conditional upload of one key replaced it, so two commits of a "
+                "Paimon sink could both take one snapshot id; use a store that refuses it "
+                "(AWS S3, MinIO)")
+        _honouring.add((endpoint, bucket))

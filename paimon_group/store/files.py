@@ -34,8 +34,8 @@ from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
 
-__all__ = ["file_exists", "is_object_store", "is_remote_fs", "read_text", "write_beside",
-           "write_text", "write_whole"]
+__all__ = ["file_exists", "is_object_store", "is_remote_fs", "read_text", "sync_directory",
+           "write_beside", "write_text", "write_whole"]
 
 
 def is_remote_fs(fs: Any) -> bool:
@@ -130,21 +130,46 @@ def write_whole(file_io: Any, path: str, text: str) -> None:
         raise
 
 
-def write_beside(target: str, text: str) -> str:
+def write_beside(target: str, text: str, *, sync: bool = False) -> str:
     """Write ``text`` to a new temporary file ``.<name>.<random>.tmp`` in the
     local directory of ``target`` (made if missing), with the mode a plain
     write gives; its path. The caller renames or links it to ``target``, and
-    removes it."""
+    removes it.
+
+    ``sync``: the file's text is on disk when this returns (``fsync``), and
+    so is the name of the directory if this made it (its parent synced): a
+    crash of the host after the caller linked or renamed it, and synced the
+    directory (:func:`sync_directory`), loses neither."""
     directory, name = os.path.split(target)
     directory = directory or "."
+    made = sync and not os.path.isdir(directory)
     os.makedirs(directory, exist_ok=True)
+    if made:
+        sync_directory(os.path.dirname(os.path.abspath(directory)))
     temporary = os.path.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
+            if sync:
+                f.flush()
+                os.fsync(f.fileno())
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
         raise
     return temporary
+
+
+def sync_directory(directory: str) -> None:
+    """Put ``directory``'s entries (a name just linked, renamed or made in
+    it) on disk: ``fsync`` of the directory (POSIX; a no-op where a
+    directory cannot be opened, on Windows)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except (PermissionError, IsADirectoryError):  # pragma: no cover - Windows
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,124 @@
+"""A batch written into the Paimon sink in several parts (one
+``sink.write`` per record batch of ``batch.iter_batches()``, the bounded-memory
+way): every part is committed, together, once the handler returned; a
+handler that raises after some parts commits none of them, and its retry
+writes them once. Real members (the embedded SQLite coordinator) and real
+pypaimon tables."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from paimon_group import GroupMember, MemberConfig
+from paimon_group.errors import PaimonGroupError
+from paimon_group.reading.batch import ShardBatch
+from paimon_group.sink import PaimonSink
+from tests.support.tables import _create, make_pk_table, open_table, write_rows
+
+OUT = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.int64())])
+
+
+def _config(wh: str, coordinator: str) -> MemberConfig:
+    return MemberConfig(group="parts", warehouse=wh, table="db.src", coordinator=coordinator,
+                        member_id="m", session_timeout_s=3, poll_interval_ms=50,
+                        start="earliest", max_handler_attempts=3)
+
+
+def _target_ids(wh: str) -> list[int]:
+    table = open_table(wh, "db.out")
+    builder = table.new_read_builder()
+    rows = builder.new_read().to_arrow(builder.new_scan().plan().splits())
+    return sorted(rows.column("id").to_pylist())
+
+
+async def _until(check: object, timeout: float = 60) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not check():  # type: ignore[operator]
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("timed out")
+        await asyncio.sleep(0.05)
+
+
+def _source(wh: str) -> None:
+    # Two rows per record batch: a shard's batch of 12 rows comes in 6 parts.
+    make_pk_table(wh, "db.src", buckets=2, options={"read.batch-size": "2"})
+    _create(wh, "db.out", OUT, primary_keys=[], options={"bucket": "-1"})
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("interval", [0.2, 0.0])
+async def test_every_part_of_a_batch_is_written_once(tmp_path: Path, interval: float) -> None:
+    wh = str(tmp_path / "wh")
+    _source(wh)
+    write_rows(wh, "db.src", range(12))
+    sink = PaimonSink(wh, "db.out", commit_interval_s=interval)
+    parts: list[int] = []
+
+    def handle(batch: ShardBatch) -> None:
+        for rb in batch.iter_batches():
+            parts.append(rb.num_rows)
+            sink.write(pa.Table.from_batches([rb]).select(["id", "v"]), batch)
+
+    async with GroupMember(_config(wh, f"sqlite://{tmp_path}/coord.sqlite")) as member:
+        run = asyncio.ensure_future(member.run(handle))
+        await _until(lambda: _target_ids(wh) == list(range(12)))
+        write_rows(wh, "db.src", range(12, 24))
+        await _until(lambda: _target_ids(wh) == list(range(24)))
+        await asyncio.sleep(0.5)
+        run.cancel()
+    sink.close()
+    assert _target_ids(wh) == list(range(24))
+    assert max(parts) <= 2 and len(parts) >= 12  # it was written in parts
+
+
+@pytest.mark.asyncio
+async def test_a_handler_that_raises_after_some_parts_commits_none_and_its_retry_writes_once(
+        tmp_path: Path) -> None:
+    wh = str(tmp_path / "wh")
+    _source(wh)
+    write_rows(wh, "db.src", range(12))
+    sink = PaimonSink(wh, "db.out", commit_interval_s=0.1)
+    failed: set[int] = set()
+    lock = threading.Lock()
+
+    def handle(batch: ShardBatch) -> None:
+        for i, rb in enumerate(batch.iter_batches()):
+            sink.write(pa.Table.from_batches([rb]).select(["id", "v"]), batch)
+            with lock:
+                if i == 1 and batch.shard not in failed:
+                    failed.add(batch.shard)
+                    raise RuntimeError("the handler fails after two parts")
+
+    async with GroupMember(_config(wh, f"sqlite://{tmp_path}/coord.sqlite")) as member:
+        run = asyncio.ensure_future(member.run(handle))
+        await _until(lambda: _target_ids(wh) == list(range(12)))
+        await asyncio.sleep(0.5)
+        run.cancel()
+    sink.close()
+    assert failed == {0, 1}
+    assert _target_ids(wh) == list(range(12))
+
+
+def test_a_batch_handed_back_refuses_more_parts(tmp_path: Path) -> None:
+    wh = str(tmp_path / "wh")
+    _source(wh)
+    write_rows(wh, "db.src", range(4))
+
+    async def first_batch() -> ShardBatch:
+        async with GroupMember(_config(wh, f"sqlite://{tmp_path}/coord.sqlite")) as member:
+            async for batch in member.batches():
+                return batch
+        raise AssertionError("no batch")
+
+    batch = asyncio.run(first_batch())
+    batch.close_output()
+    with PaimonSink(wh, "db.out", commit_interval_s=0) as sink, \
+            pytest.raises(PaimonGroupError, match="handed back already"):
+        sink.write(pa.table({"id": pa.array([1], pa.int64()), "v": pa.array([1], pa.int64())}),
+                   batch)
+    assert _target_ids(wh) == []
