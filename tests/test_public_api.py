@@ -26,7 +26,6 @@ ADDED = {"GroupMember": {"read_loop": "data", "host_reads": "data"},
          "ShardBatch": {"sink_holds": "data", "incarnation": "data", "start_moves": "data",
                         "hold_output": "method(self, sink: 'HeldOutput') -> 'None'",
                         "seal_output": "method(self) -> 'list[concurrent.futures.Future[None]]'",
-                        "commit_output": "method(self) -> 'None'",
                         "drop_output": "method(self) -> 'None'",
                         "close_output": "method(self) -> 'None'"}}
 # Keyword parameters added since, each with a default (old calls still work);

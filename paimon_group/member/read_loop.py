@@ -33,6 +33,7 @@ from paimon_group.errors import (
 from paimon_group.member.commits import CommitLane, Commits
 from paimon_group.member.core import MemberCore
 from paimon_group.member.data_loss import LostRange, data_loss_error, skip_warning
+from paimon_group.member.handler_slot import HandlerSlot
 from paimon_group.member.head import TABLE_CHECK_S
 from paimon_group.member.moved_start import move_start, moves_group_wide, repin_stale
 from paimon_group.member.state import OwnedShard, Stop
@@ -48,7 +49,7 @@ from paimon_group.reading.table import ShardedTable
 
 log = logging.getLogger("paimon_group.member")
 
-Process = Callable[[ShardBatch], Awaitable[None]]
+Process = Callable[[ShardBatch, HandlerSlot], Awaitable[None]]
 Prefetched = dict[tuple[tuple[int, ...], int], asyncio.Future[Any]]
 
 
@@ -466,11 +467,11 @@ class ReadLoop:
         gone: BaseException | None = None
         written: AlreadyWritten | None = None
         try:
-            async with gate:
+            async with HandlerSlot(gate) as slot:
                 if not o.active:
                     return  # revoked while waiting: the next owner reads it
                 try:
-                    await self._handle(o, batch, step, process)
+                    await self._handle(o, batch, step, process, slot)
                 except BatchExpired as err:
                     gone = err
                     lost.append((o, err))
@@ -570,12 +571,12 @@ class ReadLoop:
         raise err
 
     async def _handle(self, o: OwnedShard, batch: ShardBatch, step: StepPlan,
-                      process: Process) -> None:
+                      process: Process, slot: HandlerSlot) -> None:
         """Run the handler on one batch (nothing is committed here)."""
         await self._core.wait_live()
         started = time.monotonic()
         try:
-            await process(batch)
+            await process(batch, slot)
         except Exception:
             if batch.lost is None:
                 raise

@@ -243,19 +243,6 @@ class ShardBatch:
         held, self._held = self._held, []
         return [sink.seal(self) for sink in held]
 
-    def commit_output(self) -> None:
-        """:meth:`seal_output`, then wait for every sink's commit (blocking:
-        the member calls it in a worker thread); raises the first sink's
-        error once all are done."""
-        errors = []
-        for future in self.seal_output():
-            try:
-                future.result()
-            except BaseException as err:  # raised below, after the others
-                errors.append(err)
-        if errors:
-            raise errors[0]
-
     def drop_output(self) -> None:
         """Drop the output every sink holds for this batch (a handler's
         attempt failed: the next one writes it again)."""
