@@ -309,7 +309,9 @@ class GroupMember:
             # The output the loop body's sinks hold for the batch, committed
             # together before its position.
             try:
-                await _seal(batch, slot)
+                # Not with the step: the loop body takes one batch at a time,
+                # and may wait in commit(batch) for this one's position.
+                await _seal(batch, slot, with_step=False)
             except StaleEpoch as err:
                 log.warning("shard %d: a sink refused the batch at snapshot %d of epoch %d: "
                             "%s", batch.shard, batch.snapshot_id, batch.epoch, err)
@@ -522,12 +524,17 @@ class GroupMember:
                                                    moves=moves)
 
 
-async def _seal(batch: ShardBatch, slot: HandlerSlot) -> None:
-    """Seal the output the sinks hold for ``batch`` (its handler returned),
-    give its handler slot to the step's next shard, and wait for every
-    sink's commit; raise the first sink's error once all are done."""
+async def _seal(batch: ShardBatch, slot: HandlerSlot, *, with_step: bool = True) -> None:
+    """``batch``'s handler returned: give its slot to the step's next shard,
+    wait for the step's other handlers (``with_step``: their batches' output
+    is sealed at once and shares a target commit), seal the output the sinks
+    hold for it and wait for every sink's commit; raise the first sink's
+    error once all are done."""
+    if with_step:
+        await slot.handled()
+    else:
+        slot.release()
     sealed: list[concurrent.futures.Future[None]] = batch.seal_output()
-    slot.release()
     errors = [r for r in await asyncio.gather(*(asyncio.wrap_future(f) for f in sealed),
                                               return_exceptions=True)
               if isinstance(r, BaseException)]

@@ -33,7 +33,7 @@ from paimon_group.errors import (
 from paimon_group.member.commits import CommitLane, Commits
 from paimon_group.member.core import MemberCore
 from paimon_group.member.data_loss import LostRange, data_loss_error, skip_warning
-from paimon_group.member.handler_slot import HandlerSlot
+from paimon_group.member.handler_slot import HandlerSlot, StepHandlers
 from paimon_group.member.head import TABLE_CHECK_S
 from paimon_group.member.moved_start import move_start, moves_group_wide, repin_stale
 from paimon_group.member.state import OwnedShard, Stop
@@ -433,12 +433,14 @@ class ReadLoop:
             await lane.flush()
             return
         gate = asyncio.Semaphore(max(1, self._core.config.max_parallel_shards))
+        handlers = StepHandlers(len(deliveries))
         lost: list[tuple[OwnedShard, BatchExpired]] = []
         self._commits.lanes.add(lane)
         try:
             try:
                 results = await asyncio.gather(
-                    *(self._deliver_one(o, b, step, process, lane, gate, lost)
+                    *(self._deliver_one(o, b, step, process, lane,
+                                        HandlerSlot(gate, handlers), lost)
                       for o, b in deliveries), return_exceptions=True)
             finally:
                 self._commits.lanes.discard(lane)
@@ -457,7 +459,7 @@ class ReadLoop:
         await lane.flush()
 
     async def _deliver_one(self, o: OwnedShard, batch: ShardBatch, step: StepPlan,
-                           process: Process, lane: CommitLane, gate: asyncio.Semaphore,
+                           process: Process, lane: CommitLane, slot: HandlerSlot,
                            lost: list[tuple[OwnedShard, BatchExpired]]) -> None:
         """One shard's batch of :meth:`_deliver_all`: handled, then committed
         through the step's lane; a batch whose files expired goes to ``lost``
@@ -467,7 +469,7 @@ class ReadLoop:
         gone: BaseException | None = None
         written: AlreadyWritten | None = None
         try:
-            async with HandlerSlot(gate) as slot:
+            async with slot:
                 if not o.active:
                     return  # revoked while waiting: the next owner reads it
                 try:
@@ -491,6 +493,7 @@ class ReadLoop:
             queued = True
             await self._commit_batch(lane, o, batch, step)
         finally:
+            slot.close()  # (also if cancelled waiting for it: the step's others go on)
             batch.close_output()  # a no-op once sealed; else nothing of it is committed
             if not queued:
                 lane.skipped()
