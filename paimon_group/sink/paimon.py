@@ -312,7 +312,7 @@ class PaimonSink:
 
     def _written(self, rows: Any, batch: SourceBatch) -> _Pending:
         """``batch`` judged against the marks known, and its files written."""
-        table = self.target.conform(_as_arrow(rows), batch.snapshot_id)
+        table = self.target.conform(_as_arrow(rows), batch)
         verdict = judge(self.target.marks(batch.group).get(batch.shard),
                         first=_first_of(batch), epoch=batch.epoch,
                         incarnation=_incarnation_of(batch), full_scan=_full_scan_of(batch),
