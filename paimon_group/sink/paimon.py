@@ -270,7 +270,7 @@ class PaimonSink:
                 opened.messages.extend(part.messages)
                 opened.rows += part.rows
                 return
-        table = self.target.conform(_as_arrow(rows), batch.snapshot_id)
+        table = self.target.conform(_as_arrow(rows), batch)
         with self._cond:
             self._writing += 1
         try:
