@@ -30,7 +30,7 @@ ADDED = {"GroupMember": {"read_loop": "data", "host_reads": "data"},
                         "seal_output": "method(self) -> 'list[concurrent.futures.Future[None]]'",
                         "drop_output": "method(self) -> 'None'",
                         "close_output": "method(self) -> 'None'",
-                        "retractions": "data"},
+                        "retractions": "data", "output_sealed": "data"},
          "ShardedTable": {"load": "method(warehouse: 'str', table: 'str', catalog_options: "
                                   "'Mapping[str, str] | None' = None, *, check: 'str' = "
                                   "'check --warehouse and --table') -> 'tuple[Any, str]'"}}

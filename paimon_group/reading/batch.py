@@ -96,6 +96,7 @@ class ShardBatch:
     __slots__ = (
         "_held",
         "_output_closed",
+        "_output_sealed",
         "_planner",
         "_view",
         "epoch",
@@ -164,6 +165,7 @@ class ShardBatch:
         # once the handler is done with the batch (hold_output).
         self._held: list[HeldOutput] = []
         self._output_closed = False  # the member is done with the batch
+        self._output_sealed = False
         self._planner = planner
         # The readers this step was planned with: the planner may switch to a
         # newer schema (ALTER TABLE) while this batch is in the handler, and
@@ -249,7 +251,13 @@ class ShardBatch:
         """Seal the output every sink holds for this batch; one future per
         sink, ended once its parts are committed."""
         held, self._held = self._held, []
+        self._output_sealed = self._output_sealed or bool(held)
         return [sink.seal(self) for sink in held]
+
+    @property
+    def output_sealed(self) -> bool:
+        """Whether a sink held output of this batch that was sealed."""
+        return self._output_sealed
 
     def drop_output(self) -> None:
         """Drop the output every sink holds for this batch (a handler's
