@@ -6,10 +6,11 @@ Each Python block whose first line is ``# NAME.py`` becomes that file, with
 the page's warehouse ``/data/wh`` replaced by the test's. The source is the
 README's ``shop.orders`` (``order_id`` primary key, ``amount``, 4 buckets);
 the page's ``run`` lines without ``--coordinator`` start as written (the
-warehouse replaced), three workers of two groups, while orders are added
-and updated: the primary-key target then holds every order's latest version
-once, the append target every source change once. Then ``clear_marks.py``
-empties a group's marks. (The Spark handler's line runs in
+warehouse replaced), three workers of two groups, while orders are added,
+updated and deleted (``-D`` rows, as an engine writes a delete): the
+primary-key target then holds every order's latest version once and no
+deleted order, the append target every source change once with its kind.
+Then ``clear_marks.py`` empties a group's marks. (The Spark handler's line runs in
 tests/test_docs_commands.py.)
 """
 
@@ -64,14 +65,24 @@ def local_run_lines() -> list[list[str]]:
     return out
 
 
-def _commit(wh: Path, rows: list[tuple[int, float]]) -> None:
+def _commit(wh: Path, rows: list[tuple[int, float]], kind: str = "+I") -> None:
+    """One source commit of ``rows``, each of row kind ``kind`` (the source
+    has no row kind column: an engine writes a delete as a ``-D`` row so)."""
+    from unittest import mock
+
+    from pypaimon.table.row.row_kind import RowKind
+    from pypaimon.write import row_kind
+
     table = open_table(wh, "shop.orders")
     builder = table.new_batch_write_builder()
     write, commit = builder.new_write(), builder.new_commit()
+    value = RowKind.from_string(kind).value
     try:
-        write.write_arrow(pa.table({"order_id": [r[0] for r in rows],
-                                    "amount": [r[1] for r in rows]}, schema=SOURCE))
-        commit.commit(write.prepare_commit())
+        with mock.patch.object(row_kind, "row_kinds",
+                               lambda options, data: [value] * data.num_rows):
+            write.write_arrow(pa.table({"order_id": [r[0] for r in rows],
+                                        "amount": [r[1] for r in rows]}, schema=SOURCE))
+            commit.commit(write.prepare_commit())
     finally:
         write.close()
         commit.close()
@@ -136,6 +147,11 @@ def test_the_pipeline_of_the_page_writes_each_change_once(tmp_path: Path) -> Non
             time.sleep(0.5)
         written += more + updates
         latest = dict(written)
+        # Deletes of orders from the full scan, updated ones and added ones.
+        deleted = [(i, latest[i]) for i in (*range(40, 60), *range(150, 160))]
+        _commit(wh, deleted, "-D")
+        for i, _ in deleted:
+            del latest[i]
 
         def amounts() -> dict[int, float]:
             out = _read(wh, "shop.orders_enriched")
@@ -156,19 +172,23 @@ def test_the_pipeline_of_the_page_writes_each_change_once(tmp_path: Path) -> Non
 
         _wait(lambda: amounts() == latest, "the primary-key target", procs,
               held=enriched_held)
-        _wait(lambda: _read(wh, "shop.order_events").num_rows >= len(written),
+        _wait(lambda: _read(wh, "shop.order_events").num_rows >= len(written) + len(deleted),
               "the append target", procs)
         time.sleep(2.0)  # nothing more comes
         enriched = _read(wh, "shop.orders_enriched")
-        assert enriched.num_rows == 200
+        assert enriched.num_rows == 200 - len(deleted)
+        assert not {i for i, _ in deleted} & set(enriched.column("order_id").to_pylist())
+        assert set(enriched.column("pg_row_kind").to_pylist()) == {"+I"}
         assert all(abs(e - a * 0.92) < 1e-9 for a, e in zip(
             enriched.column("amount").to_pylist(), enriched.column("amount_eur").to_pylist(),
             strict=True))
         assert min(enriched.column("pg_source_snapshot").to_pylist()) >= 1
         events = _read(wh, "shop.order_events")
         assert collections.Counter(zip(events.column("order_id").to_pylist(),
-                                       events.column("amount").to_pylist(), strict=True)) \
-            == collections.Counter(written)
+                                       events.column("amount").to_pylist(),
+                                       events.column("_row_kind").to_pylist(), strict=True)) \
+            == collections.Counter([(i, a, "+I") for i, a in written]
+                                   + [(i, a, "-D") for i, a in deleted])
     finally:
         for proc, _ in procs:
             if proc.poll() is None:

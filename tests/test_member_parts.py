@@ -241,7 +241,7 @@ async def test_reading_stops_at_once_when_the_member_leaves(coordinator: Coordin
     await owned_shard(core, 0, at=2)
     core._gate.stopping = True
 
-    async def process(batch: object) -> None:
+    async def process(batch: object, slot: object) -> None:
         raise AssertionError("nothing is delivered once the member leaves")
 
     await reading.run(process)
@@ -266,7 +266,7 @@ async def test_reading_ends_quietly_when_the_leave_closes_the_coordinator_under_
 
     reading._read_loop = round_under_a_closing_leave  # type: ignore[assignment,method-assign]
 
-    async def process(batch: object) -> None:
+    async def process(batch: object, slot: object) -> None:
         raise AssertionError("nothing is delivered")
 
     await asyncio.wait_for(reading.run(process), timeout=5)

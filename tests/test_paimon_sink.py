@@ -36,6 +36,7 @@ class Batch:
     kind: BatchKind = BatchKind.DELTA
     incarnation: str = ""
     start_moves: int = 0
+    retractions: int = 0
 
     @property
     def next_snapshot(self) -> int:
@@ -60,6 +61,13 @@ def _read(wh: Path, name: str) -> list[tuple[int, int]]:
     splits = builder.new_scan().plan().splits()
     rows = builder.new_read().to_arrow(splits)
     return sorted(zip(rows.column("id").to_pylist(), rows.column("v").to_pylist(), strict=True))
+
+
+def _read_columns(wh: Path, name: str, *columns: str) -> list[tuple[Any, ...]]:
+    table = open_table(wh, name)
+    builder = table.new_read_builder()
+    rows = builder.new_read().to_arrow(builder.new_scan().plan().splits())
+    return sorted(zip(*(rows.column(c).to_pylist() for c in columns), strict=True))
 
 
 @pytest.mark.parametrize("target", ["db.pk", "db.log"])
@@ -338,3 +346,162 @@ def test_a_missing_target_is_one_line_naming_the_sink_s_arguments(tmp_path: Path
     assert "\n" not in line and "db.nope" in line, line
     assert "the sink's warehouse and table" in line and "--" not in line, line
     assert not (tmp_path / "wh").exists()
+
+
+@pytest.mark.parametrize("bucket", ["-1", "-2"])
+def test_a_dynamic_or_postponed_bucket_primary_key_target_is_refused_in_one_line(
+        tmp_path: Path, bucket: str) -> None:
+    """Paimon lets one writer job write a dynamic-bucket primary-key table
+    (each writer keeps the keys' hash index and replaces the other's: keys
+    with two rows) and a postponed-bucket one; the sink's writers are many.
+    The sink refuses such a target when it opens, in one line saying to give
+    it a fixed bucket count; an append target with bucket -1 is written."""
+    _create(tmp_path, "db.dyn", SCHEMA, primary_keys=["id"],
+            options={"bucket": bucket, "sequence.field": "seq"})
+    with pytest.raises(ConfigError) as err:
+        PaimonSink(str(tmp_path), "db.dyn")
+    line = str(err.value)
+    assert "\n" not in line and f"'bucket' = '{bucket}'" in line, line
+    assert "fixed number of buckets" in line, line
+    _targets(tmp_path)
+    with PaimonSink(str(tmp_path), "db.log", commit_interval_s=0) as sink:
+        sink.write(_rows(range(3), 1), Batch(0, 1, 1, 1))
+    assert _read(tmp_path, "db.log") == [(i, 1) for i in range(3)]
+
+
+@pytest.mark.parametrize("kind", [pa.string(), pa.int32(), pa.float64()])
+def test_a_sequence_field_that_is_not_bigint_is_refused_in_one_line(
+        tmp_path: Path, kind: pa.DataType) -> None:
+    """A STRING sequence field orders "9" after "10" (an INT one cannot hold
+    every snapshot id): the sink fills it with the source snapshot, so it
+    must be a BIGINT, said in one line when the sink opens."""
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.int64()),
+                        pa.field("seq", kind)])
+    _create(tmp_path, "db.pk", schema, primary_keys=["id"],
+            options={"bucket": "2", "sequence.field": "seq"})
+    with pytest.raises(ConfigError) as err:
+        PaimonSink(str(tmp_path), "db.pk")
+    line = str(err.value)
+    assert "\n" not in line and "'seq'" in line and "BIGINT" in line, line
+
+
+def test_rows_carrying_the_sequence_column_as_null_are_ordered_by_source_snapshot(
+        tmp_path: Path) -> None:
+    """Output rows that carry the sequence column with nulls get the batch's
+    source snapshot there (a null orders before every value, so the newer
+    version lost to whichever was written later); values they carry stay."""
+    _targets(tmp_path)
+
+    def nulls(rows: pa.Table) -> pa.Table:
+        return rows.append_column("seq", pa.nulls(rows.num_rows, pa.int64()))
+
+    with PaimonSink(str(tmp_path), "db.pk", commit_interval_s=0) as old, \
+            PaimonSink(str(tmp_path), "db.pk", commit_interval_s=0) as new:
+        new.write(nulls(_rows(range(3), 7)), Batch(0, 2, 7, 7))
+        old.write(nulls(_rows(range(3), 5)), Batch(1, 1, 5, 5))  # committed last, older
+        carried = _rows(range(3, 5), 9).append_column("seq", pa.array([100, None], pa.int64()))
+        new.write(carried, Batch(0, 2, 8, 8))
+    assert _read(tmp_path, "db.pk") == [(i, 7) for i in range(3)] + [(3, 9), (4, 9)]
+    table = open_table(tmp_path, "db.pk")
+    builder = table.new_read_builder()
+    rows = builder.new_read().to_arrow(builder.new_scan().plan().splits())
+    assert sorted(zip(rows.column("id").to_pylist(), rows.column("seq").to_pylist(),
+                      strict=True)) == [(0, 7), (1, 7), (2, 7), (3, 100), (4, 8)]
+
+
+def test_the_sink_follows_the_target_s_schema_while_it_runs(tmp_path: Path) -> None:
+    """``ALTER TABLE ... RENAME v TO amount, ADD region`` while the sink runs:
+    its next write takes the new columns (they were dropped as columns the
+    target lacks, and the commit carried the old schema id, until a
+    restart). A column the target lacks after all is one line, and nothing
+    of that batch is written."""
+    from pypaimon.schema.data_types import AtomicType
+    from pypaimon.schema.schema_change import SchemaChange
+
+    from tests.support.tables import catalog
+
+    _targets(tmp_path)
+    with PaimonSink(str(tmp_path), "db.log", commit_interval_s=0) as sink:
+        sink.write(_rows(range(3), 1), Batch(0, 1, 1, 1))
+        catalog(tmp_path).alter_table("db.log", [
+            SchemaChange.rename_column("v", "amount"),
+            SchemaChange.add_column("region", AtomicType("STRING"))])
+        sink.write(pa.table({"id": pa.array([3, 4], pa.int64()),
+                             "amount": pa.array([2, 2], pa.int64()),
+                             "region": ["eu", "us"]}), Batch(0, 1, 2, 2))
+        assert _read_columns(tmp_path, "db.log", "id", "amount", "region")[3:] == [
+            (3, 2, "eu"), (4, 2, "us")]
+        with pytest.raises(ConfigError) as err:
+            sink.write(pa.table({"id": pa.array([5], pa.int64()), "amount": [3],
+                                 "colour": ["red"]}), Batch(0, 1, 3, 3))
+        line = str(err.value)
+        assert "\n" not in line and "colour" in line and "db.log" in line, line
+        assert sink.marks("g") == {0: ShardMark(1, 3)}
+    table = open_table(tmp_path, "db.log")
+    assert table.snapshot_manager().get_latest_snapshot().schema_id == table.table_schema.id
+    assert _read_columns(tmp_path, "db.log", "id", "amount", "region") == [
+        (0, 1, None), (1, 1, None), (2, 1, None), (3, 2, "eu"), (4, 2, "us")]
+
+
+KINDS = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.int64()),
+                   pa.field("seq", pa.int64()), pa.field("kind", pa.string())])
+
+
+def _changes(changes: list[tuple[str, int, int]]) -> pa.Table:
+    kinds, ids, vs = zip(*changes, strict=True)
+    return pa.table({"_row_kind": list(kinds), "id": pa.array(ids, pa.int64()),
+                     "v": pa.array(vs, pa.int64())})
+
+
+def test_row_kinds_are_applied_on_a_primary_key_target_and_recorded_on_an_append_one(
+        tmp_path: Path) -> None:
+    """Output rows carrying ``_row_kind``: a primary-key target declaring
+    ``'rowkind.field'`` gets them with their kinds (the sink fills that
+    column), so Paimon applies them: a ``-D`` removes its key, a ``-U``
+    followed by its ``+U`` leaves the ``+U``, a ``-U`` alone retracts its key
+    as Paimon's merge does; an append target records each change with its
+    kind in its ``_row_kind`` column."""
+    _create(tmp_path, "db.pk", KINDS, primary_keys=["id"],
+            options={"bucket": "2", "sequence.field": "seq", "rowkind.field": "kind"})
+    _create(tmp_path, "db.log", pa.schema([*SCHEMA, pa.field("_row_kind", pa.string())]),
+            primary_keys=[], options={"bucket": "-1"})
+    first = _changes([("+I", i, 1) for i in range(6)])
+    later = _changes([("-D", 0, 1), ("-U", 1, 1), ("+U", 1, 2), ("-U", 2, 1), ("+U", 3, 2)])
+    for name in ("db.pk", "db.log"):
+        with PaimonSink(str(tmp_path), name, commit_interval_s=0) as sink:
+            sink.write(first, Batch(0, 1, 1, 1))
+            sink.write(later, Batch(0, 1, 2, 2, retractions=3))
+    assert _read(tmp_path, "db.pk") == [(1, 2), (3, 2), (4, 1), (5, 1)]
+    assert _read_columns(tmp_path, "db.pk", "id", "kind", "seq") == [
+        (1, "+U", 2), (3, "+U", 2), (4, "+I", 1), (5, "+I", 1)]
+    assert _read_columns(tmp_path, "db.log", "id", "v", "_row_kind", "seq") == sorted(
+        [(i, 1, "+I", None) for i in range(6)] + [
+            (0, 1, "-D", None), (1, 1, "-U", None), (1, 2, "+U", None), (2, 1, "-U", None),
+            (3, 2, "+U", None)])
+
+
+def test_row_kinds_a_target_cannot_hold_or_the_output_dropped_are_refused_in_one_line(
+        tmp_path: Path) -> None:
+    """Deletes or update-befores the target cannot represent (a primary-key
+    target without ``'rowkind.field'``, an append target without a
+    ``_row_kind`` column), kinds that are not Paimon's, and output without
+    ``_row_kind`` from a batch that read retractions: one line each, and
+    nothing of the batch written. Inserts and update-afters need neither."""
+    _targets(tmp_path)
+    for name in ("db.pk", "db.log"):
+        with PaimonSink(str(tmp_path), name, commit_interval_s=0) as sink:
+            sink.write(_changes([("+I", 0, 1), ("+U", 1, 1)]), Batch(0, 1, 1, 1))
+            with pytest.raises(ConfigError) as held:
+                sink.write(_changes([("+I", 2, 2), ("-D", 0, 1)]), Batch(0, 1, 2, 2))
+            line = str(held.value)
+            assert "\n" not in line and "cannot represent" in line, line
+            assert ("rowkind.field" if name == "db.pk" else "ADD _row_kind STRING") in line
+            with pytest.raises(ConfigError) as dropped:
+                sink.write(_rows(range(2, 4), 2), Batch(0, 1, 2, 2, retractions=1))
+            line = str(dropped.value)
+            assert "\n" not in line and "--include-row-kind" in line, line
+            assert "keep the _row_kind column" in line, line
+            with pytest.raises(ConfigError, match=r"carry _row_kind '\+X'"):
+                sink.write(_changes([("+X", 2, 2)]), Batch(0, 1, 2, 2))
+            assert sink.marks("g") == {0: ShardMark(1, 2)}
+        assert _read(tmp_path, name) == [(0, 1), (1, 1)]

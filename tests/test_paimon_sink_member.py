@@ -23,7 +23,7 @@ from paimon_group.cli import main
 from paimon_group.ops.render import describe_renderable
 from paimon_group.reading.batch import ShardBatch
 from paimon_group.sink import PaimonSink
-from tests.support.tables import _create, make_pk_table, open_table, write_rows
+from tests.support.tables import _create, delete_rows, make_pk_table, open_table, write_rows
 
 OUT = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.int64())])
 
@@ -112,3 +112,118 @@ def _describe(wh: str, coordinator: str) -> dict[str, Any]:
     assert result.exit_code == 0, result.output
     report: dict[str, Any] = json.loads(result.output)
     return report
+
+
+CHANGES_PK = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.int64()),
+                        pa.field("seq", pa.int64()), pa.field("kind", pa.string())])
+CHANGES_LOG = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.int64()),
+                         pa.field("_row_kind", pa.string())])
+
+
+def _kinds_config(wh: str, coordinator: str, group: str, include_row_kind: bool
+                  ) -> MemberConfig:
+    return MemberConfig(group=group, warehouse=wh, table="db.src", coordinator=coordinator,
+                        member_id=f"{group}-1", session_timeout_s=3, poll_interval_ms=50,
+                        start="earliest", include_row_kind=include_row_kind)
+
+
+def _held(wh: str, name: str, *columns: str) -> list[tuple[Any, ...]]:
+    table = open_table(wh, name)
+    builder = table.new_read_builder()
+    rows = builder.new_read().to_arrow(builder.new_scan().plan().splits())
+    return sorted(zip(*(rows.column(c).to_pylist() for c in columns), strict=True))
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("reader", ["arrow", "pypaimon"])
+async def test_deletes_and_updates_of_a_primary_key_source_reach_both_targets(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reader: str) -> None:
+    """A primary-key source receives inserts, updates and deletes while two
+    groups (row kinds requested) write it through sinks: the primary-key
+    target (``'rowkind.field'``) holds what the source holds, its deleted
+    keys gone; the append target records every change once, with its kind.
+    Both read paths deliver the kinds."""
+    monkeypatch.setenv("PAIMON_GROUP_ARROW_READER", "1" if reader == "arrow" else "0")
+    wh = str(tmp_path / "wh")
+    make_pk_table(wh, "db.src", buckets=2, row_kind_field=True)
+    write_rows(wh, "db.src", range(10), v=1)
+    _create(wh, "db.pk", CHANGES_PK, primary_keys=["id"],
+            options={"bucket": "2", "sequence.field": "seq", "rowkind.field": "kind"})
+    _create(wh, "db.log", CHANGES_LOG, primary_keys=[], options={"bucket": "-1"})
+    coordinator = f"sqlite://{tmp_path}/coord.sqlite"
+    sinks = {"pk": PaimonSink(wh, "db.pk", commit_interval_s=0.1),
+             "log": PaimonSink(wh, "db.log", commit_interval_s=0.1)}
+
+    def handler(group: str) -> Any:
+        def handle(batch: ShardBatch) -> None:
+            sinks[group].write(batch.to_arrow().select(["_row_kind", "id", "v"]), batch)
+        return handle
+
+    members = [GroupMember(_kinds_config(wh, coordinator, g, True)) for g in sinks]
+    runs = []
+    for member, group in zip(members, sinks, strict=True):
+        await member.start()
+        runs.append(asyncio.ensure_future(member.run(handler(group))))
+    try:
+        await _until(lambda: len(_held(wh, "db.log", "id")) == 10)
+        write_rows(wh, "db.src", range(5), v=2, op="+U")
+        delete_rows(wh, "db.src", [0, 1, 7], v=2)
+        write_rows(wh, "db.src", [7], v=3)             # deleted, then inserted again
+        source = _held(wh, "db.src", "id", "v")
+        assert source == [(2, 2), (3, 2), (4, 2), (5, 1), (6, 1), (7, 3), (8, 1), (9, 1)]
+        await _until(lambda: _held(wh, "db.pk", "id", "v") == source)
+        await _until(lambda: len(_held(wh, "db.log", "id")) == 10 + 5 + 3 + 1)
+        await asyncio.sleep(0.5)  # nothing more comes
+        assert _held(wh, "db.pk", "id", "v") == source
+        assert _held(wh, "db.log", "id", "v", "_row_kind") == sorted(
+            [(i, 1, "+I") for i in range(10)] + [(i, 2, "+U") for i in range(5)]
+            + [(0, 2, "-D"), (1, 2, "-D"), (7, 2, "-D"), (7, 3, "+I")])
+    finally:
+        for member in members:
+            await member.stop(timeout=5)
+        await asyncio.gather(*runs, return_exceptions=True)
+        for sink in sinks.values():
+            sink.close()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("reader", ["arrow", "pypaimon"])
+async def test_deletes_read_without_row_kinds_are_refused_not_written_as_inserts(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reader: str) -> None:
+    """A group that did not request row kinds reads a delete: the batch
+    counts it (``retractions``, on both read paths), and the sink refuses
+    the output (which cannot say it is a delete) in one line saying to
+    request row kinds and keep ``_row_kind``; the deleted key was not
+    written as an insert."""
+    monkeypatch.setenv("PAIMON_GROUP_ARROW_READER", "1" if reader == "arrow" else "0")
+    wh = str(tmp_path / "wh")
+    make_pk_table(wh, "db.src", buckets=2, row_kind_field=True)
+    write_rows(wh, "db.src", range(4), v=1)
+    _create(wh, "db.log", OUT, primary_keys=[], options={"bucket": "-1"})
+    coordinator = f"sqlite://{tmp_path}/coord.sqlite"
+    sink = PaimonSink(wh, "db.log", commit_interval_s=0.1)
+    refused: list[tuple[int, str]] = []
+
+    def handle(batch: ShardBatch) -> None:
+        try:
+            sink.write(batch.to_arrow().select(["id", "v"]), batch)
+        except Exception as err:
+            refused.append((batch.retractions, str(err)))
+            raise
+
+    member = GroupMember(_kinds_config(wh, coordinator, "plain", False))
+    await member.start()
+    run = asyncio.ensure_future(member.run(handle))
+    try:
+        await _until(lambda: len(_held(wh, "db.log", "id")) == 4)
+        delete_rows(wh, "db.src", [2], v=2)
+        await _until(lambda: bool(refused))
+    finally:
+        await member.stop(timeout=5)
+        await asyncio.gather(run, return_exceptions=True)
+        sink.close()
+    retracted, line = refused[0]
+    assert retracted == 1
+    assert "\n" not in line and "read 1 deletes or update-befores" in line, line
+    assert "--include-row-kind" in line and "keep the _row_kind column" in line, line
+    assert _held(wh, "db.log", "id", "v") == [(i, 1) for i in range(4)]

@@ -64,6 +64,7 @@ __all__ = ["ArrowSplitReader", "Piece", "Unit", "decode_pool"]
 log = logging.getLogger(__name__)
 
 ROW_KIND_COLUMN = "_row_kind"
+_INSERT = pa.scalar("+I", pa.string())
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -421,7 +422,7 @@ class ArrowSplitReader:
             if piece.kinds_from_file:
                 arrays.append(row_kind_strings(rows.column(VALUE_KIND)))
             else:
-                arrays.append(pa.array(["+I"] * rows.num_rows, type=pa.string()))
+                arrays.append(pa.repeat(_INSERT, rows.num_rows))
             fields = fields[1:]
         for field in fields:
             column = rows.column(field.name)

@@ -4,6 +4,7 @@ batches, commit), built of a private :class:`MemberCore` and the parts."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import signal
@@ -23,6 +24,7 @@ from paimon_group.member.commits import Commits
 from paimon_group.member.control import Control
 from paimon_group.member.core import Handler, MemberCore, MemberStats, RebalanceListener
 from paimon_group.member.handler_errors import HandlerErrors
+from paimon_group.member.handler_slot import HandlerSlot
 from paimon_group.member.history import HistoryRecorder
 from paimon_group.member.host_reads import HostReads, ShardPosition
 from paimon_group.member.membership import Membership
@@ -225,7 +227,7 @@ class GroupMember:
         """
         errors = HandlerErrors(self._core.config.max_handler_attempts)  # a traceback once
 
-        async def process(batch: ShardBatch) -> None:
+        async def process(batch: ShardBatch, slot: HandlerSlot) -> None:
             # Not retried: a batch whose files are gone, one a sink holds
             # already (AlreadyWritten: the read loop commits its position), and
             # one a sink refused for a newer owner (StaleEpoch: the member's
@@ -237,12 +239,14 @@ class GroupMember:
                 async for attempt in retrying:
                     with attempt:
                         try:
+                            await slot.hold()  # again for a retry
                             result = await asyncio.to_thread(handler, batch)
                             if asyncio.iscoroutine(result):
                                 await result
                             # The output the handler's sinks hold for the
-                            # batch, committed together before its position.
-                            await asyncio.to_thread(batch.commit_output)
+                            # batch, committed together before its position;
+                            # the slot is the next shard's meanwhile.
+                            await _seal(batch, slot)
                         except Exception as raised:
                             batch.drop_output()  # an attempt's parts: none committed
                             if batch.lost is None and not isinstance(
@@ -291,7 +295,7 @@ class GroupMember:
     async def batches(self) -> AsyncIterator[ShardBatch]:
         """Iterate over batches. With ``auto_commit`` a batch is committed when
         the next one is requested; otherwise call :meth:`commit`."""
-        async def process(batch: ShardBatch) -> None:
+        async def process(batch: ShardBatch, slot: HandlerSlot) -> None:
             loop = asyncio.get_running_loop()
             done: asyncio.Future[bool] = loop.create_future()
             if not self._core.auto_commit:
@@ -305,7 +309,9 @@ class GroupMember:
             # The output the loop body's sinks hold for the batch, committed
             # together before its position.
             try:
-                await asyncio.to_thread(batch.commit_output)
+                # Not with the step: the loop body takes one batch at a time,
+                # and may wait in commit(batch) for this one's position.
+                await _seal(batch, slot, with_step=False)
             except StaleEpoch as err:
                 log.warning("shard %d: a sink refused the batch at snapshot %d of epoch %d: "
                             "%s", batch.shard, batch.snapshot_id, batch.epoch, err)
@@ -516,3 +522,21 @@ class GroupMember:
         <paimon_group.member.host_reads.HostReads.commit_positions>`."""
         return await self.host_reads.commit_positions(positions, incarnation=incarnation,
                                                    moves=moves)
+
+
+async def _seal(batch: ShardBatch, slot: HandlerSlot, *, with_step: bool = True) -> None:
+    """``batch``'s handler returned: give its slot to the step's next shard,
+    wait for the step's other handlers (``with_step``: their batches' output
+    is sealed at once and shares a target commit), seal the output the sinks
+    hold for it and wait for every sink's commit; raise the first sink's
+    error once all are done."""
+    if with_step:
+        await slot.handled()
+    else:
+        slot.release()
+    sealed: list[concurrent.futures.Future[None]] = batch.seal_output()
+    errors = [r for r in await asyncio.gather(*(asyncio.wrap_future(f) for f in sealed),
+                                              return_exceptions=True)
+              if isinstance(r, BaseException)]
+    if errors:
+        raise errors[0]

@@ -33,22 +33,20 @@ from paimon_group.errors import (
 from paimon_group.member.commits import CommitLane, Commits
 from paimon_group.member.core import MemberCore
 from paimon_group.member.data_loss import LostRange, data_loss_error, skip_warning
+from paimon_group.member.handler_slot import HandlerSlot, StepHandlers
 from paimon_group.member.head import TABLE_CHECK_S
 from paimon_group.member.moved_start import move_start, moves_group_wide, repin_stale
+from paimon_group.member.start_pin import pin_start
 from paimon_group.member.state import OwnedShard, Stop
 from paimon_group.member.watches import first_of
-from paimon_group.protocol.group_start import group_start
 from paimon_group.protocol.identity import check_table_identity, table_identity
-from paimon_group.protocol.records import GroupStart
 from paimon_group.reading.batch import ShardBatch
-from paimon_group.reading.consumer_meta import carried_start, record_start
 from paimon_group.reading.planner import StepPlan
-from paimon_group.reading.start import ResolvedStart
 from paimon_group.reading.table import ShardedTable
 
 log = logging.getLogger("paimon_group.member")
 
-Process = Callable[[ShardBatch], Awaitable[None]]
+Process = Callable[[ShardBatch, HandlerSlot], Awaitable[None]]
 Prefetched = dict[tuple[tuple[int, ...], int], asyncio.Future[Any]]
 
 
@@ -66,6 +64,12 @@ class ReadLoop:
         # Next steps' plans, started while the current ones are delivered:
         # (shards, position) -> the planning thread's future.
         self._prefetched: Prefetched = {}
+        # Set once a batch's output went to a sink that commits at most once
+        # per interval: a step then reads every unread snapshot (a catch-up
+        # from two on), so the interval bounds the target's snapshots, not
+        # what the member reads; planned fresh, not prefetched (a plan made
+        # an interval earlier would hold less).
+        self._paced = False
 
     async def run(self, process: Process) -> None:
         while not self._core.stopping:
@@ -209,7 +213,7 @@ class ReadLoop:
         await repin_stale(self._core, self._commits, held)
         unresolved = [o for o in held if o.next_snapshot is None and not o.dropped]
         if unresolved:
-            await self._resolve_start(unresolved)
+            await pin_start(self._core, self._commits, unresolved)
 
     async def _read_groups(self, active: list[OwnedShard], prefetched: Prefetched,
                            process: Process) -> bool:
@@ -315,7 +319,7 @@ class ReadLoop:
         """Start planning ``plan_next(shards, position)`` in the planning thread."""
         planner = self._core.planner
         assert planner is not None
-        if self._core.head.nothing_new_at(position):
+        if self._paced or self._core.head.nothing_new_at(position):
             return  # the published head wakes the read loop when it is there
         self._prefetched[(tuple(shards), position)] = self._core.start_in_io(
             functools.partial(planner.plan_next, shards, position))
@@ -345,64 +349,9 @@ class ReadLoop:
         head = self._core.head.record if self._core.head.fresh else None
         planned: StepPlan | None = await self._core.in_io(functools.partial(
             planner.plan_next, shards, position,
-            known_latest=None if head is None else head.latest))
+            known_latest=None if head is None else head.latest,
+            catch_up_threshold=1 if self._paced else None))
         return planned
-
-    async def _resolve_start(self, owned: list[OwnedShard]) -> None:
-        """Where shards with no committed position and no consumer file start.
-
-        Resolved once for all of them (so shards acquired together start from
-        the same snapshot) and pinned in one commit.
-        """
-        table, group = self._core.table, self._core.group
-        assert table is not None
-        if group is None:
-            raise SessionLost("no session")
-
-        meta = self._core.meta
-        file_io, path, name = table.table.file_io, table.table_path, self._core.group_name
-
-        async def resolve() -> GroupStart:
-            # A group re-created over its consumer files (a wiped or switched
-            # coordinator) keeps the start they were read from: a shard that
-            # had no file yet starts where its peers did.
-            carried: GroupStart | None = None if meta is None else await self._core.in_io(
-                functools.partial(carried_start, file_io, path, name, meta))
-            if carried is not None:
-                return carried
-            found = await self._core.in_io(lambda: table.resolve_start(self._core.start_position))
-            return GroupStart(next_snapshot=found.next_snapshot,
-                              full_scan=found.full_scan_snapshot,
-                              start=str(self._core.start_position), resolved_at=time.time(),
-                              resolved_by=self._core.member_id)
-
-        # One start for the whole group: resolved once, by the
-        # first member that needs it, and stored; every shard without a
-        # position starts from it, whichever member and round pins it. On a
-        # bucket-unaware table two shards pinned at different snapshots with a
-        # compaction between them would lose or repeat the rows it moved.
-        start = await group_start(group, resolve)
-        self._core.observe_start(start)
-        if meta is not None:
-            # Beside the consumer files too, once the coordinator holds it
-            # (so it outlives a wipe as they do); before anything is pinned.
-            try:
-                await self._core.in_io(functools.partial(record_start, file_io, path, name, meta,
-                                                    start))
-            except Exception as err:  # as a consumer file that cannot be written
-                log.warning("group start not recorded beside the consumer files: %s", err)
-        resolved = ResolvedStart(next_snapshot=start.next_snapshot,
-                                 full_scan_snapshot=start.full_scan)
-        # Pin the resolved start before reading anything: a later owner then
-        # continues from it (instead of resolving "latest" again and skipping
-        # what was committed in between), and a pending full scan is replayed
-        # on exactly the same snapshot, so a replay is identical. Local state
-        # is set by the accepted commit only: a pin that raises leaves the
-        # shards unresolved (and uncertain), so the next round reads back
-        # what landed, or resolves and pins again; nothing is read from a
-        # start that was never pinned.
-        await self._commits.commit({o.shard: o for o in owned}, resolved.next_snapshot,
-                           full_scan=resolved.full_scan_snapshot, start_moves=start.moves)
 
     async def _deliver_all(
         self,
@@ -432,12 +381,14 @@ class ReadLoop:
             await lane.flush()
             return
         gate = asyncio.Semaphore(max(1, self._core.config.max_parallel_shards))
+        handlers = StepHandlers(len(deliveries))
         lost: list[tuple[OwnedShard, BatchExpired]] = []
         self._commits.lanes.add(lane)
         try:
             try:
                 results = await asyncio.gather(
-                    *(self._deliver_one(o, b, step, process, lane, gate, lost)
+                    *(self._deliver_one(o, b, step, process, lane,
+                                        HandlerSlot(gate, handlers), lost)
                       for o, b in deliveries), return_exceptions=True)
             finally:
                 self._commits.lanes.discard(lane)
@@ -446,6 +397,7 @@ class ReadLoop:
         finally:
             for o, _ in lost:
                 o.idle.set()
+        self._paced = self._paced or any(b.output_sealed for _, b in deliveries)
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors:
             # The most important first: a failed handler, then anything
@@ -456,7 +408,7 @@ class ReadLoop:
         await lane.flush()
 
     async def _deliver_one(self, o: OwnedShard, batch: ShardBatch, step: StepPlan,
-                           process: Process, lane: CommitLane, gate: asyncio.Semaphore,
+                           process: Process, lane: CommitLane, slot: HandlerSlot,
                            lost: list[tuple[OwnedShard, BatchExpired]]) -> None:
         """One shard's batch of :meth:`_deliver_all`: handled, then committed
         through the step's lane; a batch whose files expired goes to ``lost``
@@ -466,11 +418,11 @@ class ReadLoop:
         gone: BaseException | None = None
         written: AlreadyWritten | None = None
         try:
-            async with gate:
+            async with slot:
                 if not o.active:
                     return  # revoked while waiting: the next owner reads it
                 try:
-                    await self._handle(o, batch, step, process)
+                    await self._handle(o, batch, step, process, slot)
                 except BatchExpired as err:
                     gone = err
                     lost.append((o, err))
@@ -490,6 +442,7 @@ class ReadLoop:
             queued = True
             await self._commit_batch(lane, o, batch, step)
         finally:
+            slot.close()  # (also if cancelled waiting for it: the step's others go on)
             batch.close_output()  # a no-op once sealed; else nothing of it is committed
             if not queued:
                 lane.skipped()
@@ -570,12 +523,12 @@ class ReadLoop:
         raise err
 
     async def _handle(self, o: OwnedShard, batch: ShardBatch, step: StepPlan,
-                      process: Process) -> None:
+                      process: Process, slot: HandlerSlot) -> None:
         """Run the handler on one batch (nothing is committed here)."""
         await self._core.wait_live()
         started = time.monotonic()
         try:
-            await process(batch)
+            await process(batch, slot)
         except Exception:
             if batch.lost is None:
                 raise

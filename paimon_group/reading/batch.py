@@ -66,7 +66,11 @@ class ShardBatch:
     ``num_splits``, ``estimated_rows`` (from file metadata: rows before a
     primary-key merge, so an upper bound for INITIAL batches), ``schema`` and
     ``rows_read`` (the rows :meth:`to_arrow` and :meth:`iter_batches` actually
-    produced so far; a handler that reads twice counts twice).
+    produced so far; a handler that reads twice counts twice) and
+    ``retractions`` (the deletes and update-befores among them, ``-D`` and
+    ``-U``, counted the same way and whether or not row kinds were
+    requested: a sink refuses output that dropped them,
+    :mod:`paimon_group.sink.kinds`).
 
     A file of the batch found missing when it is read means data loss if
     Paimon's expiry deleted it (snapshot ``first_snapshot`` expired while the
@@ -92,6 +96,7 @@ class ShardBatch:
     __slots__ = (
         "_held",
         "_output_closed",
+        "_output_sealed",
         "_planner",
         "_view",
         "epoch",
@@ -103,6 +108,7 @@ class ShardBatch:
         "member_id",
         "next_snapshot",
         "num_shards",
+        "retractions",
         "rows_read",
         "shard",
         "sink_holds",
@@ -148,6 +154,7 @@ class ShardBatch:
         self.next_snapshot = plan.next_snapshot
         self.splits: tuple[Any, ...] = splits
         self.rows_read = 0
+        self.retractions = 0
         self.lost: BatchExpired | DataFileMissing | None = None
         # Set by a sink that already holds this batch's output (the next
         # source snapshot it holds it up to): the member commits that position
@@ -158,6 +165,7 @@ class ShardBatch:
         # once the handler is done with the batch (hold_output).
         self._held: list[HeldOutput] = []
         self._output_closed = False  # the member is done with the batch
+        self._output_sealed = False
         self._planner = planner
         # The readers this step was planned with: the planner may switch to a
         # newer schema (ALTER TABLE) while this batch is in the handler, and
@@ -187,10 +195,11 @@ class ShardBatch:
     def to_arrow(self) -> pa.Table:
         """Exactly this shard's rows for this step, as one table."""
         try:
-            table = self._view.read_arrow(self.splits)
+            table, retractions = self._view.read_counted(self.splits)
         except FileNotFoundError as err:
             raise self._files_gone(err) from err
         self.rows_read += table.num_rows
+        self.retractions += retractions
         return table
 
     def iter_batches(self) -> Iterator[pa.RecordBatch]:
@@ -203,8 +212,9 @@ class ShardBatch:
         counted in ``rows_read`` as the batches are produced.
         """
         try:
-            for batch in self._view.iter_batches(self.splits):
+            for batch, retractions in self._view.iter_counted(self.splits):
                 self.rows_read += batch.num_rows
+                self.retractions += retractions
                 yield batch
         except FileNotFoundError as err:
             raise self._files_gone(err) from err
@@ -241,20 +251,13 @@ class ShardBatch:
         """Seal the output every sink holds for this batch; one future per
         sink, ended once its parts are committed."""
         held, self._held = self._held, []
+        self._output_sealed = self._output_sealed or bool(held)
         return [sink.seal(self) for sink in held]
 
-    def commit_output(self) -> None:
-        """:meth:`seal_output`, then wait for every sink's commit (blocking:
-        the member calls it in a worker thread); raises the first sink's
-        error once all are done."""
-        errors = []
-        for future in self.seal_output():
-            try:
-                future.result()
-            except BaseException as err:  # raised below, after the others
-                errors.append(err)
-        if errors:
-            raise errors[0]
+    @property
+    def output_sealed(self) -> bool:
+        """Whether a sink held output of this batch that was sealed."""
+        return self._output_sealed
 
     def drop_output(self) -> None:
         """Drop the output every sink holds for this batch (a handler's

@@ -406,8 +406,8 @@ class ShardPlanner:
         self.stats.add(manifest_lists_read=1)
         return increment_manifests(self._manifest_lists, snapshot, changelog=self._changelog)
 
-    def plan_next(self, shards: Iterable[int], next_snapshot: int, *,
-                  known_latest: int | None = None) -> StepPlan | None:
+    def plan_next(self, shards: Iterable[int], next_snapshot: int, *, known_latest: int |
+                  None = None, catch_up_threshold: int | None = None) -> StepPlan | None:
         """The next step for shards whose position is ``next_snapshot``.
 
         None when that snapshot does not exist yet. A delta or changelog step
@@ -417,8 +417,8 @@ class ShardPlanner:
         ``next_snapshot`` is older than the earliest retained snapshot.
         ``known_latest``: a latest snapshot id found moments ago by someone
         else (the group's published head) that reaches ``next_snapshot``;
-        the table is then not asked for it (a wrong one is caught as below).
-        """
+        the table is then not asked for it (a wrong one is caught as below);
+        ``catch_up_threshold``: this step's, instead of the planner's."""
         if next_snapshot < 1:
             raise PaimonGroupError(f"snapshot ids start at 1, not {next_snapshot}")
         shard_set = self._shard_set(shards)
@@ -430,7 +430,8 @@ class ShardPlanner:
             return None
         try:
             with expired_if_gone(self.table, next_snapshot):
-                return self._plan_next_to(shard_set, next_snapshot, latest)
+                return self._plan_next_to(shard_set, next_snapshot, latest, catch_up_threshold
+                                          or self.catch_up_threshold)
         except SnapshotExpired:
             # The latest id may be one confirmed only by the absence of its
             # successor (ShardedTable.latest_snapshot_id): a table rolled back
@@ -441,10 +442,10 @@ class ShardPlanner:
                 return None
             raise
 
-    def _plan_next_to(self, shard_set: frozenset[int], next_snapshot: int, latest: int
-                      ) -> StepPlan:
+    def _plan_next_to(self, shard_set: frozenset[int], next_snapshot: int, latest: int,
+                      catch_up_threshold: int) -> StepPlan:
         unread = latest - next_snapshot + 1
-        if unread > self.catch_up_threshold:
+        if unread > catch_up_threshold:
             return self._plan_catch_up(shard_set, next_snapshot, latest)
         snapshot = self._snapshot(next_snapshot)
         if snapshot is None:

@@ -171,6 +171,20 @@ class ShardedTable:
         :class:`ConfigError` (malformed name). ``check`` ends the line of a
         table not found: the settings to check, as the caller names them.
         """
+        loaded, location = cls.load(warehouse, table, catalog_options, check=check)
+        return cls(loaded, warehouse=location, identifier=table)
+
+    @staticmethod
+    def load(
+        warehouse: str,
+        table: str,
+        catalog_options: Mapping[str, str] | None = None,
+        *,
+        check: str = "check --warehouse and --table",
+    ) -> tuple[Any, str]:
+        """The pypaimon table ``table`` and the warehouse's location, as
+        :meth:`open` loads them, without the checks of a table to read
+        (a sink's target is checked for what it writes)."""
         from pypaimon import CatalogFactory
         from pypaimon.catalog.catalog_exception import (
             DatabaseNotExistException,
@@ -199,7 +213,7 @@ class ShardedTable:
         except Exception as err:  # never a raw traceback quoting the warehouse
             raise _open_failure(err, table, location, options) \
                 from _cause(err, location, options)
-        return cls(loaded, warehouse=location, identifier=table)
+        return loaded, location
 
     @property
     def partitioned(self) -> bool:

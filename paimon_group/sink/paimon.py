@@ -84,6 +84,12 @@ COMMIT_ROWS = 1_000_000
 # How long the committer gathers the batches of one step, delivered at once
 # by the member's parallel handlers, before the first commit after a pause.
 GATHER_S = 0.05
+# Commits that may come sooner than one interval after the last, once the
+# sink was quiet: its commits are paced by a bucket of this many credits,
+# one earned per interval (a drain's first steps are not held an interval
+# each; over any window the target gets at most one snapshot per interval
+# and this many more).
+COMMIT_BURST = 3
 NONCE_PROPERTY = PROPERTY_PREFIX + "commit"
 
 
@@ -193,6 +199,7 @@ class PaimonSink:
         self._writing = 0  # writes judged or writing files, not queued yet
         self._closed = False
         self._last_commit = 0.0
+        self._credit = float(COMMIT_BURST)  # as of _last_commit
         self.commits = 0  # target commits made
         # commit_interval_s 0: each write commits in its caller's thread (one
         # at a time), no committer thread: a snapshot per batch.
@@ -270,7 +277,7 @@ class PaimonSink:
                 opened.messages.extend(part.messages)
                 opened.rows += part.rows
                 return
-        table = self.target.conform(_as_arrow(rows), batch.snapshot_id)
+        table = self.target.conform(_as_arrow(rows), batch)
         with self._cond:
             self._writing += 1
         try:
@@ -312,7 +319,7 @@ class PaimonSink:
 
     def _written(self, rows: Any, batch: SourceBatch) -> _Pending:
         """``batch`` judged against the marks known, and its files written."""
-        table = self.target.conform(_as_arrow(rows), batch.snapshot_id)
+        table = self.target.conform(_as_arrow(rows), batch)
         verdict = judge(self.target.marks(batch.group).get(batch.shard),
                         first=_first_of(batch), epoch=batch.epoch,
                         incarnation=_incarnation_of(batch), full_scan=_full_scan_of(batch),
@@ -377,7 +384,17 @@ class PaimonSink:
                 self._wait_due()
                 pending, self._queue = self._queue, []
             self._commit_reporting(pending)
-            self._last_commit = time.monotonic()
+            now = time.monotonic()
+            self._credit = self._credit_at(now) - 1.0
+            self._last_commit = now
+
+    def _credit_at(self, now: float) -> float:
+        """The commit credits at ``now``: one earned per interval since the
+        last commit, at most :data:`COMMIT_BURST`."""
+        if self.commit_interval_s <= 0:
+            return float(COMMIT_BURST)
+        earned = (now - self._last_commit) / self.commit_interval_s
+        return min(float(COMMIT_BURST), self._credit + earned)
 
     def _commit_reporting(self, pending: list[_Pending]) -> None:
         """:meth:`_commit`, its error given to every waiter not answered yet."""
@@ -389,16 +406,19 @@ class PaimonSink:
                 p.finish(err)
 
     def _wait_due(self) -> None:
-        """Wait (holding the condition) until the next commit is due: one
-        interval after the last, and then until no other write is under way
-        (the other shards of the step a member's handlers deliver at once,
-        whose files may take longer to write), for at most one interval
-        after the first batch queued."""
+        """Wait (holding the condition) until the next commit is due: once a
+        commit credit is earned (:data:`COMMIT_BURST`: after a quiet
+        period at once, then one interval after the last), and then until no
+        other write is under way (the other shards of the step a member's
+        handlers deliver at once, whose files may take longer to write), for
+        at most one interval after the first batch queued."""
         first = time.monotonic()
         while not self._closed:
             rows = sum(p.rows for p in self._queue)
             now = time.monotonic()
-            due = max(self._last_commit + self.commit_interval_s, first + GATHER_S)
+            short = 1.0 - self._credit_at(now)
+            due = max(now + short * self.commit_interval_s if short > 0 else now,
+                      first + GATHER_S)
             if rows >= self.commit_rows:
                 return
             if now < due:

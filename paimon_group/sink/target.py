@@ -2,9 +2,15 @@
 
 :class:`TargetTable` wraps a pypaimon table for :class:`~paimon_group.sink.paimon.PaimonSink`:
 
+* :meth:`~TargetTable.open` refuses, in one line, a target the sink cannot
+  write once: a primary-key target without a fixed bucket count (Paimon
+  lets one writer job write dynamic or postponed buckets) or without a
+  ``BIGINT`` ``sequence.field``;
 * :meth:`~TargetTable.conform` gives the output rows the target's columns
-  and, on a primary-key target, fills its ``sequence.field`` column with the
-  batch's source snapshot;
+  (following the target's schema as it changes: :meth:`~TargetTable.current`),
+  on a primary-key target fills its ``sequence.field`` column with the
+  batch's source snapshot where the rows carry none, and writes each row
+  with its kind (``_row_kind``: :mod:`paimon_group.sink.kinds`);
 * :meth:`~TargetTable.write_files` writes a batch's data files with a writer
   of its own and returns their commit messages (nothing is visible yet);
 * :meth:`~TargetTable.marks_at_latest` reads the marks of every group as of
@@ -25,12 +31,15 @@ import contextlib
 import logging
 import threading
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from paimon_group.errors import ConfigError, PaimonGroupError
 from paimon_group.reading.table import ShardedTable
+from paimon_group.sink.kinds import ROW_KIND, kind_column, retractions
 from paimon_group.sink.marks import PROPERTY_PREFIX, ShardMark, decode
 from paimon_group.store.exclusive import create_exclusive, exclusive_create_check
 
@@ -40,6 +49,8 @@ log = logging.getLogger("paimon_group.sink")
 # race is judged again by the sink), and a commit of batches without output
 # rows still makes a snapshot (it carries their marks).
 COMMIT_OPTIONS = {"commit.max-retries": "0", "snapshot.ignore-empty-commit": "false"}
+# The schema id conformed rows were shaped for, in their Arrow schema's metadata.
+_SCHEMA_TAG = b"paimon-group.schema-id"
 
 
 class _PinnedLatest:
@@ -107,18 +118,31 @@ def _make_exclusive(store_commit: Any) -> Any:
 
 _MISSING = object()
 
+@dataclass(frozen=True)
+class _Shape:
+    """What the sink writes into the target at one of its schemas."""
+
+    table: Any  # the pypaimon table at this schema
+    committing: Any  # the same, with COMMIT_OPTIONS
+    schema_id: int
+    fields: dict[str, pa.Field]
+    schema: pa.Schema  # the conformed rows' (tagged with schema_id)
+    sequence_column: str | None  # a primary-key target's sequence.field
+    kind_column: str | None  # its rowkind.field, or an append target's _row_kind
+    primary_key: bool
+
 
 class TargetTable:
     """A Paimon table a sink writes into; see the module docstring."""
 
     def __init__(self, table: Any, identifier: str, warehouse: str = "") -> None:
         exclusive_create_check(table.file_io, table.table_path)
-        self.table = table
         self.identifier = identifier
         self.warehouse = warehouse
-        self._committing = table.copy(dict(COMMIT_OPTIONS))
-        self.sequence_column = _sequence_column(table, identifier)
-        self._fields = {f.name: f for f in _arrow_schema(table)}
+        self._shape = _shape_of(table, identifier)
+        # Every schema written at, by id: a batch's files are written with the
+        # table its rows were conformed to, also after the schema changed.
+        self._shapes = {self._shape.schema_id: self._shape}
         self._lock = threading.Lock()
         self._seen = 0  # the newest snapshot whose properties were read
         self._marks: dict[str, dict[int, ShardMark]] = {}
@@ -126,36 +150,132 @@ class TargetTable:
     @classmethod
     def open(cls, warehouse: str, table: str,
              catalog_options: Mapping[str, str] | None = None) -> TargetTable:
-        """Open ``table`` (``DB.TABLE``); one line for a missing table or a
-        primary-key table without ``sequence.field``."""
-        opened = ShardedTable.open(warehouse, table, catalog_options,
-                                   check="check the sink's warehouse and table")
-        return cls(opened.table, table, opened.warehouse)
+        """Open ``table`` (``DB.TABLE``); one line for a missing table or one
+        the sink cannot write once (see :func:`_shape_of`)."""
+        loaded, location = ShardedTable.load(warehouse, table, catalog_options,
+                                             check="check the sink's warehouse and table")
+        return cls(loaded, table, location)
+
+    @property
+    def table(self) -> Any:
+        """The pypaimon table at the newest schema the sink has seen."""
+        return self._shape.table
+
+    @property
+    def _committing(self) -> Any:
+        return self.current().committing
+
+    @property
+    def sequence_column(self) -> str | None:
+        return self._shape.sequence_column
+
+    @property
+    def kind_column(self) -> str | None:
+        """The column the target records a row's kind in (a primary-key
+        target's ``rowkind.field``, an append target's ``_row_kind``), or None."""
+        return self._shape.kind_column
+
+    def current(self) -> _Shape:
+        """The target at its newest schema: an ``ALTER TABLE`` while the sink
+        runs adds the schema file after the one known, which is looked up
+        (one existence check) at each write and commit and, when found, read
+        with every later one. One line if the new schema is one the sink
+        cannot write (see :func:`_shape_of`)."""
+        shape = self._shape
+        manager = shape.table.schema_manager
+        if manager.get_schema(shape.schema_id + 1) is None:
+            return shape
+        with self._lock:
+            shape = self._shape
+            newest = shape.table.table_schema
+            while (later := manager.get_schema(newest.id + 1)) is not None:
+                newest = later
+            if newest.id == shape.schema_id:
+                return shape
+            from pypaimon.table.file_store_table import FileStoreTable
+
+            old = shape.table
+            table = FileStoreTable(old.file_io, old.identifier, old.table_path, newest,
+                                   old.catalog_environment)
+            self._shape = _shape_of(table, self.identifier)
+            self._shapes[newest.id] = self._shape
+            log.info("target %s: the sink writes at schema %d (was %d)", self.identifier,
+                     newest.id, shape.schema_id)
+            return self._shape
 
     # -- rows ----------------------------------------------------------------
 
-    def conform(self, rows: pa.Table, snapshot_id: int) -> pa.Table:
-        """``rows`` in the target's column order and types; the sequence
-        column filled with ``snapshot_id`` unless the rows carry it."""
-        if self.sequence_column is not None and self.sequence_column not in rows.column_names:
-            rows = rows.append_column(self.sequence_column, pa.array(
-                [snapshot_id] * rows.num_rows, pa.int64()))
-        missing = [name for name in self._fields if name not in rows.column_names
-                   and not self._fields[name].nullable]
+    def conform(self, rows: pa.Table, batch: Any) -> pa.Table:
+        """``rows``, the output of ``batch``, in the target's column order and
+        types at its newest schema: the sequence column filled with the
+        batch's source snapshot where the rows carry none (or a null), the
+        kind column from ``_row_kind``. One line, and nothing written, for
+        output columns the target does not have, a missing ``NOT NULL``
+        column, or row kinds the target cannot hold or the rows dropped."""
+        shape = self.current()
+        snapshot_id = int(batch.snapshot_id)
+        kinds = kind_column(rows, self.identifier)
+        self._check_kinds(shape, rows, kinds, batch)
+        extra = [name for name in rows.column_names
+                 if name not in shape.fields and name != ROW_KIND]
+        if extra:
+            raise ConfigError(
+                f"the output rows for {self.identifier} have the columns {', '.join(extra)}, "
+                "which the target does not have: add them to the target (ALTER TABLE ... "
+                "ADD ...) or leave them out of the output")
+        if kinds is not None and ROW_KIND not in shape.fields:
+            rows = rows.drop_columns([ROW_KIND])
+        if shape.kind_column is not None and kinds is not None:
+            rows = _with_column(rows, shape.kind_column, kinds)
+        elif shape.kind_column is not None and shape.kind_column not in rows.column_names:
+            rows = rows.append_column(shape.kind_column,
+                                      pa.array(["+I"] * rows.num_rows, pa.string()))
+        if shape.sequence_column is not None:
+            rows = _with_sequence(rows, shape.sequence_column, snapshot_id)
+        missing = [name for name in shape.fields if name not in rows.column_names
+                   and not shape.fields[name].nullable]
         if missing:
             raise ConfigError(f"the output rows for {self.identifier} lack the columns "
                               f"{', '.join(missing)} (NOT NULL in the target)")
         return pa.Table.from_arrays([
             rows.column(f.name).cast(f.type) if f.name in rows.column_names
-            else pa.nulls(rows.num_rows, f.type) for f in self._fields.values()],
-            schema=pa.schema(list(self._fields.values())))
+            else pa.nulls(rows.num_rows, f.type) for f in shape.fields.values()],
+            schema=shape.schema)
+
+    def _check_kinds(self, shape: _Shape, rows: pa.Table, kinds: pa.ChunkedArray | None,
+                     batch: Any) -> None:
+        """One line unless every row's kind reaches the target (see
+        :mod:`paimon_group.sink.kinds`)."""
+        read = int(getattr(batch, "retractions", 0) or 0)
+        carried = kinds is not None or (shape.primary_key and shape.kind_column is not None
+                                        and shape.kind_column in rows.column_names)
+        if read and not carried:
+            raise ConfigError(
+                f"the batch read {read} deletes or update-befores from the source, and its "
+                f"output rows for {self.identifier} carry no {ROW_KIND}, so they would be "
+                f"written as inserts: run the group with row kinds (--include-row-kind, "
+                f"include_row_kind=True) and keep the {ROW_KIND} column in the output")
+        retracted = retractions(kinds)
+        if retracted and shape.kind_column is None:
+            how = ("declare 'rowkind.field' naming a STRING column the sink fills with the "
+                   "kind (ALTER TABLE ... ADD pg_row_kind STRING; ALTER TABLE ... SET "
+                   "('rowkind.field' = 'pg_row_kind'))" if shape.primary_key else
+                   f"add a STRING column {ROW_KIND} that records each row's kind "
+                   f"(ALTER TABLE ... ADD {ROW_KIND} STRING)")
+            raise ConfigError(
+                f"the output rows for {self.identifier} hold {retracted} deletes or "
+                f"update-befores ({ROW_KIND} -D or -U), which the target cannot represent: "
+                f"{how}, or leave them out of the output")
 
     def write_files(self, rows: pa.Table, commit_user: str) -> list[Any]:
-        """Write ``rows``' data files; their commit messages (not committed)."""
-        write = self.table.new_batch_write_builder().new_write()
+        """Write ``rows``' data files (with the table at the schema they were
+        conformed to); their commit messages (not committed)."""
+        tag = (rows.schema.metadata or {}).get(_SCHEMA_TAG)
+        shape = self._shapes[int(tag)] if tag is not None else self._shape
+        write = shape.table.new_batch_write_builder().new_write()
         try:
             if rows.num_rows:
-                write.write_arrow(rows)
+                write.write_arrow(rows.replace_schema_metadata(None))
             messages: list[Any] = write.prepare_commit()
             return messages
         finally:
@@ -237,23 +357,78 @@ class TargetTable:
             commit.close()
 
 
-def _arrow_schema(table: Any) -> pa.Schema:
+def _shape_of(table: Any, identifier: str) -> _Shape:
+    """What the sink writes into ``table``; one line for a target it cannot
+    write once: a primary-key target without a fixed bucket count or without
+    a ``BIGINT`` ``sequence.field``, a row kind column that is not a STRING."""
     from pypaimon.schema.data_types import PyarrowFieldParser
 
     schema: pa.Schema = PyarrowFieldParser.from_paimon_schema(table.table_schema.fields)
-    return schema
+    fields = {f.name: f for f in schema}
+    primary_key = bool(table.primary_keys)
+    if primary_key:
+        bucket = int(table.options.bucket())
+        if bucket <= 0:
+            mode = {-1: "dynamic", -2: "postponed"}.get(bucket, "unsupported")
+            raise ConfigError(
+                f"the primary-key target {identifier} has {mode} buckets ('bucket' = "
+                f"'{bucket}'), which Paimon lets one writer job write, and the sink's "
+                "writers are many: give it a fixed number of buckets, e.g. "
+                "CREATE TABLE ... WITH ('bucket' = '4', ...)")
+    sequence = _sequence_column(table, identifier, fields)
+    kind = None
+    if primary_key:
+        kind = table.options.options.to_map().get("rowkind.field")
+    elif ROW_KIND in fields:
+        kind = ROW_KIND
+    if kind is not None and (kind not in fields or not pa.types.is_string(fields[kind].type)):
+        raise ConfigError(f"the target {identifier} records row kinds in {kind!r}, which must "
+                          "be a STRING column")
+    schema_id = int(table.table_schema.id)
+    return _Shape(table, table.copy(dict(COMMIT_OPTIONS)), schema_id, fields,
+                  schema.with_metadata({_SCHEMA_TAG: str(schema_id)}), sequence, kind,
+                  primary_key)
 
 
-def _sequence_column(table: Any, identifier: str) -> str | None:
+def _with_column(rows: pa.Table, name: str, values: Any) -> pa.Table:
+    """``rows`` with column ``name`` set to ``values`` (None: as they are)."""
+    if values is None:
+        return rows
+    if name in rows.column_names:
+        return rows.set_column(rows.column_names.index(name), name, values)
+    return rows.append_column(name, values)
+
+
+def _with_sequence(rows: pa.Table, name: str, snapshot_id: int) -> pa.Table:
+    """``rows`` with the sequence column ``name`` filled with ``snapshot_id``
+    where it is missing or null; values the rows carry stay."""
+    if name not in rows.column_names:
+        return rows.append_column(name, pa.array([snapshot_id] * rows.num_rows, pa.int64()))
+    column = rows.column(name).cast(pa.int64())
+    if column.null_count:
+        column = pc.fill_null(column, pa.scalar(snapshot_id, pa.int64()))
+    return _with_column(rows, name, column)
+
+
+def _sequence_column(table: Any, identifier: str, fields: Mapping[str, pa.Field]) -> str | None:
     """The column a primary-key target orders a key's rows by; None for an
-    append target. One line when a primary-key target has none."""
+    append target. One line when a primary-key target has none, or one that
+    is not a BIGINT (a STRING orders "9" after "10")."""
     if not table.primary_keys:
         return None
-    fields: list[str] = table.options.sequence_field()
-    if len(fields) != 1:
+    names: list[str] = table.options.sequence_field()
+    if len(names) != 1:
         raise ConfigError(
             f"the primary-key target {identifier} needs 'sequence.field' set to one BIGINT "
             "column the sink fills with the source snapshot (so a key's later source "
             "version wins whichever member wrote it), e.g. "
             "ALTER TABLE ... SET ('sequence.field' = 'pg_source_snapshot')")
-    return fields[0]
+    field = fields.get(names[0])
+    if field is None or not pa.types.is_int64(field.type):
+        kind = "missing" if field is None else str(field.type)
+        raise ConfigError(
+            f"the primary-key target {identifier} orders keys by 'sequence.field' "
+            f"{names[0]!r} ({kind}), which must be a BIGINT: the sink fills it with the "
+            "source snapshot, e.g. ALTER TABLE ... ADD pg_source_snapshot BIGINT; "
+            "ALTER TABLE ... SET ('sequence.field' = 'pg_source_snapshot')")
+    return names[0]
