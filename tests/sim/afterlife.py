@@ -68,8 +68,7 @@ import pyarrow as pa
 
 from paimon_group import GroupMember, MemberConfig
 from paimon_group.errors import AlreadyWritten, StaleSinkWrite
-from paimon_group.sink import PaimonSink
-from tests.sim.sink import ROW_KIND_COLUMN
+from tests.sim.sink import CommitHooks, SimSink, kind_column
 from tests.sim.table import ROW_KIND_KINDS
 
 if TYPE_CHECKING:
@@ -91,6 +90,12 @@ class AfterPlan:
     second_group: bool
     retain: int | None  # target snapshots kept after each commit (with a second group)
     crash_rate: float
+    # A process's sink commits what its members queued at most once per this
+    # many session timeouts (0: each batch at once, in its sealing call).
+    interval_timeouts: float = 0.0
+    # With batched commits: the chance that a member of a two-member process
+    # is paused past its session at a write (its batch is queued after it).
+    pause_at_write: float = 0.0
 
     @classmethod
     def draw(cls, seed: int, sink_on: bool) -> AfterPlan:
@@ -103,12 +108,13 @@ class AfterPlan:
         parts = rng.random() < 0.5
         second = rng.random() < 1 / 3
         retain = rng.choice([2, 3]) if second else None
+        crash_rate = rng.choice([0.05, 0.1, 0.2])
+        # Batched commits in a draw of their own (the draws above stay).
+        commits = random.Random(f"afterlife-commits:{seed}")
+        interval = commits.choice([0.0, 0.0, 1.0, 2.0, 3.0])
+        pause = commits.choice([0.1, 0.2]) if interval else 0.0
         return cls(on, start, shards, regroup, regroup_at, parts, second, retain,
-                   rng.choice([0.05, 0.1, 0.2]))
-
-
-class ProcessDied(Exception):
-    """The process died inside the sink's write (a planned crash)."""
+                   crash_rate, interval, pause)
 
 
 @dataclass
@@ -119,9 +125,10 @@ class Proc:
     group: str
     life: int
     shards: int
-    sink: PaimonSink
+    sink: SimSink
     incs: list[Incarnation] = field(default_factory=list)
     dead: bool = False
+    paused: set[str] = field(default_factory=set)  # members paused at a write
 
 
 class Afterlife:
@@ -251,8 +258,12 @@ class Afterlife:
         from tests.sim.sink import TABLE
 
         number = len(self.procs)
+        hooks = _ProcHooks(self, number)
         proc = Proc(number, group, self.lives.get(group, 0), shards,
-                    PaimonSink(self.sinks.warehouse, TABLE, commit_interval_s=0))
+                    SimSink(self.sinks.warehouse, TABLE, hooks,
+                            commit_interval_s=self.plan.interval_timeouts * self.run.timeout_s,
+                            plant=self.sinks.plant))
+        hooks.proc = proc
         self.procs.append(proc)
         self.stats["afterlife_processes"] += 1
         size = random.Random(f"afterlife-proc:{self.seed}:{number}").choice([1, 2])
@@ -291,6 +302,7 @@ class Afterlife:
         if proc.dead:
             return
         proc.dead = True
+        proc.sink.kill()  # its committer and its queue die with it
         self.stats["afterlife_process_deaths"] += 1
         for inc in proc.incs:
             inc.crashed = True
@@ -320,13 +332,27 @@ class Afterlife:
             out = self._output(proc.group, rows)
             self.sinks.foreign.update(zip(out.column("id").to_pylist(),
                                           out.column("v").to_pylist(), strict=True))
+            self._maybe_pause(proc, inc)
             for part in self._parts(out, batch, inc):
-                try:
-                    self._write(proc, part, batch)
-                except ProcessDied:
-                    await asyncio.Event().wait()
+                self._write(proc, part, batch)
 
         return handle
+
+    def _maybe_pause(self, proc: Proc, inc: Incarnation) -> None:
+        """With batched commits, a member of a two-member process may be paused
+        past its session as it writes (once per member): its batch is queued
+        in the process's sink while the other member may become the shard's
+        owner and queue its own batch of the shard there (two owners of one
+        shard in one commit)."""
+        if not self.plan.pause_at_write or self._settling or len(proc.incs) < 2 \
+                or inc.member_id in proc.paused:
+            return
+        rng = random.Random(f"afterlife-pause:{self.seed}:{inc.number}:{len(proc.paused)}:"
+                            f"{self.stats['afterlife_writes']}")
+        if rng.random() < self.plan.pause_at_write:
+            proc.paused.add(inc.member_id)
+            self.run.pause(inc, rng.uniform(1.2, 3.0) * self.run.timeout_s)
+            self.stats["afterlife_pauses_at_write"] += 1
 
     def _output(self, group: str, rows: pa.Table) -> pa.Table:
         ids = [i + OFFSET[group] for i in rows.column("id").to_pylist()]
@@ -352,40 +378,11 @@ class Afterlife:
         return [out.slice(a, b - a) for a, b in itertools.pairwise(bounds)]
 
     def _write(self, proc: Proc, rows: pa.Table, batch: Any) -> None:
-        sink = proc.sink
-        target = sink.target
-        real = type(target).commit_once
-        point = None
-        if not self._settling:  # crashes come while the writer commits
-            rng = random.Random(f"afterlife-crash:{self.seed}:{proc.number}:{batch.shard}:"
-                                f"{batch.snapshot_id}:{batch.epoch}:{rows.num_rows}")
-            r = rng.random()
-            point = "before" if r < self.plan.crash_rate / 2 else \
-                "after" if r < self.plan.crash_rate else None
-        retain = self.plan.retain
-        # A member of g killed after a commit, in a seed with two groups,
-        # stays down while the other group commits (its marks expire).
-        slow = 4 * self.run.timeout_s + 4.0 if retain is not None and proc.group == "g" \
-            else random.Random(f"afterlife-restart:{self.seed}:{proc.number}").uniform(
-                0.1, 2 * self.run.timeout_s)
-
-        def commit_once(*args: Any, **kwargs: Any) -> bool:
-            if point == "before":
-                self.stats["afterlife_crash_before_commit"] += 1
-                self._die(proc, slow)
-                raise ProcessDied("killed before the target commit")
-            done = real(target, *args, **kwargs)
-            if done and retain is not None:
-                self._expire_target(retain)
-            if done and point == "after":
-                self.stats["afterlife_crash_after_commit"] += 1
-                self._die(proc, slow)
-                raise ProcessDied("killed after the target commit")
-            return done
-
-        target.commit_once = commit_once  # type: ignore[method-assign]
+        """One part of ``batch``'s output into the process's sink (its files;
+        the member commits them with the batch's other parts once the
+        handler returned: the crash points are there, :class:`_ProcHooks`)."""
         try:
-            sink.write(rows, batch)
+            proc.sink.write(rows, batch)
             self.stats["afterlife_writes"] += 1
         except AlreadyWritten:
             self.stats["afterlife_already_written"] += 1
@@ -393,8 +390,29 @@ class Afterlife:
         except StaleSinkWrite:
             self.stats["afterlife_stale_refused"] += 1
             raise
-        finally:
-            del target.commit_once
+
+    def crash_point(self, proc: Proc, writes: list[Any]) -> str | None:
+        """Where (if anywhere) ``proc`` dies committing ``writes``: a draw per
+        batch, while the writer commits."""
+        if self._settling:
+            return None
+        points = set()
+        for p in writes:
+            rng = random.Random(f"afterlife-crash:{self.seed}:{proc.number}:{p.shard}:"
+                                f"{p.snapshot_id}:{p.epoch}:{p.rows}")
+            r = rng.random()
+            points.add("before" if r < self.plan.crash_rate / 2 else
+                       "after" if r < self.plan.crash_rate else None)
+        return "before" if "before" in points else "after" if "after" in points else None
+
+    def restart_after(self, proc: Proc) -> float:
+        """How long a process killed at a sink commit stays down: a member of
+        g, in a seed with two groups, while the other group commits (its
+        marks expire)."""
+        if self.plan.retain is not None and proc.group == "g":
+            return 4 * self.run.timeout_s + 4.0
+        return random.Random(f"afterlife-restart:{self.seed}:{proc.number}").uniform(
+            0.1, 2 * self.run.timeout_s)
 
     def _expire_target(self, retain: int) -> None:
         from tests.sim.sink import TABLE
@@ -490,11 +508,14 @@ class Afterlife:
         if failed:
             found["sink_member_failed"].extend(failed[:5])
         out = self.sinks.read()
-        kinds_col = ROW_KIND_COLUMN if ROW_KIND_COLUMN in out.column_names else None
+        column = kind_column(self.sinks.plan)
+        kinds_col = column if column in out.column_names else None
         rows = list(zip(out.column("id").to_pylist(), out.column("v").to_pylist(),
                         out.column(kinds_col).to_pylist() if kinds_col
                         else [None] * out.num_rows, strict=True))
         self.stats["afterlife_target_rows"] += len(rows)
+        self.stats["afterlife_two_owners_in_a_commit"] += sum(
+            p.sink.two_owners_in_a_commit for p in self.procs)
         for group in self.groups:
             off = OFFSET[group]
             mine = [(i - off, v, k) for i, v, k in rows if off + 1000 <= i < off + 100_000]
@@ -585,3 +606,35 @@ class Afterlife:
             notes.append(f"id {i} delivered by {ds[:4]}")
         marks = self.procs[-1].sink.marks(group) if self.procs else {}
         return f"; {'; '.join(notes)}; marks {marks}"
+
+
+class _ProcHooks(CommitHooks):
+    """A process's sink's hooks: its crash points, the target's expiry after
+    each commit (with a second group), its statistics."""
+
+    def __init__(self, after: Afterlife, number: int) -> None:
+        self.after = after
+        self.number = number
+        self.proc: Proc | None = None
+
+    def point(self, writes: list[Any]) -> str | None:
+        assert self.proc is not None
+        return self.after.crash_point(self.proc, writes)
+
+    def die(self, point: str) -> None:
+        assert self.proc is not None
+        self.after.stats[f"afterlife_crash_{point}_commit"] += 1
+        self.after._die(self.proc, self.after.restart_after(self.proc))
+
+    def committed(self, writes: list[Any]) -> None:
+        stats = self.after.stats
+        stats["afterlife_commits"] += 1
+        stats["afterlife_batches_committed"] += len(writes)
+        if len(writes) > 1:
+            stats["afterlife_commits_of_several_batches"] += 1
+        if self.after.plan.retain is not None:
+            self.after._expire_target(self.after.plan.retain)
+
+    def judged(self, pending: Any, verdict: Any) -> None:
+        kind = getattr(verdict, "kind", None)
+        self.after.stats[f"afterlife_commit_{kind or 'error'}"] += 1

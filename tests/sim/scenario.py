@@ -83,7 +83,7 @@ from tests.sim.expiry import (
     named_snapshot,
 )
 from tests.sim.loop import START, SimDeadlock, SimLoop, SimSpin, virtual_time
-from tests.sim.sink import SinkDied, SinkPlan, SinkWorld, writes_all
+from tests.sim.sink import SINK_PLANTS, SinkPlan, SinkWorld, writes_all
 from tests.sim.table import (
     ALTER_BEFORE,
     KIND_WEIGHTS,
@@ -106,7 +106,10 @@ RUN_LIMIT_S = 600.0  # virtual; a run longer than this is a hang of the driver i
 GROUP = "g"
 
 # Planted faults, for the tests that show the checks can fail.
-PLANTS = ("stale_fence", "drop_delivery", "sink_writes_all")
+PLANTS = ("stale_fence", "drop_delivery", "sink_writes_all", *SINK_PLANTS)
+# The plants of the sink run the sink seeds as they are; the others run their
+# seeds without the sink, as they were.
+SINK_SEED_PLANTS = (None, "sink_writes_all", *SINK_PLANTS)
 
 
 @dataclass
@@ -206,7 +209,7 @@ class Run:
         main, recreated = templates(self.kind)
         # The operator's steps after a re-created table, in their own draw
         # (tests/sim/afterlife.py): the table is re-created, a longer one.
-        after = AfterPlan.draw(seed, SinkPlan.draw(seed).on and plant in (None, "sink_writes_all"))
+        after = AfterPlan.draw(seed, SinkPlan.draw(seed).on and plant in SINK_SEED_PLANTS)
         if after.on:
             recreated = successor(self.kind)
         self.wh = ReplayWarehouse(root / "wh", main, recreated)
@@ -265,8 +268,12 @@ class Run:
         # The Paimon sink in the handler, in its own draw (tests/sim/sink.py);
         # the plants of the group's checks run their seeds as they were.
         sink = SinkPlan.draw(seed)
-        self.sink = SinkWorld(sink, seed, root, after.on and self.kind in ROW_KIND_KINDS) \
-            if sink.on and plant in (None, "sink_writes_all") else None
+        self.sink = SinkWorld(sink, seed, root, after.on and self.kind in ROW_KIND_KINDS,
+                              plant if plant in SINK_PLANTS else None) \
+            if sink.on and plant in SINK_SEED_PLANTS else None
+        if self.sink is not None:
+            # The members die at their sink's commit during the chaos only.
+            self.sink.armed = lambda: self.plan.enabled
         self.afterlife = Afterlife(self, after) if after.on and self.sink is not None else None
 
     # -- members
@@ -397,11 +404,9 @@ class Run:
                 await asyncio.Event().wait()
             rows = self._record(inc, batch)
             if self.sink is not None:
-                try:
-                    self.sink.write(inc.number, rows, batch, self.sink.crash_point(
-                        inc.number, batch, self.plan.enabled), lambda: self._sink_crash(inc))
-                except SinkDied:
-                    await asyncio.Event().wait()  # a dead process does nothing more
+                # Its files only: the member commits them once the handler
+                # returned, where the run's crash points are (SimSink).
+                self.sink.write(inc.number, rows, batch, lambda: self._sink_crash(inc))
 
         if mode == "run":
             await member.run(handle)

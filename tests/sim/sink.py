@@ -42,8 +42,10 @@ target holds each source batch's output once:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import random
+import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -54,6 +56,9 @@ import pyarrow as pa
 
 from paimon_group.errors import AlreadyWritten, StaleSinkWrite
 from paimon_group.sink import PaimonSink
+from paimon_group.sink.kinds import ROW_KIND
+from paimon_group.sink.paimon import GATHER_S
+from paimon_group.sink.target import TargetTable
 
 if TYPE_CHECKING:
     from tests.sim.scenario import Run
@@ -82,7 +87,236 @@ def writes_all(on: bool) -> Iterator[None]:
 
 
 class SinkDied(Exception):
-    """The member process died inside the sink's write (a planned crash)."""
+    """The member process died inside the sink's commit (a planned crash)."""
+
+
+# Plants (tests only), each a fix of the sink reverted in a simulated
+# process's sink (SimSink), the package untouched:
+SINK_PLANTS = {
+    # C1: the marks of a re-created table's old snapshots hold for the new
+    # one's batches (a batch's source table unknown: its marks not told apart).
+    "sink_marks_any_table": "C1",
+    # C2: only the first part of a batch written in parts reaches the target.
+    "sink_first_part_only": "C2",
+    # C4: the output's _row_kind dropped, every row written as an insert.
+    "sink_kinds_dropped": "C4",
+    # C5: the batches of one commit judged against the same marks (two owners
+    # of one shard queued together both written).
+    "sink_queue_same_marks": "C5",
+}
+
+
+class CommitHooks:
+    """What a simulated process's sink tells its run around each target
+    commit; the run's own hooks override these."""
+
+    def point(self, writes: list[Any]) -> str | None:
+        """Where the process dies in the commit of ``writes`` (the pending
+        batches to write): "before" the target commit, "after" it, or None."""
+        return None
+
+    def die(self, point: str) -> None:
+        """The process dies (``point``: "before" or "after" the commit)."""
+
+    def committed(self, writes: list[Any]) -> None:
+        """``writes`` are in the target (one commit)."""
+
+    def judged(self, pending: Any, verdict: Any) -> None:
+        """``pending`` was not written: ``verdict`` (already written, stale,
+        or an error)."""
+
+
+class SimSink(PaimonSink):
+    """A simulated process's :class:`PaimonSink`: the package's sink, with the
+    run's crash points around its target commit for the sink's whole life,
+    and (``commit_interval_s`` > 0) its committer on the run's event loop.
+
+    The crash points: the target's ``commit_once`` (the one call that makes
+    the commit) is wrapped, per sink, so the process dies with the batches'
+    files written and never committed ("before"), or with them in the
+    target and no position committed ("after"): :class:`SinkDied` then, and
+    whatever waits on the commit in the process is dead with it.
+
+    The committer: PaimonSink's committer is a thread, which cannot run on
+    the run's virtual time; here it is a task on the event loop doing what
+    ``PaimonSink._commit_loop`` does (the same ``_wait_due`` conditions: a
+    commit credit, the gather time, the batches of the step still open, at
+    most one interval) and committing with the sink's own
+    ``_commit_reporting``: the batches queued meanwhile, of every member of
+    the process, go into one commit, judged by the sink's own
+    ``_commit_attempt``. A dead process's committer stops with it
+    (:meth:`kill`): what it had queued is never committed."""
+
+    def __init__(self, warehouse: str, table: str, hooks: CommitHooks, *,
+                 commit_interval_s: float = 0.0, plant: str | None = None) -> None:
+        # Built inline (no committer thread); a batched sink's committer is
+        # the task started below.
+        super().__init__(warehouse, table, commit_interval_s=0)
+        self.plant = plant
+        if plant == "sink_kinds_dropped":
+            self.target = _KindsDropped.open(warehouse, table)
+        self.hooks = hooks
+        self.dead = False
+        self.two_owners_in_a_commit = 0  # commits writing two epochs of one shard
+        self._attempt: tuple[list[Any], list[Any]] | None = None
+        self._last_verdicts: list[Any] = []
+        real = self.target.commit_once
+
+        def commit_once(*args: Any, **kwargs: Any) -> bool:
+            assert self._attempt is not None
+            pending, verdicts = self._attempt
+            refused = {id(p) for p, _v in verdicts}
+            writes = [p for p in pending if id(p) not in refused]
+            point = hooks.point(writes)
+            if point == "before":
+                self._die(point)
+                raise SinkDied("killed with the batches' files written, before the commit")
+            done: bool = real(*args, **kwargs)
+            if done:
+                self._committed(writes)
+            if done and point == "after":
+                self._die(point)
+                raise SinkDied("killed after the target commit, before the positions'")
+            return done
+
+        self.target.commit_once = commit_once  # type: ignore[method-assign]
+        self._task: asyncio.Task[None] | None = None
+        self._changed: asyncio.Event | None = None
+        if commit_interval_s > 0:
+            self.commit_interval_s = commit_interval_s
+            self._inline = None  # seal queues for the committer (PaimonSink.seal)
+            self._changed = asyncio.Event()
+            self._task = asyncio.get_running_loop().create_task(
+                self._commit_loop_on_the_loop(), name="sim-sink-committer")
+
+    # -- the process dies
+
+    def _die(self, point: str) -> None:
+        self.hooks.die(point)
+        self.kill()
+
+    def kill(self) -> None:
+        """The process died: its committer with it, its queue lost."""
+        self.dead = True
+        self._closed = True
+        self._queue = []
+        if self._task is not None:
+            self._task.cancel()
+
+    def _committed(self, writes: list[Any]) -> None:
+        self.hooks.committed(writes)
+
+    # -- the commit, judged and made by PaimonSink
+
+    def _commit(self, pending: list[Any]) -> None:
+        epochs: dict[tuple[str, int], set[int]] = defaultdict(set)
+        for p in pending:
+            epochs[(p.group, p.shard)].add(p.epoch)
+        if any(len(e) > 1 for e in epochs.values()):
+            self.two_owners_in_a_commit += 1
+        self._last_verdicts = []
+        super()._commit(pending)
+        for p, verdict in self._last_verdicts:
+            self.hooks.judged(p, verdict)
+
+    def _commit_attempt(self, pending: list[Any], verdicts: list[Any]) -> bool:
+        self._attempt = (pending, verdicts)
+        try:
+            done: bool = self._judged_together(pending, verdicts) \
+                if self.plant == "sink_queue_same_marks" \
+                else super()._commit_attempt(pending, verdicts)
+        finally:
+            self._attempt = None
+        self._last_verdicts = list(verdicts)
+        return done
+
+    def _judged_together(self, pending: list[Any], verdicts: list[Any]) -> bool:
+        """Planted (C5 reverted): every queued batch judged against the marks
+        of the snapshot read, none against those the batches before it in
+        the queue leave (the sink's attempt before the fix)."""
+        return bool(super()._commit_attempt(pending, verdicts))
+
+    def write(self, rows: Any, batch: Any) -> None:
+        if self.plant == "sink_marks_any_table" and hasattr(batch, "table_id"):
+            batch.table_id = ""  # planted: the source table unknown to the marks
+        if self.plant == "sink_first_part_only" and id(batch) in self._open:
+            return  # planted: a later part of the batch is lost
+        super().write(rows, batch)
+        self._wake()
+
+    # -- the committer, on the event loop
+
+    def seal(self, batch: Any) -> Any:
+        sealed = super().seal(batch)
+        self._wake()
+        return sealed
+
+    def drop(self, batch: Any) -> None:
+        super().drop(batch)
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
+
+    async def _changes(self, timeout: float | None) -> None:
+        """Until the queue or the open batches change (``_cond.wait``)."""
+        assert self._changed is not None
+        self._changed.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._changed.wait(), timeout)
+
+    async def _commit_loop_on_the_loop(self) -> None:
+        """``PaimonSink._commit_loop`` and its ``_wait_due``, on virtual time."""
+        while True:
+            while not self._queue and not self._closed:
+                await self._changes(None)
+            if not self._queue:
+                return
+            first = time.monotonic()
+            while not self._closed:
+                rows = sum(p.rows for p in self._queue)
+                now = time.monotonic()
+                short = 1.0 - self._credit_at(now)
+                due = max(now + short * self.commit_interval_s if short > 0 else now,
+                          first + GATHER_S)
+                if rows >= self.commit_rows:
+                    break
+                if now < due:
+                    await self._changes(due - now)
+                elif (self._writing or self._open) and now < first + self.commit_interval_s:
+                    await self._changes(first + self.commit_interval_s - now)
+                else:
+                    break
+            if self.dead:
+                return
+            pending, self._queue = self._queue, []
+            self._commit_reporting(pending)
+            now = time.monotonic()
+            self._credit = self._credit_at(now) - 1.0
+            self._last_commit = now
+
+    def close(self, timeout: float | None = None) -> None:
+        super().close(timeout)
+        if self._task is not None:
+            self._task.cancel()
+
+
+class _KindsDropped(TargetTable):
+    """Planted (C4 reverted): the output's ``_row_kind`` dropped before the
+    rows are shaped for the target, every row written as an insert (and a
+    batch that read retractions not refused)."""
+
+    def conform(self, rows: pa.Table, batch: Any) -> pa.Table:
+        if ROW_KIND in rows.column_names:
+            rows = rows.drop_columns([ROW_KIND])
+        return super().conform(rows, _NoRetractions(batch))
+
+
+class _NoRetractions:
+    def __init__(self, batch: Any) -> None:
+        self.snapshot_id = batch.snapshot_id
+        self.retractions = 0
 
 
 @dataclass(frozen=True)
@@ -107,14 +341,22 @@ class SinkPlan:
         return self.target.endswith("partitioned")
 
 
-ROW_KIND_COLUMN = "rk"
+PK_KIND_COLUMN = "rk"
+"""A primary-key target's ``'rowkind.field'`` (the sink fills it from
+``_row_kind``); an append target records kinds in its column ``_row_kind``
+(:data:`paimon_group.sink.kinds.ROW_KIND`), as the sink's contract says."""
+
+
+def kind_column(plan: SinkPlan) -> str:
+    """The target's column holding each row's kind (with row kinds)."""
+    return PK_KIND_COLUMN if plan.pk else ROW_KIND
 
 
 def _schema(plan: SinkPlan, row_kinds: bool) -> pa.Schema:
     fields = [pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.int64()),
               pa.field("extra", pa.int64())]
     if row_kinds:
-        fields.append(pa.field(ROW_KIND_COLUMN, pa.string()))
+        fields.append(pa.field(kind_column(plan), pa.string()))
     if plan.partitioned:
         fields.append(pa.field("p", pa.int64(), nullable=False))
     if plan.pk:
@@ -125,24 +367,27 @@ def _schema(plan: SinkPlan, row_kinds: bool) -> pa.Schema:
 class SinkWorld:
     """The run's target table and its members' sinks (one per incarnation)."""
 
-    def __init__(self, plan: SinkPlan, seed: int, root: Path, row_kinds: bool = False) -> None:
+    def __init__(self, plan: SinkPlan, seed: int, root: Path, row_kinds: bool = False,
+                 plant: str | None = None) -> None:
         from tests.support.tables import _create
 
         self.plan = plan
         self.seed = seed
+        self.plant = plant
         self.warehouse = str(root / "out")
-        # ``row_kinds``: the target records each row's kind in ``rk`` (a
-        # primary-key target's ``'rowkind.field'``), for a source with deletes
-        # (tests/sim/afterlife.py); this run's own rows are inserts.
+        # ``row_kinds``: the target records each row's kind (a primary-key
+        # target in its 'rowkind.field' ``rk``, an append target in
+        # ``_row_kind``), for a source with deletes (tests/sim/afterlife.py);
+        # this run's own rows carry none: the sink writes them as inserts.
         self.row_kinds = row_kinds
         options = {"bucket": "2", "sequence.field": "seq"} if plan.pk else {"bucket": "-1"}
         if row_kinds and plan.pk:
-            options["rowkind.field"] = ROW_KIND_COLUMN
+            options["rowkind.field"] = PK_KIND_COLUMN
         keys = (["p", "id"] if plan.partitioned else ["id"]) if plan.pk else []
         _create(self.warehouse, TABLE, _schema(plan, row_kinds), primary_keys=keys,
                 options=options,
                 partition_keys=["p"] if plan.partitioned else [])
-        self.sinks: dict[int, PaimonSink] = {}
+        self.sinks: dict[int, SimSink] = {}
         self.stats: Counter[str] = Counter()
         # The ids of batches the sink answered AlreadyWritten (not written),
         # and of those it committed.
@@ -151,21 +396,30 @@ class SinkWorld:
         # Rows (id, v) written by the members started again on a re-created
         # table (tests/sim/afterlife.py, checked there).
         self.foreign: set[tuple[int, int]] = set()
+        # Each batch's output ids, by the batch (kept alive while the run is).
+        self._ids: dict[int, tuple[Any, list[int]]] = {}
+        self.armed: Callable[[], bool] = lambda: False  # crashes come in the chaos only
 
     def close(self) -> None:
         """Close every member's sink (each leaves the process's registry)."""
         for sink in self.sinks.values():
             sink.close(timeout=5)
+        self._ids.clear()
 
-    def _sink(self, number: int) -> PaimonSink:
+    def ids_of(self, batch: Any) -> list[int]:
+        return self._ids.get(id(batch), (None, []))[1]
+
+    def _sink(self, number: int, die: Callable[[], None]) -> SimSink:
         sink = self.sinks.get(number)
         if sink is None:
-            sink = self.sinks[number] = PaimonSink(self.warehouse, TABLE, commit_interval_s=0)
+            sink = self.sinks[number] = SimSink(self.warehouse, TABLE,
+                                                _RunHooks(self, number, die),
+                                                plant=self.plant)
         return sink
 
-    def crash_point(self, number: int, batch: Any, armed: bool) -> str | None:
-        """Where (if anywhere) this incarnation dies writing ``batch``."""
-        if not armed:
+    def crash_point(self, number: int, batch: Any) -> str | None:
+        """Where (if anywhere) this incarnation dies committing ``batch``."""
+        if not self.armed():
             return None
         rng = random.Random(f"sink-crash:{self.seed}:{number}:{batch.shard}:"
                             f"{batch.snapshot_id}:{batch.epoch}")
@@ -176,40 +430,19 @@ class SinkWorld:
             return "after"
         return None
 
-    def write(self, number: int, rows: pa.Table, batch: Any, point: str | None,
-              die: Callable[[], None]) -> None:
+    def write(self, number: int, rows: pa.Table, batch: Any, die: Callable[[], None]) -> None:
         """Write ``rows`` as ``batch``'s output through incarnation
-        ``number``'s sink; ``die`` kills the incarnation at ``point`` (before
-        or after the target commit): :class:`SinkDied` then."""
-        sink = self._sink(number)
+        ``number``'s sink (its files; the member commits them once the
+        handler returned); ``die`` kills the incarnation at its sink's crash
+        points (:class:`SimSink`)."""
+        sink = self._sink(number, die)
         out = rows.select([c for c in ("id", "v", "extra") if c in rows.column_names])
         if self.plan.partitioned:
             out = out.append_column("p", pa.array(
                 [i % PARTS for i in out.column("id").to_pylist()], pa.int64()))
-        if self.row_kinds:
-            out = out.append_column(ROW_KIND_COLUMN, pa.array(["+I"] * out.num_rows,
-                                                              pa.string()))
-        target = sink.target
-        real = type(target).commit_once
-
-        def commit_once(*args: Any, **kwargs: Any) -> bool:
-            if point == "before":
-                self.stats["sink_crash_before_commit"] += 1
-                die()
-                raise SinkDied("killed with the batch's files written, before the commit")
-            done = real(target, *args, **kwargs)
-            if done:
-                self.written.update(out.column("id").to_pylist())
-            if done and point == "after":
-                self.stats["sink_crash_after_commit"] += 1
-                die()
-                raise SinkDied("killed after the target commit, before the position's")
-            return done
-
-        target.commit_once = commit_once  # type: ignore[method-assign]
+        self._ids.setdefault(id(batch), (batch, []))[1].extend(out.column("id").to_pylist())
         try:
             sink.write(out, batch)
-            self.stats["sink_batches_written"] += 1
         except AlreadyWritten:
             self.stats["sink_already_written"] += 1
             self.not_written.update(out.column("id").to_pylist())
@@ -217,8 +450,7 @@ class SinkWorld:
         except StaleSinkWrite:
             self.stats["sink_stale_refused"] += 1
             raise
-        finally:
-            del target.commit_once
+
 
     # -- the oracle
 
@@ -352,3 +584,33 @@ class SinkWorld:
             notes.append(f"id {i} delivered by {ds[:4]}")
         marks = next(iter(self.sinks.values())).marks("g") if self.sinks else {}
         return f"; {'; '.join(notes)}; marks {marks}"
+
+
+class _RunHooks(CommitHooks):
+    """The main run's hooks for incarnation ``number``'s sink."""
+
+    def __init__(self, world: SinkWorld, number: int, die: Callable[[], None]) -> None:
+        self.world = world
+        self.number = number
+        self._die = die
+
+    def point(self, writes: list[Any]) -> str | None:
+        points = {self.world.crash_point(self.number, p.batch) for p in writes}
+        return "before" if "before" in points else "after" if "after" in points else None
+
+    def die(self, point: str) -> None:
+        self.world.stats[f"sink_crash_{point}_commit"] += 1
+        self._die()
+
+    def committed(self, writes: list[Any]) -> None:
+        for p in writes:
+            self.world.stats["sink_batches_written"] += 1
+            self.world.written.update(self.world.ids_of(p.batch))
+
+    def judged(self, pending: Any, verdict: Any) -> None:
+        kind = getattr(verdict, "kind", None)
+        if kind == "already":
+            self.world.stats["sink_already_written"] += 1
+            self.world.not_written.update(self.world.ids_of(pending.batch))
+        elif kind == "stale":
+            self.world.stats["sink_stale_refused"] += 1
