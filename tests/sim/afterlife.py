@@ -111,8 +111,8 @@ class AfterPlan:
         crash_rate = rng.choice([0.05, 0.1, 0.2])
         # Batched commits in a draw of their own (the draws above stay).
         commits = random.Random(f"afterlife-commits:{seed}")
-        interval = commits.choice([0.0, 0.0, 1.0, 2.0, 3.0])
-        pause = commits.choice([0.1, 0.2]) if interval else 0.0
+        interval = commits.choice([0.0, 1.0, 2.0, 3.0])
+        pause = commits.choice([0.2, 0.4]) if interval else 0.0
         return cls(on, start, shards, regroup, regroup_at, parts, second, retain,
                    crash_rate, interval, pause)
 
@@ -266,7 +266,10 @@ class Afterlife:
         hooks.proc = proc
         self.procs.append(proc)
         self.stats["afterlife_processes"] += 1
-        size = random.Random(f"afterlife-proc:{self.seed}:{number}").choice([1, 2])
+        # Two members in each process of a seed whose members are paused at a
+        # write (their shards may go to the process's other member).
+        size = random.Random(f"afterlife-proc:{self.seed}:{number}").choice([1, 2]) \
+            if not self.plan.pause_at_write else 2
         for k in range(size):
             n = 10_000 + self._incarnations
             self._incarnations += 1
@@ -332,13 +335,15 @@ class Afterlife:
             out = self._output(proc.group, rows)
             self.sinks.foreign.update(zip(out.column("id").to_pylist(),
                                           out.column("v").to_pylist(), strict=True))
-            self._maybe_pause(proc, inc)
+            paused = self._maybe_pause(proc, inc)
             for part in self._parts(out, batch, inc):
                 self._write(proc, part, batch)
+            if paused:
+                await self._until_taken_over(proc, batch)
 
         return handle
 
-    def _maybe_pause(self, proc: Proc, inc: Incarnation) -> None:
+    def _maybe_pause(self, proc: Proc, inc: Incarnation) -> bool:
         """With batched commits, a member of a two-member process may be paused
         past its session as it writes (once per member): its batch is queued
         in the process's sink while the other member may become the shard's
@@ -346,13 +351,30 @@ class Afterlife:
         shard in one commit)."""
         if not self.plan.pause_at_write or self._settling or len(proc.incs) < 2 \
                 or inc.member_id in proc.paused:
-            return
+            return False
         rng = random.Random(f"afterlife-pause:{self.seed}:{inc.number}:{len(proc.paused)}:"
                             f"{self.stats['afterlife_writes']}")
         if rng.random() < self.plan.pause_at_write:
             proc.paused.add(inc.member_id)
             self.run.pause(inc, rng.uniform(1.2, 3.0) * self.run.timeout_s)
             self.stats["afterlife_pauses_at_write"] += 1
+            return True
+        return False
+
+    async def _until_taken_over(self, proc: Proc, batch: Any) -> None:
+        """The paused member's handler, its batch's parts written, waits on
+        its downstream until another member of the process writes a batch of
+        the same shard into the process's sink (the shard's new owner, once
+        the paused member's session expired), or four session timeouts: then
+        it returns, and the member seals its batch while the new owner's is
+        open or queued in the same sink."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 4 * self.run.timeout_s
+        while loop.time() < deadline and not proc.dead:
+            if proc.sink.holds_newer(batch.group, batch.shard, batch.epoch):
+                self.stats["afterlife_taken_over_at_write"] += 1
+                return
+            await asyncio.sleep(0.05)
 
     def _output(self, group: str, rows: pa.Table) -> pa.Table:
         ids = [i + OFFSET[group] for i in rows.column("id").to_pylist()]

@@ -203,6 +203,12 @@ class SimSink(PaimonSink):
         if self._task is not None:
             self._task.cancel()
 
+    def holds_newer(self, group: str, shard: int, epoch: int) -> bool:
+        """Whether a batch of ``shard`` of a later epoch is open (parts
+        written) or queued in this sink."""
+        return any(p.group == group and p.shard == shard and p.epoch > epoch
+                   for p in [*self._open.values(), *self._queue])
+
     def _committed(self, writes: list[Any]) -> None:
         self.hooks.committed(writes)
 

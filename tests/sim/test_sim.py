@@ -19,12 +19,20 @@ from pathlib import Path
 
 import pytest
 
+from tests.sim.afterlife import AfterPlan
 from tests.sim.coordinator import FAULT_KINDS, PositionWrite
 from tests.sim.expiry import ExpiryPlan, LossOracle
 from tests.sim.runner import results, run_many
 from tests.sim.sink import TARGETS as SINK_TARGETS
 from tests.sim.sink import SinkPlan
-from tests.sim.table import KINDS, ReplayWarehouse, scratch_dir, templates
+from tests.sim.table import (
+    KINDS,
+    ROW_KIND_KINDS,
+    ReplayWarehouse,
+    scratch_dir,
+    table_kind_of,
+    templates,
+)
 
 SEEDS = int(os.environ.get("PG_SIM_SEEDS", "500"))
 JOBS = int(os.environ.get("PG_SIM_JOBS", str(min(2, os.cpu_count() or 1))))
@@ -75,6 +83,17 @@ def test_seeds_hold_every_invariant() -> None:
         for event in ("sink_crash_before_commit", "sink_crash_after_commit",
                       "sink_already_written", "sink_batches_written"):
             assert summary.events[event] > 0, (event, summary.events)
+        # The operator's steps after a re-created table (tests/sim/afterlife.py):
+        # the group deleted and started again, re-created with another shard
+        # count, batches in parts, processes killed around their sink's
+        # commits, commits of several batches, two owners of one shard in one
+        # process's commit, a second group with the target's snapshots expired.
+        for event in ("afterlife_seeds", "afterlife_group_deleted", "afterlife_regroups",
+                      "afterlife_batches_in_parts", "afterlife_crash_before_commit",
+                      "afterlife_crash_after_commit", "afterlife_commits_of_several_batches",
+                      "afterlife_two_owners_in_a_commit", "afterlife_target_expiries",
+                      "afterlife_already_written"):
+            assert summary.events[event] > 0, (event, summary.events)
 
 
 def test_a_stale_commit_accepted_by_the_coordinator_is_reported() -> None:
@@ -117,6 +136,71 @@ def test_a_sink_that_writes_every_replay_is_reported() -> None:
     runs = results(seeds, jobs=JOBS, plant="sink_writes_all")
     found = [r for r in runs if r.violations.get("sink_duplicate")]
     assert len(found) >= len(runs) // 4, [r.summary() for r in runs]
+
+
+def _after(seed: int) -> AfterPlan:
+    return AfterPlan.draw(seed, SinkPlan.draw(seed).on)
+
+
+def _afterlife_seeds(**want: bool) -> list[int]:
+    """The CI seeds that run the operator's steps after a re-created table
+    (tests/sim/afterlife.py), drawing the steps ``want`` names: ``parts``,
+    ``kinds`` (a source with deletes), ``batched`` (a process's sink batches
+    its members' commits), ``append`` (an append target)."""
+    out = []
+    for seed in range(SEEDS):
+        plan = _after(seed)
+        if not plan.on:
+            continue
+        drawn = {"parts": plan.parts, "kinds": table_kind_of(seed) in ROW_KIND_KINDS,
+                 "batched": plan.interval_timeouts > 0, "append": not SinkPlan.draw(seed).pk}
+        if all(drawn[k] == v for k, v in want.items()):
+            out.append(seed)
+    return out
+
+
+def test_marks_of_the_dropped_table_held_for_the_new_one_are_reported() -> None:
+    """C1 reverted (planted: the sink's marks hold whatever their source): the
+    group started again on a re-created table with the target kept has its
+    batches judged against the old table's marks, "already written": rows
+    of the new table never reach the target."""
+    seeds = _afterlife_seeds()[:12]
+    runs = results(seeds, jobs=JOBS, plant="sink_marks_any_table")
+    found = [r for r in runs if r.violations.get("sink_missing")]
+    assert len(found) >= len(runs) // 2, [r.summary() for r in runs]
+
+
+def test_a_batch_written_in_parts_that_keeps_its_first_part_only_is_reported() -> None:
+    """C2 reverted (planted: a batch's later parts lost, its first committed):
+    in the seeds whose handler writes each batch in parts, rows go missing."""
+    seeds = _afterlife_seeds(parts=True)[:10]
+    runs = results(seeds, jobs=JOBS, plant="sink_first_part_only")
+    found = [r for r in runs if r.violations.get("sink_missing")]
+    assert len(found) >= len(runs) // 2, [r.summary() for r in runs]
+
+
+def test_deletes_written_as_inserts_are_reported() -> None:
+    """C4 reverted (planted: the output's ``_row_kind`` dropped, every row an
+    insert): from a source with deletes, deleted keys stay in a primary-key
+    target, and an append target records the deletes as inserts."""
+    seeds = _afterlife_seeds(kinds=True)[:10]
+    runs = results(seeds, jobs=JOBS, plant="sink_kinds_dropped")
+    found = [r for r in runs if r.violations.get("sink_deleted_present")
+             or r.violations.get("sink_kind")]
+    assert len(found) >= len(runs) // 2, [r.summary() for r in runs]
+
+
+def test_two_owners_of_a_shard_in_one_commit_both_written_are_reported() -> None:
+    """C5 reverted (planted: the batches queued for one commit judged against
+    the same marks): a member paused past its session and the new owner of
+    its shard, in one process, have their batches of the shard in one
+    commit of the process's sink; both written, an append target holds the
+    rows twice."""
+    seeds = _afterlife_seeds(batched=True, append=True)
+    runs = results(seeds, jobs=JOBS, plant="sink_queue_same_marks")
+    both = [r for r in runs if r.stats.get("afterlife_two_owners_in_a_commit")]
+    found = [r for r in both if r.violations.get("sink_duplicate")]
+    assert both and len(found) >= len(both) // 2, [r.summary() for r in runs]
 
 
 def test_a_seed_reproduces_exactly() -> None:
