@@ -23,16 +23,10 @@ from tests.sim.afterlife import AfterPlan
 from tests.sim.coordinator import FAULT_KINDS, PositionWrite
 from tests.sim.expiry import ExpiryPlan, LossOracle
 from tests.sim.runner import results, run_many
+from tests.sim.scenario import table_kind_of
 from tests.sim.sink import TARGETS as SINK_TARGETS
 from tests.sim.sink import SinkPlan
-from tests.sim.table import (
-    KINDS,
-    ROW_KIND_KINDS,
-    ReplayWarehouse,
-    scratch_dir,
-    table_kind_of,
-    templates,
-)
+from tests.sim.table import KINDS, ROW_KIND_KINDS, ReplayWarehouse, scratch_dir, templates
 
 SEEDS = int(os.environ.get("PG_SIM_SEEDS", "500"))
 JOBS = int(os.environ.get("PG_SIM_JOBS", str(min(2, os.cpu_count() or 1))))
