@@ -308,6 +308,7 @@ class ReadLoop:
                 planner=planner,
                 incarnation=self._core.meta.incarnation if self._core.meta is not None else "",
                 start_moves=o.start_moves,
+                table_id=self._core.meta.table_id if self._core.meta is not None else "",
             )))
         return deliveries, empty
 
