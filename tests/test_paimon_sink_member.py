@@ -239,3 +239,61 @@ async def test_a_sink_holding_a_batch_past_the_table_s_latest_snapshot_stops_the
             await asyncio.wait_for(a.run(held_far_ahead), 30)
         assert "\n" not in str(err.value)
         assert all(p is None or p <= 3 for p in a.shard_positions().values())
+
+
+@pytest.mark.asyncio
+async def test_a_former_and_a_new_owner_of_a_shard_in_one_sink_commit_write_it_once(
+        tmp_path: Path) -> None:
+    """Two members of one process share a sink. The first queues its batch
+    in the sink and leaves with that write under way; the second takes the
+    shard and is delivered the same batch, and both are in the sink's next
+    commit: the later one is judged against the mark the earlier leaves, so
+    the batch is in the target once."""
+    wh = str(tmp_path / "wh")
+    make_pk_table(wh, "db.src", buckets=2)
+    for k in range(3):
+        write_rows(wh, "db.src", range(10 * k, 10 * k + 10))
+    _create(wh, "db.out", OUT, primary_keys=[], options={"bucket": "-1"})
+    coordinator = f"sqlite://{tmp_path}/coord.sqlite"
+    sink = PaimonSink(wh, "db.out", commit_interval_s=0.2)
+    both, queued = threading.Event(), threading.Event()
+    wait_due = sink._wait_due
+
+    def gathers_both() -> None:  # the committer's wait: until both owners queued
+        while not both.is_set():
+            if len(sink._queue) >= 2:
+                both.set()
+                break
+            if sink._queue:
+                queued.set()
+            sink._cond.wait(0.05)
+        wait_due()
+
+    sink._wait_due = gathers_both  # type: ignore[method-assign]
+    outcomes: list[str] = []
+
+    def writes(batch: ShardBatch) -> None:
+        try:
+            sink.write(batch.to_arrow().select(["id", "v"]), batch)
+            outcomes.append(f"{batch.member_id}: written")
+        except AlreadyWritten:
+            outcomes.append(f"{batch.member_id}: already written")
+            raise
+
+    a = GroupMember(dataclasses.replace(_config(wh, coordinator, "a"), shards=1))
+    await a.start()
+    run_a = asyncio.ensure_future(a.run(writes))
+    await _until(queued.is_set)
+    await a.stop(timeout=0.5)   # its write stays under way, queued in the sink
+    async with GroupMember(dataclasses.replace(_config(wh, coordinator, "b"),
+                                               shards=1)) as b:
+        run_b = asyncio.ensure_future(b.run(writes))
+        await _until(lambda: (b.shard_positions().get(0) or 0) >= 4, timeout=60)
+        run_b.cancel()
+        await asyncio.gather(run_b, return_exceptions=True)
+    await asyncio.wait_for(asyncio.gather(run_a, return_exceptions=True), 10)
+    # The first batch: the former owner's went in, the new owner's was found
+    # there (the later ones only the new owner read).
+    assert sorted(outcomes[:2]) == ["a: written", "b: already written"], outcomes
+    assert _target_ids(wh) == list(range(30))
+    sink.close()
