@@ -35,6 +35,7 @@ from paimon_group.member.core import MemberCore
 from paimon_group.member.data_loss import LostRange, data_loss_error, skip_warning
 from paimon_group.member.head import TABLE_CHECK_S
 from paimon_group.member.moved_start import move_start, moves_group_wide, repin_stale
+from paimon_group.member.sink_holds import check_held
 from paimon_group.member.state import OwnedShard, Stop
 from paimon_group.member.watches import first_of
 from paimon_group.protocol.group_start import group_start
@@ -503,29 +504,9 @@ class ReadLoop:
         """The handler's sink already holds ``batch`` up to
         ``written.next_snapshot``: commit that position for the shard alone
         (fenced as any commit; the step's lane goes on without it), so the
-        next step reads on from what the sink holds. Never a position past
-        the table's latest snapshot (a sink's marks of another table, say
-        one dropped and re-created under the same name): the member stops
-        in one line instead, and the batch is not skipped."""
-        if written.shard != o.shard or (written.next_snapshot <= (o.next_snapshot or 0) \
-                and o.full_scan is None):
-            raise AlreadyWritten(f"shard {o.shard}: a sink says {written} of the batch at "
-                                 f"snapshot {batch.snapshot_id}, which is not ahead of the "
-                                 "shard's position", shard=o.shard,
-                                 next_snapshot=written.next_snapshot) from written
-        if written.next_snapshot > batch.next_snapshot:
-            table = self._core.table
-            assert table is not None
-            latest = await self._core.in_io(functools.partial(table.latest_snapshot_id,
-                                                              fresh=True))
-            if latest is None or written.next_snapshot > latest + 1:
-                raise AlreadyWritten(
-                    f"shard {o.shard}: a sink says it holds the batch at snapshot "
-                    f"{batch.snapshot_id} up to snapshot {written.next_snapshot - 1}, past the "
-                    f"table's latest snapshot {latest}: its marks are not of this table "
-                    "(re-created under the same name?); nothing is skipped: clear the group's "
-                    "marks in the target (docs/paimon-sink.md)", shard=o.shard,
-                    next_snapshot=written.next_snapshot) from written
+        next step reads on from what the sink holds, once it is found
+        credible (:func:`~paimon_group.member.sink_holds.check_held`)."""
+        await check_held(self._core, o, batch, written)
         log.info("shard %d: the sink already holds snapshots up to %d: the position moves "
                  "there", o.shard, written.next_snapshot - 1,
                  extra={"group": self._core.group_name, "member": self._core.member_id,
