@@ -149,17 +149,22 @@ def test_every_record_is_in_the_rule() -> None:
 
 
 def test_sink_marks_of_a_newer_format_are_refused_in_one_line() -> None:
-    from paimon_group.sink.marks import ShardMark, decode, encode
+    from paimon_group.sink.marks import FORMAT, ShardMark, Source, decode, decode_group, encode
 
-    value = encode({0: ShardMark(epoch=3, next_snapshot=9, incarnation="a", start_moves=1)})
+    value = encode({0: ShardMark(epoch=3, next_snapshot=9, incarnation="a", start_moves=1)},
+                   Source("schema-0@1", 4, "bucket"))
     assert decode(value)[0].next_snapshot == 9
-    newer = json.dumps({**json.loads(value), "v": 2})
+    newer = json.dumps({**json.loads(value), "v": FORMAT + 1})
     with pytest.raises(IncompatibleVersion, match=(
-            rf"^the sink's marks in the target have format 2; this is paimon-group "
-            rf"{__version__}, which reads format 1: upgrade it to the version that wrote "
+            rf"^the sink's marks in the target have format {FORMAT + 1}; this is paimon-group "
+            rf"{__version__}, which reads format {FORMAT}: upgrade it to the version that wrote "
             r"them or later$")):
         decode(newer)
     # A mark with more entries than this version knows (a later one's, added
-    # at the end) is read ignoring them.
-    longer = json.dumps({"v": 1, "shards": {"0": [3, 9, "a", 1, "later"]}})
+    # at the end) is read ignoring them, and so is a source's unknown field.
+    longer = json.dumps({"v": FORMAT, "source": {"table_id": "t", "later": 1},
+                         "shards": {"0": [3, 9, "a", 1, "later"]}})
     assert decode(longer) == {0: ShardMark(3, 9, "a", 1)}
+    # Format 1 (no source) is still read: its source is unknown.
+    former = decode_group(json.dumps({"v": 1, "shards": {"0": [3, 9, "a", 1]}}))
+    assert (former.source, dict(former.shards)) == (Source(), {0: ShardMark(3, 9, "a", 1)})

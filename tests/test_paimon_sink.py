@@ -16,11 +16,17 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from paimon_group.errors import AlreadyWritten, ConfigError, PaimonGroupError
+from paimon_group.errors import (
+    AlreadyWritten,
+    ConfigError,
+    CorruptValue,
+    IncompatibleVersion,
+    PaimonGroupError,
+)
 from paimon_group.reading.planner import BatchKind
 from paimon_group.sink import PaimonSink, ShardMark
 from paimon_group.spark.fence import StaleSinkWrite
-from tests.support.tables import _create, open_table
+from tests.support.tables import _create, expire_snapshots, open_table
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.int64()),
                     pa.field("seq", pa.int64())])
@@ -37,6 +43,9 @@ class Batch:
     incarnation: str = ""
     start_moves: int = 0
     retractions: int = 0
+    table_id: str = ""
+    num_shards: int = 0
+    sharding: str = ""
 
     @property
     def next_snapshot(self) -> int:
@@ -505,3 +514,180 @@ def test_row_kinds_a_target_cannot_hold_or_the_output_dropped_are_refused_in_one
                 sink.write(_changes([("+X", 2, 2)]), Batch(0, 1, 2, 2))
             assert sink.marks("g") == {0: ShardMark(1, 2)}
         assert _read(tmp_path, name) == [(0, 1), (1, 1)]
+
+
+def _properties(wh: Path, name: str) -> dict[str, str]:
+    """The newest snapshot's properties."""
+    latest = open_table(wh, name).snapshot_manager().get_latest_snapshot()
+    return dict(latest.properties or {})
+
+
+def _commit_properties(wh: Path, name: str, properties: dict[str, str]) -> None:
+    """A commit without rows carrying ``properties`` (as another writer's)."""
+    table = open_table(wh, name).copy({"snapshot.ignore-empty-commit": "false"})
+    commit = table.new_batch_write_builder().new_commit()
+    commit.commit([], snapshot_properties=properties)
+    commit.close()
+
+
+def _queued_in_order(sink: PaimonSink, writes: list[tuple[pa.Table, Batch]]
+                     ) -> list[BaseException | None]:
+    """``writes`` queued one after the other within one commit interval; what
+    each write raised."""
+    outcomes: list[BaseException | None] = [None] * len(writes)
+
+    def write(k: int) -> None:
+        try:
+            sink.write(*writes[k])
+        except BaseException as err:
+            outcomes[k] = err
+
+    threads = [threading.Thread(target=write, args=(k,)) for k in range(len(writes))]
+    for t in threads:
+        t.start()
+        time.sleep(0.3)  # queued after the one before
+    for t in threads:
+        t.join(60)
+    return outcomes
+
+
+@pytest.mark.parametrize("new_first", [False, True])
+def test_two_owners_of_one_shard_in_one_commit_are_judged_in_order(
+        tmp_path: Path, new_first: bool) -> None:
+    """A former owner (epoch 6) and the new owner (epoch 18) of one shard
+    both queue the same batch before the sink's next commit: the later in the
+    queue is judged against the mark the earlier leaves, so the batch is in
+    the target once (the former owner first: the new owner's is found
+    written; the new owner first: the former owner's is refused)."""
+    _targets(tmp_path)
+    with PaimonSink(str(tmp_path), "db.log", commit_interval_s=2.0) as sink:
+        sink.write(_rows(range(5), 1), Batch(0, 6, 1, 4))  # the first commit, at once
+        before = sink.commits
+        old, new = (_rows(range(5, 9), 2), Batch(0, 6, 5, 5)), (_rows(range(5, 9), 2),
+                                                             Batch(0, 18, 5, 5))
+        outcomes = _queued_in_order(sink, [new, old] if new_first else [old, new])
+        assert sink.commits - before == 1
+        if new_first:
+            assert outcomes[0] is None and isinstance(outcomes[1], StaleSinkWrite), outcomes
+            assert sink.marks("g") == {0: ShardMark(18, 6)}
+        else:
+            assert outcomes[0] is None and isinstance(outcomes[1], AlreadyWritten), outcomes
+            assert sink.marks("g") == {0: ShardMark(6, 6)}
+    assert _read(tmp_path, "db.log") == [(i, 1) for i in range(5)] + [(i, 2) for i in range(5, 9)]
+
+
+def test_every_commit_carries_the_marks_of_every_group_on_the_target(tmp_path: Path) -> None:
+    """Two groups write one target; one goes idle while the other commits on
+    and the target's older snapshots expire: the idle group's marks are in
+    every later commit, so its replay is still found."""
+    _targets(tmp_path)
+    with PaimonSink(str(tmp_path), "db.log", commit_interval_s=0) as sink:
+        sink.write(_rows(range(5), 1), Batch(0, 1, 1, 1, group="idle"))
+        for step in range(1, 4):
+            sink.write(_rows(range(100 * step, 100 * step + 3), 2),
+                       Batch(0, 1, step, step, group="busy"))
+        assert set(_properties(tmp_path, "db.log")) >= {
+            "paimon-group.sink.idle", "paimon-group.sink.busy"}
+    expire_snapshots(tmp_path, "db.log", keep_from=4)  # only the busy group's commits left
+    with PaimonSink(str(tmp_path), "db.log", commit_interval_s=0) as sink:
+        with pytest.raises(AlreadyWritten):
+            sink.write(_rows(range(5), 1), Batch(0, 2, 1, 1, group="idle"))
+        assert sink.marks("idle") == {0: ShardMark(1, 2)}
+    assert sorted(i for i, _ in _read(tmp_path, "db.log")) == [
+        *range(5), *range(100, 103), *range(200, 203), *range(300, 303)]
+
+
+def test_a_group_named_commit_finds_its_replays(tmp_path: Path) -> None:
+    """``commit`` is a valid group name: its marks are not confused with the
+    property naming a sink commit, and its replay is found."""
+    _targets(tmp_path)
+    with PaimonSink(str(tmp_path), "db.log", commit_interval_s=0) as sink:
+        sink.write(_rows(range(5), 1), Batch(0, 1, 1, 1, group="commit"))
+        with pytest.raises(AlreadyWritten):
+            sink.write(_rows(range(5), 1), Batch(0, 1, 1, 1, group="commit"))
+        assert sink.marks("commit") == {0: ShardMark(1, 2)}
+    assert _read(tmp_path, "db.log") == [(i, 1) for i in range(5)]
+
+
+def test_a_former_commit_s_nonce_is_not_a_group_s_marks(tmp_path: Path) -> None:
+    """Snapshots committed before the nonce had a property of its own hold it
+    under ``paimon-group.sink.commit``: a hex nonce there is no group's
+    marks, and the other groups' marks of that snapshot are read."""
+    _targets(tmp_path)
+    _commit_properties(tmp_path, "db.log", {
+        "paimon-group.sink.commit": "0123456789abcdef0123456789abcdef",
+        "paimon-group.sink.g": '{"v":1,"shards":{"0":[3,9,"a",0]}}'})
+    with PaimonSink(str(tmp_path), "db.log", commit_interval_s=0) as sink:
+        assert sink.marks("commit") == {}
+        assert sink.marks("g") == {0: ShardMark(3, 9, "a")}
+        sink.write(_rows(range(3), 1), Batch(0, 1, 1, 1, group="commit"))
+        assert sink.marks("commit") == {0: ShardMark(1, 2)}
+        assert sink.marks("g") == {0: ShardMark(3, 9, "a")}
+
+
+@pytest.mark.parametrize("unreadable", ["{not json", '{"v": 99, "shards": {}}'])
+def test_marks_the_sink_cannot_read_fail_their_own_group_only(
+        tmp_path: Path, unreadable: str) -> None:
+    """A group's marks property that is corrupt, or of a newer format: that
+    group's batches fail in one line; the other groups on the target write
+    on, and their commits carry the property as it was."""
+    _targets(tmp_path)
+    _commit_properties(tmp_path, "db.log", {"paimon-group.sink.other": unreadable})
+    with PaimonSink(str(tmp_path), "db.log", commit_interval_s=0) as sink:
+        sink.write(_rows(range(3), 1), Batch(0, 1, 1, 1))
+        with pytest.raises(AlreadyWritten):
+            sink.write(_rows(range(3), 1), Batch(0, 1, 1, 1))
+        with pytest.raises(CorruptValue if unreadable.startswith("{not") else IncompatibleVersion):
+            sink.write(_rows(range(3, 5), 1), Batch(0, 1, 1, 1, group="other"))
+    assert _properties(tmp_path, "db.log")["paimon-group.sink.other"] == unreadable
+    assert _read(tmp_path, "db.log") == [(i, 1) for i in range(3)]
+
+
+def test_a_batch_of_another_source_is_written_and_replaces_the_group_s_marks(
+        tmp_path: Path) -> None:
+    """The group's marks belong to a source (the table's identity, the shard
+    count, the sharding rule): a batch of another one (a table dropped and
+    re-created, a group started again with another shard count) is written
+    whatever the marks say, and the marks become the new source's alone."""
+    from paimon_group.sink.marks import Source
+
+    _targets(tmp_path)
+    old = {"table_id": "schema-0@1", "num_shards": 2, "sharding": "bucket"}
+    with PaimonSink(str(tmp_path), "db.pk", commit_interval_s=0) as sink:
+        sink.write(_rows(range(4), 1), Batch(0, 1, 1, 9, **old))
+        sink.write(_rows(range(4, 8), 1), Batch(1, 1, 1, 9, **old))
+        assert sink.target.group_marks("g").source == Source("schema-0@1", 2, "bucket")
+        recreated = Batch(0, 1, 1, 1, kind=BatchKind.INITIAL, table_id="schema-0@2",
+                          num_shards=2, sharding="bucket")
+        sink.write(_rows(range(100, 103), 2), recreated)
+        assert sink.marks("g") == {0: ShardMark(1, 2)}
+        assert sink.target.group_marks("g").source == Source("schema-0@2", 2, "bucket")
+        fewer = Batch(0, 1, 1, 1, kind=BatchKind.INITIAL, table_id="schema-0@2",
+                      num_shards=1, sharding="bucket")
+        sink.write(_rows(range(100, 103), 3), fewer)
+        other_rule = Batch(0, 1, 1, 1, kind=BatchKind.INITIAL, table_id="schema-0@2",
+                           num_shards=1, sharding="file")
+        sink.write(_rows(range(100, 103), 4), other_rule)
+        with pytest.raises(AlreadyWritten):  # a batch that does not say its source
+            sink.write(_rows(range(100, 103), 5), Batch(0, 1, 1, 1, kind=BatchKind.INITIAL))
+    assert _read(tmp_path, "db.pk") == [(i, 1) for i in range(8)] + [
+        (i, 4) for i in range(100, 103)]
+
+
+def test_marks_of_format_1_are_judged_whatever_the_batch_s_source(tmp_path: Path) -> None:
+    """Marks written before they recorded their source (format 1) hold for
+    any batch of their group, as they did; the next commit records the
+    source."""
+    from paimon_group.sink.marks import Source, encode
+
+    _targets(tmp_path)
+    _commit_properties(tmp_path, "db.log", {
+        "paimon-group.sink.g": '{"v":1,"shards":{"0":[3,9,"",0]}}'})
+    source = {"table_id": "schema-0@1", "num_shards": 2, "sharding": "bucket"}
+    with PaimonSink(str(tmp_path), "db.log", commit_interval_s=0) as sink:
+        with pytest.raises(AlreadyWritten):
+            sink.write(_rows(range(3), 1), Batch(0, 3, 5, 8, **source))
+        sink.write(_rows(range(3), 1), Batch(1, 3, 5, 8, **source))
+        assert sink.target.group_marks("g").source == Source("schema-0@1", 2, "bucket")
+        assert sink.marks("g") == {0: ShardMark(3, 9), 1: ShardMark(3, 9)}
+    assert encode({}, Source("t", 1, "bucket")).startswith('{"v":2,')

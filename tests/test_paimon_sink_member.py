@@ -8,6 +8,7 @@ the target once. Real pypaimon tables, the embedded SQLite coordinator."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import threading
 from pathlib import Path
@@ -20,10 +21,18 @@ from rich.console import Console
 
 from paimon_group import GroupMember, MemberConfig
 from paimon_group.cli import main
+from paimon_group.errors import AlreadyWritten
 from paimon_group.ops.render import describe_renderable
 from paimon_group.reading.batch import ShardBatch
 from paimon_group.sink import PaimonSink
-from tests.support.tables import _create, delete_rows, make_pk_table, open_table, write_rows
+from tests.support.tables import (
+    _create,
+    catalog,
+    delete_rows,
+    make_pk_table,
+    open_table,
+    write_rows,
+)
 
 OUT = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.int64())])
 
@@ -227,3 +236,184 @@ async def test_deletes_read_without_row_kinds_are_refused_not_written_as_inserts
     assert "\n" not in line and "read 1 deletes or update-befores" in line, line
     assert "--include-row-kind" in line and "keep the _row_kind column" in line, line
     assert _held(wh, "db.log", "id", "v") == [(i, 1) for i in range(4)]
+PK_OUT = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.int64()),
+                    pa.field("seq", pa.int64())])
+
+
+def _delete_group(wh: str, coordinator: str) -> None:
+    result = CliRunner().invoke(main, ["delete", "--group", "out", "--warehouse", wh,
+                                       "--coordinator", coordinator])
+    assert result.exit_code == 0, result.output
+
+
+async def _run_until(member: GroupMember, handle: Any, check: object,
+                     timeout: float = 60) -> None:
+    """Run ``member`` with ``handle`` until ``check()``, then stop it."""
+    run = asyncio.ensure_future(member.run(handle))
+    try:
+        await _until(check, timeout)
+    finally:
+        run.cancel()
+        await asyncio.gather(run, return_exceptions=True)
+
+
+@pytest.mark.asyncio
+async def test_a_source_table_dropped_and_re_created_is_written_whole(tmp_path: Path) -> None:
+    """The group ran into the target; the source table was dropped and
+    re-created with fewer snapshots, and the group deleted and started again
+    (docs/operations.md): the target's marks hold positions of the old table,
+    past the new table's latest snapshot. Every row of the new table lands
+    in the target."""
+    wh = str(tmp_path / "wh")
+    make_pk_table(wh, "db.src", buckets=2)
+    for k in range(5):
+        write_rows(wh, "db.src", range(10 * k, 10 * k + 10))
+    _create(wh, "db.out", OUT, primary_keys=[], options={"bucket": "-1"})
+    coordinator = f"sqlite://{tmp_path}/coord.sqlite"
+
+    def writes(sink: PaimonSink) -> Any:
+        def handle(batch: ShardBatch) -> None:
+            sink.write(batch.to_arrow().select(["id", "v"]), batch)
+        return handle
+
+    with PaimonSink(wh, "db.out", commit_interval_s=0.2) as sink:
+        async with GroupMember(_config(wh, coordinator, "a")) as a:
+            await _run_until(a, writes(sink), lambda: _target_ids(wh) == list(range(50)))
+        assert {m.next_snapshot for m in sink.marks("out").values()} == {6}
+    catalog(wh).drop_table("db.src")
+    await asyncio.sleep(0.01)  # another creation time: another table identity
+    make_pk_table(wh, "db.src", buckets=2)
+    for k in range(2):
+        write_rows(wh, "db.src", range(100 + 10 * k, 110 + 10 * k))
+    await asyncio.to_thread(_delete_group, wh, coordinator)
+    expected = [*range(50), *range(100, 120)]
+    with PaimonSink(wh, "db.out", commit_interval_s=0.2) as sink:
+        async with GroupMember(_config(wh, coordinator, "b")) as b:
+            await _run_until(b, writes(sink), lambda: _target_ids(wh) == expected, timeout=30)
+            assert all(p is not None and p <= 3 for p in b.shard_positions().values())
+    assert _target_ids(wh) == expected
+
+
+@pytest.mark.asyncio
+async def test_a_group_started_again_with_another_shard_count_writes_what_a_shard_lagged(
+        tmp_path: Path) -> None:
+    """Shard 1 lagged behind shard 0 when the group stopped; the group is
+    deleted and started again with one shard, from the earliest snapshot: its
+    shard 0 holds the buckets of both former shards, and the former shard 0's
+    mark does not hold for it. Every source row lands in the target."""
+    wh = str(tmp_path / "wh")
+    make_pk_table(wh, "db.src", buckets=2)
+    for k in range(3):
+        write_rows(wh, "db.src", range(10 * k, 10 * k + 10))
+    _create(wh, "db.out", PK_OUT, primary_keys=["id"],
+            options={"bucket": "2", "sequence.field": "seq"})
+    coordinator = f"sqlite://{tmp_path}/coord.sqlite"
+    lag = threading.Event()
+
+    def lags(sink: PaimonSink) -> Any:
+        def handle(batch: ShardBatch) -> None:
+            if batch.shard == 1 and lag.is_set():
+                raise RuntimeError("shard 1 lags")
+            sink.write(batch.to_arrow().select(["id", "v"]), batch)
+        return handle
+
+    config = dataclasses.replace(_config(wh, coordinator, "a"), shards=2,
+                                 max_handler_attempts=1)
+    with PaimonSink(wh, "db.out", commit_interval_s=0.2) as sink:
+        async with GroupMember(config) as a:
+            run = asyncio.ensure_future(a.run(lags(sink)))
+            await _until(lambda: _target_ids(wh) == list(range(30)))
+            lag.set()
+            for k in range(3, 6):
+                write_rows(wh, "db.src", range(10 * k, 10 * k + 10))
+            await asyncio.gather(run, return_exceptions=True)  # failed on shard 1
+        marks = sink.marks("out")
+        assert marks[1].next_snapshot < marks[0].next_snapshot, marks
+    assert _target_ids(wh) != list(range(60))  # shard 1's rows of snapshots 4-6 are not in
+    await asyncio.to_thread(_delete_group, wh, coordinator)
+    with PaimonSink(wh, "db.out", commit_interval_s=0.2) as sink:
+        config = dataclasses.replace(_config(wh, coordinator, "b"), shards=1)
+        async with GroupMember(config) as b:
+            await _run_until(b, lags(sink), lambda: _target_ids(wh) == list(range(60)),
+                             timeout=30)
+    assert _target_ids(wh) == list(range(60))
+
+
+@pytest.mark.asyncio
+async def test_a_sink_holding_a_batch_past_the_table_s_latest_snapshot_stops_the_member(
+        tmp_path: Path) -> None:
+    """A sink that says it holds the batch up to a snapshot the table has not
+    reached (marks of another table): the member stops in one line and
+    commits no position past the table's latest snapshot."""
+    wh = str(tmp_path / "wh")
+    make_pk_table(wh, "db.src", buckets=2)
+    for k in range(2):
+        write_rows(wh, "db.src", range(10 * k, 10 * k + 10))
+    coordinator = f"sqlite://{tmp_path}/coord.sqlite"
+
+    def held_far_ahead(batch: ShardBatch) -> None:
+        raise AlreadyWritten("held", shard=batch.shard, next_snapshot=40)
+
+    async with GroupMember(_config(wh, coordinator, "a")) as a:
+        with pytest.raises(AlreadyWritten, match=r"past the table's latest snapshot 2") as err:
+            await asyncio.wait_for(a.run(held_far_ahead), 30)
+        assert "\n" not in str(err.value)
+        assert all(p is None or p <= 3 for p in a.shard_positions().values())
+
+
+@pytest.mark.asyncio
+async def test_a_former_and_a_new_owner_of_a_shard_in_one_sink_commit_write_it_once(
+        tmp_path: Path) -> None:
+    """Two members of one process share a sink. The first queues its batch
+    in the sink and leaves with that write under way; the second takes the
+    shard and is delivered the same batch, and both are in the sink's next
+    commit: the later one is judged against the mark the earlier leaves, so
+    the batch is in the target once."""
+    wh = str(tmp_path / "wh")
+    make_pk_table(wh, "db.src", buckets=2)
+    for k in range(3):
+        write_rows(wh, "db.src", range(10 * k, 10 * k + 10))
+    _create(wh, "db.out", OUT, primary_keys=[], options={"bucket": "-1"})
+    coordinator = f"sqlite://{tmp_path}/coord.sqlite"
+    sink = PaimonSink(wh, "db.out", commit_interval_s=0.2)
+    both, queued = threading.Event(), threading.Event()
+    wait_due = sink._wait_due
+
+    def gathers_both() -> None:  # the committer's wait: until both owners queued
+        while not both.is_set():
+            if len(sink._queue) >= 2:
+                both.set()
+                break
+            if sink._queue:
+                queued.set()
+            sink._cond.wait(0.05)
+        wait_due()
+
+    sink._wait_due = gathers_both  # type: ignore[method-assign]
+    outcomes: list[str] = []
+
+    def writes(batch: ShardBatch) -> None:
+        try:
+            sink.write(batch.to_arrow().select(["id", "v"]), batch)
+            outcomes.append(f"{batch.member_id}: written")
+        except AlreadyWritten:
+            outcomes.append(f"{batch.member_id}: already written")
+            raise
+
+    a = GroupMember(dataclasses.replace(_config(wh, coordinator, "a"), shards=1))
+    await a.start()
+    run_a = asyncio.ensure_future(a.run(writes))
+    await _until(queued.is_set)
+    await a.stop(timeout=0.5)   # its write stays under way, queued in the sink
+    async with GroupMember(dataclasses.replace(_config(wh, coordinator, "b"),
+                                               shards=1)) as b:
+        run_b = asyncio.ensure_future(b.run(writes))
+        await _until(lambda: (b.shard_positions().get(0) or 0) >= 4, timeout=60)
+        run_b.cancel()
+        await asyncio.gather(run_b, return_exceptions=True)
+    await asyncio.wait_for(asyncio.gather(run_a, return_exceptions=True), 10)
+    # The first batch: the former owner's went in, the new owner's was found
+    # there (the later ones only the new owner read).
+    assert sorted(outcomes[:2]) == ["a: written", "b: already written"], outcomes
+    assert _target_ids(wh) == list(range(30))
+    sink.close()

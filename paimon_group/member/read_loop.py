@@ -36,6 +36,7 @@ from paimon_group.member.data_loss import LostRange, data_loss_error, skip_warni
 from paimon_group.member.handler_slot import HandlerSlot, StepHandlers
 from paimon_group.member.head import TABLE_CHECK_S
 from paimon_group.member.moved_start import move_start, moves_group_wide, repin_stale
+from paimon_group.member.sink_holds import check_held
 from paimon_group.member.start_pin import pin_start
 from paimon_group.member.state import OwnedShard, Stop
 from paimon_group.member.watches import first_of
@@ -312,6 +313,7 @@ class ReadLoop:
                 planner=planner,
                 incarnation=self._core.meta.incarnation if self._core.meta is not None else "",
                 start_moves=o.start_moves,
+                table_id=self._core.meta.table_id if self._core.meta is not None else "",
             )))
         return deliveries, empty
 
@@ -456,13 +458,9 @@ class ReadLoop:
         """The handler's sink already holds ``batch`` up to
         ``written.next_snapshot``: commit that position for the shard alone
         (fenced as any commit; the step's lane goes on without it), so the
-        next step reads on from what the sink holds."""
-        if written.shard != o.shard or (written.next_snapshot <= (o.next_snapshot or 0) \
-                and o.full_scan is None):
-            raise AlreadyWritten(f"shard {o.shard}: a sink says {written} of the batch at "
-                                 f"snapshot {batch.snapshot_id}, which is not ahead of the "
-                                 "shard's position", shard=o.shard,
-                                 next_snapshot=written.next_snapshot) from written
+        next step reads on from what the sink holds, once it is found
+        credible (:func:`~paimon_group.member.sink_holds.check_held`)."""
+        await check_held(self._core, o, batch, written)
         log.info("shard %d: the sink already holds snapshots up to %d: the position moves "
                  "there", o.shard, written.next_snapshot - 1,
                  extra={"group": self._core.group_name, "member": self._core.member_id,

@@ -60,7 +60,11 @@ class ShardBatch:
     another or a wiped coordinator has another, and its epochs start anew;
     empty if unknown), ``start_moves`` (the moves of the group start the
     shard's position derives from: :class:`~paimon_group.protocol.records.GroupStart`),
-    ``snapshot_id`` (the last snapshot the step covers), ``first_snapshot``,
+    ``table_id`` (the identity of the table the group reads,
+    :func:`~paimon_group.protocol.identity.table_identity`; empty if unknown),
+    ``sharding`` (the group's sharding rule, a
+    :class:`~paimon_group.protocol.sharding.ShardRule` value), ``snapshot_id``
+    (the last snapshot the step covers), ``first_snapshot``,
     ``kind`` (:class:`~paimon_group.reading.planner.BatchKind`), ``next_snapshot``
     (the position committed after the handler returns), ``splits``,
     ``num_splits``, ``estimated_rows`` (from file metadata: rows before a
@@ -115,6 +119,7 @@ class ShardBatch:
         "snapshot_id",
         "splits",
         "start_moves",
+        "table_id",
     )
 
     def __init__(
@@ -129,6 +134,7 @@ class ShardBatch:
         planner: ShardPlanner,
         incarnation: str = "",
         start_moves: int = 0,
+        table_id: str = "",
     ) -> None:
         if planner.num_shards != num_shards:
             raise PlanInvariantViolated(
@@ -146,6 +152,7 @@ class ShardBatch:
         self.epoch = epoch
         self.incarnation = incarnation
         self.start_moves = start_moves
+        self.table_id = table_id
         self.kind: BatchKind = plan.kind
         self.snapshot_id = plan.snapshot_id
         self.first_snapshot = (
@@ -171,6 +178,12 @@ class ShardBatch:
         # newer schema (ALTER TABLE) while this batch is in the handler, and
         # schema, to_arrow() and iter_batches() must still agree.
         self._view = planner.view
+
+    @property
+    def sharding(self) -> str:
+        """The group's sharding rule (a
+        :class:`~paimon_group.protocol.sharding.ShardRule` value)."""
+        return self._planner.rule.value
 
     @property
     def num_splits(self) -> int:

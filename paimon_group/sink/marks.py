@@ -1,8 +1,13 @@
 """What a Paimon target holds of each source shard: the sink's marks.
 
 Every commit of :class:`~paimon_group.sink.paimon.PaimonSink` into its target
-carries, in its snapshot properties under ``paimon-group.sink.<group>``, the
-mark of every shard of the group that has ever written there: the epoch of
+carries, in its snapshot properties under ``paimon-group.sink.<group>``, for
+every group whose marks the target holds (not only the groups it writes, so a
+group's marks live as long as any sink writes the target), the **source** they
+belong to (the source table's identity,
+:func:`paimon_group.protocol.identity.table_identity`, the group's shard count
+and sharding rule: :class:`Source`) and the mark of every shard of the group
+that has written there since: the epoch of
 the owner that wrote last, the source position after the last batch
 written (``next_snapshot``: the snapshot the shard reads next), the
 group's incarnation in its coordinator then (a group re-created on another
@@ -13,6 +18,15 @@ it read from the earlier start, though it scans an earlier snapshot than it
 may have reached; :func:`paimon_group.protocol.records.position_order`). The marks
 are cumulative (each commit carries those of the commit before, with its own
 shards' replaced), so the newest snapshot that has them says everything.
+
+A group's marks hold for batches of their source only. A batch of another
+source (a table dropped and re-created under the same name, a group deleted
+and started again with another shard count or sharding rule: its shard
+numbers and positions mean other rows) is not judged against them: it is
+written, and the group's marks become those of the new source
+(:meth:`GroupMarks.for_batch`, :meth:`GroupMarks.written`). A part of the
+source unknown on either side (a batch that does not say, marks of format 1,
+which recorded none) is not compared.
 
 Pure and I/O free: the sink reads snapshots and commits; this module decides.
 
@@ -57,25 +71,54 @@ Example::
     Verdict(kind='write', next_snapshot=None)
     >>> judge(marks.get(0), first=0, epoch=3, incarnation="a", full_scan=6, start_moves=1)
     Verdict(kind='write', next_snapshot=None)
+    >>> old = GroupMarks(Source("schema-0@1", 4, "bucket"), marks)
+    >>> old.for_batch(Source("schema-0@1", 4, "bucket")).get(0).next_snapshot
+    9
+    >>> old.for_batch(Source("schema-0@2", 4, "bucket"))  # the table was re-created
+    {}
+    >>> old.for_batch(Source("schema-0@1", 2, "bucket"))  # another shard count
+    {}
+    >>> old.written(Source("schema-0@2", 4, "bucket"), {1: ShardMark(1, 3)}).shards
+    {1: ShardMark(epoch=1, next_snapshot=3, incarnation='', start_moves=0)}
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from paimon_group.errors import CorruptValue, IncompatibleVersion
 from paimon_group.version import __version__
 
 PROPERTY_PREFIX = "paimon-group.sink."
-FORMAT = 1
+FORMAT = 2
+"""Format 2 records the marks' source; format 1 (no source) is still read."""
+NONCE_PROPERTY = "paimon-group.commit-nonce"
+"""The property naming a sink commit (looked up when its outcome is unknown);
+outside :data:`PROPERTY_PREFIX`, whose names are all groups' (a group may be
+named ``commit``)."""
+_FORMER_NONCE = re.compile(r"[0-9a-f]{32}")
 
 
 def property_key(group: str) -> str:
     """The snapshot property holding ``group``'s marks."""
     return PROPERTY_PREFIX + group
+
+
+def group_of(key: str, value: str) -> str | None:
+    """The group whose marks the snapshot property ``key`` holds, or None.
+    Snapshots committed before the commit's nonce had a property of its own
+    hold it under ``paimon-group.sink.commit``: a hex nonce there is not a
+    group's marks."""
+    if not key.startswith(PROPERTY_PREFIX):
+        return None
+    group = key[len(PROPERTY_PREFIX):]
+    if group == "commit" and _FORMER_NONCE.fullmatch(value):
+        return None
+    return group
 
 
 @dataclass(frozen=True)
@@ -136,15 +179,67 @@ def merged(marks: Mapping[int, ShardMark], written: Mapping[int, ShardMark]
     return out
 
 
-def encode(marks: Mapping[int, ShardMark]) -> str:
-    """The property value of ``marks`` (compact JSON, shards in order)."""
-    return json.dumps({"v": FORMAT, "shards": {
+@dataclass(frozen=True)
+class Source:
+    """What a group's marks were written from: the source table's identity,
+    the group's shard count and its sharding rule (each empty or 0: unknown)."""
+
+    table_id: str = ""
+    num_shards: int = 0
+    sharding: str = ""
+
+    def contradicts(self, other: Source) -> bool:
+        """Whether ``other`` is another source: a part known on both sides differs."""
+        return any(a and b and a != b for a, b in (
+            (self.table_id, other.table_id), (self.num_shards, other.num_shards),
+            (self.sharding, other.sharding)))
+
+    def completed(self, other: Source) -> Source:
+        """This source with its unknown parts taken from ``other``."""
+        return Source(self.table_id or other.table_id, self.num_shards or other.num_shards,
+                      self.sharding or other.sharding)
+
+
+@dataclass(frozen=True)
+class GroupMarks:
+    """A group's marks in the target: their :class:`Source` and each shard's mark."""
+
+    source: Source = Source()
+    shards: Mapping[int, ShardMark] = field(default_factory=dict)
+
+    def for_batch(self, source: Source) -> dict[int, ShardMark]:
+        """The marks a batch of ``source`` is judged against: none if they
+        belong to another source."""
+        return {} if self.source.contradicts(source) else dict(self.shards)
+
+    def written(self, source: Source, shards: Mapping[int, ShardMark]) -> GroupMarks:
+        """These marks after ``shards`` of a batch of ``source`` were written
+        (each judged ``write`` against :meth:`for_batch`): those of another
+        source are replaced whole."""
+        if self.source.contradicts(source):
+            return GroupMarks(source, dict(shards))
+        return GroupMarks(self.source.completed(source), merged(self.shards, shards))
+
+
+def encode(marks: Mapping[int, ShardMark], source: Source = Source()) -> str:
+    """The property value of ``marks`` of ``source`` (compact JSON, shards in order)."""
+    return json.dumps({"v": FORMAT, "source": {
+        "table_id": source.table_id, "num_shards": source.num_shards,
+        "sharding": source.sharding}, "shards": {
         str(s): [m.epoch, m.next_snapshot, m.incarnation, m.start_moves]
         for s, m in sorted(marks.items())}}, separators=(",", ":"))
 
 
 def decode(value: str) -> dict[int, ShardMark]:
-    """The marks of a property value; one line naming what is wrong otherwise."""
+    """The shards' marks of a property value (whatever their source); one
+    line naming what is wrong otherwise."""
+    return dict(decode_group(value).shards)
+
+
+def decode_group(value: str) -> GroupMarks:
+    """The group's marks of a property value, of format 1 (no source: its
+    source is unknown, and contradicts none) or :data:`FORMAT`; one line
+    naming what is wrong otherwise."""
     try:
         data = json.loads(value)
         if isinstance(data.get("v"), int) and data["v"] > FORMAT:
@@ -152,11 +247,17 @@ def decode(value: str) -> dict[int, ShardMark]:
                 f"the sink's marks in the target have format {data['v']}; this is "
                 f"paimon-group {__version__}, which reads format {FORMAT}: upgrade it to the "
                 "version that wrote them or later")
-        if data.get("v") != FORMAT:
+        if data.get("v") not in (1, FORMAT) or isinstance(data.get("v"), bool):
             raise ValueError(f"format {data.get('v')!r}")
-        return {int(s): ShardMark(int(m[0]), int(m[1]), str(m[2]) if len(m) > 2 else "",
-                                  int(m[3]) if len(m) > 3 else 0)
-                for s, m in data["shards"].items()}
+        source = Source()
+        if data["v"] >= 2:
+            known = data["source"]
+            source = Source(str(known.get("table_id") or ""), int(known.get("num_shards") or 0),
+                            str(known.get("sharding") or ""))
+        return GroupMarks(source, {
+            int(s): ShardMark(int(m[0]), int(m[1]), str(m[2]) if len(m) > 2 else "",
+                              int(m[3]) if len(m) > 3 else 0)
+            for s, m in data["shards"].items()})
     except (ValueError, TypeError, KeyError, AttributeError, IndexError) as err:
         raise CorruptValue(f"the sink's marks in the target do not parse ({err}): "
                            f"{value[:80]!r}") from err

@@ -67,12 +67,13 @@ from paimon_group.errors import AlreadyWritten, ConfigError, PaimonGroupError, S
 from paimon_group.protocol.sinks import SinkRecord, register, unregister
 from paimon_group.reading.planner import BatchKind
 from paimon_group.sink.marks import (
-    PROPERTY_PREFIX,
+    NONCE_PROPERTY,
+    GroupMarks,
     ShardMark,
+    Source,
     Verdict,
     encode,
     judge,
-    merged,
     property_key,
 )
 from paimon_group.sink.target import TargetTable
@@ -90,13 +91,12 @@ GATHER_S = 0.05
 # each; over any window the target gets at most one snapshot per interval
 # and this many more).
 COMMIT_BURST = 3
-NONCE_PROPERTY = PROPERTY_PREFIX + "commit"
 
 
 class SourceBatch(Protocol):
     """What the sink needs of a batch (a :class:`~paimon_group.reading.batch.ShardBatch`;
-    its ``incarnation`` and ``start_moves`` too, read as empty and 0 where a
-    batch has none)."""
+    its ``incarnation``, ``start_moves``, ``table_id``, ``num_shards`` and
+    ``sharding`` too, read as empty and 0 (unknown) where a batch has none)."""
 
     group: str
     shard: int
@@ -123,6 +123,7 @@ class _Pending:
     messages: list[Any]
     rows: int
     batch: Any = None
+    source: Source = field(default_factory=Source)
     future: concurrent.futures.Future[None] = field(default_factory=concurrent.futures.Future)
 
     def finish(self, error: BaseException | None = None) -> None:
@@ -153,6 +154,13 @@ def _incarnation_of(batch: SourceBatch) -> str:
 def _start_moves_of(batch: SourceBatch) -> int:
     """The moves of the group start the batch's position derives from."""
     return int(getattr(batch, "start_moves", 0) or 0)
+
+
+def _source_of(batch: SourceBatch) -> Source:
+    """The source the batch was read from (:class:`~paimon_group.sink.marks.Source`)."""
+    return Source(str(getattr(batch, "table_id", "") or ""),
+                  int(getattr(batch, "num_shards", 0) or 0),
+                  str(getattr(batch, "sharding", "") or ""))
 
 
 def _full_scan_of(batch: SourceBatch) -> int | None:
@@ -320,7 +328,7 @@ class PaimonSink:
     def _written(self, rows: Any, batch: SourceBatch) -> _Pending:
         """``batch`` judged against the marks known, and its files written."""
         table = self.target.conform(_as_arrow(rows), batch)
-        verdict = judge(self.target.marks(batch.group).get(batch.shard),
+        verdict = judge(self._mark_of(batch),
                         first=_first_of(batch), epoch=batch.epoch,
                         incarnation=_incarnation_of(batch), full_scan=_full_scan_of(batch),
                         start_moves=_start_moves_of(batch))
@@ -330,7 +338,13 @@ class PaimonSink:
                         _start_moves_of(batch), _first_of(batch), _full_scan_of(batch),
                         batch.next_snapshot, batch.snapshot_id,
                         self.target.write_files(table, self.commit_user), table.num_rows,
-                        batch)
+                        batch, _source_of(batch))
+
+    def _mark_of(self, batch: SourceBatch) -> ShardMark | None:
+        """The mark ``batch`` is judged against, as of the newest snapshot:
+        none if its group's marks belong to another source."""
+        return self.target.group_marks(batch.group).for_batch(
+            _source_of(batch)).get(batch.shard)
 
     def _queue_written(self, rows: Any, batch: SourceBatch) -> _Pending:
         """:meth:`_written`, counted among the writes under way meanwhile
@@ -433,7 +447,7 @@ class PaimonSink:
         ones to write, on top of the snapshot judged; again, after a short
         random wait, if another writer's commit came first
         (:data:`coordinators.retry.SINK_RACES`)."""
-        verdicts: list[tuple[_Pending, Verdict]] = []
+        verdicts: list[tuple[_Pending, Verdict | PaimonGroupError]] = []
         policy = retry.SINK_RACES.copy(sleep=self._sleep)
         try:
             policy(self._commit_attempt, pending, verdicts)
@@ -443,6 +457,9 @@ class PaimonSink:
                 "races in a row to other writers of the target; the batches are retried"
             ) from None
         for p, verdict in verdicts:
+            if isinstance(verdict, PaimonGroupError):
+                p.finish(verdict)  # its group's marks cannot be read
+                continue
             _tell_batch(p.batch, verdict)
             try:
                 _raise_unless_write(verdict, p.group, p.shard, p.epoch)
@@ -452,31 +469,56 @@ class PaimonSink:
 
 
     def _commit_attempt(self, pending: list[_Pending],
-                        verdicts: list[tuple[_Pending, Verdict]]) -> bool:
+                        verdicts: list[tuple[_Pending, Verdict | PaimonGroupError]]) -> bool:
         """One try of :meth:`_commit`: False if another writer took the
-        snapshot id first. ``verdicts`` gets the batches not to write."""
-        latest, marks = self.target.marks_at_latest()
-        writes: list[tuple[_Pending, Verdict]] = []
+        snapshot id first. ``verdicts`` gets the batches not to write (or
+        whose group's marks cannot be read: only that group's batches fail).
+
+        The batches are judged in queue order, each against the marks the
+        ones before it leave (two owners of one shard, a former and a new
+        one, may both be queued: the later is judged against the earlier's
+        mark). The commit carries every group's marks the target holds,
+        those of groups it writes nothing for as they are, so an idle
+        group's marks live as long as any sink writes the target."""
+        latest, stored = self.target.marks_at_latest()
+        current: dict[str, GroupMarks] = {}
+        unreadable: dict[str, PaimonGroupError] = {}
+        writes: list[_Pending] = []
         verdicts.clear()
         for p in pending:
-            verdict = judge(marks.get(p.group, {}).get(p.shard), first=p.first,
+            if p.group not in current and p.group not in unreadable:
+                try:
+                    current[p.group] = self.target.decoded(p.group, stored[p.group]) \
+                        if p.group in stored else GroupMarks()
+                except PaimonGroupError as err:
+                    unreadable[p.group] = err
+            if p.group in unreadable:
+                verdicts.append((p, unreadable[p.group]))
+                continue
+            marks = current[p.group]
+            verdict = judge(marks.for_batch(p.source).get(p.shard), first=p.first,
                             epoch=p.epoch, incarnation=p.incarnation,
                             full_scan=p.full_scan, start_moves=p.start_moves)
-            (writes if verdict.kind == "write" else verdicts).append((p, verdict))
+            if verdict.kind != "write":
+                verdicts.append((p, verdict))
+                continue
+            writes.append(p)
+            current[p.group] = marks.written(p.source, {p.shard: ShardMark(
+                p.epoch, p.next_snapshot, p.incarnation, p.start_moves)})
         if not writes:
             return True
         nonce = uuid.uuid4().hex
-        properties = {NONCE_PROPERTY: nonce}
-        for group in {p.group for p, _ in writes}:
-            ours = {p.shard: ShardMark(p.epoch, p.next_snapshot, p.incarnation, p.start_moves)
-                    for p, _ in writes if p.group == group}
-            properties[property_key(group)] = encode(merged(marks.get(group, {}), ours))
-        messages = [m for p, _ in writes for m in p.messages]
+        properties = {property_key(group): value for group, value in stored.items()}
+        for group in {p.group for p in writes}:
+            marks = current[group]
+            properties[property_key(group)] = encode(marks.shards, marks.source)
+        properties[NONCE_PROPERTY] = nonce
+        messages = [m for p in writes for m in p.messages]
         if not self.target.commit_once(messages, latest, properties, self.commit_user,
                                        next(self._identifiers), nonce):
             return False
         self.commits += 1
-        for p, _ in writes:
+        for p in writes:
             p.finish()
         return True
 

@@ -14,7 +14,11 @@
 * :meth:`~TargetTable.write_files` writes a batch's data files with a writer
   of its own and returns their commit messages (nothing is visible yet);
 * :meth:`~TargetTable.marks_at_latest` reads the marks of every group as of
-  the newest snapshot (scanning only the snapshots it has not seen);
+  the newest snapshot (scanning only the snapshots it has not seen), as
+  stored: a group's are decoded only when one of its batches is judged
+  (:meth:`~TargetTable.group_marks`), so marks the sink cannot read (corrupt,
+  or of a newer format) fail their own group's batches only, and are carried
+  as they are;
 * :meth:`~TargetTable.commit_once` commits on top of exactly that snapshot,
   once: pypaimon's commit is a compare-and-set of the next snapshot id, and
   its retry (which would read a newer snapshot and commit on it with marks
@@ -40,7 +44,7 @@ import pyarrow.compute as pc
 from paimon_group.errors import ConfigError, PaimonGroupError
 from paimon_group.reading.table import ShardedTable
 from paimon_group.sink.kinds import ROW_KIND, kind_column, retractions
-from paimon_group.sink.marks import PROPERTY_PREFIX, ShardMark, decode
+from paimon_group.sink.marks import NONCE_PROPERTY, GroupMarks, ShardMark, decode_group, group_of
 from paimon_group.store.exclusive import create_exclusive, exclusive_create_check
 
 log = logging.getLogger("paimon_group.sink")
@@ -145,7 +149,8 @@ class TargetTable:
         self._shapes = {self._shape.schema_id: self._shape}
         self._lock = threading.Lock()
         self._seen = 0  # the newest snapshot whose properties were read
-        self._marks: dict[str, dict[int, ShardMark]] = {}
+        self._marks: dict[str, str] = {}  # each group's marks property, as stored
+        self._decoded: dict[str, tuple[str, GroupMarks]] = {}  # group -> (value, marks)
 
     @classmethod
     def open(cls, warehouse: str, table: str,
@@ -284,35 +289,54 @@ class TargetTable:
     # -- marks -----------------------------------------------------------------
 
     def marks(self, group: str, *, fresh: bool = True) -> dict[int, ShardMark]:
-        """``group``'s marks as of the newest snapshot (``fresh``) or as last read."""
-        if fresh:
-            return self.marks_at_latest()[1].get(group, {})
-        with self._lock:
-            return dict(self._marks.get(group, {}))
+        """``group``'s marks as of the newest snapshot (``fresh``) or as last
+        read, whatever their source."""
+        return dict(self.group_marks(group, fresh=fresh).shards)
 
-    def marks_at_latest(self) -> tuple[Any, dict[str, dict[int, ShardMark]]]:
+    def group_marks(self, group: str, *, fresh: bool = True) -> GroupMarks:
+        """``group``'s marks (with their source) as of the newest snapshot
+        (``fresh``) or as last read; one line if they cannot be read."""
+        if fresh:
+            value = self.marks_at_latest()[1].get(group)
+        else:
+            with self._lock:
+                value = self._marks.get(group)
+        return GroupMarks() if value is None else self.decoded(group, value)
+
+    def decoded(self, group: str, value: str) -> GroupMarks:
+        """``group``'s marks property ``value`` decoded (once per value)."""
+        with self._lock:
+            known = self._decoded.get(group)
+        if known is not None and known[0] == value:
+            return known[1]
+        marks = decode_group(value)
+        with self._lock:
+            self._decoded[group] = (value, marks)
+        return marks
+
+    def marks_at_latest(self) -> tuple[Any, dict[str, str]]:
         """The newest snapshot (None: the table has none) and every group's
-        marks as of it: the newest snapshot that carries a group's property
-        holds all of its marks (each commit carries them all)."""
+        marks property as of it, as stored (:meth:`decoded` reads one): the
+        newest snapshot that carries a group's property holds all of its
+        marks (each commit carries them all)."""
         manager = self.table.snapshot_manager()
         latest = manager.get_latest_snapshot()
         with self._lock:
             if latest is None:
                 return None, {}
-            found: dict[str, dict[int, ShardMark]] = {}
+            found: dict[str, str] = {}
             for snapshot_id in range(latest.id, self._seen, -1):
                 snapshot = latest if snapshot_id == latest.id else \
                     manager.get_snapshot_by_id(snapshot_id)
                 if snapshot is None:
                     break  # expired: older ones are too
                 for key, value in (snapshot.properties or {}).items():
-                    group = key[len(PROPERTY_PREFIX):]
-                    if key.startswith(PROPERTY_PREFIX) and group != "commit" \
-                            and group not in found:
-                        found[group] = decode(value)
+                    group = group_of(key, value)
+                    if group is not None and group not in found:
+                        found[group] = value
             self._marks.update(found)
             self._seen = latest.id
-            return latest, {g: dict(m) for g, m in self._marks.items()}
+            return latest, dict(self._marks)
 
     # -- committing ------------------------------------------------------------
 
@@ -338,8 +362,7 @@ class TargetTable:
         except Exception as err:  # a lost race, or an unknown outcome
             taken = self.table.snapshot_manager().get_snapshot_by_id(
                 1 if latest is None else latest.id + 1)
-            if taken is not None and (taken.properties or {}).get(
-                    PROPERTY_PREFIX + "commit") == nonce:
+            if taken is not None and (taken.properties or {}).get(NONCE_PROPERTY) == nonce:
                 return True
             if taken is None:
                 raise  # nothing took the id: not a race
