@@ -46,6 +46,7 @@ import asyncio
 import contextlib
 import random
 import time
+import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -155,6 +156,8 @@ class SimSink(PaimonSink):
         self.plant = plant
         if plant == "sink_kinds_dropped":
             self.target = _KindsDropped.open(warehouse, table)
+        if plant == "sink_marks_any_table":
+            self.target = _AnySource.open(warehouse, table)
         self.hooks = hooks
         self.dead = False
         self.two_owners_in_a_commit = 0  # commits writing two epochs of one shard
@@ -239,12 +242,48 @@ class SimSink(PaimonSink):
     def _judged_together(self, pending: list[Any], verdicts: list[Any]) -> bool:
         """Planted (C5 reverted): every queued batch judged against the marks
         of the snapshot read, none against those the batches before it in
-        the queue leave (the sink's attempt before the fix)."""
-        return bool(super()._commit_attempt(pending, verdicts))
+        the queue leave (the sink's attempt before the fix; each shard's
+        mark in the commit the last batch's)."""
+        from paimon_group.sink.marks import (
+            NONCE_PROPERTY,
+            GroupMarks,
+            ShardMark,
+            encode,
+            judge,
+            property_key,
+        )
+
+        latest, stored = self.target.marks_at_latest()
+        read = {g: self.target.decoded(g, v) for g, v in stored.items()}
+        writes = []
+        verdicts.clear()
+        for p in pending:
+            marks = read.get(p.group, GroupMarks())
+            verdict = judge(marks.for_batch(p.source).get(p.shard), first=p.first,
+                            epoch=p.epoch, incarnation=p.incarnation,
+                            full_scan=p.full_scan, start_moves=p.start_moves)
+            (writes if verdict.kind == "write" else verdicts).append((p, verdict))
+        if not writes:
+            return True
+        nonce = uuid.uuid4().hex
+        properties = {property_key(g): v for g, v in stored.items()}
+        for group in {p.group for p, _v in writes}:
+            ours = {p.shard: ShardMark(p.epoch, p.next_snapshot, p.incarnation, p.start_moves)
+                    for p, _v in writes if p.group == group}
+            source = next(p.source for p, _v in reversed(writes) if p.group == group)
+            marks = read.get(group, GroupMarks()).written(source, ours)
+            properties[property_key(group)] = encode(marks.shards, marks.source)
+        properties[NONCE_PROPERTY] = nonce
+        if not self.target.commit_once([m for p, _v in writes for m in p.messages], latest,
+                                       properties, self.commit_user,
+                                       next(self._identifiers), nonce):
+            return False
+        self.commits += 1
+        for p, _v in writes:
+            p.finish()
+        return True
 
     def write(self, rows: Any, batch: Any) -> None:
-        if self.plant == "sink_marks_any_table" and hasattr(batch, "table_id"):
-            batch.table_id = ""  # planted: the source table unknown to the marks
         if self.plant == "sink_first_part_only" and id(batch) in self._open:
             return  # planted: a later part of the batch is lost
         super().write(rows, batch)
@@ -317,6 +356,17 @@ class _KindsDropped(TargetTable):
         if ROW_KIND in rows.column_names:
             rows = rows.drop_columns([ROW_KIND])
         return super().conform(rows, _NoRetractions(batch))
+
+
+class _AnySource(TargetTable):
+    """Planted (C1 reverted): every group's marks read without their source
+    (as marks of format 1): they hold for the batches of any source, a
+    re-created table's or a group's of another shard count."""
+
+    def decoded(self, group: str, value: str) -> Any:
+        from paimon_group.sink.marks import GroupMarks
+
+        return GroupMarks(shards=super().decoded(group, value).shards)
 
 
 class _NoRetractions:
