@@ -23,21 +23,24 @@ SNAPSHOT = Path(__file__).parent / "support" / "public_api.json"
 # sink's marks carry; the output a sink holds for a batch written in parts,
 # sealed or dropped by the member once the handler is done; the deletes and
 # update-befores a batch read (a sink refuses output that dropped their kind);
-# a table loaded without the checks made for a table to read (a sink's target).
+# a table loaded without the checks made for a table to read (a sink's target);
+# the source table's identity and the sharding rule, which a sink's marks carry.
 ADDED = {"GroupMember": {"read_loop": "data", "host_reads": "data"},
          "ShardBatch": {"sink_holds": "data", "incarnation": "data", "start_moves": "data",
                         "hold_output": "method(self, sink: 'HeldOutput') -> 'None'",
                         "seal_output": "method(self) -> 'list[concurrent.futures.Future[None]]'",
                         "drop_output": "method(self) -> 'None'",
                         "close_output": "method(self) -> 'None'",
-                        "retractions": "data", "output_sealed": "data"},
+                        "retractions": "data", "output_sealed": "data",
+                        "table_id": "data", "sharding": "data"},
          "ShardedTable": {"load": "method(warehouse: 'str', table: 'str', catalog_options: "
                                   "'Mapping[str, str] | None' = None, *, check: 'str' = "
                                   "'check --warehouse and --table') -> 'tuple[Any, str]'"}}
 # Keyword parameters added since, each with a default (old calls still work);
 # GroupMember's ``handle_signals``: SIGTERM and SIGINT stop a member used as
 # ``async with`` gracefully (True), or are left alone (False).
-ADDED_PARAMETERS = {"ShardBatch": ", incarnation: 'str' = '', start_moves: 'int' = 0",
+ADDED_PARAMETERS = {"ShardBatch": ", incarnation: 'str' = '', start_moves: 'int' = 0, "
+                                  "table_id: 'str' = ''",
                     "GroupMember": ", handle_signals: 'bool' = True"}
 # Keyword parameters added to methods since, each with a default: the end of
 # ShardedTable.open's not-found line (the Spark source names its options there).

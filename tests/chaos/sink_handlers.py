@@ -24,8 +24,9 @@ kind, first and next snapshot) and SIGKILLs itself. The points:
     the target commit holding the batch (and the others queued with it) is
     made, in the sink's committer thread; no handler has returned yet;
 ``written``
-    ``sink.write`` returned: the batch is in the target, and the member has
-    not committed its position.
+    the batch is in the target (the commit of what the member sealed for it,
+    once its handler returned, succeeded), and the member has not committed
+    its position.
 
 ``catch_up``: only at a catch-up batch (one step over many source
 snapshots). ``stall``: the armed member's handler first stalls once, in a
@@ -64,7 +65,6 @@ def write(batch: Any) -> None:
         sink.write(rows, batch)
     finally:
         _local.batch = None
-    _die_if_armed("written", batch)
 
 
 def _the_sink() -> PaimonSink:
@@ -88,8 +88,18 @@ def _the_sink() -> PaimonSink:
                     _die_if_armed("commit", None)
                 return done
 
+            seal = sink.seal
+
+            def seal_then_die_once_written(batch: Any) -> Any:
+                future = seal(batch)
+                future.add_done_callback(
+                    lambda f: None if f.exception() is not None
+                    else _die_if_armed("written", batch))
+                return future
+
             target.write_files = files_then_die  # type: ignore[method-assign]
             target.commit_once = commit_then_die  # type: ignore[method-assign]
+            sink.seal = seal_then_die_once_written  # type: ignore[method-assign]
             _sink = sink
         return _sink
 

@@ -11,9 +11,9 @@ that matters:
     the sink's committer dies right after the target commit (every batch
     it held is in), before any handler returned;
 ``written``
-    a handler dies after ``sink.write`` returned: the batch is in the
-    target, its position not in the coordinator (the replay must be found
-    in the target's marks: ``AlreadyWritten``);
+    a member dies once its batch is in the target (the commit of what it
+    sealed for the batch succeeded), its position not in the coordinator
+    (the replay must be found in the target's marks: ``AlreadyWritten``);
 ``handoff``
     a fourth member joins (and dies right after its first write into the
     target) while an owner is SIGKILLed, or leaves (SIGTERM) while an owner
