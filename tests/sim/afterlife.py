@@ -160,6 +160,10 @@ class Afterlife:
             return
         self.ran = True
         self.stats["afterlife_seeds"] += 1
+        # The operator stops the run's processes and their supervisors: a
+        # restart of a run's member scheduled before (after a crash in the
+        # chaos) never starts it after the delete, in the fresh group.
+        run.supervisors_stopped = True
         self.log_from = len(run.store.position_log)
         if not await self._delete_group("g"):
             return

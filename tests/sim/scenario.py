@@ -259,6 +259,10 @@ class Run:
         self.dropped_delivery = False
         self.member_ids = [f"m{i}" for i in range(5)]
         self._tasks: set[asyncio.Future[Any]] = set()
+        # The members' supervisors stopped (tests/sim/afterlife.py: the
+        # operator stops them before deleting the group): a restart they had
+        # scheduled never comes.
+        self.supervisors_stopped = False
         if plant == "stale_fence":
             self.store.plant_stale_accept = True
         # Snapshot expiry and --on-data-loss, in their own draw (tests/sim/expiry.py).
@@ -691,7 +695,7 @@ class Run:
         task.add_done_callback(self._tasks.discard)
 
     async def _restart(self, member_id: str) -> None:
-        if any(i.member_id == member_id for i in self.live()):
+        if self.supervisors_stopped or any(i.member_id == member_id for i in self.live()):
             return
         self.stats["restarts"] += 1
         await self.start_member(member_id)
