@@ -571,6 +571,9 @@ class Afterlife:
         for i, v, _k in mine:
             have[i].add(v)
         deleted = sorted(i for i, (op, _v) in truth.items() if op == "-D" and i in have)
+        excused = self._deleted_before_the_start(group, deleted, have)
+        self.stats["afterlife_deleted_before_the_start"] += len(excused)
+        deleted = [i for i in deleted if i not in excused]
         if deleted:
             found["sink_deleted_present"].append(
                 f"group {group}: {len(deleted)} keys deleted from the source are in the "
@@ -588,6 +591,33 @@ class Afterlife:
         unreal = sorted(set(have) - set(truth))
         if unreal:
             found["sink_unreal"].append(f"group {group}: keys {unreal[:10]} not in the source")
+
+    def _deleted_before_the_start(self, group: str, deleted: list[int],
+                                  have: dict[int, set[int]]) -> set[int]:
+        """The keys of ``deleted`` (in the target, deleted from the source)
+        whose delete no life of ``group`` could write: the group's last life
+        starts with a full scan of a snapshot at or after the key's delete
+        (a full scan holds no deleted key, and its deltas come after it), and
+        each of the key's values in the target was delivered before that
+        life (by an earlier life, or for ``g`` by the run's members reading
+        the re-created table before they noticed it), whose owner did not
+        write the delete before the group was deleted."""
+        last = self.lives.get(group, 0)
+        starts = [d["snapshot"] for d in self.deliveries
+                  if d["group"] == group and d["life"] == last and d["kind"] == "initial"]
+        if not starts or not deleted:
+            return set()
+        start = min(starts)
+        before: dict[int, set[int]] = defaultdict(set)
+        earlier = [d for d in self.deliveries if d["group"] == group and d["life"] < last]
+        if group == "g":
+            earlier += [d for d in self.run.deliveries if any(i >= 1000 for i in d["ids"])]
+        for d in earlier:
+            for i, v in zip(d["ids"], d["vs"], strict=True):
+                before[i].add(v)
+        t = self.run.wh.recreated
+        changed = {i: n for n in range(1, self.run.wh.committed + 1) for i in t.ids.get(n, [])}
+        return {i for i in deleted if changed[i] <= start and have[i] <= before[i]}
 
     def _check_append(self, group: str, mine: list[tuple[int, int, Any]], kinds: bool,
                       found: dict[str, list[str]]) -> None:
