@@ -534,7 +534,9 @@ async def _seal(batch: ShardBatch, slot: HandlerSlot, *, with_step: bool = True)
         await slot.handled()
     else:
         slot.release()
-    sealed: list[concurrent.futures.Future[None]] = batch.seal_output()
+    # In a worker thread: a seal writes the parts' last files (and commits,
+    # at a sink's interval 0).
+    sealed: list[concurrent.futures.Future[None]] = await asyncio.to_thread(batch.seal_output)
     errors = [r for r in await asyncio.gather(*(asyncio.wrap_future(f) for f in sealed),
                                               return_exceptions=True)
               if isinstance(r, BaseException)]
