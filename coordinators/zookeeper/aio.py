@@ -20,8 +20,8 @@ are coroutines (:meth:`AioZkClient.start`, :meth:`AioZkClient.aclose`).
   ``multi_read`` turns False once a server answered ``UnimplementedError``.
 * **Watches** are registered when the reply that set them arrives and fire
   once (xid -1). On a lost connection every watch is dropped, and the
-  coordinator's watches re-arm when CONNECTED is reported (they do after
-  every reconnection anyway): no ``SetWatches``.
+  coordinator's watches re-arm when CONNECTED is reported, as they do on
+  kazoo, which drops them too: neither client sends ``SetWatches``.
 * **Pings** (xid -2) go out when nothing is outstanding and nothing was
   sent for a third of the negotiated timeout; a connection with a request
   or a ping outstanding and nothing received for two thirds of the timeout
