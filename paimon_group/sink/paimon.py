@@ -85,11 +85,9 @@ COMMIT_ROWS = 1_000_000
 # How long the committer gathers the batches of one step, delivered at once
 # by the member's parallel handlers, before the first commit after a pause.
 GATHER_S = 0.05
-# Commits that may come sooner than one interval after the last, once the
-# sink was quiet: its commits are paced by a bucket of this many credits,
-# one earned per interval (a drain's first steps are not held an interval
-# each; over any window the target gets at most one snapshot per interval
-# and this many more).
+# The sink's commits are paced by a bucket of this many credits, one earned
+# per interval: after a quiet period the first commits come at once (a
+# drain's first steps are not held an interval each).
 COMMIT_BURST = 3
 
 
@@ -512,7 +510,6 @@ class PaimonSink:
             except PaimonGroupError as err:
                 p.finish(err)
             p.finish()
-
 
     def _commit_attempt(self, pending: list[_Pending],
                         verdicts: list[tuple[_Pending, Verdict | PaimonGroupError]]) -> bool:
