@@ -204,6 +204,10 @@ class ConnectOptions:
     """How to reach and authenticate to a coordinator; shared by all backends.
 
     Backends ignore what they cannot use. Nothing secret is in the repr.
+    ``password`` is always a :class:`Secret` once constructed: one given as a
+    ``str`` (or UTF-8 ``bytes``) is wrapped in one, so no repr, str, log or
+    ``dataclasses.asdict`` dump of the options, or of a config holding them,
+    shows it; another type is refused without showing its value.
     """
 
     session_timeout_s: float = 10.0
@@ -222,6 +226,19 @@ class ConnectOptions:
     # ZooKeeper digest without TLS) is refused unless this is set
     # (``--allow-plaintext-credentials``); see :mod:`coordinators.credentials`.
     allow_plaintext_credentials: bool = False
+
+    def __post_init__(self) -> None:
+        password: object = self.password
+        if isinstance(password, bytes):
+            try:
+                password = password.decode()
+            except UnicodeDecodeError:
+                raise ConfigError("the coordinator password must be UTF-8 text") from None
+        if isinstance(password, str):
+            object.__setattr__(self, "password", Secret(password))
+        elif password is not None and not isinstance(password, Secret):
+            raise ConfigError(f"the coordinator password must be a str or a Secret, not "
+                              f"{type(password).__name__}")
 
     @property
     def tls(self) -> bool:

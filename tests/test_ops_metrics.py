@@ -4,6 +4,7 @@ attributes only) and a real Paimon table for lag. The real ``paimon-group run
 
 from __future__ import annotations
 
+import logging
 import re
 import select
 import socket
@@ -310,6 +311,61 @@ def test_a_silent_or_trickling_client_is_closed_after_the_idle_timeout(
         assert silent.recv(1) == b""  # closed, long before its 30 s
         assert time.monotonic() - started <= IDLE_TIMEOUT_S + 3
     assert get(server, "/readyz")[0] == 503  # and the server still answers
+
+
+def ask(server: MetricsServer, request: bytes) -> bytes:
+    """Send ``request`` as it is over a real socket; the whole answer."""
+    with socket.create_connection((HOST, server.port), timeout=10) as sock:
+        sock.sendall(request)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return answer
+
+
+def test_closing_with_open_connections_logs_no_error(
+    member: StandInMember, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A server closed while clients hold connections (a member stopping while
+    Prometheus or a probe is connected) ends them quietly: no asyncio ERROR
+    with a traceback per connection."""
+    server = serve_metrics(member, 0, host=HOST)
+    assert get(server, "/healthz")[0] == 200
+    socks = [socket.create_connection((HOST, server.port), timeout=10) for _ in range(5)]
+    socks[0].sendall(b"GET /healthz HTTP/1.1\r\n")  # a request begun, not ended
+    try:
+        time.sleep(0.3)
+        with caplog.at_level(logging.DEBUG):
+            server.close()
+            time.sleep(0.2)
+    finally:
+        for sock in socks:
+            sock.close()
+    errors = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert errors == [], [f"{r.name}: {r.getMessage()}" for r in errors]
+
+
+def test_head_is_answered_as_get_without_a_body(server: MetricsServer) -> None:
+    get_answer = ask(server, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    head_answer = ask(server, b"HEAD /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    head, _, body = head_answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.0 200 "), head_answer
+    assert body == b""
+    assert head == get_answer.partition(b"\r\n\r\n")[0]  # the same length and type
+    missing = ask(server, b"HEAD /nowhere HTTP/1.1\r\n\r\n")
+    assert missing.startswith(b"HTTP/1.0 404 ") and missing.endswith(b"\r\n\r\n")
+    other = ask(server, b"POST /healthz HTTP/1.1\r\nContent-Length: 0\r\n\r\n")
+    assert other.startswith(b"HTTP/1.0 501 ") and b"Allow: GET, HEAD\r\n" in other
+
+
+@pytest.mark.parametrize("target", [f"http://{HOST}/healthz", "HTTP://host:9000/healthz?x=1",
+                                    "/healthz?probe=1"])
+def test_a_request_target_in_absolute_form_is_answered(server: MetricsServer,
+                                                      target: str) -> None:
+    """HTTP/1.1 servers accept the absolute form (``GET http://host/path``),
+    which a client sends through a proxy."""
+    answer = ask(server, f"GET {target} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    assert answer.startswith(b"HTTP/1.0 200 ") and b"\r\n\r\nrunning" in answer, answer
 
 
 # -- the metrics table of docs/operations.md is the code's ---------------------------

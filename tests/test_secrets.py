@@ -121,6 +121,36 @@ def test_member_config_repr_and_str_mask_catalog_secrets() -> None:
     assert "'s3.secret-key': '***'" in repr(cfg) and "http://minio:9000" in repr(cfg)
 
 
+@pytest.mark.parametrize("given", [SECRET, SECRET.encode()], ids=["str", "bytes"])
+def test_a_password_given_in_the_clear_is_never_shown(given: Any) -> None:
+    """``ConnectOptions(password="...")``, not wrapped in a ``Secret`` by its
+    caller: kept as a ``Secret`` all the same, so no repr, str, log or
+    ``dataclasses.asdict`` dump of the options or of a config shows it, and
+    the backends still get it."""
+    import dataclasses
+
+    options = ConnectOptions(username="root", password=given)
+    cfg = MemberConfig(group="g", warehouse="/wh", table="db.t", coordinator="memory://x",
+                       connect=options)
+    shown = [repr(options), str(options), f"{options}", repr(cfg), str(cfg),
+             repr(cfg.connect_options()), repr(dataclasses.asdict(cfg)),
+             json.dumps(dataclasses.asdict(cfg), default=str),
+             repr(dataclasses.replace(options, username="other"))]
+    for text in shown:
+        assert SECRET not in text, text
+    assert "password=Secret('***')" in repr(options)
+    assert isinstance(options.password, Secret) and options.password.reveal() == SECRET
+    assert cfg.connect_options().password == Secret(SECRET)
+
+
+@pytest.mark.parametrize("given", [12345678, ["hunter2"], object()])
+def test_a_password_of_another_type_is_refused_without_its_value(given: Any) -> None:
+    with pytest.raises(ConfigError, match="password must be a str or a Secret") as caught:
+        ConnectOptions(username="root", password=given)
+    for shown in ("12345678", "hunter2", repr(given)):
+        assert shown not in str(caught.value)
+
+
 @pytest.mark.asyncio
 async def test_a_running_member_never_shows_its_catalog_secret(
     tmp_path: Path, caplog: pytest.LogCaptureFixture

@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import os
@@ -359,3 +360,63 @@ async def test_a_digest_acl_is_shown_with_its_hash_masked_everywhere(
     # acl=open and the other words are no secret.
     assert redact_url("zk://h:1/x?acl=open,sasl:auditor:r") == "zk://h:1/x?acl=open,sasl:auditor:r"
     assert ZooKeeperCoordinator("zk://h:1/x?acl=open").url == "zk://h:1/x?acl=open"
+
+
+# -- one TLS context per client ------------------------------------------------------
+
+
+async def _reconnected(client: Any, framer: Any) -> None:
+    """Until ``client`` is connected on another connection than ``framer``."""
+    for _ in range(400):
+        if client.connected and client._framer is not None and client._framer is not framer:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the client did not reconnect")
+
+
+@pytest.mark.asyncio
+async def test_a_client_builds_its_tls_context_once_and_again_after_a_tls_failure(
+    zk_server_factory: Callable[..., ZkServer], zk_tls: TlsMaterial,
+) -> None:
+    """The context (the system's CAs and the given ones, the client
+    certificate: about 16 ms of the event loop) is built for the client's
+    first connection and used for the next ones; a connection attempt that
+    fails in TLS builds it again (a rotated certificate or CA is read then)."""
+    import ssl
+    import warnings
+
+    from coordinators.zookeeper.aio import AioZkClient
+    from coordinators.zookeeper.wire import tls_context
+
+    server = zk_server_factory(tls=zk_tls)
+    built: list[ssl.SSLContext] = []
+
+    def build() -> ssl.SSLContext:
+        built.append(tls_context(str(zk_tls.ca), str(zk_tls.client_cert),
+                                 str(zk_tls.client_key)))
+        return built[-1]
+
+    assert server.secure_port is not None
+    client = AioZkClient([("localhost", server.secure_port)], timeout_s=10, tls=build,
+                         max_delay_s=0.2)
+    assert await client.start(30)
+    try:
+        for _ in range(2):  # two reconnections, on the context of the first
+            framer = client._framer
+            framer.abort()
+            await _reconnected(client, framer)
+            assert await client.exists_async("/") is not None
+        assert len(built) == 1
+        # The next attempt's handshake fails (a context no server agrees with):
+        # the one after it builds the context again, and connects.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # TLSv1: refused, as meant
+            built[0].maximum_version = ssl.TLSVersion.TLSv1
+            built[0].minimum_version = ssl.TLSVersion.TLSv1
+        framer = client._framer
+        framer.abort()
+        await _reconnected(client, framer)
+        assert await client.exists_async("/") is not None
+        assert len(built) == 2
+    finally:
+        await client.aclose()

@@ -20,8 +20,8 @@ are coroutines (:meth:`AioZkClient.start`, :meth:`AioZkClient.aclose`).
   ``multi_read`` turns False once a server answered ``UnimplementedError``.
 * **Watches** are registered when the reply that set them arrives and fire
   once (xid -1). On a lost connection every watch is dropped, and the
-  coordinator's watches re-arm when CONNECTED is reported (they do after
-  every reconnection anyway): no ``SetWatches``.
+  coordinator's watches re-arm when CONNECTED is reported, as they do on
+  kazoo, which drops them too: neither client sends ``SetWatches``.
 * **Pings** (xid -2) go out when nothing is outstanding and nothing was
   sent for a third of the negotiated timeout; a connection with a request
   or a ping outstanding and nothing received for two thirds of the timeout
@@ -118,6 +118,9 @@ class AioZkClient:
         self._auth_data = list(auth_data or [])
         self._sasl_options = sasl_options
         self._tls = tls
+        # The context of the client's connections (_tls_context): built for
+        # the first, again only after a connection failed in TLS.
+        self._context: ssl.SSLContext | None = None
         self._max_delay_s = max_delay_s
         self.client_state: str = KeeperState.CLOSED
         self.last_zxid = 0
@@ -353,6 +356,7 @@ class AioZkClient:
                 self._fatal(err)
                 return
             except ssl.SSLError as err:
+                self._context = None  # built again for the next attempt
                 if self._session is None:  # no first connection: a TLS setup error
                     self._fatal(err)
                     return
@@ -367,7 +371,7 @@ class AioZkClient:
         """One connection: open it, serve it until it drops. True if it was opened."""
         loop = asyncio.get_running_loop()
         timeout = max(1.0, self._timeout_ms / 1000 / len(self._hosts))
-        context = self._tls() if self._tls is not None else None
+        context = self._tls_context()
         async with asyncio.timeout(timeout):
             _, framer = await loop.create_connection(
                 lambda: Framer(self._on_frame), host, port, ssl=context,
@@ -379,8 +383,21 @@ class AioZkClient:
             await self._keep(framer)
             return True
         finally:
+            if framer.closed.done() and isinstance(framer.closed.result(), ssl.SSLError):
+                self._context = None  # the connection ended in TLS: built again
             framer.abort()
             self._disconnected(framer)
+
+    def _tls_context(self) -> ssl.SSLContext | None:
+        """The TLS context of a connection (None: plaintext): one per client,
+        built at its first connection and again only after one failed in TLS
+        (a rotated certificate or CA file is read then), not at every
+        attempt (each build loads the system's CAs: milliseconds of the loop)."""
+        if self._tls is None:
+            return None
+        if self._context is None:
+            self._context = self._tls()
+        return self._context
 
     async def _handshake(self, framer: Framer, host: str, timeout: float) -> None:
         handshake = Handshake(framer)

@@ -19,11 +19,12 @@ from coordinators.errors import CoordinatorError
 from paimon_group.config.member import MemberConfig
 from paimon_group.config.projection import check_columns
 from paimon_group.config.timing import MemberTiming
-from paimon_group.errors import AlreadyWritten, HandlerFailed, StaleEpoch
+from paimon_group.errors import AlreadyWritten, StaleEpoch
 from paimon_group.member.commits import Commits
 from paimon_group.member.control import Control
 from paimon_group.member.core import Handler, MemberCore, MemberStats, RebalanceListener
 from paimon_group.member.handler_errors import HandlerErrors
+from paimon_group.member.handler_retry import HandlerRetries
 from paimon_group.member.handler_slot import HandlerSlot
 from paimon_group.member.history import HistoryRecorder
 from paimon_group.member.host_reads import HostReads, ShardPosition
@@ -220,26 +221,32 @@ class GroupMember:
 
         The batch's position is committed (fenced) after the handler returns.
         A raising handler is retried with exponential backoff; after
-        ``max_handler_attempts`` the member releases its shards and this
-        raises :class:`HandlerFailed`. A batch whose files are gone
+        ``max_handler_attempts`` on one batch the member fails: no other
+        batch reaches the handler, the other batches' retries stop at once,
+        the member releases its shards and this raises
+        :class:`~paimon_group.errors.HandlerFailed`
+        (:mod:`paimon_group.member.handler_retry`). A batch whose files are gone
         (``batch.lost``, set by its read) is not retried: the read loop
         handles it (data loss as ``--on-data-loss`` says, or one line).
         """
-        errors = HandlerErrors(self._core.config.max_handler_attempts)  # a traceback once
+        attempts = self._core.config.max_handler_attempts
+        errors = HandlerErrors(attempts)  # a traceback once
+        retries = HandlerRetries(self._retry_handler, attempts)  # the first batch out of them
 
         async def process(batch: ShardBatch, slot: HandlerSlot) -> None:
             # Not retried: a batch whose files are gone, one a sink holds
             # already (AlreadyWritten: the read loop commits its position), and
             # one a sink refused for a newer owner (StaleEpoch: the member's
             # own commit of it is rejected for the same reason).
-            retrying = self._retry_handler.copy(retry=tenacity.retry_if_exception(
+            retrying = retries.for_batch(tenacity.retry_if_exception(
                 lambda e: isinstance(e, Exception)
                 and not isinstance(e, AlreadyWritten | StaleEpoch) and batch.lost is None))
             try:
                 async for attempt in retrying:
+                    await slot.hold()  # again for a retry
+                    retries.check()  # a batch gave up: the member fails, no call more
                     with attempt:
                         try:
-                            await slot.hold()  # again for a retry
                             result = await asyncio.to_thread(handler, batch)
                             if asyncio.iscoroutine(result):
                                 await result
@@ -262,12 +269,10 @@ class GroupMember:
                 log.warning("shard %d: the handler's sink refused the batch at snapshot %d "
                             "of epoch %d: %s", batch.shard, batch.snapshot_id, batch.epoch, err)
             except Exception as err:
-                if batch.lost is not None or isinstance(err, AlreadyWritten):
+                if (batch.lost is not None or isinstance(err, AlreadyWritten)
+                        or err is retries.failed):
                     raise
-                raise HandlerFailed(
-                    f"handler failed {self._core.config.max_handler_attempts} times on shard "
-                    f"{batch.shard} snapshot {batch.snapshot_id}: {type(err).__name__}: {err}"
-                ) from err
+                retries.give_up(err, shard=batch.shard, snapshot=batch.snapshot_id)
 
         await self._consume(process)
 
@@ -534,7 +539,9 @@ async def _seal(batch: ShardBatch, slot: HandlerSlot, *, with_step: bool = True)
         await slot.handled()
     else:
         slot.release()
-    sealed: list[concurrent.futures.Future[None]] = batch.seal_output()
+    # In a worker thread: a seal writes the parts' last files (and commits,
+    # at a sink's interval 0).
+    sealed: list[concurrent.futures.Future[None]] = await asyncio.to_thread(batch.seal_output)
     errors = [r for r in await asyncio.gather(*(asyncio.wrap_future(f) for f in sealed),
                                               return_exceptions=True)
               if isinstance(r, BaseException)]

@@ -1,8 +1,9 @@
 """The log of a raising handler: its traceback once, then one line per attempt.
 
 A handler that keeps failing is retried (``max_handler_attempts`` per batch,
-with backoff) on every shard it is given, so the same error comes back many
-times. The first time an error is seen (its type and the line that raised it)
+with backoff) on every shard handled at once, until one batch has used up its
+attempts (:mod:`paimon_group.member.handler_retry`), so the same error comes
+back many times. The first time an error is seen (its type and the line that raised it)
 it is logged with its traceback; every later attempt with the same error is
 one line naming it, the attempt and the batch.
 

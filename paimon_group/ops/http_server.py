@@ -1,6 +1,8 @@
 """The HTTP server of ``/metrics`` and the probes, bounded whoever connects.
 
-It answers ``GET`` of a fixed set of paths from **a thread of its own**, an
+It answers ``GET`` and ``HEAD`` (the same head, no body) of a fixed set of
+paths, as an origin-form target (``/healthz``) or an absolute-form one
+(``http://host:port/healthz``), from **a thread of its own**, an
 event loop where each connection is a coroutine, not a thread: a client that
 connects and sends nothing costs a socket, never a thread. Its bounds:
 
@@ -16,7 +18,9 @@ connects and sends nothing costs a socket, never a thread. Its bounds:
   by :data:`WORKERS` threads; the others on the server's own loop, so a slow
   scrape never delays a probe.
 
-One answer per connection (``Connection: close``), as HTTP/1.0.
+One answer per connection (``Connection: close``), as HTTP/1.0. Closing
+the server ends the connections still open quietly (their clients see the
+connection closed; nothing is logged above DEBUG).
 
 Example::
 
@@ -32,6 +36,7 @@ import asyncio
 import logging
 import socket
 import threading
+import urllib.parse
 from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from http import HTTPStatus
@@ -43,6 +48,7 @@ IDLE_TIMEOUT_S = 5.0
 MAX_HEAD_BYTES = 16 * 1024
 WORKERS = 2
 TEXT = "text/plain; charset=utf-8"
+METHODS = ("GET", "HEAD")
 
 Response = tuple[int, bytes, str]
 """Status, body and content type."""
@@ -70,6 +76,9 @@ class HttpServer:
         self._waiting: dict[asyncio.StreamWriter, None] = {}
         self._server: asyncio.AbstractServer | None = None
         self._closed = False
+        # Set on the server's loop once close() began: the connections'
+        # coroutines it cancels end quietly.
+        self._stopping = False
         started = threading.Event()
         self._thread = threading.Thread(target=self._serve, args=(sock, started), name=name,
                                         daemon=True)
@@ -103,6 +112,7 @@ class HttpServer:
             self._loop.close()
 
     async def _stop(self) -> None:
+        self._stopping = True
         if self._server is not None:
             self._server.close()  # the listening socket: the port is free
         others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
@@ -120,23 +130,37 @@ class HttpServer:
         self._open += 1
         self._waiting[writer] = None
         try:
-            try:
-                request = await asyncio.wait_for(_read_request(reader), self.idle_timeout_s)
-            finally:
-                self._waiting.pop(writer, None)
-            if request is None:
-                writer.transport.abort()
-                return
-            status, body, content_type = await self._answer(request)
-            writer.write(_response(status, body, content_type))
-            await asyncio.wait_for(writer.drain(), self.idle_timeout_s)
-            writer.close()
+            await self._exchange(reader, writer)
         except (TimeoutError, ConnectionError, ValueError) as err:
             # Too slow (a deadline), gone, or a line over MAX_HEAD_BYTES.
             log.debug("metrics http: connection closed: %s", type(err).__name__)
             writer.transport.abort()
+        except asyncio.CancelledError:
+            writer.transport.abort()
+            if not self._stopping:
+                raise
+            # Ended by close(): returned, not raised, since asyncio's stream
+            # server (Python 3.11) logs a connection coroutine that ends
+            # cancelled as an ERROR with its traceback.
+            log.debug("metrics http: connection closed with the server")
         finally:
             self._open -= 1
+
+    async def _exchange(self, reader: asyncio.StreamReader,
+                        writer: asyncio.StreamWriter) -> None:
+        """Read one request from the connection, answer it, close it."""
+        try:
+            request = await asyncio.wait_for(_read_request(reader), self.idle_timeout_s)
+        finally:
+            self._waiting.pop(writer, None)
+        if request is None:
+            writer.transport.abort()
+            return
+        status, body, content_type = await self._answer(request)
+        head_only = request.split(None, 1)[0] == "HEAD"
+        writer.write(_response(status, body, content_type, head_only=head_only))
+        await asyncio.wait_for(writer.drain(), self.idle_timeout_s)
+        writer.close()
 
     def _close_oldest_waiting(self) -> bool:
         """Close the oldest connection that has not sent its request (False:
@@ -153,9 +177,9 @@ class HttpServer:
         if len(parts) != 3 or not parts[2].startswith("HTTP/"):
             return HTTPStatus.BAD_REQUEST, b"bad request\n", TEXT
         method, target = parts[0], parts[1]
-        if method != "GET":
-            return HTTPStatus.NOT_IMPLEMENTED, b"only GET\n", TEXT
-        path = target.split("?", 1)[0]
+        if method not in METHODS:
+            return HTTPStatus.NOT_IMPLEMENTED, b"only GET and HEAD\n", TEXT
+        path = _path_of(target)
         route = self.routes.get(path)
         if route is None:
             return HTTPStatus.NOT_FOUND, f"not found: {', '.join(self.routes)}\n".encode(), TEXT
@@ -189,9 +213,23 @@ def _safely(path: str, route: Route) -> Response:
         return HTTPStatus.INTERNAL_SERVER_ERROR, b"internal error\n", TEXT
 
 
-def _response(status: int, body: bytes, content_type: str) -> bytes:
+def _path_of(target: str) -> str:
+    """The path of a request target: origin form (``/healthz?x``) or
+    absolute form (``http://host:port/healthz?x``, any case of the scheme)."""
+    if "://" in target and not target.startswith("/"):
+        split = urllib.parse.urlsplit(target)
+        if split.scheme.lower() in ("http", "https"):
+            return split.path or "/"
+    return target.split("?", 1)[0]
+
+
+def _response(status: int, body: bytes, content_type: str, *, head_only: bool = False
+              ) -> bytes:
+    """The answer; ``head_only`` (HEAD): its head alone, with the body's length."""
+    allow = f"Allow: {', '.join(METHODS)}\r\n" if status == HTTPStatus.NOT_IMPLEMENTED else ""
     head = (f"HTTP/1.0 {status} {HTTPStatus(status).phrase}\r\n"
             f"Content-Type: {content_type}\r\n"
             f"Content-Length: {len(body)}\r\n"
+            f"{allow}"
             "Connection: close\r\n\r\n")
-    return head.encode("latin-1") + body
+    return head.encode("latin-1") + (b"" if head_only else body)

@@ -17,10 +17,12 @@ the table held before ``F``.
 A position also carries the moves of the group start it derives from
 (``"paimonGroupStartMoves": m``, when the writer knows them): after a switch,
 a shard resumed from its file is re-pinned at the moved start unless its
-position is of that start. Judged from the position alone, a shard of the
-start before that had read past the moved start's full scan looked like one
-of it, and on a bucket-unaware table with compaction in between lost the
-rows compaction had moved into its files (simulation seed 298848). A file
+position is of that start, so it reads the moved start's full scan whole.
+A position alone does not tell which start it is of (a shard of the earlier
+start may have read past the moved start's full scan), and on a
+bucket-unaware table a compaction may have moved into the shard's files rows
+no batch of the earlier start gave it, which only that full scan holds
+(docs/reliability.md, "Snapshot expiry and ``--on-data-loss``"). A file
 without the field (written by an operator's reset, or an earlier version) is
 judged as before: :func:`paimon_group.member.ownership.file_start_moves`.
 

@@ -41,11 +41,12 @@ the shard's mark ``(e, n, j, k)``:
   (docs/design.md), and a switch moves every member (one left on the former
   coordinator would be a second group, which no epoch can fence).
 * ``m > k``: **write**: the batch is of a start the group moved to after the
-  mark's (a re-pin's full scan of ``L`` is written whole, though the mark
+  mark's. A re-pin's full scan of ``L`` is written whole, though the mark
   may be past ``L``: under a bucket-unaware table's file rule a compaction
   may have moved into the shard's files rows that no batch of the earlier
-  start gave it; judged by position alone, that scan was taken as written
-  and those rows were lost: simulation seed 305872).
+  start gave it, and that scan is the only batch that holds them (judged by
+  position alone it would be taken as written; docs/reliability.md, "The
+  Paimon sink in the simulation").
 * ``first < n``: **already written**, up to ``n``: the target holds this
   batch (a replay after a crash between the target's commit and the
   position's) or a longer one of it: the member commits position ``n`` and

@@ -76,7 +76,7 @@ from paimon_group.sink.marks import (
     judge,
     property_key,
 )
-from paimon_group.sink.target import TargetTable
+from paimon_group.sink.target import PartsWriter, TargetTable
 
 log = logging.getLogger("paimon_group.sink")
 
@@ -85,11 +85,9 @@ COMMIT_ROWS = 1_000_000
 # How long the committer gathers the batches of one step, delivered at once
 # by the member's parallel handlers, before the first commit after a pause.
 GATHER_S = 0.05
-# Commits that may come sooner than one interval after the last, once the
-# sink was quiet: its commits are paced by a bucket of this many credits,
-# one earned per interval (a drain's first steps are not held an interval
-# each; over any window the target gets at most one snapshot per interval
-# and this many more).
+# The sink's commits are paced by a bucket of this many credits, one earned
+# per interval: after a quiet period the first commits come at once (a
+# drain's first steps are not held an interval each).
 COMMIT_BURST = 3
 
 
@@ -125,6 +123,9 @@ class _Pending:
     batch: Any = None
     source: Source = field(default_factory=Source)
     future: concurrent.futures.Future[None] = field(default_factory=concurrent.futures.Future)
+    # A member's batch written in parts: their one writer, until sealed.
+    writer: PartsWriter | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
     def finish(self, error: BaseException | None = None) -> None:
         """Answer the batch's waiter (once): committed, or ``error``."""
@@ -265,42 +266,54 @@ class PaimonSink:
     def _write_part(self, rows: Any, batch: SourceBatch, hold: Any) -> None:
         """One part of a member's batch: the first is judged against the
         marks known (an early answer; the commit judges again) and opens
-        the batch's entry, held until :meth:`seal` or :meth:`drop`; later
-        parts add their files to it."""
+        the batch's entry and its writer (:class:`PartsWriter`: one for
+        every part, so a key's changes keep their order across parts), held
+        until :meth:`seal` or :meth:`drop`; later parts go to that writer."""
         key = id(batch)
         with self._cond:
             if self._closed:
                 raise PaimonGroupError("the sink is closed")
             opened = self._open.get(key)
+            if opened is None:
+                self._writing += 1
         if opened is None:
-            part = self._queue_written(rows, batch)
-            with self._cond:
-                opened = self._open.get(key)
-                if opened is None:
-                    hold(self)  # refused for a batch its member is done with
+            try:
+                part = self._written(rows, batch, parts=True)
+                with self._cond:
+                    if key in self._open:
+                        raise PaimonGroupError(
+                            f"{batch!r} was written from two threads at once: write a "
+                            "batch's parts one after the other")
+                    try:
+                        hold(self)  # refused for a batch its member is done with
+                    except BaseException:
+                        assert part.writer is not None
+                        part.writer.close()
+                        raise
                     self._open[key] = part
+            finally:
+                with self._cond:
+                    self._writing -= 1
                     self._cond.notify_all()
-                    return
-                # A first part written by another thread at the same time.
-                opened.messages.extend(part.messages)
-                opened.rows += part.rows
-                return
+            return
         table = self.target.conform(_as_arrow(rows), batch)
         with self._cond:
             self._writing += 1
         try:
-            messages = self.target.write_files(table, self.commit_user)
+            with opened.lock:
+                assert opened.writer is not None
+                opened.writer.write(table)
+                opened.rows += table.num_rows
         finally:
             with self._cond:
                 self._writing -= 1
-                opened.messages.extend(messages)
-                opened.rows += table.num_rows
                 self._cond.notify_all()
 
     def seal(self, batch: Any) -> concurrent.futures.Future[None]:
         """Commit every part written for ``batch`` together (the member
-        calls it once the handler returned); the future ends once they are
-        in the target, or with the judgement's error."""
+        calls it once the handler returned, off its event loop: the parts'
+        last files are written here); the future ends once they are in the
+        target, or with the judgement's error."""
         with self._cond:
             pending = self._open.pop(id(batch), None)
             self._cond.notify_all()
@@ -308,6 +321,21 @@ class PaimonSink:
             done: concurrent.futures.Future[None] = concurrent.futures.Future()
             done.set_result(None)
             return done
+        if pending.writer is not None:
+            # The parts' last files are written now: counted among the writes
+            # under way, so the committer gathers the step's other seals.
+            with self._cond:
+                self._writing += 1
+            try:
+                with pending.lock:
+                    pending.messages = pending.writer.prepare()
+            except BaseException as err:
+                pending.finish(err)
+                return pending.future
+            finally:
+                with self._cond:
+                    self._writing -= 1
+                    self._cond.notify_all()
         if self._inline is not None:
             with self._inline:
                 if self._closed:
@@ -322,11 +350,16 @@ class PaimonSink:
         """Forget the parts written for ``batch`` (its handler raised): none
         is committed; their data files stay unnamed by any snapshot."""
         with self._cond:
-            self._open.pop(id(batch), None)
+            pending = self._open.pop(id(batch), None)
             self._cond.notify_all()
+        if pending is not None and pending.writer is not None:
+            with pending.lock:
+                pending.writer.close()
 
-    def _written(self, rows: Any, batch: SourceBatch) -> _Pending:
-        """``batch`` judged against the marks known, and its files written."""
+    def _written(self, rows: Any, batch: SourceBatch, *, parts: bool = False) -> _Pending:
+        """``batch`` judged against the marks known, and its files written
+        (``parts``: its first part written by the batch's writer, kept open
+        for the others until :meth:`seal`)."""
         table = self.target.conform(_as_arrow(rows), batch)
         verdict = judge(self._mark_of(batch),
                         first=_first_of(batch), epoch=batch.epoch,
@@ -334,11 +367,21 @@ class PaimonSink:
                         start_moves=_start_moves_of(batch))
         _tell_batch(batch, verdict)
         _raise_unless_write(verdict, batch.group, batch.shard, batch.epoch)
-        return _Pending(batch.group, batch.shard, batch.epoch, _incarnation_of(batch),
-                        _start_moves_of(batch), _first_of(batch), _full_scan_of(batch),
-                        batch.next_snapshot, batch.snapshot_id,
-                        self.target.write_files(table, self.commit_user), table.num_rows,
-                        batch, _source_of(batch))
+        writer: PartsWriter | None = None
+        if parts:
+            writer = self.target.open_writer(table)
+            try:
+                writer.write(table)
+            except BaseException:
+                writer.close()
+                raise
+        pending = _Pending(batch.group, batch.shard, batch.epoch, _incarnation_of(batch),
+                           _start_moves_of(batch), _first_of(batch), _full_scan_of(batch),
+                           batch.next_snapshot, batch.snapshot_id,
+                           [] if parts else self.target.write_files(table, self.commit_user),
+                           table.num_rows, batch, _source_of(batch))
+        pending.writer = writer
+        return pending
 
     def _mark_of(self, batch: SourceBatch) -> ShardMark | None:
         """The mark ``batch`` is judged against, as of the newest snapshot:
@@ -346,13 +389,14 @@ class PaimonSink:
         return self.target.group_marks(batch.group).for_batch(
             _source_of(batch)).get(batch.shard)
 
-    def _queue_written(self, rows: Any, batch: SourceBatch) -> _Pending:
+    def _queue_written(self, rows: Any, batch: SourceBatch, *, parts: bool = False
+                       ) -> _Pending:
         """:meth:`_written`, counted among the writes under way meanwhile
         (the committer waits for them: see :meth:`_wait_due`)."""
         with self._cond:
             self._writing += 1
         try:
-            return self._written(rows, batch)
+            return self._written(rows, batch, parts=parts)
         finally:
             with self._cond:
                 self._writing -= 1
@@ -466,7 +510,6 @@ class PaimonSink:
             except PaimonGroupError as err:
                 p.finish(err)
             p.finish()
-
 
     def _commit_attempt(self, pending: list[_Pending],
                         verdicts: list[tuple[_Pending, Verdict | PaimonGroupError]]) -> bool:

@@ -272,6 +272,14 @@ class TargetTable:
                 f"update-befores ({ROW_KIND} -D or -U), which the target cannot represent: "
                 f"{how}, or leave them out of the output")
 
+    def open_writer(self, rows: pa.Table) -> PartsWriter:
+        """A writer for a batch written in parts, at the schema ``rows`` (its
+        first part) were conformed to; see :class:`PartsWriter`."""
+        tag = (rows.schema.metadata or {}).get(_SCHEMA_TAG)
+        shape = self._shapes[int(tag)] if tag is not None else self._shape
+        return PartsWriter(shape.table.new_batch_write_builder().new_write(), tag,
+                           self.identifier)
+
     def write_files(self, rows: pa.Table, commit_user: str) -> list[Any]:
         """Write ``rows``' data files (with the table at the schema they were
         conformed to); their commit messages (not committed)."""
@@ -378,6 +386,46 @@ class TargetTable:
             return True
         finally:
             commit.close()
+
+
+class PartsWriter:
+    """One pypaimon writer for every part of one batch, until it is sealed.
+
+    Paimon orders a key's rows of equal sequence value (every row of a batch
+    carries its source snapshot) by the writer's own sequence numbers, which
+    each writer counts from the bucket's committed maximum: parts written by
+    writers of their own tie, and a key's earlier change in an earlier part
+    could win over its later change in a later one. One writer numbers the
+    batch's rows in the order they were written, as for a batch written
+    whole. Not thread-safe: the sink writes one part of a batch at a time."""
+
+    def __init__(self, write: Any, tag: bytes | None, identifier: str) -> None:
+        self._write = write
+        self._tag = tag
+        self._identifier = identifier
+
+    def write(self, rows: pa.Table) -> None:
+        """Write one part (conformed at the first part's schema)."""
+        if (rows.schema.metadata or {}).get(_SCHEMA_TAG) != self._tag:
+            raise PaimonGroupError(
+                f"the schema of {self._identifier} changed while a batch was written in "
+                "parts: the batch is written again at the new schema")
+        if rows.num_rows:
+            self._write.write_arrow(rows.replace_schema_metadata(None))
+
+    def prepare(self) -> list[Any]:
+        """The commit messages of every part (their files written), and the
+        writer closed."""
+        try:
+            messages: list[Any] = self._write.prepare_commit()
+            return messages
+        finally:
+            self._write.close()
+
+    def close(self) -> None:
+        """Closed without a commit: no part of the batch is committed."""
+        with contextlib.suppress(Exception):
+            self._write.close()
 
 
 def _shape_of(table: Any, identifier: str) -> _Shape:
