@@ -342,8 +342,9 @@ class Run:
             for delay in (0.0, 1.1, 2.2):
                 loop.call_later(delay, self._commit)
 
-    def _record(self, inc: Incarnation, batch: Any) -> Any:
-        """Record ``batch`` as delivered to ``inc``'s handler; its rows."""
+    def _record(self, inc: Incarnation, batch: Any) -> tuple[Any, dict[str, Any] | None]:
+        """Record ``batch`` as delivered to ``inc``'s handler; its rows and
+        the record (None when the plant drops it)."""
         table = batch.to_arrow()
         ids = table.column("id").to_pylist() if table.num_rows else []
         extra = table.column("extra").to_pylist() if "extra" in table.column_names else None
@@ -351,14 +352,15 @@ class Run:
         if self.plant == "drop_delivery" and not self.dropped_delivery and ids \
                 and inc.number > 0:
             self.dropped_delivery = True  # planted: a delivered batch goes unrecorded
-            return table
-        self.deliveries.append({
+            return table, None
+        record = {
             "t": time.monotonic(), "member": inc.member_id, "pid": inc.number,
             "shard": batch.shard, "epoch": batch.epoch, "snapshot": batch.snapshot_id,
-            "next_snapshot": batch.next_snapshot, "kind": batch.kind.value, "ids": ids,
-            "extra": extra, "vs": values,
-        })
-        return table
+            "first": batch.first_snapshot, "next_snapshot": batch.next_snapshot,
+            "kind": batch.kind.value, "ids": ids, "extra": extra, "vs": values,
+        }
+        self.deliveries.append(record)
+        return table, record
 
     def _handler_delay(self, inc: Incarnation, batch: Any) -> float:
         rng = random.Random(f"handler:{self.seed}:{inc.number}:{batch.shard}:"
@@ -406,11 +408,13 @@ class Run:
                 self._commit()
             if inc.crashed:
                 await asyncio.Event().wait()
-            rows = self._record(inc, batch)
+            rows, record = self._record(inc, batch)
             if self.sink is not None:
                 # Its files only: the member commits them once the handler
-                # returned, where the run's crash points are (SimSink).
-                self.sink.write(inc.number, rows, batch, lambda: self._sink_crash(inc))
+                # returned, where the run's crash points are (SimSink). A
+                # batch the sink answers "already written" marks its record.
+                self.sink.write(inc.number, rows, batch, lambda: self._sink_crash(inc),
+                                record)
 
         if mode == "run":
             await member.run(handle)

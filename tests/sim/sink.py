@@ -455,6 +455,9 @@ class SinkWorld:
         self.foreign: dict[tuple[int, int], set[tuple[str, int]]] = defaultdict(set)
         # Each batch's output ids, by the batch (kept alive while the run is).
         self._ids: dict[int, tuple[Any, list[int]]] = {}
+        # Each batch's last delivery record (the run's), marked
+        # "already_written" when the sink refuses the batch as written.
+        self._records: dict[int, dict[str, Any]] = {}
         self.armed: Callable[[], bool] = lambda: False  # crashes come in the chaos only
 
     def close(self) -> None:
@@ -462,9 +465,18 @@ class SinkWorld:
         for sink in self.sinks.values():
             sink.close(timeout=5)
         self._ids.clear()
+        self._records.clear()
 
     def ids_of(self, batch: Any) -> list[int]:
         return self._ids.get(id(batch), (None, []))[1]
+
+    def refused(self, batch: Any) -> None:
+        """The sink answered ``batch`` "already written": none of its rows
+        written, the member commits the sink's mark instead of the batch's
+        next snapshot (:func:`tests.support.checker.unexplained_duplicates`)."""
+        record = self._records.get(id(batch))
+        if record is not None:
+            record["already_written"] = True
 
     def _sink(self, number: int, die: Callable[[], None]) -> SimSink:
         sink = self.sinks.get(number)
@@ -487,22 +499,26 @@ class SinkWorld:
             return "after"
         return None
 
-    def write(self, number: int, rows: pa.Table, batch: Any, die: Callable[[], None]) -> None:
+    def write(self, number: int, rows: pa.Table, batch: Any, die: Callable[[], None],
+              record: dict[str, Any] | None = None) -> None:
         """Write ``rows`` as ``batch``'s output through incarnation
         ``number``'s sink (its files; the member commits them once the
         handler returned); ``die`` kills the incarnation at its sink's crash
-        points (:class:`SimSink`)."""
+        points (:class:`SimSink`); ``record``: the batch's delivery record."""
         sink = self._sink(number, die)
         out = rows.select([c for c in ("id", "v", "extra") if c in rows.column_names])
         if self.plan.partitioned:
             out = out.append_column("p", pa.array(
                 [i % PARTS for i in out.column("id").to_pylist()], pa.int64()))
         self._ids.setdefault(id(batch), (batch, []))[1].extend(out.column("id").to_pylist())
+        if record is not None:
+            self._records[id(batch)] = record
         try:
             sink.write(out, batch)
         except AlreadyWritten:
             self.stats["sink_already_written"] += 1
             self.not_written.update(out.column("id").to_pylist())
+            self.refused(batch)
             raise
         except StaleSinkWrite:
             self.stats["sink_stale_refused"] += 1
@@ -672,5 +688,6 @@ class _RunHooks(CommitHooks):
         if kind == "already":
             self.world.stats["sink_already_written"] += 1
             self.world.not_written.update(self.world.ids_of(pending.batch))
+            self.world.refused(pending.batch)
         elif kind == "stale":
             self.world.stats["sink_stale_refused"] += 1

@@ -375,13 +375,43 @@ def _reread_rows(d: dict[str, Any], rereads: set[int],
     return out
 
 
+def _refused_replays(history: History,
+                     accepted: dict[tuple[Any, ...], list[float]]) -> set[int]:
+    """The deliveries (by ``id``) of batches a sink answered "already
+    written" (``already_written``: its handler raised
+    :class:`~paimon_group.errors.AlreadyWritten`, or its sealed output was
+    judged so) that read from their owner's committed position.
+
+    Such a batch is no committed batch: none of its rows was written, the
+    member commits the sink's mark for it, not its next snapshot, and reads
+    on from the mark. It replays a batch whose output the target holds but
+    whose position commit failed (a fault): once a sink paces the member the
+    replay is a catch-up to the latest snapshot, so it has another next
+    snapshot than the batch it replays, and an accepted commit of its next
+    snapshot (the step after the mark) would count its rows a second time
+    (seed 500088). A refused batch read from behind a position its owner
+    had committed is a position moved back: it still counts."""
+    out: set[int] = set()
+    for d in history.deliveries:
+        if not d.get("already_written"):
+            continue
+        own = (d["member"], d.get("pid", 0), d["shard"], d["epoch"])
+        behind = [n for (*key, n), ts in accepted.items()
+                  if tuple(key) == own and n > d.get("first", d["snapshot"])
+                  and any(t < d["t"] for t in ts)]
+        if not behind:
+            out.add(id(d))
+    return out
+
+
 def unexplained_duplicates(history: History, *, versions: bool = False) -> list[str]:
     """A row delivered twice must come from a batch whose commit was not accepted.
 
     (Duplicates are allowed only from batches in flight at a fault: killed,
     paused or cut off before their commit was accepted, and from the full
-    scan of a start the group moved to, :func:`moved_start_scans`.) With
-    ``versions`` a row is a version ``(id, v)``: a table whose keys are
+    scan of a start the group moved to, :func:`moved_start_scans`; and from
+    a batch a sink refused as already written, :func:`_refused_replays`.)
+    With ``versions`` a row is a version ``(id, v)``: a table whose keys are
     updated delivers each key once per version.
     """
     rereads = moved_start_scans(history)
@@ -398,7 +428,10 @@ def unexplained_duplicates(history: History, *, versions: bool = False) -> list[
     # all) and the read loop re-planned from the committed position. The
     # accepted commit confirms only the LAST delivery of that batch.
     last: dict[tuple[Any, ...], dict[str, Any]] = {}
+    refused = _refused_replays(history, accepted)
     for d in sorted(history.deliveries, key=lambda d: d["t"]):
+        if id(d) in refused:
+            continue
         last[(d["member"], d.get("pid", 0), d["shard"], d["epoch"], d["next_snapshot"])] = d
     committed_ids: Counter[Any] = Counter()
     windows = repin_windows(history)
