@@ -38,6 +38,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from paimon_group.arrowread.nullability import relaxed
+from paimon_group.errors import PaimonGroupError
 from paimon_group.spark.source.driver import GroupDriver
 from paimon_group.spark.source.offsets import (
     Caps,
@@ -171,8 +172,21 @@ class PaimonGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         return encode_offset({})
 
     def prepareForTriggerAvailableNow(self) -> None:
-        """Read up to the table's latest snapshot now, then report nothing new."""
-        self._target = self.driver.planner.table.latest_snapshot_id() or 0
+        """Read up to the table's latest snapshot now, then report nothing new.
+
+        The member holds every shard the group assigned to it first (a
+        member the group has not placed yet would plan no shard, and Spark
+        would end the query at once): one line if that takes longer than
+        ``ready_timeout_s``."""
+        driver = self.driver
+        if not driver.ready:
+            raise PaimonGroupError(
+                f"Trigger.AvailableNow: member {driver.member.member_id!r} of group "
+                f"{driver.group!r} did not hold its assigned shards within ready_timeout_s="
+                f"{self.options.ready_timeout_s:g} s, so it cannot read what is available; "
+                "the group's other members may still hold them (paimon-group describe --group "
+                f"{driver.group} ...): raise the option ready_timeout_s, or run the query again")
+        self._target = driver.planner.table.latest_snapshot_id() or 0
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_rows_per_batch is not None:
