@@ -2,7 +2,9 @@
 
 ``Trigger.AvailableNow`` run on a schedule with the default options (a new
 member id each run, one checkpoint): every run reads what was written since
-the last, and ends.
+the last, and ends. ``Trigger.Once``, after which Spark calls no source
+method, so the group never learns its batch was written: refused with one
+line naming ``availableNow``.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ pytestmark = pytest.mark.spark
 if not os.environ.get("CI"):
     require("pyspark", "pip install '.[spark]' (tests/run.sh does)")
 
+from paimon_group.spark.source.errors import error_line  # noqa: E402
 from tests import test_spark_source as base  # noqa: E402
 
 spark = base.spark  # the SparkSession fixture of the source's tests
@@ -60,3 +63,32 @@ def test_scheduled_available_now_runs_each_read_the_rows_written_since_the_last(
         assert query.exception() is None
         assert sorted(ids) == list(written), f"run {run + 1}"
 
+
+def test_trigger_once_is_refused_with_one_line_naming_available_now(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Before, the Once query delivered its rows and left the group's positions
+    at the pinned full scan: the next query read the same rows again."""
+    warehouse, checkpoint = tmp_path / "wh", tmp_path / "ckpt"
+    make_pk_table(warehouse, "db.t", buckets=2)
+    write_rows(warehouse, "db.t", range(30))
+    ids, collect = collector()
+    query = (source(spark, warehouse).writeStream.foreachBatch(collect)
+             .option("checkpointLocation", str(checkpoint)).trigger(once=True).start())
+    with pytest.raises(Exception) as caught:
+        query.awaitTermination(180)
+        raise AssertionError("the Trigger.Once query ended without an error")
+    line = error_line(caught.value)
+    assert line is not None, f"no line of ours in: {caught.value}"
+    assert line.startswith("Trigger.Once is not supported by the paimon-group source"), line
+    assert ".trigger(availableNow=True)" in line
+    assert ids == []
+    # The checkpoint goes on under availableNow: every row once, then nothing again.
+    for expected in (list(range(30)), []):
+        ids, collect = collector()
+        query = (source(spark, warehouse).writeStream.foreachBatch(collect)
+                 .option("checkpointLocation", str(checkpoint))
+                 .trigger(availableNow=True).start())
+        assert query.awaitTermination(180)
+        assert query.exception() is None
+        assert sorted(ids) == expected

@@ -38,7 +38,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from paimon_group.arrowread.nullability import relaxed
-from paimon_group.errors import PaimonGroupError
+from paimon_group.errors import ConfigError, PaimonGroupError
 from paimon_group.spark.source.driver import GroupDriver
 from paimon_group.spark.source.offsets import (
     Caps,
@@ -60,6 +60,18 @@ from paimon_group.spark.source.options import SourceOptions
 __all__ = ["PaimonGroupDataSource", "PaimonGroupStreamReader", "ShardPartition"]
 
 log = logging.getLogger("paimon_group.spark_source")
+
+UNCAPPED = ReadMaxRows(2**63 - 1)
+"""The default read limit without caps. Not ``ReadAllAvailable``: Spark passes
+that to ``latestOffset`` under ``Trigger.Once`` (whatever the default), and
+only then, so the reader can tell Once from the other triggers."""
+
+TRIGGER_ONCE = (
+    "Trigger.Once is not supported by the paimon-group source: Spark calls no source method "
+    "after a Once batch, so the group would never learn that its rows were written and the "
+    "group's next reader would read them again; use .trigger(availableNow=True), which reads "
+    "everything available when the query starts, commits each batch, and ends")
+"""The line a query under Trigger.Once (deprecated by Spark for AvailableNow) stops with."""
 
 CHECK_TABLE_OPTIONS = 'check the options "warehouse" and "table" of the paimon-group source'
 """How a table not found ends its line here: the source's options, not the CLI's flags."""
@@ -189,16 +201,18 @@ class PaimonGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         self._target = driver.planner.table.latest_snapshot_id() or 0
 
     def getDefaultReadLimit(self) -> ReadLimit:
+        """The options' caps, or :data:`UNCAPPED`: never Spark's ``ReadAllAvailable``,
+        which ``latestOffset`` then gets only under ``Trigger.Once`` (refused)."""
         if self.options.max_rows_per_batch is not None:
             return ReadMaxRows(self.options.max_rows_per_batch)
         if self.options.max_snapshots_per_batch is not None:
             # No snapshot limit in Spark's vocabulary: a snapshot is the "file" here.
             return ReadMaxFiles(self.options.max_snapshots_per_batch)
-        return ReadAllAvailable()
+        return UNCAPPED
 
     def _caps(self, limit: ReadLimit | None) -> Caps:
-        if isinstance(limit, ReadAllAvailable):
-            return Caps()  # Spark's contract: the options' caps do not apply
+        if isinstance(limit, ReadMaxRows) and limit.max_rows >= UNCAPPED.max_rows:
+            return Caps()
         if isinstance(limit, ReadMaxRows):
             return Caps(self.options.max_snapshots_per_batch, limit.max_rows)
         if isinstance(limit, ReadMaxFiles):
@@ -214,6 +228,8 @@ class PaimonGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         committed now (forward only), so the coordinator is never more than
         the running batch behind the checkpoint.
         """
+        if isinstance(limit, ReadAllAvailable):
+            raise ConfigError(TRIGGER_ONCE)
         driver = self.driver
         previous, ends = decode_offset(start), decode_ends(start)
         end_moves = decode_end_moves(start)
