@@ -56,6 +56,7 @@ from paimon_group.spark.source.offsets import (
     start_cursor,
 )
 from paimon_group.spark.source.options import SourceOptions
+from paimon_group.spark.source.schema import QuerySchema, check_schema, query_schema
 
 __all__ = ["PaimonGroupDataSource", "PaimonGroupStreamReader", "ShardPartition"]
 
@@ -77,19 +78,20 @@ CHECK_TABLE_OPTIONS = 'check the options "warehouse" and "table" of the paimon-g
 """How a table not found ends its line here: the source's options, not the CLI's flags."""
 
 
-def arrow_schema(options: SourceOptions) -> pa.Schema:
+def arrow_schema(options: SourceOptions) -> tuple[pa.Schema, QuerySchema]:
     """The rows' Arrow schema: the table's columns (``_row_kind`` first when asked),
     then the metadata columns when asked. Every column, and every field
-    inside one, is nullable (:func:`spark_fields`)."""
+    inside one, is nullable (:func:`spark_fields`). And the table's columns
+    by field id, which the running query checks its reads against."""
     from paimon_group.reading.table import ShardedTable
 
     table = ShardedTable.open(options.warehouse, options.table, options.catalog_options,
                               check=CHECK_TABLE_OPTIONS)
-    schema = table.planner(1, include_row_kind=options.include_row_kind).schema
-    fields = spark_fields(schema)
+    planner = table.planner(1, include_row_kind=options.include_row_kind)
+    fields = spark_fields(planner.schema)
     if options.metadata_columns:
         fields += [pa.field(name, typ) for name, typ in _METADATA_TYPES]
-    return pa.schema(fields)
+    return pa.schema(fields), query_schema(planner.view.pt.table_schema)
 
 
 _METADATA_TYPES = (("_pg_shard", pa.int32()), ("_pg_snapshot", pa.int64()),
@@ -124,16 +126,25 @@ class PaimonGroupDataSource(DataSource):
     def __init__(self, options: Any) -> None:
         super().__init__(options)
         self.source_options = SourceOptions.parse(dict(options))
+        # The table's columns when the query was defined (Spark pickles the
+        # source after schema(), for the reader): their field ids tell a
+        # rename from a drop while the query runs.
+        self.query_schema: QuerySchema | None = None
 
     def schema(self) -> StructType:
         from pyspark.sql.pandas.types import from_arrow_schema
 
-        return from_arrow_schema(arrow_schema(self.source_options))
+        schema, self.query_schema = arrow_schema(self.source_options)
+        return from_arrow_schema(schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         extra = {"_row_kind", *(name for name, _ in _METADATA_TYPES)}
         columns = tuple(n for n in schema.fieldNames() if n not in extra)
-        return PaimonGroupStreamReader(self.source_options, columns)
+        defined = getattr(self, "query_schema", None)
+        if defined is None:
+            # A schema given by the user: the columns as the table has them now.
+            defined = arrow_schema(self.source_options)[1]
+        return PaimonGroupStreamReader(self.source_options, columns, defined.only(columns))
 
 
 class ShardPartition(InputPartition):
@@ -153,12 +164,15 @@ class ShardPartition(InputPartition):
 class PaimonGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Offsets, partitions and commits of one query; see the module docstring."""
 
-    def __init__(self, options: SourceOptions, columns: tuple[str, ...] | None = None) -> None:
+    def __init__(self, options: SourceOptions, columns: tuple[str, ...] | None = None,
+                 query_schema: QuerySchema | None = None) -> None:
         self.options = options
         # The table's columns when the query was defined: a column added to
         # the table later is not read (Spark's schema of a running query is
-        # fixed); restart the query to get it.
+        # fixed); restart the query to get it. One of them renamed, dropped
+        # or of another type stops the query (paimon_group.spark.source.schema).
         self.columns = columns
+        self.query_schema = query_schema
         self._driver: GroupDriver | None = None
         # Trigger.AvailableNow: no snapshot after this one is read.
         self._target: int | None = None
@@ -166,8 +180,9 @@ class PaimonGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         self._planned: dict[str, dict[int, list[Piece]]] = {}
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"options": self.options, "columns": self.columns, "_driver": None,
-                "_planned": {}, "_target": None}
+        return {"options": self.options, "columns": self.columns,
+                "query_schema": self.query_schema, "_driver": None, "_planned": {},
+                "_target": None}
 
     # -- the group ---------------------------------------------------------
 
@@ -255,6 +270,9 @@ class PaimonGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
             driver.planner, cursors, latest=latest, caps=self._caps(limit),
             fail_on_data_loss=self.options.fail_on_data_loss, config=driver.member.config,
             move_start=driver.move_start)
+        # Snapshots planned under a newer schema: the planner follows it.
+        check_schema(self.query_schema, driver.planner.view.pt.table_schema,
+                     driver.planner.table.identifier)
         ranges = {s: ShardRange(shard=s, epoch=owned[s][0], next=c.next, full=c.full,
                                 to=reached[s], moves=c.moves) for s, c in cursors.items()}
         if all(r.empty for r in ranges.values()):
@@ -335,17 +353,21 @@ class PaimonGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, ShardPartition)
-        return read_partition(self.options, partition, self.columns)
+        return read_partition(self.options, partition, self.columns, self.query_schema)
 
 
 def read_partition(options: SourceOptions, partition: ShardPartition,
-                   columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
+                   columns: Sequence[str] | None = None,
+                   query_schema: QuerySchema | None = None) -> Iterator[pa.RecordBatch]:
     """The rows of one partition as record batches, through the project's read path
-    (only ``columns`` of the table are decoded, when given)."""
+    (only ``columns`` of the table are decoded, when given). One of the
+    ``query_schema``'s columns renamed, dropped or of another type in the
+    table now: :class:`~paimon_group.spark.source.schema.SchemaChanged`."""
     from paimon_group.reading.table import ShardedTable
 
     table = ShardedTable.open(options.warehouse, options.table, options.catalog_options,
                               check=CHECK_TABLE_OPTIONS)
+    check_schema(query_schema, table.table.table_schema, table.identifier)
     planner = table.planner(1, include_row_kind=options.include_row_kind,
                             projection=list(columns) if columns else None)
     schema = pa.schema(spark_fields(planner.schema)
