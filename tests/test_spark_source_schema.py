@@ -115,3 +115,34 @@ def test_a_column_changed_while_the_query_runs_stops_it_with_one_line_and_a_rest
     row = rows.rows[12]
     assert list(row) == [*columns, "_pg_shard", "_pg_snapshot", "_pg_epoch"]
     assert {k: row[k] for k in after} == after
+
+
+def test_what_counts_as_a_change_of_the_querys_columns() -> None:
+    """By field id and by Spark type: a rename, a drop and a type Spark tells
+    apart are changes; a column added, a nullability change and a type that is
+    the same to Spark (VARCHAR(10) to VARCHAR(20), TIMESTAMP(3) to (6)) are not."""
+    from types import SimpleNamespace
+
+    from pypaimon.schema.data_types import AtomicType, DataField
+
+    from paimon_group.spark.source.schema import query_schema, schema_changes
+
+    def schema(schema_id: int, *fields: tuple[int, str, str]) -> Any:
+        return SimpleNamespace(id=schema_id, fields=[
+            DataField(i, n, AtomicType(t.removesuffix(" NOT NULL"),
+                                       nullable=not t.endswith(" NOT NULL")))
+            for i, n, t in fields])
+
+    defined = query_schema(schema(0, (0, "id", "BIGINT NOT NULL"), (1, "v", "BIGINT"),
+                                  (2, "s", "VARCHAR(10)"), (3, "t", "TIMESTAMP(3)"),
+                                  (4, "p", "STRING"), (5, "q", "INT")))
+    same = schema(3, (0, "id", "BIGINT"), (1, "v", "BIGINT"), (2, "s", "VARCHAR(20)"),
+                  (3, "t", "TIMESTAMP(6)"), (4, "p", "STRING"), (5, "q", "INT"),
+                  (6, "added", "INT"))
+    assert schema_changes(defined, same) == []
+    changed = schema(4, (0, "id", "BIGINT"), (1, "v", "STRING"), (2, "s", "STRING"),
+                     (3, "t", "TIMESTAMP(6)"), (4, "note", "STRING"), (7, "q", "INT"))
+    assert schema_changes(defined, changed) == [
+        "column 'v' changed type from BIGINT to STRING", "column 'p' renamed to 'note'",
+        "column 'q' dropped"]  # a column of the same name added since is another column
+    assert defined.only(["q", "id"]).columns == (defined.columns[5], defined.columns[0])

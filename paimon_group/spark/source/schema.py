@@ -9,8 +9,10 @@ query runs is decided here:
 * **a column added** (``ALTER TABLE ... ADD COLUMN``) is followed: it is not
   one of the query's columns, so it is neither read nor delivered, and the
   rows go on, with the query's columns;
-* **a column renamed, dropped, or of another type** (a nested field of a
-  ``ROW`` added, renamed or dropped changes the column's type) stops the
+* **a column renamed, dropped, or of another type in Spark** (``BIGINT`` to
+  ``STRING``; a nested field of a ``ROW`` added, renamed or dropped; not
+  ``VARCHAR(10)`` to ``VARCHAR(20)`` nor ``TIMESTAMP(3)`` to ``TIMESTAMP(6)``,
+  which Spark sees as the same ``string`` and ``timestamp_ntz``) stops the
   query with one line (:class:`SchemaChanged`) naming each change and what
   to do: restart the query from its checkpoint, which reads the table's new
   schema. Before, Spark failed the batch with its
@@ -18,7 +20,8 @@ query runs is decided here:
   pypaimon drops a projected name that no longer exists.
 
 Columns are matched by Paimon field id, so a rename is told from a drop;
-nullability is not compared (Spark is told every column is nullable).
+types are compared as Spark types, without nullability (Spark is told every
+column, and every field inside one, is nullable).
 """
 
 from __future__ import annotations
@@ -45,8 +48,8 @@ class QueryColumn:
 
     name: str
     field_id: int
-    type_name: str       # Paimon's type, for the line
-    arrow_type: pa.DataType  # every level nullable: what Spark was told
+    type_name: str   # Paimon's type, for the line
+    spark_type: str  # Spark's type (simpleString: no nullability), as Spark was told
 
 
 @dataclass(frozen=True)
@@ -66,10 +69,12 @@ def _type_name(field: Any) -> str:
     return str(field.type).replace(" NOT NULL", "")
 
 
-def _arrow_type(field: Any) -> pa.DataType:
+def _spark_type(field: Any) -> str:
     from pypaimon.schema.data_types import PyarrowFieldParser
+    from pyspark.sql.pandas.types import from_arrow_type
 
-    return relaxed(PyarrowFieldParser.from_paimon_field(field).type)
+    arrow: pa.DataType = relaxed(PyarrowFieldParser.from_paimon_field(field).type)
+    return str(from_arrow_type(arrow).simpleString())
 
 
 def query_schema(table_schema: Any, names: Iterable[str] | None = None) -> QuerySchema:
@@ -77,7 +82,7 @@ def query_schema(table_schema: Any, names: Iterable[str] | None = None) -> Query
     fields = list(table_schema.fields)
     wanted = None if names is None else set(names)
     return QuerySchema(int(table_schema.id), tuple(
-        QueryColumn(f.name, int(f.id), _type_name(f), _arrow_type(f))
+        QueryColumn(f.name, int(f.id), _type_name(f), _spark_type(f))
         for f in fields if wanted is None or f.name in wanted))
 
 
@@ -91,7 +96,7 @@ def schema_changes(expected: QuerySchema, table_schema: Any) -> list[str]:
             changes.append(f"column {column.name!r} dropped")
         elif field.name != column.name:
             changes.append(f"column {column.name!r} renamed to {field.name!r}")
-        elif _arrow_type(field) != column.arrow_type:
+        elif _spark_type(field) != column.spark_type:
             changes.append(f"column {column.name!r} changed type from {column.type_name} "
                            f"to {_type_name(field)}")
     return changes
