@@ -92,3 +92,26 @@ def test_trigger_once_is_refused_with_one_line_naming_available_now(
         assert query.awaitTermination(180)
         assert query.exception() is None
         assert sorted(ids) == expected
+
+
+def test_available_now_whose_member_does_not_hold_its_shards_in_time_stops_with_one_line(
+) -> None:
+    """Without its shards the run would plan nothing and Spark end it as if
+    nothing were new: it stops with the line instead (no Spark job here)."""
+    from types import SimpleNamespace
+
+    from paimon_group.spark.source.options import SourceOptions
+    from paimon_group.spark.source.source import PaimonGroupStreamReader
+
+    options = SourceOptions.parse({"group": "g", "warehouse": "/wh", "table": "db.t",
+                                   "ready_timeout_s": "2"})
+    reader = PaimonGroupStreamReader(options)
+    reader._driver = SimpleNamespace(  # type: ignore[assignment]
+        ready=False, group="g", member=SimpleNamespace(member_id="q-1"))
+    with pytest.raises(Exception) as caught:
+        reader.prepareForTriggerAvailableNow()
+    assert error_line(caught.value) == (
+        "Trigger.AvailableNow: member 'q-1' of group 'g' did not hold its assigned shards within "
+        "ready_timeout_s=2 s, so it cannot read what is available; the group's other members "
+        "may still hold them (paimon-group describe --group g ...): raise the option "
+        "ready_timeout_s, or run the query again")
