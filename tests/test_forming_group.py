@@ -141,3 +141,32 @@ async def test_a_join_into_a_stable_group_is_not_held(table: str,
         assert left and left[0] == (False, 0.0)
     finally:
         await asyncio.gather(*(m.stop() for m in members))
+
+
+@pytest.mark.asyncio
+async def test_a_member_is_ready_only_once_the_published_assignment_names_it(
+    table: str, tmp_path: Path
+) -> None:
+    """A new member of a group whose assignment names only a member that left
+    is not ready until the assignment names it, and then holds every shard.
+    Before, it was ready at once with no shard (its entry absent: ``[]``), and
+    a Spark query's ``availableNow`` run planned nothing (issue 56, S1)."""
+    url = f"sqlite://{tmp_path}/c.sqlite"   # the group outlives its members
+    first = GroupMember(_config(table, url, "a", 4), auto_commit=False)
+    await first.start()
+    try:
+        await _until_owned([first], 4)
+    finally:
+        await first.stop()
+    second = GroupMember(_config(table, url, "b", 4), auto_commit=False)
+    await second.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not second.ready:
+            assert time.monotonic() < deadline, "the new member never became ready"
+            await asyncio.sleep(0.02)
+        assignment = second.assignment
+        assert assignment is not None and assignment.shards_of("b") == [0, 1, 2, 3]
+        assert second.owned_shards == [0, 1, 2, 3]
+    finally:
+        await second.stop()

@@ -389,9 +389,18 @@ class MemberCore:
 
     @property
     def ready(self) -> bool:
-        """Joined, and every shard assigned to us is acquired."""
+        """Joined, in the published assignment, and every shard it gives us is acquired.
+
+        A member the leader has not published yet is not ready, though it has
+        no shard to acquire: every assignor gives each live member an entry
+        (``[]`` when it gets no shard), so being in the assignment is what
+        tells that the leader has placed us. Before, a member joining a group
+        whose assignment did not name it yet was ready at once, and a query
+        under ``Trigger.AvailableNow`` planned its only batch with no shard."""
         assignment = self._leadership.assignment
         if self.state is not MemberState.RUNNING or assignment is None:
+            return False
+        if self.member_id not in assignment.shards:
             return False
         return set(assignment.shards_of(self.member_id)) <= set(self.owned_shards)
 

@@ -13,8 +13,9 @@ idle clients cost no thread, at most 64 connections are open, a client has
     last ticked less than ``max_loop_lag_s`` ago); 503 otherwise, and 503
     once the member has FAILED. Point the liveness probe here.
 ``/readyz``
-    200 when the member is ready (joined, and every shard assigned to it is
-    acquired); 503 otherwise. Point the readiness probe here.
+    200 when the member is ready (joined, named in the group's published
+    assignment, and every shard assigned to it is acquired); 503 otherwise.
+    Point the readiness probe here.
 
 Metrics (every one labelled ``group`` and ``member``; no label ever holds a
 coordinator URL or a credential):
@@ -350,7 +351,8 @@ class MemberCollector(Collector):
                     assignment.generation if assignment is not None else 0)
         yield gauge("paimon_group_leader", "1 if this member leads the group.",
                     1 if m.is_leader else 0)
-        yield gauge("paimon_group_ready", "1 if joined and every assigned shard is acquired.",
+        yield gauge("paimon_group_ready",
+                    "1 if joined, assigned, and every assigned shard is acquired.",
                     1 if m.ready else 0)
         yield gauge("paimon_group_loop_lag_seconds",
                     "Seconds since the member's control loop last ticked.", m.loop_lag())

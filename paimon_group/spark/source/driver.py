@@ -86,7 +86,9 @@ class GroupDriver:
     """A :class:`GroupMember` on a loop thread, driven by the stream reader's calls.
 
     Transitions: created -> :meth:`start` (table opened, group joined,
-    waits up to ``ready_timeout_s`` for the assigned shards) -> calls ->
+    waits up to ``ready_timeout_s`` until the group's published assignment
+    names this member and its shards are held: a query's first batch plans
+    with them) -> calls ->
     :meth:`stop` (graceful leave: shards released with their committed
     positions). A member that failed (table gone, removed, ...) makes every
     later call raise its error.
@@ -116,7 +118,9 @@ class GroupDriver:
         return future.result(timeout)
 
     def start(self) -> None:
-        """Join the group; wait (bounded) until the shards assigned to us are ours."""
+        """Join the group; wait (bounded) until the group placed us and the shards
+        assigned to us are ours (a new member of a group whose published
+        assignment does not name it yet waits for the one that does)."""
         try:
             self._call(self.member.start())
         except BaseException:
@@ -126,6 +130,12 @@ class GroupDriver:
         while not self.member.ready and time.monotonic() < deadline:
             self.member.raise_if_failed()
             time.sleep(0.05)
+        if not self.member.ready:
+            log.warning("member %s of group %s: not placed by the group, or its assigned shards "
+                        "not all held, within ready_timeout_s=%g s: the query goes on with the "
+                        "shards it holds (%s) and takes the others when they come",
+                        self.member.member_id, self.options.group, self.options.ready_timeout_s,
+                        self.member.owned_shards)
         table = self.member.table
         assert table is not None
         self._planner = table.planner(
@@ -133,6 +143,12 @@ class GroupDriver:
             rule=self.member.sharding, catch_up_threshold=NO_CATCH_UP)
         log.info("member %s joined group %s (shards %s)", self.member.member_id,
                  self.options.group, self.member.owned_shards)
+
+    @property
+    def ready(self) -> bool:
+        """The group's published assignment names this member, and it holds every
+        shard the assignment gives it (:attr:`GroupMember.ready`)."""
+        return self.member.ready
 
     @property
     def group(self) -> str:

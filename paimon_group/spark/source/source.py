@@ -38,6 +38,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from paimon_group.arrowread.nullability import relaxed
+from paimon_group.errors import ConfigError, PaimonGroupError
 from paimon_group.spark.source.driver import GroupDriver
 from paimon_group.spark.source.offsets import (
     Caps,
@@ -55,28 +56,42 @@ from paimon_group.spark.source.offsets import (
     start_cursor,
 )
 from paimon_group.spark.source.options import SourceOptions
+from paimon_group.spark.source.schema import QuerySchema, check_schema, query_schema
 
 __all__ = ["PaimonGroupDataSource", "PaimonGroupStreamReader", "ShardPartition"]
 
 log = logging.getLogger("paimon_group.spark_source")
 
+UNCAPPED = ReadMaxRows(2**63 - 1)
+"""The default read limit without caps. Not ``ReadAllAvailable``: Spark passes
+that to ``latestOffset`` under ``Trigger.Once`` (whatever the default), and
+only then, so the reader can tell Once from the other triggers."""
+
+TRIGGER_ONCE = (
+    "Trigger.Once is not supported by the paimon-group source: Spark calls no source method "
+    "after a Once batch, so the group would never learn that its rows were written and the "
+    "group's next reader would read them again; use .trigger(availableNow=True), which reads "
+    "everything available when the query starts, commits each batch, and ends")
+"""The line a query under Trigger.Once (deprecated by Spark for AvailableNow) stops with."""
+
 CHECK_TABLE_OPTIONS = 'check the options "warehouse" and "table" of the paimon-group source'
 """How a table not found ends its line here: the source's options, not the CLI's flags."""
 
 
-def arrow_schema(options: SourceOptions) -> pa.Schema:
+def arrow_schema(options: SourceOptions) -> tuple[pa.Schema, QuerySchema]:
     """The rows' Arrow schema: the table's columns (``_row_kind`` first when asked),
     then the metadata columns when asked. Every column, and every field
-    inside one, is nullable (:func:`spark_fields`)."""
+    inside one, is nullable (:func:`spark_fields`). And the table's columns
+    by field id, which the running query checks its reads against."""
     from paimon_group.reading.table import ShardedTable
 
     table = ShardedTable.open(options.warehouse, options.table, options.catalog_options,
                               check=CHECK_TABLE_OPTIONS)
-    schema = table.planner(1, include_row_kind=options.include_row_kind).schema
-    fields = spark_fields(schema)
+    planner = table.planner(1, include_row_kind=options.include_row_kind)
+    fields = spark_fields(planner.schema)
     if options.metadata_columns:
         fields += [pa.field(name, typ) for name, typ in _METADATA_TYPES]
-    return pa.schema(fields)
+    return pa.schema(fields), query_schema(planner.view.pt.table_schema)
 
 
 _METADATA_TYPES = (("_pg_shard", pa.int32()), ("_pg_snapshot", pa.int64()),
@@ -111,16 +126,25 @@ class PaimonGroupDataSource(DataSource):
     def __init__(self, options: Any) -> None:
         super().__init__(options)
         self.source_options = SourceOptions.parse(dict(options))
+        # The table's columns when the query was defined (Spark pickles the
+        # source after schema(), for the reader): their field ids tell a
+        # rename from a drop while the query runs.
+        self.query_schema: QuerySchema | None = None
 
     def schema(self) -> StructType:
         from pyspark.sql.pandas.types import from_arrow_schema
 
-        return from_arrow_schema(arrow_schema(self.source_options))
+        schema, self.query_schema = arrow_schema(self.source_options)
+        return from_arrow_schema(schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         extra = {"_row_kind", *(name for name, _ in _METADATA_TYPES)}
         columns = tuple(n for n in schema.fieldNames() if n not in extra)
-        return PaimonGroupStreamReader(self.source_options, columns)
+        defined = getattr(self, "query_schema", None)
+        if defined is None:
+            # A schema given by the user: the columns as the table has them now.
+            defined = arrow_schema(self.source_options)[1]
+        return PaimonGroupStreamReader(self.source_options, columns, defined.only(columns))
 
 
 class ShardPartition(InputPartition):
@@ -140,12 +164,15 @@ class ShardPartition(InputPartition):
 class PaimonGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Offsets, partitions and commits of one query; see the module docstring."""
 
-    def __init__(self, options: SourceOptions, columns: tuple[str, ...] | None = None) -> None:
+    def __init__(self, options: SourceOptions, columns: tuple[str, ...] | None = None,
+                 query_schema: QuerySchema | None = None) -> None:
         self.options = options
         # The table's columns when the query was defined: a column added to
         # the table later is not read (Spark's schema of a running query is
-        # fixed); restart the query to get it.
+        # fixed); restart the query to get it. One of them renamed, dropped
+        # or of another type stops the query (paimon_group.spark.source.schema).
         self.columns = columns
+        self.query_schema = query_schema
         self._driver: GroupDriver | None = None
         # Trigger.AvailableNow: no snapshot after this one is read.
         self._target: int | None = None
@@ -153,8 +180,9 @@ class PaimonGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         self._planned: dict[str, dict[int, list[Piece]]] = {}
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"options": self.options, "columns": self.columns, "_driver": None,
-                "_planned": {}, "_target": None}
+        return {"options": self.options, "columns": self.columns,
+                "query_schema": self.query_schema, "_driver": None, "_planned": {},
+                "_target": None}
 
     # -- the group ---------------------------------------------------------
 
@@ -171,20 +199,35 @@ class PaimonGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         return encode_offset({})
 
     def prepareForTriggerAvailableNow(self) -> None:
-        """Read up to the table's latest snapshot now, then report nothing new."""
-        self._target = self.driver.planner.table.latest_snapshot_id() or 0
+        """Read up to the table's latest snapshot now, then report nothing new.
+
+        The member holds every shard the group assigned to it first (a
+        member the group has not placed yet would plan no shard, and Spark
+        would end the query at once): one line if that takes longer than
+        ``ready_timeout_s``."""
+        driver = self.driver
+        if not driver.ready:
+            raise PaimonGroupError(
+                f"Trigger.AvailableNow: member {driver.member.member_id!r} of group "
+                f"{driver.group!r} did not hold its assigned shards within ready_timeout_s="
+                f"{self.options.ready_timeout_s:g} s, so it cannot read what is available; "
+                "the group's other members may still hold them (paimon-group describe --group "
+                f"{driver.group} ...): raise the option ready_timeout_s, or run the query again")
+        self._target = driver.planner.table.latest_snapshot_id() or 0
 
     def getDefaultReadLimit(self) -> ReadLimit:
+        """The options' caps, or :data:`UNCAPPED`: never Spark's ``ReadAllAvailable``,
+        which ``latestOffset`` then gets only under ``Trigger.Once`` (refused)."""
         if self.options.max_rows_per_batch is not None:
             return ReadMaxRows(self.options.max_rows_per_batch)
         if self.options.max_snapshots_per_batch is not None:
             # No snapshot limit in Spark's vocabulary: a snapshot is the "file" here.
             return ReadMaxFiles(self.options.max_snapshots_per_batch)
-        return ReadAllAvailable()
+        return UNCAPPED
 
     def _caps(self, limit: ReadLimit | None) -> Caps:
-        if isinstance(limit, ReadAllAvailable):
-            return Caps()  # Spark's contract: the options' caps do not apply
+        if isinstance(limit, ReadMaxRows) and limit.max_rows >= UNCAPPED.max_rows:
+            return Caps()
         if isinstance(limit, ReadMaxRows):
             return Caps(self.options.max_snapshots_per_batch, limit.max_rows)
         if isinstance(limit, ReadMaxFiles):
@@ -200,6 +243,8 @@ class PaimonGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         committed now (forward only), so the coordinator is never more than
         the running batch behind the checkpoint.
         """
+        if isinstance(limit, ReadAllAvailable):
+            raise ConfigError(TRIGGER_ONCE)
         driver = self.driver
         previous, ends = decode_offset(start), decode_ends(start)
         end_moves = decode_end_moves(start)
@@ -225,6 +270,9 @@ class PaimonGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
             driver.planner, cursors, latest=latest, caps=self._caps(limit),
             fail_on_data_loss=self.options.fail_on_data_loss, config=driver.member.config,
             move_start=driver.move_start)
+        # Snapshots planned under a newer schema: the planner follows it.
+        check_schema(self.query_schema, driver.planner.view.pt.table_schema,
+                     driver.planner.table.identifier)
         ranges = {s: ShardRange(shard=s, epoch=owned[s][0], next=c.next, full=c.full,
                                 to=reached[s], moves=c.moves) for s, c in cursors.items()}
         if all(r.empty for r in ranges.values()):
@@ -305,17 +353,21 @@ class PaimonGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, ShardPartition)
-        return read_partition(self.options, partition, self.columns)
+        return read_partition(self.options, partition, self.columns, self.query_schema)
 
 
 def read_partition(options: SourceOptions, partition: ShardPartition,
-                   columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
+                   columns: Sequence[str] | None = None,
+                   query_schema: QuerySchema | None = None) -> Iterator[pa.RecordBatch]:
     """The rows of one partition as record batches, through the project's read path
-    (only ``columns`` of the table are decoded, when given)."""
+    (only ``columns`` of the table are decoded, when given). One of the
+    ``query_schema``'s columns renamed, dropped or of another type in the
+    table now: :class:`~paimon_group.spark.source.schema.SchemaChanged`."""
     from paimon_group.reading.table import ShardedTable
 
     table = ShardedTable.open(options.warehouse, options.table, options.catalog_options,
                               check=CHECK_TABLE_OPTIONS)
+    check_schema(query_schema, table.table.table_schema, table.identifier)
     planner = table.planner(1, include_row_kind=options.include_row_kind,
                             projection=list(columns) if columns else None)
     schema = pa.schema(spark_fields(planner.schema)
