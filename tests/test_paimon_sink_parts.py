@@ -21,6 +21,7 @@ from paimon_group.reading.batch import ShardBatch
 from paimon_group.reading.planner import BatchKind
 from paimon_group.sink import PaimonSink
 from tests.support.tables import _create, make_pk_table, open_table, write_rows
+from tests.test_paimon_sink_member import _target_ids, _until
 
 OUT = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.int64())])
 
@@ -29,21 +30,6 @@ def _config(wh: str, coordinator: str) -> MemberConfig:
     return MemberConfig(group="parts", warehouse=wh, table="db.src", coordinator=coordinator,
                         member_id="m", session_timeout_s=3, poll_interval_ms=50,
                         start="earliest", max_handler_attempts=3)
-
-
-def _target_ids(wh: str) -> list[int]:
-    table = open_table(wh, "db.out")
-    builder = table.new_read_builder()
-    rows = builder.new_read().to_arrow(builder.new_scan().plan().splits())
-    return sorted(rows.column("id").to_pylist())
-
-
-async def _until(check: object, timeout: float = 60) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not check():  # type: ignore[operator]
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("timed out")
-        await asyncio.sleep(0.05)
 
 
 def _source(wh: str) -> None:

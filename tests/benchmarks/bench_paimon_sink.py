@@ -125,18 +125,23 @@ def _plain(table: Any, steps: list[list[tuple[_Batch, pa.Table]]], pk: bool) -> 
     began = time.monotonic()
     for step in steps:
         for batch, rows in step:
-            if pk:
-                rows = rows.append_column(SEQ, pa.array([batch.snapshot_id] * rows.num_rows,
-                                                        pa.int64()))
-            builder = table.new_batch_write_builder()
-            write, commit = builder.new_write(), builder.new_commit()
-            try:
-                write.write_arrow(rows)
-                commit.commit(write.prepare_commit())
-            finally:
-                write.close()
-                commit.close()
+            _plain_write(table, rows, batch.snapshot_id if pk else None)
     return time.monotonic() - began
+
+
+def _plain_write(table: Any, rows: pa.Table, snapshot_id: int | None) -> None:
+    """One plain pypaimon write and commit of ``rows`` (``snapshot_id``: the
+    primary-key target's sequence column filled with it)."""
+    if snapshot_id is not None:
+        rows = rows.append_column(SEQ, pa.array([snapshot_id] * rows.num_rows, pa.int64()))
+    builder = table.new_batch_write_builder()
+    write, commit = builder.new_write(), builder.new_commit()
+    try:
+        write.write_arrow(rows)
+        commit.commit(write.prepare_commit())
+    finally:
+        write.close()
+        commit.close()
 
 
 def _through_sink(sink: Any, steps: list[list[tuple[_Batch, pa.Table]]]) -> float:
@@ -298,17 +303,7 @@ def _member_side(wh: str, source: str, side: str, pk: bool, expected: Any,
         if sink is not None:
             sink.write(rows, batch)
             return
-        if pk:
-            rows = rows.append_column(SEQ, pa.array([batch.snapshot_id] * rows.num_rows,
-                                                    pa.int64()))
-        builder = table.new_batch_write_builder()
-        write, commit = builder.new_write(), builder.new_commit()
-        try:
-            write.write_arrow(rows)
-            commit.commit(write.prepare_commit())
-        finally:
-            write.close()
-            commit.close()
+        _plain_write(table, rows, batch.snapshot_id if pk else None)
 
     async def go() -> float:
         config = MemberConfig(group=f"bench-{name.split('.')[1]}", warehouse=wh, table=source,
