@@ -64,10 +64,6 @@ class HandlerSlot:
         self._held = False
         self._arrived = False
 
-    @property
-    def held(self) -> bool:
-        return self._held
-
     async def hold(self) -> None:
         """Take the slot (again); at once if held."""
         if not self._held:

@@ -136,10 +136,6 @@ class _Pending:
         else:
             self.future.set_exception(error)
 
-    @property
-    def finished(self) -> bool:
-        return self.future.done()
-
 
 def _first_of(batch: SourceBatch) -> int:
     """The source position a batch starts from: an initial full scan is
