@@ -163,8 +163,8 @@ def test_sink_marks_of_a_newer_format_are_refused_in_one_line() -> None:
     # A mark with more entries than this version knows (a later one's, added
     # at the end) is read ignoring them, and so is a source's unknown field.
     longer = json.dumps({"v": FORMAT, "source": {"table_id": "t", "later": 1},
-                         "shards": {"0": [3, 9, "a", 1, "later"]}})
-    assert decode(longer) == {0: ShardMark(3, 9, "a", 1)}
+                         "shards": {"0": [3, 9, "a", 1, 6, "later"]}})
+    assert decode(longer) == {0: ShardMark(3, 9, "a", 1, 6)}
     # Format 1 (no source) is still read: its source is unknown.
     former = decode_group(json.dumps({"v": 1, "shards": {"0": [3, 9, "a", 1]}}))
     assert (former.source, dict(former.shards)) == (Source(), {0: ShardMark(3, 9, "a", 1)})

@@ -47,6 +47,16 @@ the shard's mark ``(e, n, j, k)``:
   start gave it, and that scan is the only batch that holds them (judged by
   position alone it would be taken as written; docs/reliability.md, "The
   Paimon sink in the simulation").
+* a full scan of ``F`` of a source whose rule moves rows between shards
+  (the file rule), unless the mark's last full scan is ``F`` (a replay,
+  in this life or the next, of a scan the target holds): **write**, whole,
+  for the same reason: the mark says what the shard's stream gave it, and
+  a compaction may since have put into the shard's files rows that another
+  shard never wrote (it lagged, or stopped on data loss). On an append
+  target the rows written before are there again, as for any new life's
+  full scan (docs/paimon-sink.md, "A re-created table or group"; seed
+  502414). Under the bucket rules a shard's rows stay in its buckets and
+  the position alone says the scan is in.
 * ``first < n``: **already written**, up to ``n``: the target holds this
   batch (a replay after a crash between the target's commit and the
   position's) or a longer one of it: the member commits position ``n`` and
@@ -72,6 +82,13 @@ Example::
     Verdict(kind='write', next_snapshot=None)
     >>> judge(marks.get(0), first=0, epoch=3, incarnation="a", full_scan=6, start_moves=1)
     Verdict(kind='write', next_snapshot=None)
+    >>> judge(marks.get(0), first=0, epoch=1, incarnation="b", full_scan=6)
+    Verdict(kind='already', next_snapshot=9)
+    >>> judge(marks.get(0), first=0, epoch=1, incarnation="b", full_scan=6, rows_move=True)
+    Verdict(kind='write', next_snapshot=None)
+    >>> scanned = ShardMark(epoch=3, next_snapshot=9, incarnation="a", scan=6)
+    >>> judge(scanned, first=0, epoch=1, incarnation="b", full_scan=6, rows_move=True)
+    Verdict(kind='already', next_snapshot=9)
     >>> old = GroupMarks(Source("schema-0@1", 4, "bucket"), marks)
     >>> old.for_batch(Source("schema-0@1", 4, "bucket")).get(0).next_snapshot
     9
@@ -126,13 +143,16 @@ def group_of(key: str, value: str) -> str | None:
 class ShardMark:
     """A shard's mark in the target: the epoch that wrote last, the source
     position after the last batch written, the group's incarnation then
-    (empty: unknown), and the moves of the group start the position derives
-    from."""
+    (empty: unknown), the moves of the group start the position derives
+    from, and the last full scan of the shard the target holds."""
 
     epoch: int
     next_snapshot: int
     incarnation: str = ""
     start_moves: int = 0
+    scan: int | None = None
+    """The snapshot of the last full scan of the shard written into the
+    target (or found there), in any life of the group; None: none known."""
 
 
 @dataclass(frozen=True)
@@ -145,20 +165,38 @@ class Verdict:
 
 
 def judge(mark: ShardMark | None, *, first: int, epoch: int, incarnation: str = "",
-          full_scan: int | None = None, start_moves: int = 0) -> Verdict:
+          full_scan: int | None = None, start_moves: int = 0,
+          rows_move: bool = False) -> Verdict:
     """The verdict on a batch starting at source snapshot ``first`` (or an
     initial full scan of snapshot ``full_scan``) written at ``epoch`` of the
     group's ``incarnation``, read from the start of ``start_moves`` moves,
-    against its shard's ``mark``."""
+    against its shard's ``mark``; ``rows_move``: the source's sharding rule
+    lets a compaction move rows between shards (the file rule)."""
     if mark is None:
         return Verdict("write")
     if epoch < mark.epoch and incarnation == mark.incarnation:
         return Verdict("stale")
     if start_moves > mark.start_moves:
         return Verdict("write")
+    if full_scan is not None and rows_move and full_scan != mark.scan:
+        return Verdict("write")
     if (first if full_scan is None else full_scan) < mark.next_snapshot:
         return Verdict("already", mark.next_snapshot)
     return Verdict("write")
+
+
+def mark_after(known: ShardMark | None, *, epoch: int, next_snapshot: int,
+               incarnation: str, start_moves: int, full_scan: int | None) -> ShardMark:
+    """A shard's mark once its batch (judged ``write`` against ``known``)
+    is in the target. It names the batch's full scan, else the one the mark
+    named. A full scan behind the mark (the file rule's, of a new life)
+    leaves the mark's position: the shard's deltas up to it are in the
+    target too, and a delta never moves between shards."""
+    scan = full_scan if full_scan is not None else None if known is None else known.scan
+    if (known is not None and full_scan is not None and start_moves <= known.start_moves
+            and next_snapshot < known.next_snapshot):
+        next_snapshot = known.next_snapshot
+    return ShardMark(epoch, next_snapshot, incarnation, start_moves, scan)
 
 
 def merged(marks: Mapping[int, ShardMark], written: Mapping[int, ShardMark]
@@ -195,6 +233,11 @@ class Source:
             (self.table_id, other.table_id), (self.num_shards, other.num_shards),
             (self.sharding, other.sharding)))
 
+    @property
+    def rows_move(self) -> bool:
+        """Whether a compaction may move rows between shards (the file rule)."""
+        return self.sharding == "file"
+
     def completed(self, other: Source) -> Source:
         """This source with its unknown parts taken from ``other``."""
         return Source(self.table_id or other.table_id, self.num_shards or other.num_shards,
@@ -228,6 +271,7 @@ def encode(marks: Mapping[int, ShardMark], source: Source = Source()) -> str:
         "table_id": source.table_id, "num_shards": source.num_shards,
         "sharding": source.sharding}, "shards": {
         str(s): [m.epoch, m.next_snapshot, m.incarnation, m.start_moves]
+        + ([] if m.scan is None else [m.scan])
         for s, m in sorted(marks.items())}}, separators=(",", ":"))
 
 
@@ -257,7 +301,8 @@ def decode_group(value: str) -> GroupMarks:
                             str(known.get("sharding") or ""))
         return GroupMarks(source, {
             int(s): ShardMark(int(m[0]), int(m[1]), str(m[2]) if len(m) > 2 else "",
-                              int(m[3]) if len(m) > 3 else 0)
+                              int(m[3]) if len(m) > 3 else 0,
+                              int(m[4]) if len(m) > 4 and isinstance(m[4], int) else None)
             for s, m in data["shards"].items()})
     except (ValueError, TypeError, KeyError, AttributeError, IndexError) as err:
         raise CorruptValue(f"the sink's marks in the target do not parse ({err}): "

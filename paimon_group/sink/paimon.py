@@ -74,6 +74,7 @@ from paimon_group.sink.marks import (
     Verdict,
     encode,
     judge,
+    mark_after,
     property_key,
 )
 from paimon_group.sink.target import PartsWriter, TargetTable
@@ -360,7 +361,7 @@ class PaimonSink:
         verdict = judge(self._mark_of(batch),
                         first=_first_of(batch), epoch=batch.epoch,
                         incarnation=_incarnation_of(batch), full_scan=_full_scan_of(batch),
-                        start_moves=_start_moves_of(batch))
+                        start_moves=_start_moves_of(batch), rows_move=_source_of(batch).rows_move)
         _tell_batch(batch, verdict)
         _raise_unless_write(verdict, batch.group, batch.shard, batch.epoch)
         writer: PartsWriter | None = None
@@ -535,15 +536,17 @@ class PaimonSink:
                 verdicts.append((p, unreadable[p.group]))
                 continue
             marks = current[p.group]
-            verdict = judge(marks.for_batch(p.source).get(p.shard), first=p.first,
-                            epoch=p.epoch, incarnation=p.incarnation,
-                            full_scan=p.full_scan, start_moves=p.start_moves)
+            known = marks.for_batch(p.source).get(p.shard)
+            verdict = judge(known, first=p.first, epoch=p.epoch, incarnation=p.incarnation,
+                            full_scan=p.full_scan, start_moves=p.start_moves,
+                            rows_move=p.source.rows_move)
             if verdict.kind != "write":
                 verdicts.append((p, verdict))
                 continue
             writes.append(p)
-            current[p.group] = marks.written(p.source, {p.shard: ShardMark(
-                p.epoch, p.next_snapshot, p.incarnation, p.start_moves)})
+            current[p.group] = marks.written(p.source, {p.shard: mark_after(
+                known, epoch=p.epoch, next_snapshot=p.next_snapshot, incarnation=p.incarnation,
+                start_moves=p.start_moves, full_scan=p.full_scan)})
         if not writes:
             return True
         nonce = uuid.uuid4().hex
