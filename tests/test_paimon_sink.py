@@ -525,6 +525,27 @@ def test_row_kinds_are_applied_on_a_primary_key_target_and_recorded_on_an_append
             (3, 2, "+U", None)])
 
 
+def test_a_delete_alone_in_its_bucket_s_only_file_is_read_as_a_delete(tmp_path: Path) -> None:
+    """A key inserted and deleted in one batch (or deleted where its bucket
+    has no other file) ends in a data file that is its bucket's only one.
+    Paimon reads such a file raw, unmerged, unless its metadata counts a
+    delete; pypaimon's writer counts none, so the deleted key read as present
+    in any engine (simulation seed 520586). The sink records the file's
+    deletes (for parts too, :class:`PartsWriter`): the key is gone."""
+    from tests.support.tables import open_table
+
+    _create(tmp_path, "db.pk", KINDS, primary_keys=["id"],
+            options={"bucket": "1", "sequence.field": "seq", "rowkind.field": "kind"})
+    rows = _changes([("+I", 0, 1), ("+I", 1, 1), ("-D", 0, 1), ("-U", 2, 1)])
+    with PaimonSink(str(tmp_path), "db.pk", commit_interval_s=0) as sink:
+        sink.write(rows, Batch(0, 1, 1, 1, retractions=2))
+    assert _read(tmp_path, "db.pk") == [(1, 1)]
+    table = open_table(tmp_path, "db.pk")
+    files = [f for split in table.new_read_builder().new_scan().plan().splits()
+             for f in split.files]
+    assert [(f.row_count, f.delete_row_count) for f in files] == [(3, 2)]
+
+
 def test_row_kinds_a_target_cannot_hold_or_the_output_dropped_are_refused_in_one_line(
         tmp_path: Path) -> None:
     """Deletes or update-befores the target cannot represent (a primary-key

@@ -43,6 +43,7 @@ import pyarrow.compute as pc
 
 from paimon_group.errors import ConfigError, PaimonGroupError
 from paimon_group.reading.table import ShardedTable
+from paimon_group.sink.deletes import count_deletes
 from paimon_group.sink.kinds import ROW_KIND, kind_column, retractions
 from paimon_group.sink.marks import NONCE_PROPERTY, GroupMarks, ShardMark, decode_group, group_of
 from paimon_group.store.exclusive import create_exclusive, exclusive_create_check
@@ -278,7 +279,7 @@ class TargetTable:
         tag = (rows.schema.metadata or {}).get(_SCHEMA_TAG)
         shape = self._shapes[int(tag)] if tag is not None else self._shape
         return PartsWriter(shape.table.new_batch_write_builder().new_write(), tag,
-                           self.identifier)
+                           self.identifier, shape)
 
     def write_files(self, rows: pa.Table, commit_user: str) -> list[Any]:
         """Write ``rows``' data files (with the table at the schema they were
@@ -290,6 +291,7 @@ class TargetTable:
             if rows.num_rows:
                 write.write_arrow(rows.replace_schema_metadata(None))
             messages: list[Any] = write.prepare_commit()
+            count_deletes(shape.table.file_io, messages, _retracted(shape, rows))
             return messages
         finally:
             write.close()
@@ -399,10 +401,13 @@ class PartsWriter:
     batch's rows in the order they were written, as for a batch written
     whole. Not thread-safe: the sink writes one part of a batch at a time."""
 
-    def __init__(self, write: Any, tag: bytes | None, identifier: str) -> None:
+    def __init__(self, write: Any, tag: bytes | None, identifier: str,
+                 shape: _Shape | None = None) -> None:
         self._write = write
         self._tag = tag
         self._identifier = identifier
+        self._shape = shape
+        self._retracted = 0  # the parts' -U and -D rows (sink/deletes.py)
 
     def write(self, rows: pa.Table) -> None:
         """Write one part (conformed at the first part's schema)."""
@@ -411,6 +416,7 @@ class PartsWriter:
                 f"the schema of {self._identifier} changed while a batch was written in "
                 "parts: the batch is written again at the new schema")
         if rows.num_rows:
+            self._retracted += _retracted(self._shape, rows)
             self._write.write_arrow(rows.replace_schema_metadata(None))
 
     def prepare(self) -> list[Any]:
@@ -418,6 +424,8 @@ class PartsWriter:
         writer closed."""
         try:
             messages: list[Any] = self._write.prepare_commit()
+            if self._shape is not None:
+                count_deletes(self._shape.table.file_io, messages, self._retracted)
             return messages
         finally:
             self._write.close()
@@ -426,6 +434,15 @@ class PartsWriter:
         """Closed without a commit: no part of the batch is committed."""
         with contextlib.suppress(Exception):
             self._write.close()
+
+
+def _retracted(shape: _Shape | None, rows: pa.Table) -> int:
+    """The ``-U`` and ``-D`` rows among conformed ``rows`` that a
+    primary-key target merges (an append target keeps its kinds as data)."""
+    if shape is None or not shape.primary_key or shape.kind_column is None \
+            or shape.kind_column not in rows.column_names:
+        return 0
+    return retractions(rows.column(shape.kind_column))
 
 
 def _shape_of(table: Any, identifier: str) -> _Shape:

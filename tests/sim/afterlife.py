@@ -59,6 +59,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import os
 import random
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -531,6 +532,8 @@ class Afterlife:
         found.update({k: list(v) for k, v in self.violations.items()})
         if not self.ran:
             return found
+        if os.environ.get("PG_SIM_DUMP"):
+            self._dump()
         failed = self._failed()
         if failed:
             found["sink_member_failed"].extend(failed[:5])
@@ -551,6 +554,19 @@ class Afterlife:
             else:
                 self._check_append(group, mine, kinds_col is not None, found)
         return found
+
+    def _dump(self) -> None:
+        """What the operator's steps delivered, and the new table's changes
+        (``PG_SIM_DUMP=1``)."""
+        t = self.run.wh.recreated
+        print("afterlife: the new table's changes (snapshot: id op v)")
+        for n in range(1, self.run.wh.committed + 1):
+            print(f"  {n}: " + " ".join(f"{i}{t.ops.get(n, {}).get(i, '+I')}{t.values[n]}"
+                                        for i in t.ids.get(n, [])))
+        for d in self.deliveries:
+            print(f"  deliv {d['group']} life {d['life']} {d['member']} shard {d['shard']} "
+                  f"snap {d['snapshot']} {d['kind']} "
+                  f"{list(zip(d['ids'], d['vs'], d['kinds'], strict=True))}")
 
     def _truth(self) -> dict[int, tuple[str, int]]:
         """Each key's last change in the new table as committed: (kind, v)."""
