@@ -180,18 +180,24 @@ def test_the_full_scan_of_a_moved_start_is_written_though_the_mark_is_past_it(
     was taken for written, and the rows a compaction had moved into the
     shard's files under the file rule were lost (simulation seed 305872). A
     replay of it is found; a batch of the earlier start is not taken for one
-    of the moved start."""
+    of the moved start. The deltas the shard read from the earlier start
+    past the scan, read again after it, are found: the mark keeps its
+    position (seed 522610: they were written twice)."""
     _targets(tmp_path)
     with PaimonSink(str(tmp_path), "db.log", commit_interval_s=0) as sink:
         sink.write(_rows(range(5), 1), Batch(0, 3, 5, 10))  # read to 11 from the first start
+        sink.write(_rows(range(20, 22), 1), Batch(0, 3, 11, 12))  # and to 13
         scan = Batch(0, 3, 10, 10, kind=BatchKind.INITIAL, start_moves=1)
         sink.write(_rows(range(5, 9), 1), scan)
-        assert sink.marks("g") == {0: ShardMark(3, 11, "", 1, scan=10)}
+        assert sink.marks("g") == {0: ShardMark(3, 13, "", 1, scan=10)}
         with pytest.raises(AlreadyWritten):
             sink.write(_rows(range(5, 9), 1), scan)  # its replay
         with pytest.raises(AlreadyWritten):  # of the start before, behind the mark
             sink.write(_rows(range(5), 1), Batch(0, 3, 5, 10))
-    assert _read(tmp_path, "db.log") == [(i, 1) for i in range(9)]
+        with pytest.raises(AlreadyWritten) as again:  # read again after the scan
+            sink.write(_rows(range(20, 22), 1), Batch(0, 3, 11, 12, start_moves=1))
+        assert again.value.next_snapshot == 13
+    assert _read(tmp_path, "db.log") == [(i, 1) for i in [*range(9), 20, 21]]
 
 
 def test_a_group_re_created_on_another_coordinator_writes_on(tmp_path: Path) -> None:

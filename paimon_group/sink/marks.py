@@ -46,7 +46,9 @@ the shard's mark ``(e, n, j, k)``:
   may have moved into the shard's files rows that no batch of the earlier
   start gave it, and that scan is the only batch that holds them (judged by
   position alone it would be taken as written; docs/reliability.md, "The
-  Paimon sink in the simulation").
+  Paimon sink in the simulation"). The mark keeps its position
+  (:func:`mark_after`): the deltas past ``L`` the shard read from the
+  earlier start, read again after the scan, are found.
 * a full scan of ``F`` of a source whose rule moves rows between shards
   (the file rule), unless the mark's last full scan is ``F`` (a replay,
   in this life or the next, of a scan the target holds): **write**, whole,
@@ -189,11 +191,13 @@ def mark_after(known: ShardMark | None, *, epoch: int, next_snapshot: int,
                incarnation: str, start_moves: int, full_scan: int | None) -> ShardMark:
     """A shard's mark once its batch (judged ``write`` against ``known``)
     is in the target. It names the batch's full scan, else the one the mark
-    named. A full scan behind the mark (the file rule's, of a new life)
-    leaves the mark's position: the shard's deltas up to it are in the
-    target too, and a delta never moves between shards."""
+    named. A full scan behind the mark (a moved start's re-pin, or the file
+    rule's of a new life) leaves the mark's position: the shard's deltas up
+    to it are in the target too, whatever start they were read from, and a
+    delta never moves between shards; the re-pinned shard reads them again,
+    and they are found (simulation seed 522610)."""
     scan = full_scan if full_scan is not None else None if known is None else known.scan
-    if (known is not None and full_scan is not None and start_moves <= known.start_moves
+    if (known is not None and full_scan is not None
             and next_snapshot < known.next_snapshot):
         next_snapshot = known.next_snapshot
     return ShardMark(epoch, next_snapshot, incarnation, start_moves, scan)

@@ -312,6 +312,7 @@ FOUND_BEYOND_THE_CI_SEEDS = (
     500088,  # a replay the sink refused as written, a catch-up once the sink paces
     502414,  # the sink took a new life's full scan for written under the file rule
     520586,  # a delete alone in its bucket's only file, read as a row (its count 0)
+    522610,  # a re-pinned shard's deltas past the scan, written again after it
 )
 """Seeds of the 20,000-seed runs that had violations, each fixed since: kept
 here so that none comes back (each failed before its fix)."""
