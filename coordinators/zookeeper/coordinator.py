@@ -194,6 +194,7 @@ from coordinators.zookeeper.client import ZkClient
 from coordinators.zookeeper.core import session_id_of
 from coordinators.zookeeper.errors import AUTH_ERRORS, translated
 from coordinators.zookeeper.keys import Keys
+from coordinators.zookeeper.limits import acl_size, max_request_of
 from coordinators.zookeeper.security import (
     REDACTOR,
     credentials_of,
@@ -246,6 +247,8 @@ class ZooKeeperCoordinator(Keys, ZkClient, ClientChoice, Coordinator):
         self._credentials = credentials_of(options)
         acl_spec = self._target.acl if self._target.acl is not None else options.acl
         self._acl = parse_acl(acl_spec)
+        self._acl_bytes = acl_size(self._acl)
+        self._max_request = max_request_of(options.extra)
         self._check_identity(acl_spec, options)
         self._check_tls(options)
         # Kept out of kazoo's logs: the password, and the digest hashes of the
