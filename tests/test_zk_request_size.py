@@ -36,6 +36,8 @@ from coordinators.zookeeper.aio_txn import AioTransaction
 from coordinators.zookeeper.layout import TxnOp
 from coordinators.zookeeper.limits import JUTE_MAXBUFFER, acl_size, max_request_of, multi_size
 from coordinators.zookeeper.wire import packet
+from paimon_group.protocol.group import GroupClient
+from paimon_group.protocol.records import Assignment, GroupMeta
 
 zk = pytest.mark.zk
 SENDS = re.compile(r"would send (\d+) bytes")
@@ -148,3 +150,39 @@ async def test_at_the_bound_the_largest_write_passes_and_one_byte_more_is_refuse
             break
         await asyncio.sleep(0.05)
     assert SessionState.SUSPENDED in states
+
+
+@zk
+@pytest.mark.asyncio
+@pytest.mark.timeout(120)
+async def test_a_group_of_more_shards_than_zookeeper_holds_is_refused_in_one_line(
+    coordinator: object,
+) -> None:
+    c = coordinator
+    assert c.max_shards == 16384  # type: ignore[attr-defined]
+    group = GroupClient(c, "wide")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"16385 shards, more than the 16384") as caught:
+        await group.ensure_meta(16385, "db.t")
+    assert "\n" not in str(caught.value) and "--shards 16384 or fewer" in str(caught.value)
+    assert await group.read_meta() is None  # nothing was created
+    assert (await group.ensure_meta(16384, "db.t")).num_shards == 16384
+
+    # A group stored with more (made before the bound) is refused at a join.
+    older = GroupClient(c, "older")  # type: ignore[arg-type]
+    meta = GroupMeta(num_shards=20000, table="db.t", created_at=0.0)
+    assert await c.create(older.keys.meta, meta.encode())  # type: ignore[attr-defined]
+    with pytest.raises(ConfigError, match=r"20000 shards, more than the 16384"):
+        await older.ensure_meta(None, "db.t")
+
+    # The assignment of the bound, as large as it gets, is written.
+    ids = [f"{i:0128d}" for i in range(1000)]
+    shards: dict[str, list[int]] = {m: [] for m in ids}
+    for shard in range(16384):
+        shards[ids[shard % len(ids)]].append(shard)
+    record = Assignment(
+        generation=2**40, leader=ids[0], leader_epoch=2**40, shards=shards,
+        published_at=1.7e9, home=dict(shards), away_since=dict.fromkeys(ids, 1.7e9),
+        loads=[2**31] * 16384,
+    ).encode()
+    assert 700_000 < len(record) < JUTE_MAXBUFFER - 4096
+    assert await c.create(group.keys.assignment, record)  # type: ignore[attr-defined]

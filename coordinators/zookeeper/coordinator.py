@@ -229,6 +229,11 @@ class ZooKeeperCoordinator(Keys, ZkClient, ClientChoice, Coordinator):
     """
 
     scheme = "zk"
+    # A group's assignment (every shard, its load, and every member thrice)
+    # is one value, under jute.maxbuffer (1 MiB) with its request: at 16,384
+    # shards and 1,000 members of 128-character ids, every field full, it is
+    # 765 KB (docs/zookeeper.md, "Values and groups: the size limit").
+    max_shards = 16384
 
     def __init__(
         self,
