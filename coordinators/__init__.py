@@ -8,6 +8,7 @@ from coordinators.errors import (
     CorruptValue,
     InvalidCoordinatorURL,
     PaimonGroupError,
+    RequestTooLarge,
     SessionLost,
     SessionSuspended,
 )
@@ -42,6 +43,7 @@ __all__ = [
     "Op",
     "PaimonGroupError",
     "Put",
+    "RequestTooLarge",
     "Secret",
     "Session",
     "SessionLost",

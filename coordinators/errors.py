@@ -68,6 +68,12 @@ class SessionSuspended(CoordinatorError):
     retriable = True
 
 
+class RequestTooLarge(CoordinatorError):
+    """A write bigger than the coordinator accepts in one request: refused before
+    it is sent, and no retry sends it (a server that takes it is configured
+    otherwise; the value must shrink or be split)."""
+
+
 class CorruptValue(CoordinatorError):
     """A value stored in the coordinator cannot be decoded."""
 

@@ -366,6 +366,9 @@ class Coordinator(abc.ABC):
     """
 
     scheme: str = ""
+    # The most shards a group may have on this backend (None: no bound of its
+    # own): the group's records that grow with it must fit in one value.
+    max_shards: int | None = None
 
     @property
     @abc.abstractmethod

@@ -33,8 +33,10 @@ are coroutines (:meth:`AioZkClient.start`, :meth:`AioZkClient.aclose`).
 * **Expiry**: a server that no longer knows the session ends the client
   (EXPIRED_SESSION, the listeners hear LOST, every request fails with
   ``SessionExpiredError``): unlike kazoo it opens no new session, which the
-  coordinator would never use anyway. A refused login ends it too
-  (AUTH_FAILED).
+  coordinator would never use anyway. A refused login (an error reply)
+  ends it too (AUTH_FAILED); a connection that drops or goes silent during
+  the login refused nothing: it is a failed attempt like any other, and the
+  next one resumes the same session.
 """
 
 from __future__ import annotations
@@ -86,6 +88,7 @@ from coordinators.zookeeper.wire import (
     Handshake,
     Session,
     authenticate,
+    handshake_wait,
     open_session,
     packet,
 )
@@ -409,7 +412,7 @@ class AioZkClient:
         session.last_zxid = max(session.last_zxid, self.last_zxid)
         self._session, self._session_id = session, session.session_id
         self.negotiated_timeout_s = session.timeout_ms / 1000
-        timeout = max(1.0, session.timeout_ms / 1000 / len(self._hosts))
+        timeout = handshake_wait(session.timeout_ms / 1000, len(self._hosts))
         try:
             await authenticate(
                 handshake, session, self._auth_data, self._sasl_options, host, timeout

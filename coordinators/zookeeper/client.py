@@ -12,6 +12,7 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
     AuthFailedError,
+    ConnectionDropped,
     SessionClosedRequireSaslError,
 )
 from kazoo.retry import KazooRetry
@@ -27,6 +28,7 @@ from coordinators.zookeeper.guard import AclGuard
 from coordinators.zookeeper.handler import PollingHandler
 from coordinators.zookeeper.heartbeat import Heartbeat
 from coordinators.zookeeper.security import kazoo_log
+from coordinators.zookeeper.wire import handshake_wait
 
 
 class ZkClient(AclGuard, Heartbeat):
@@ -65,6 +67,7 @@ class ZkClient(AclGuard, Heartbeat):
             **tls,
         )
         self._capture_negotiated_timeout(client)
+        _retry_a_lost_login(client)
         client.add_listener(functools.partial(self._on_kazoo_state, client))
         return client
 
@@ -168,6 +171,37 @@ class ZkClient(AclGuard, Heartbeat):
         if self._root != "/" and not self._open_to_all():
             await self._judge([""])
         self._trusted.add("")
+
+
+def _retry_a_lost_login(client: Any) -> None:
+    """A connection lost during SASL is a failed attempt, not a refusal.
+
+    kazoo turns a connection that drops during SASL into AuthFailedError
+    (AUTH_FAILED: it never connects again and the session dies with it), and
+    waits for each SASL reply as long as the whole session timeout with one
+    host, so a server that goes silent there outlives the session. Its SASL
+    step is wrapped: each reply is waited for :func:`handshake_wait` at most,
+    and a drop becomes ConnectionDropped, which kazoo retries on the next
+    attempt with the same session. A refusal (an error reply) stays
+    AuthFailedError. Without kazoo's internals, kazoo's own behaviour stays.
+    """
+    connection = getattr(client, "_connection", None)
+    original = getattr(connection, "_authenticate_with_sasl", None)
+    if connection is None or original is None:
+        return
+    hosts = max(1, len(getattr(client, "hosts", ())))
+
+    def _authenticate_with_sasl(host: str, timeout: float) -> Any:
+        # kazoo passes the negotiated timeout shared among the hosts (seconds).
+        wait = min(timeout, handshake_wait(timeout * hosts, hosts))
+        try:
+            return original(host, wait)
+        except AuthFailedError as err:
+            if isinstance(err.__cause__, ConnectionDropped):
+                raise ConnectionDropped("the connection dropped during SASL") from err
+            raise
+
+    connection._authenticate_with_sasl = _authenticate_with_sasl
 
 
 def tls_error_of(err: BaseException) -> ssl.SSLError | None:

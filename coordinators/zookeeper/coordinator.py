@@ -194,6 +194,7 @@ from coordinators.zookeeper.client import ZkClient
 from coordinators.zookeeper.core import session_id_of
 from coordinators.zookeeper.errors import AUTH_ERRORS, translated
 from coordinators.zookeeper.keys import Keys
+from coordinators.zookeeper.limits import acl_size, max_request_of
 from coordinators.zookeeper.security import (
     REDACTOR,
     credentials_of,
@@ -228,6 +229,11 @@ class ZooKeeperCoordinator(Keys, ZkClient, ClientChoice, Coordinator):
     """
 
     scheme = "zk"
+    # A group's assignment (every shard, its load, and every member thrice)
+    # is one value, under jute.maxbuffer (1 MiB) with its request: at 16,384
+    # shards and 1,000 members of 128-character ids, every field full, it is
+    # 765 KB (docs/zookeeper.md, "Values and groups: the size limit").
+    max_shards = 16384
 
     def __init__(
         self,
@@ -246,6 +252,8 @@ class ZooKeeperCoordinator(Keys, ZkClient, ClientChoice, Coordinator):
         self._credentials = credentials_of(options)
         acl_spec = self._target.acl if self._target.acl is not None else options.acl
         self._acl = parse_acl(acl_spec)
+        self._acl_bytes = acl_size(self._acl)
+        self._max_request = max_request_of(options.extra)
         self._check_identity(acl_spec, options)
         self._check_tls(options)
         # Kept out of kazoo's logs: the password, and the digest hashes of the

@@ -59,6 +59,10 @@ class ZkCore:
     _prefix: str
     _sleep: Callable[[float], Awaitable[None]]
     _op_timeout_s: float
+    # The longest request the servers read (their jute.maxbuffer), and the
+    # bytes of our ACL in each create (coordinators/zookeeper/limits.py).
+    _max_request: int
+    _acl_bytes: int
     _requested_timeout_s: float
     _negotiated_timeout_s: float | None
     # Set (from kazoo's thread) when a connection attempt has finished

@@ -37,6 +37,7 @@ from coordinators.zookeeper.errors import Conflict
 from coordinators.zookeeper.guard import AclGuard
 from coordinators.zookeeper.heartbeat import Heartbeat
 from coordinators.zookeeper.layout import FLAG_PREFIX, NONCE, Failure, KeyState, Txn, TxnOp
+from coordinators.zookeeper.limits import refuse_if_too_large
 from coordinators.zookeeper.planning import Planner
 
 log = logging.getLogger("coordinators.zookeeper")  # the backend's one logger
@@ -173,7 +174,12 @@ class Keys(Planner, AclGuard, Heartbeat):
         return [e for e in entries if e is not None]
 
     async def _multi(self, txn: Txn, what: str) -> Failure | None:
-        """Run ``txn`` as one ``multi``: None if applied, else the failing op."""
+        """Run ``txn`` as one ``multi``: None if applied, else the failing op.
+
+        Measured first: one over the servers' ``jute.maxbuffer`` would make
+        the server close the connection (each time it is sent), so it is
+        refused here, unsent (coordinators/zookeeper/limits.py)."""
+        refuse_if_too_large(txn.ops, self._acl_bytes, self._max_request, what)
         client = self._live_client()
         request = client.transaction()
         for op in txn.ops:

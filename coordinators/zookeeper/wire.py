@@ -41,6 +41,18 @@ AUTH_XID = -4
 MAX_FRAME = 64 * 1024 * 1024
 
 
+def handshake_wait(timeout_s: float, hosts: int) -> float:
+    """How long a reply of the login (SASL, auth packets) is waited for, in seconds.
+
+    A session outlives a lost connection only if a new one is authenticated
+    within its timeout of the last contact. A server that answers the connect
+    request and then goes silent must leave room for another attempt: a third
+    of the timeout at most (less with more hosts to try, as kazoo shares the
+    timeout among them), never below 1 s.
+    """
+    return max(1.0, timeout_s / max(3, hosts))
+
+
 def tls_context(ca: str | None, cert: str | None, key: str | None) -> ssl.SSLContext:
     """The TLS context kazoo would make: the system's CAs and ``ca``, host names checked."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
@@ -226,9 +238,10 @@ async def _sasl(
             break
         xid += 1
         handshake.send(SASL(response or b""), xid)
-        try:
-            frame, offset = await handshake.reply(xid, timeout, session)
-        except ConnectionDropped as err:
-            raise AuthFailedError("the server closed the connection during SASL") from err
+        # A refusal is an error reply (ZooKeeper 3.8 sends AuthFailed), raised
+        # by reply(). A connection that drops or goes silent here refused
+        # nothing: its ConnectionDropped is a connection failure, and the
+        # client goes on to the next attempt with the same session.
+        frame, offset = await handshake.reply(xid, timeout, session)
         challenge, _ = SASL.deserialize(frame, offset)
     client.dispose()

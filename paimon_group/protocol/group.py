@@ -57,6 +57,7 @@ from paimon_group.protocol.group_views import GroupState, OwnerView, Removal, le
 from paimon_group.protocol.identity import (
     check_group_assignor,
     check_group_warehouse,
+    check_shard_bound,
     check_table_identity,
 )
 from paimon_group.protocol.names import GroupKeys, validate_member_id
@@ -110,27 +111,25 @@ class GroupClient:
 
         ``num_shards`` None means "whatever the group has" (required when new).
         A different shard count for an existing group is a ShardCountMismatch
-        when it was asked for (``explicit``: ``--shards``). A count that was
-        only planned for a new group (``explicit=False``: the table's default)
-        yields to the stored one: another member may create the group, with
-        another count, between our read and our create.
+        when it was asked for (``explicit``: ``--shards``). A count only planned
+        for a new group (``explicit=False``: the table's default) yields to the
+        stored one (another member may create the group meanwhile). More shards
+        than the backend's ``max_shards`` is a one-line ConfigError, new or not.
         ``sharding`` (a :class:`~paimon_group.protocol.sharding.ShardRule` value),
-        ``incarnation``, ``table_id`` and ``warehouse`` (normalised) are stored
-        only when the group is created: an existing group keeps its own. A
-        group created on another warehouse is a
-        :class:`~paimon_group.errors.WarehouseMismatch`. A ``table_id`` that differs
-        from the stored one (the table was dropped and re-created) is a
-        :class:`~paimon_group.errors.TableReplaced`; a record without one (a
-        group created before identities were stored) is not checked.
-        ``assignor`` (None: the stored one; ``count`` for a new group) that
-        differs from the stored one is an :class:`~paimon_group.errors.AssignorMismatch`.
-        """
+        ``incarnation``, ``table_id`` and ``warehouse`` (normalised) are stored only
+        when the group is created. A group created on another warehouse is a
+        :class:`~paimon_group.errors.WarehouseMismatch`. A ``table_id`` other than the
+        stored one (the table was re-created) is a :class:`~paimon_group.errors.TableReplaced`
+        (a record without one, from before identities were stored, is not checked).
+        ``assignor`` (None: the stored one; ``count`` for a new group) other than the
+        stored one is an :class:`~paimon_group.errors.AssignorMismatch`."""
         meta = await self.read_meta()
         if meta is None:
             if num_shards is None:
                 raise ShardCountMismatch(
                     f"group {self.group!r} does not exist yet: give its shard count"
                 )
+            check_shard_bound(self.coordinator, self.group, num_shards)
             new = GroupMeta(num_shards=num_shards, table=table, created_at=time.time(),
                             sharding=sharding, incarnation=incarnation, table_id=table_id,
                             warehouse=warehouse, assignor=assignor or "count")
@@ -140,6 +139,7 @@ class GroupClient:
             meta = await self.read_meta()
             assert meta is not None  # created concurrently by another member
         check_can_follow(meta, self.group)
+        check_shard_bound(self.coordinator, self.group, meta.num_shards)
         check_group_warehouse(meta, self.group, warehouse)
         if explicit and num_shards is not None and meta.num_shards != num_shards:
             raise ShardCountMismatch(

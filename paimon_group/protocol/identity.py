@@ -28,13 +28,16 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from paimon_group.errors import AssignorMismatch, TableReplaced, WarehouseMismatch
+from coordinators.protocol import Coordinator
+from paimon_group.errors import AssignorMismatch, ConfigError, TableReplaced, WarehouseMismatch
 from paimon_group.store.files import read_text
 
 if TYPE_CHECKING:
     from paimon_group.protocol.records import GroupMeta
 
-__all__ = ["check_group_warehouse", "check_table_identity", "table_identity"]
+__all__ = [
+    "check_group_warehouse", "check_shard_bound", "check_table_identity", "table_identity",
+]
 
 
 def table_identity(pypaimon_table: Any) -> str:
@@ -107,3 +110,19 @@ def check_group_assignor(meta: GroupMeta, group: str, assignor: str | None) -> N
         f"{assignor} contradicts it (leave out --assignor to use the stored one, use "
         "another group name, or delete the group first)"
     )
+
+
+def check_shard_bound(coordinator: Coordinator, group: str, num_shards: int) -> None:
+    """Refuse (one line) a group of more shards than its backend holds.
+
+    The group's records that grow with it (the assignment: every shard and
+    member, each shard's load) must fit in one value of the backend; a
+    backend with a bound says so as ``Coordinator.max_shards``
+    (docs/zookeeper.md, "Values and groups: the size limit")."""
+    bound = coordinator.max_shards
+    if bound is not None and num_shards > bound:
+        raise ConfigError(
+            f"group {group!r} has {num_shards} shards, more than the {bound} a group may "
+            f"have on the {coordinator.scheme}:// coordinator (its records must fit in one "
+            f"value): use --shards {bound} or fewer, or another coordinator"
+        )
