@@ -187,7 +187,6 @@ def run(**kw: Any) -> None:
     )
     from paimon_group.process.preflight import check_coordinator_target
     from paimon_group.reading.start import parse_start
-
     parse_start(cfg.start)
     # Bad coordinator options (a password over plaintext) fail here, in one
     # line, before the table is opened or anything is joined.
