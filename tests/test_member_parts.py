@@ -305,7 +305,8 @@ class RecordingOwnership(ShardOwnership):
         self.acquired: list[tuple[list[int], int]] = []
         self.revoked: list[tuple[list[int], str]] = []
 
-    async def acquire(self, shards: list[int], generation: int) -> None:
+    async def acquire(self, shards: list[int], generation: int, *,
+                      interrupt: object = None) -> None:
         self.acquired.append((list(shards), generation))
 
     async def revoke(self, shards: list[int], *, reason: str) -> None:

@@ -109,6 +109,11 @@ def main() -> None:
               envvar=env("rebalance-delay"),
               help="Seconds the leader keeps the shards of a member that vanished without "
                    "a goodbye, waiting for it to come back (static membership).")
+@click.option("--forming-wait", type=click.FloatRange(min=0), default=1.0, show_default=True,
+              envvar=env("forming-wait"),
+              help="A starting group's burst of arrivals is assigned once they pause this "
+                   "many seconds (at most 60 s); a lone member is assigned at once. 0: never "
+                   "wait (Kafka's group.initial.rebalance.delay.ms).")
 @click.option("--max-handler-attempts", type=int, default=5, show_default=True,
               envvar=env("max-handler-attempts"),
               help="Calls of the handler for one batch (with backoff) before the member "
@@ -171,6 +176,7 @@ def run(**kw: Any) -> None:
         revoke_timeout_s=kw["revoke_timeout_s"],
         shutdown_timeout_s=kw["shutdown_timeout_s"],
         rebalance_delay_s=kw["rebalance_delay"],
+        forming_wait_s=kw["forming_wait"],
         include_row_kind=kw["include_row_kind"],
         columns=kw["columns"],
         max_handler_attempts=kw["max_handler_attempts"],
@@ -181,7 +187,6 @@ def run(**kw: Any) -> None:
     )
     from paimon_group.process.preflight import check_coordinator_target
     from paimon_group.reading.start import parse_start
-
     parse_start(cfg.start)
     # Bad coordinator options (a password over plaintext) fail here, in one
     # line, before the table is opened or anything is joined.

@@ -150,6 +150,9 @@ class MemberConfig:
     revoke_timeout_s: float = 10.0
     shutdown_timeout_s: float = 30.0
     rebalance_delay_s: float = 0.0
+    # A forming group's burst of arrivals is published once they pause this
+    # long (at most 60 s); a lone member is published at once. 0: no wait.
+    forming_wait_s: float = 1.0
     include_row_kind: bool = False
     # Columns to read (None: all); the others are never decoded.
     columns: tuple[str, ...] | None = None
@@ -210,6 +213,8 @@ class MemberConfig:
             raise ConfigError("--shutdown-timeout-s must be positive")
         if self.rebalance_delay_s < 0:
             raise ConfigError("--rebalance-delay must not be negative")
+        if self.forming_wait_s < 0:
+            raise ConfigError("--forming-wait must not be negative")
         if self.on_data_loss not in ("fail", "skip"):
             raise ConfigError(f"--on-data-loss must be fail or skip, got {self.on_data_loss!r}")
 

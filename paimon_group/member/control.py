@@ -55,7 +55,7 @@ class Control:
         self._vanished = VanishedMembers()
         self._full_round_at = -1e18
         self._loads = LeaderLoads()
-        self._arrivals = ArrivalSettle()
+        self._arrivals = ArrivalSettle(forming_quiet_s=core.config.forming_wait_s)
         # The sinks published in this session (protocol/sinks.py).
         self._published_sinks: set[str] = set()
 
@@ -118,9 +118,7 @@ class Control:
                 log.info("owner keys of shards %s released on retry", released,
                          extra={"group": self._core.group_name, "member": self._core.member_id})
         if self._owners_only(fired):
-            pending = self._ownership.pending_acquisitions()
-            if pending and self._state.assignment is not None:
-                await self._ownership.acquire(pending, self._state.assignment.generation)
+            await self._acquire(group, self._ownership.pending_acquisitions())
             if time.monotonic() - self._ownership.checked_at > self._ownership.check_s:
                 await self._ownership.check_ownership(group)
             return
@@ -204,9 +202,26 @@ class Control:
             # Revocations run concurrently with reading and acquiring others.
             t = asyncio.create_task(self._ownership.revoke(to_revoke, reason="reassigned"))
             self._core.add_task(t)
-        to_acquire = sorted(target - set(self._core.owned))
-        if to_acquire and self._state.assignment is not None:
-            await self._ownership.acquire(to_acquire, self._state.assignment.generation)
+        await self._acquire(group, sorted(target - set(self._core.owned)))
+
+    async def _acquire(self, group: GroupClient, shards: list[int]) -> None:
+        """Acquire ``shards`` of the assignment followed; a leader whose forming
+        burst is held acquires none, and a young group's leader stops once a
+        member arrives (:mod:`paimon_group.member.settle`): the next generation
+        moves most of what a lone first member was given."""
+        assignment = self._state.assignment
+        if not shards or assignment is None:
+            return
+        leading = self._state.leader_epoch is not None
+        if leading and self._arrivals.holding:
+            return
+        interrupt = None
+        if leading and self._arrivals.young(time.monotonic()):
+            async def arrived() -> bool:
+                return (self._arrivals.young(time.monotonic())
+                        and bool(set(await group.members()) - self._arrivals.members))
+            interrupt = arrived
+        await self._ownership.acquire(shards, assignment.generation, interrupt=interrupt)
 
     async def _maybe_lead(self, group: GroupClient, view: RoundView) -> None:
         leader = view.leader

@@ -105,7 +105,8 @@ class ShardOwnership:
         target = set(core.assignment.shards_of(core.member_id)) if core.assignment else set()
         return sorted(target - set(self._owned))
 
-    async def acquire(self, shards: list[int], generation: int) -> None:
+    async def acquire(self, shards: list[int], generation: int, *,
+                      interrupt: Callable[[], Awaitable[bool]] | None = None) -> None:
         """Acquire ``shards`` in turn (:func:`one_by_one`); a shard still held
         by its previous owner is left for its release to wake us.
 
@@ -114,13 +115,14 @@ class ShardOwnership:
         follows it at once. Without this, the first member of a starting
         group, given every shard, went on acquiring shards the arrivals
         since had taken (thousands of round trips), and then released them.
+        ``interrupt`` is asked as often: true, the acquisitions stop too.
         """
         if self._closed or self._core.stopping:
             return
         self._acquiring += 1
         self._no_acquisition.clear()
         try:
-            await self._acquire_in_turn(shards, generation)
+            await self._acquire_in_turn(shards, generation, interrupt)
         finally:
             self._acquiring -= 1
             if not self._acquiring:
@@ -136,7 +138,8 @@ class ShardOwnership:
         self._closed = True
         await self._no_acquisition.wait()
 
-    async def _acquire_in_turn(self, shards: list[int], generation: int) -> None:
+    async def _acquire_in_turn(self, shards: list[int], generation: int,
+                               interrupt: Callable[[], Awaitable[bool]] | None) -> None:
         """:meth:`acquire`, under way."""
         last_look = time.monotonic()
 
@@ -146,6 +149,9 @@ class ShardOwnership:
                 return True  # the member leaves: what was acquired is told below
             if time.monotonic() - last_look < RECHECK_S:
                 return False
+            if interrupt is not None and await interrupt():
+                self._core.wake.set()
+                return True
             group = self._core.group
             assert group is not None
             assignment, _ = await group.read_assignment()

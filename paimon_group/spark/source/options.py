@@ -40,7 +40,7 @@ of the ownership that planned it."""
 _KNOWN = {
     "group", "warehouse", "table", "coordinator", "member_id", "session_timeout_s", "start",
     "shards", "assignor", "revoke_timeout_s", "hold_timeout_s", "rebalance_delay_s",
-    "include_row_kind",
+    "forming_wait_s", "include_row_kind",
     "metadata_columns", "max_snapshots_per_batch", "max_rows_per_batch", "ready_timeout_s",
     "failondataloss",
     "coordinator_username", "coordinator_password", "path",
@@ -115,6 +115,7 @@ class SourceOptions:
     # next trigger proves it); None: no limit (docs/spark.md, revocation).
     hold_timeout_s: float | None = 300.0
     rebalance_delay_s: float = 0.0
+    forming_wait_s: float = 1.0
     include_row_kind: bool = False
     metadata_columns: bool = False
     max_snapshots_per_batch: int | None = None
@@ -179,6 +180,8 @@ class SourceOptions:
             hold_timeout_s=_number(opts, "hold_timeout_s", 300.0),
             rebalance_delay_s=float(
                 _number(opts, "rebalance_delay_s", 0.0, allow_zero=True) or 0.0),
+            forming_wait_s=float(
+                _number(opts, "forming_wait_s", 1.0, allow_zero=True) or 0.0),
             include_row_kind=_bool(opts, "include_row_kind"),
             metadata_columns=_bool(opts, "metadata_columns"),
             max_snapshots_per_batch=int(max_snapshots) if max_snapshots is not None else None,
@@ -217,6 +220,7 @@ class SourceOptions:
             catalog_options=dict(self.catalog_options),
             revoke_timeout_s=self.revoke_timeout_s,
             rebalance_delay_s=self.rebalance_delay_s,
+            forming_wait_s=self.forming_wait_s,
             connect=ConnectOptions(  # the session timeout: from the config, above
                 username=self.coordinator_username,
                 password=self.coordinator_password,
