@@ -105,13 +105,20 @@ class SourceBatch(Protocol):
     its ``incarnation``, ``start_moves``, ``table_id``, ``num_shards`` and
     ``sharding`` too, read as empty and 0 (unknown) where a batch has none)."""
 
-    group: str
-    shard: int
-    epoch: int
-    kind: BatchKind
-    first_snapshot: int
-    snapshot_id: int
-    next_snapshot: int
+    @property
+    def group(self) -> str: ...
+    @property
+    def shard(self) -> int: ...
+    @property
+    def epoch(self) -> int: ...
+    @property
+    def kind(self) -> BatchKind: ...
+    @property
+    def first_snapshot(self) -> int: ...
+    @property
+    def snapshot_id(self) -> int: ...
+    @property
+    def next_snapshot(self) -> int: ...
 
 
 class PaimonSink:

@@ -119,14 +119,22 @@ def as_arrow(rows: Any) -> pa.Table:
 class Judged(Protocol):
     """What :func:`judge_step` reads of a batch (a :class:`~paimon_group.sink.pending.Pending`)."""
 
-    shard: int
-    epoch: int
-    incarnation: str
-    start_moves: int
-    first: int
-    full_scan: int | None
-    next_snapshot: int
-    source: Source
+    @property
+    def shard(self) -> int: ...
+    @property
+    def epoch(self) -> int: ...
+    @property
+    def incarnation(self) -> str: ...
+    @property
+    def start_moves(self) -> int: ...
+    @property
+    def first(self) -> int: ...
+    @property
+    def full_scan(self) -> int | None: ...
+    @property
+    def next_snapshot(self) -> int: ...
+    @property
+    def source(self) -> Source: ...
 
 
 def judge_step(marks: GroupMarks, batch: Judged) -> tuple[Verdict, GroupMarks]:

@@ -146,7 +146,7 @@ class GroupDriver:
 
         # What a Paimon sink's marks record of the source (offsets carry it:
         # paimon_group.spark.source.to_paimon).
-        self.source = {"table_id": table_identity(table.table),
+        self.source = {"group": self.options.group, "table_id": table_identity(table.table),
                        "num_shards": self.member.num_shards,
                        "sharding": self.member.sharding.value}
         log.info("member %s joined group %s (shards %s)", self.member.member_id,

@@ -5,11 +5,13 @@ An offset (the JSON Spark writes to its checkpoint) is::
     {"v": 1, "group": "<incarnation>",
      "shards": {"<shard>": {"epoch": E, "next": N, "full": F or null, "to": T, "moves": M}},
      "ends": {"<shard>": T}, "end_moves": {"<shard>": M},
-     "source": {"table_id": "<identity>", "num_shards": K, "sharding": "<rule>"}}
+     "source": {"group": "<name>", "table_id": "<identity>", "num_shards": K,
+                "sharding": "<rule>"}}
 
 ``source`` is what the Paimon sink of a query records of the source in the
-target's marks (:mod:`paimon_group.spark.source.to_paimon`); offsets
-without it leave it unknown.
+target's marks, and the group's name, which they are kept under
+(:mod:`paimon_group.spark.source.to_paimon`); offsets without it leave it
+unknown.
 
 ``ends`` (per shard, the furthest ``to`` this query has planned in this
 incarnation of the group) is kept in every later offset, also while the
