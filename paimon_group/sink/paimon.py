@@ -50,33 +50,41 @@ Example (a ``paimon-group run`` handler)::
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import itertools
 import logging
 import threading
 import time
 import uuid
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 import pyarrow as pa
 import tenacity
 
 from coordinators import retry
-from paimon_group.errors import AlreadyWritten, ConfigError, PaimonGroupError, StaleSinkWrite
+from paimon_group.errors import ConfigError, PaimonGroupError
 from paimon_group.protocol.sinks import SinkRecord, register, unregister
 from paimon_group.reading.planner import BatchKind
 from paimon_group.sink.marks import (
     NONCE_PROPERTY,
     GroupMarks,
     ShardMark,
-    Source,
     Verdict,
     encode,
     judge,
-    mark_after,
     property_key,
 )
+from paimon_group.sink.pending import Pending as _Pending
+from paimon_group.sink.pending import as_arrow as _as_arrow
+from paimon_group.sink.pending import first_of as _first_of
+from paimon_group.sink.pending import full_scan_of as _full_scan_of
+from paimon_group.sink.pending import incarnation_of as _incarnation_of
+from paimon_group.sink.pending import judge_step
+from paimon_group.sink.pending import raise_unless_write as _raise_unless_write
+from paimon_group.sink.pending import source_of as _source_of
+from paimon_group.sink.pending import start_moves_of as _start_moves_of
+from paimon_group.sink.pending import tell_batch as _tell_batch
 from paimon_group.sink.target import PartsWriter, TargetTable
 
 log = logging.getLogger("paimon_group.sink")
@@ -97,73 +105,20 @@ class SourceBatch(Protocol):
     its ``incarnation``, ``start_moves``, ``table_id``, ``num_shards`` and
     ``sharding`` too, read as empty and 0 (unknown) where a batch has none)."""
 
-    group: str
-    shard: int
-    epoch: int
-    kind: BatchKind
-    first_snapshot: int
-    snapshot_id: int
-    next_snapshot: int
-
-
-@dataclass
-class _Pending:
-    """A batch's written files, waiting for the committer's verdict."""
-
-    group: str
-    shard: int
-    epoch: int
-    incarnation: str
-    start_moves: int
-    first: int
-    full_scan: int | None
-    next_snapshot: int
-    snapshot_id: int
-    messages: list[Any]
-    rows: int
-    batch: Any = None
-    source: Source = field(default_factory=Source)
-    future: concurrent.futures.Future[None] = field(default_factory=concurrent.futures.Future)
-    # A member's batch written in parts: their one writer, until sealed.
-    writer: PartsWriter | None = None
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def finish(self, error: BaseException | None = None) -> None:
-        """Answer the batch's waiter (once): committed, or ``error``."""
-        if self.future.done():
-            return
-        if error is None:
-            self.future.set_result(None)
-        else:
-            self.future.set_exception(error)
-
-
-def _first_of(batch: SourceBatch) -> int:
-    """The source position a batch starts from: an initial full scan is
-    before every delta (0)."""
-    return 0 if batch.kind is BatchKind.INITIAL else batch.first_snapshot
-
-
-def _incarnation_of(batch: SourceBatch) -> str:
-    """The group's incarnation the batch was read in ("": unknown)."""
-    return str(getattr(batch, "incarnation", "") or "")
-
-
-def _start_moves_of(batch: SourceBatch) -> int:
-    """The moves of the group start the batch's position derives from."""
-    return int(getattr(batch, "start_moves", 0) or 0)
-
-
-def _source_of(batch: SourceBatch) -> Source:
-    """The source the batch was read from (:class:`~paimon_group.sink.marks.Source`)."""
-    return Source(str(getattr(batch, "table_id", "") or ""),
-                  int(getattr(batch, "num_shards", 0) or 0),
-                  str(getattr(batch, "sharding", "") or ""))
-
-
-def _full_scan_of(batch: SourceBatch) -> int | None:
-    """The snapshot an initial full scan reads (None: a delta batch)."""
-    return batch.snapshot_id if batch.kind is BatchKind.INITIAL else None
+    @property
+    def group(self) -> str: ...
+    @property
+    def shard(self) -> int: ...
+    @property
+    def epoch(self) -> int: ...
+    @property
+    def kind(self) -> BatchKind: ...
+    @property
+    def first_snapshot(self) -> int: ...
+    @property
+    def snapshot_id(self) -> int: ...
+    @property
+    def next_snapshot(self) -> int: ...
 
 
 class PaimonSink:
@@ -259,6 +214,60 @@ class PaimonSink:
             pending = self._queue_written(rows, batch)
             self._enqueue(pending)
         pending.future.result()
+
+    def write_many(self, items: Sequence[tuple[Any, SourceBatch]]) -> list[Verdict]:
+        """Write several batches' rows in **one** target commit: each
+        ``(rows, batch)`` judged as :meth:`write` judges a batch, in order
+        (each against the marks the ones before it leave), the rows of those
+        to write written by one writer in that order (a key's changes keep
+        their order across the items) and committed with their marks. The
+        judgement and the commit are one step: the commit is made on the
+        snapshot the items were judged on, and when another writer's commit
+        came first they are judged again (and their files written again if
+        the verdicts changed). Returns each item's verdict: an item judged
+        ``stale`` or ``already`` is not written, and nothing is raised for
+        it. Say, a Spark micro-batch's shards, each a run of snapshots
+        (:class:`~paimon_group.spark.source.PaimonBatchSink`)."""
+        for group in {batch.group for _, batch in items} - self._groups:
+            self._groups.add(group)
+            register(group, self._record, self)
+        tables = [self.target.conform(_as_arrow(rows), batch) for rows, batch in items]
+        pending = [_Pending(batch.group, batch.shard, batch.epoch, _incarnation_of(batch),
+                            _start_moves_of(batch), _first_of(batch), _full_scan_of(batch),
+                            batch.next_snapshot, batch.snapshot_id, [], table.num_rows, batch,
+                            _source_of(batch))
+                   for table, (_, batch) in zip(tables, items, strict=True)]
+        chosen: list[tuple[int, ...]] = []  # the items whose files are written, and
+        messages: list[Any] = []            # their files
+        verdicts: list[tuple[_Pending, Verdict | PaimonGroupError]] = []
+
+        def attempt() -> bool | None:
+            latest, stored = self.target.marks_at_latest()
+            writes, current = self._judge_pending(pending, stored, verdicts)
+            for _, verdict in verdicts:
+                if isinstance(verdict, PaimonGroupError):
+                    raise verdict  # the group's marks cannot be read
+            if not writes:
+                return None
+            now = tuple(i for i, p in enumerate(pending) if p in writes)
+            if not chosen or chosen[-1] != now:
+                messages[:] = self._files_of([tables[i] for i in now])
+                chosen.append(now)
+            return self._commit_writes(latest, stored, current, writes, messages)
+
+        policy = retry.SINK_RACES.copy(sleep=self._sleep)
+        lock = self._inline if self._inline is not None else contextlib.nullcontext()
+        with lock:
+            if self._closed:
+                raise PaimonGroupError("the sink is closed")
+            try:
+                policy(attempt)
+            except tenacity.RetryError:
+                raise PaimonGroupError(
+                    f"the sink's commit lost {policy.statistics['attempt_number']} races in "
+                    "a row to other writers of the target; nothing was written") from None
+        refused = {id(p): v for p, v in verdicts if isinstance(v, Verdict)}
+        return [refused.get(id(p), Verdict("write")) for p in pending]
 
     def _write_part(self, rows: Any, batch: SourceBatch, hold: Any) -> None:
         """One part of a member's batch: the first is judged against the
@@ -521,6 +530,22 @@ class PaimonSink:
         those of groups it writes nothing for as they are, so an idle
         group's marks live as long as any sink writes the target."""
         latest, stored = self.target.marks_at_latest()
+        writes, current = self._judge_pending(pending, stored, verdicts)
+        if not writes:
+            return True
+        if not self._commit_writes(latest, stored, current, writes,
+                                   [m for p in writes for m in p.messages]):
+            return False
+        for p in writes:
+            p.finish()
+        return True
+
+    def _judge_pending(self, pending: list[_Pending], stored: Mapping[str, str],
+                       verdicts: list[tuple[_Pending, Verdict | PaimonGroupError]]
+                       ) -> tuple[list[_Pending], dict[str, GroupMarks]]:
+        """``pending`` judged in order against the marks ``stored`` (each
+        against those the ones before it leave): the batches to write, and
+        each group's marks once they are in. ``verdicts`` gets the others."""
         current: dict[str, GroupMarks] = {}
         unreadable: dict[str, PaimonGroupError] = {}
         writes: list[_Pending] = []
@@ -535,64 +560,40 @@ class PaimonSink:
             if p.group in unreadable:
                 verdicts.append((p, unreadable[p.group]))
                 continue
-            marks = current[p.group]
-            known = marks.for_batch(p.source).get(p.shard)
-            verdict = judge(known, first=p.first, epoch=p.epoch, incarnation=p.incarnation,
-                            full_scan=p.full_scan, start_moves=p.start_moves,
-                            rows_move=p.source.rows_move)
+            verdict, current[p.group] = judge_step(current[p.group], p)
             if verdict.kind != "write":
                 verdicts.append((p, verdict))
-                continue
-            writes.append(p)
-            current[p.group] = marks.written(p.source, {p.shard: mark_after(
-                known, epoch=p.epoch, next_snapshot=p.next_snapshot, incarnation=p.incarnation,
-                start_moves=p.start_moves, full_scan=p.full_scan)})
-        if not writes:
-            return True
+            else:
+                writes.append(p)
+        return writes, current
+
+    def _files_of(self, tables: list[pa.Table]) -> list[Any]:
+        """The commit messages of ``tables`` written in order by one writer."""
+        if not tables:
+            return []
+        writer = self.target.open_writer(tables[0])
+        try:
+            for table in tables:
+                writer.write(table)
+        except BaseException:
+            writer.close()
+            raise
+        return writer.prepare()
+
+    def _commit_writes(self, latest: Any, stored: Mapping[str, str],
+                       current: Mapping[str, GroupMarks], writes: list[_Pending],
+                       messages: list[Any]) -> bool:
+        """Commit ``messages`` (the files of ``writes``) on top of ``latest``
+        with every group's marks: ``current``'s for the groups written,
+        the others as ``stored``. False: another writer took the id first."""
         nonce = uuid.uuid4().hex
         properties = {property_key(group): value for group, value in stored.items()}
         for group in {p.group for p in writes}:
             marks = current[group]
             properties[property_key(group)] = encode(marks.shards, marks.source)
         properties[NONCE_PROPERTY] = nonce
-        messages = [m for p in writes for m in p.messages]
         if not self.target.commit_once(messages, latest, properties, self.commit_user,
                                        next(self._identifiers), nonce):
             return False
         self.commits += 1
-        for p in writes:
-            p.finish()
         return True
-
-
-def _tell_batch(batch: Any, verdict: Verdict) -> None:
-    """Mark ``batch`` (a ShardBatch) as held by the target up to the
-    verdict's snapshot, so its member commits that position even if the
-    caller swallows :class:`AlreadyWritten`."""
-    if verdict.kind == "already" and hasattr(batch, "sink_holds"):
-        batch.sink_holds = verdict.next_snapshot
-
-
-def _raise_unless_write(verdict: Verdict, group: str, shard: int, epoch: int) -> None:
-    if verdict.kind == "stale":
-        raise StaleSinkWrite(f"group {group} shard {shard}: a newer owner than epoch {epoch} "
-                             "has written to the target; nothing was written")
-    if verdict.kind == "already":
-        assert verdict.next_snapshot is not None
-        raise AlreadyWritten(
-            f"group {group} shard {shard}: the target already holds this batch, up to "
-            f"snapshot {verdict.next_snapshot - 1}", shard=shard,
-            next_snapshot=verdict.next_snapshot)
-
-
-def _as_arrow(rows: Any) -> pa.Table:
-    if isinstance(rows, pa.Table):
-        return rows
-    if isinstance(rows, pa.RecordBatch):
-        return pa.Table.from_batches([rows])
-    to_arrow = getattr(rows, "toArrow", None)  # a Spark DataFrame (PySpark >= 4)
-    if to_arrow is not None:
-        table: pa.Table = to_arrow()
-        return table
-    raise TypeError(f"the sink writes Arrow tables, record batches or Spark DataFrames, "
-                    f"not {type(rows).__name__}")

@@ -76,15 +76,15 @@ def writes_all(on: bool) -> Iterator[None]:
     if not on:
         yield
         return
-    from paimon_group.sink import paimon
+    from paimon_group.sink import paimon, pending
     from paimon_group.sink.marks import Verdict
 
     real = paimon.judge
-    paimon.judge = lambda *_a, **_k: Verdict("write")
+    paimon.judge = pending.judge = lambda *_a, **_k: Verdict("write")
     try:
         yield
     finally:
-        paimon.judge = real
+        paimon.judge = pending.judge = real
 
 
 class SinkDied(Exception):

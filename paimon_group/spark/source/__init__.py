@@ -51,5 +51,7 @@ from paimon_group.spark.source.source import (  # noqa: E402
     PaimonGroupStreamReader,
     ShardPartition,
 )
+from paimon_group.spark.source.to_paimon import PaimonBatchSink  # noqa: E402
 
-__all__ = ["PaimonGroupDataSource", "PaimonGroupStreamReader", "ShardPartition", "SourceOptions"]
+__all__ = ["PaimonBatchSink", "PaimonGroupDataSource", "PaimonGroupStreamReader",
+           "ShardPartition", "SourceOptions"]

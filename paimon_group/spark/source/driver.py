@@ -103,6 +103,7 @@ class GroupDriver:
                                         daemon=True)
         self._thread.start()
         self._planner: ShardPlanner | None = None
+        self.source: dict[str, object] = {}  # set by start()
         # shard -> the next snapshot of the batch that holds it (see hold()).
         self._busy: dict[int, int] = {}
         self._stopped = False
@@ -141,6 +142,13 @@ class GroupDriver:
         self._planner = table.planner(
             self.member.num_shards, include_row_kind=self.options.include_row_kind,
             rule=self.member.sharding, catch_up_threshold=NO_CATCH_UP)
+        from paimon_group.protocol.identity import table_identity
+
+        # What a Paimon sink's marks record of the source (offsets carry it:
+        # paimon_group.spark.source.to_paimon).
+        self.source = {"group": self.options.group, "table_id": table_identity(table.table),
+                       "num_shards": self.member.num_shards,
+                       "sharding": self.member.sharding.value}
         log.info("member %s joined group %s (shards %s)", self.member.member_id,
                  self.options.group, self.member.owned_shards)
 

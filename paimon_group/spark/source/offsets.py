@@ -4,7 +4,14 @@ An offset (the JSON Spark writes to its checkpoint) is::
 
     {"v": 1, "group": "<incarnation>",
      "shards": {"<shard>": {"epoch": E, "next": N, "full": F or null, "to": T, "moves": M}},
-     "ends": {"<shard>": T}, "end_moves": {"<shard>": M}}
+     "ends": {"<shard>": T}, "end_moves": {"<shard>": M},
+     "source": {"group": "<name>", "table_id": "<identity>", "num_shards": K,
+                "sharding": "<rule>"}}
+
+``source`` is what the Paimon sink of a query records of the source in the
+target's marks, and the group's name, which they are kept under
+(:mod:`paimon_group.spark.source.to_paimon`); offsets without it leave it
+unknown.
 
 ``ends`` (per shard, the furthest ``to`` this query has planned in this
 incarnation of the group) is kept in every later offset, also while the
@@ -146,14 +153,20 @@ class ShardRange:
 
 def encode_offset(ranges: Mapping[int, ShardRange], incarnation: str = "",
                   ends: Mapping[int, int] | None = None,
-                  end_moves: Mapping[int, int] | None = None) -> dict[str, Any]:
+                  end_moves: Mapping[int, int] | None = None,
+                  source: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The offset of ``ranges``; ``ends``: the query's furthest ends before
     this batch, of the starts ``end_moves`` (merged with the ranges' own
-    ``to``: the furthest in the order (moves, snapshot))."""
+    ``to``: the furthest in the order (moves, snapshot)); ``source``: the
+    source table's identity, the group's shard count and sharding rule,
+    which a Paimon sink's marks record (``table_id``, ``num_shards``,
+    ``sharding``; none: unknown)."""
     out: dict[str, Any] = {"v": OFFSET_VERSION,
                            "shards": {str(s): r.to_json() for s, r in sorted(ranges.items())}}
     if incarnation:
         out["group"] = incarnation
+    if source:
+        out["source"] = dict(source)
     merged = {s: ((end_moves or {}).get(s, 0), t) for s, t in (ends or {}).items()}
     for s, r in ranges.items():
         merged[s] = max(merged.get(s, (r.moves, r.to)), (r.moves, r.to))

@@ -277,7 +277,8 @@ class PaimonGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
                                 to=reached[s], moves=c.moves) for s, c in cursors.items()}
         if all(r.empty for r in ranges.values()):
             return start if start is not None else encode_offset({})
-        end = encode_offset(ranges, driver.incarnation, ends, end_moves)
+        end = encode_offset(ranges, driver.incarnation, ends, end_moves,
+                            getattr(driver, "source", None))
         self._planned = {_key(end): pieces}
         driver.hold({s: r.to for s, r in ranges.items() if not r.empty})
         return end
