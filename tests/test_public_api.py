@@ -26,6 +26,7 @@ SNAPSHOT = Path(__file__).parent / "support" / "public_api.json"
 # a table loaded without the checks made for a table to read (a sink's target);
 # the source table's identity and the sharding rule, which a sink's marks carry.
 ADDED = {"GroupMember": {"read_loop": "data", "host_reads": "data"},
+         "MemberConfig": {"forming_wait_s": "data"},
          "ShardBatch": {"sink_holds": "data", "incarnation": "data", "start_moves": "data",
                         "hold_output": "method(self, sink: 'HeldOutput') -> 'None'",
                         "seal_output": "method(self) -> 'list[concurrent.futures.Future[None]]'",
@@ -41,7 +42,8 @@ ADDED = {"GroupMember": {"read_loop": "data", "host_reads": "data"},
 # ``async with`` gracefully (True), or are left alone (False).
 ADDED_PARAMETERS = {"ShardBatch": ", incarnation: 'str' = '', start_moves: 'int' = 0, "
                                   "table_id: 'str' = ''",
-                    "GroupMember": ", handle_signals: 'bool' = True"}
+                    "GroupMember": ", handle_signals: 'bool' = True",
+                    "MemberConfig": ", forming_wait_s: 'float' = 1.0"}
 # Keyword parameters added to methods since, each with a default: the end of
 # ShardedTable.open's not-found line (the Spark source names its options there).
 ADDED_METHOD_PARAMETERS = {

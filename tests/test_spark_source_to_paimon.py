@@ -103,9 +103,10 @@ def test_a_full_scan_follows_the_marks_rules() -> None:
     named = _marks(0, ShardMark(2, 8, "a", 0, 6), FILE)
     assert _kinds(named, r, [6, 7, 9], incarnation="b", source=FILE) == [
         (6, "already"), (7, "already"), (9, "write")]
-    # A moved start's scan: written, and its deltas with it.
+    # A moved start's scan: written; the deltas the mark holds are not (a
+    # delta never moves between shards, whatever start it was read from).
     moved = ShardRange(shard=0, epoch=3, next=7, full=6, to=10, moves=1)
-    assert _kinds(marks, moved, [6, 7]) == [(6, "write"), (7, "write")]
+    assert _kinds(marks, moved, [6, 7, 9]) == [(6, "write"), (7, "already"), (9, "write")]
 
 
 # -- real targets ------------------------------------------------------------
@@ -202,11 +203,13 @@ def test_a_key_s_later_snapshot_wins_and_deletes_apply_on_a_primary_key_target(
 
 
 def _live(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-    """The rows of a primary-key target whose last change is not a retraction.
-    A key whose only version in the target's files is its delete (inserted
-    and deleted within one micro-batch: the writer keeps the key's last
-    change) is read by pypaimon as a row of kind ``-D``; Paimon drops it."""
-    return [r[:-1] for r in rows if r[-1] not in ("-D", "-U")]
+    """The rows of a primary-key target, its kind column dropped: none is a
+    retraction. A key inserted and deleted within one micro-batch ends in a
+    file as its delete alone; the sink records the file's deletes, so Paimon
+    (and pypaimon) merges it away instead of reading it raw as a row
+    (paimon_group/sink/deletes.py)."""
+    assert not [r for r in rows if r[-1] in ("-D", "-U")], rows
+    return [r[:-1] for r in rows]
 
 
 def test_bad_input_is_one_line(tmp_path: Path) -> None:

@@ -150,9 +150,6 @@ class MemberConfig:
     revoke_timeout_s: float = 10.0
     shutdown_timeout_s: float = 30.0
     rebalance_delay_s: float = 0.0
-    # A forming group's burst of arrivals is published once they pause this
-    # long (at most 60 s); a lone member is published at once. 0: no wait.
-    forming_wait_s: float = 1.0
     include_row_kind: bool = False
     # Columns to read (None: all); the others are never decoded.
     columns: tuple[str, ...] | None = None
@@ -173,6 +170,10 @@ class MemberConfig:
     # range and the reset command) or "skip" (move on to the earliest
     # retained snapshot, loudly). See paimon_group/member/data_loss.py.
     on_data_loss: str = "fail"
+    # A forming group's burst of arrivals is published once they pause this
+    # long (at most 60 s); a lone member is published at once. 0: no wait.
+    # (Last: a field added after 0.2 keeps the positional order.)
+    forming_wait_s: float = 1.0
 
     def __post_init__(self) -> None:
         validate_group(self.group)
