@@ -312,3 +312,84 @@ async def test_a_driven_member_never_commits_an_end_of_an_earlier_start_over_a_r
         assert await member.commit_positions({0: 9}, moves={0: 1}) == {0: True}
     finally:
         await member.stop()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("compacted_into", ["a", "b"])
+async def test_a_compaction_across_a_moved_start_loses_nothing_with_a_loop_resumed(
+        tmp_path: Path, compacted_into: str) -> None:
+    """Issue 52, E1: the shape of the test above, the compacted file in
+    either member's shard, and member a's ``async for`` over ``batches()``
+    broken out of after its scan and entered again after the move, both
+    members then reading for 10 s. Before the fix a's shard stayed at 7 and
+    10 to 40 rows were never delivered: the wait for the next batch of the
+    loop broken out of outlived it and took the next loop's first batch off
+    the queue, never to yield nor finish it, so the shard waited for it for
+    good (and was never re-pinned)."""
+    wh = _six_commits_over_both_shards(tmp_path)
+
+    def config(member: str) -> MemberConfig:
+        return MemberConfig(group="e1", warehouse=wh, table=TABLE,
+                            coordinator=f"sqlite://{tmp_path}/c.sqlite", member_id=member,
+                            session_timeout_s=5, poll_interval_ms=50, shards=2,
+                            on_data_loss="skip")
+
+    a = GroupMember(config("a"), auto_commit=False)
+    b = GroupMember(config("b"), auto_commit=False)
+    await a.start()
+    await b.start()
+    got: Counter[int] = Counter()
+    tasks: list[asyncio.Future[None]] = []
+    try:
+        await _until(lambda: len(a.owned_shards) == 1 and len(b.owned_shards) == 1)
+        (shard_a,), (shard_b,) = a.owned_shards, b.owned_shards
+        first = asyncio.ensure_future(_consume(a, got))
+        await _until(lambda: a.shard_positions().get(shard_a) == 7)
+        await _stop_consuming([first])  # a's loop broken out of after its scan
+        into = shard_a if compacted_into == "a" else shard_b
+        assert _compact_into_shard(wh, Sharding(ShardRule.FILE, 2), into) == 7
+        table = open_table(wh, TABLE)
+        for k in range(6, 10):
+            await asyncio.sleep(0.5)
+            write_table(table, _rows(range(10 * k, 10 * k + 10)))
+        await asyncio.sleep(0.5)
+        assert expire_like_paimon(wh, TABLE, keep_from=7)
+        tasks.append(asyncio.ensure_future(_consume(b, got)))  # b finds 6 expired: moves
+        await _until(lambda: (b.shard_positions().get(shard_b) or 0) >= 11)
+        tasks.append(asyncio.ensure_future(_consume(a, got)))  # a's loop entered again
+        await _until(lambda: set(got) >= set(range(100)), timeout_s=10)
+        await asyncio.sleep(1)
+    finally:
+        await _stop_consuming(tasks)
+        await a.stop()
+        await b.stop()
+    missing = sorted(set(range(100)) - set(got))
+    assert not missing, f"{len(missing)} rows never delivered: {missing}"
+
+
+@pytest.mark.asyncio
+async def test_a_loop_over_batches_broken_out_of_and_entered_again_reads_on(
+        tmp_path: Path) -> None:
+    """Breaking out of ``async for batch in member.batches()`` and iterating
+    again (as after a ``break`` or a cancelled task) delivers the next
+    batches: none is taken by the earlier loop's wait (issue 52, E1)."""
+    wh = _six_commits_over_both_shards(tmp_path)
+    member = GroupMember(MemberConfig(group="again", warehouse=wh, table=TABLE,
+                                      coordinator=f"sqlite://{tmp_path}/c.sqlite",
+                                      member_id="a", session_timeout_s=5,
+                                      poll_interval_ms=50, shards=1), auto_commit=False)
+    await member.start()
+    got: Counter[int] = Counter()
+    try:
+        for round_ in range(3):
+            loop = asyncio.ensure_future(_consume(member, got))
+            await _until(lambda n=60 + 10 * round_: set(got) >= set(range(n)))
+            await _stop_consuming([loop])
+            write_table(open_table(wh, TABLE), _rows(range(60 + 10 * round_,
+                                                           70 + 10 * round_)))
+        loop = asyncio.ensure_future(_consume(member, got))
+        await _until(lambda: set(got) >= set(range(90)))
+        await _stop_consuming([loop])
+    finally:
+        await member.stop()
+    assert sorted(set(range(90)) - set(got)) == []

@@ -323,26 +323,22 @@ class GroupMember:
 
         reader = asyncio.create_task(self._consume(process), name="pg-consume")
         current: asyncio.Future[bool] | None = None
+        getter: asyncio.Future[tuple[ShardBatch, asyncio.Future[bool]]] | None = None
         try:
             while True:
                 getter = asyncio.ensure_future(self._queue.get())
                 await asyncio.wait([getter, reader], return_when=asyncio.FIRST_COMPLETED)
                 if not getter.done():
-                    getter.cancel()
                     break
                 batch, done = getter.result()
+                getter = None
                 current = done
                 self._acked[id(batch)] = done
                 yield batch
                 if self._core.auto_commit and not done.done():
                     done.set_result(True)
         finally:
-            if current is not None and not current.done():
-                current.cancel()
-            if not reader.done():
-                reader.cancel()
-            with contextlib.suppress(BaseException):
-                await reader
+            await _end_iteration(getter, current, reader)
         self._core.raise_if_failed()
 
     async def commit(self, batch: ShardBatch, *, wait: bool = True) -> None:
@@ -547,3 +543,24 @@ async def _seal(batch: ShardBatch, slot: HandlerSlot, *, with_step: bool = True)
               if isinstance(r, BaseException)]
     if errors:
         raise errors[0]
+
+
+async def _end_iteration(
+        getter: asyncio.Future[tuple[ShardBatch, asyncio.Future[bool]]] | None,
+        current: asyncio.Future[bool] | None, reader: asyncio.Task[None]) -> None:
+    """The end of a loop over :meth:`GroupMember.batches` (finished, broken
+    out of or cancelled): the batch yielded last and not finished is not
+    handled (its shard reads it again), and the reader stops. The wait for
+    the next batch must not outlive the loop: left pending it would take the
+    next loop's first batch off the queue, and that batch would never be
+    yielded nor finished, its shard waiting for it for good (issue 52, E1)."""
+    if getter is not None:
+        if getter.done() and not getter.cancelled() and getter.exception() is None:
+            getter.result()[1].cancel()  # taken, never yielded: not handled
+        getter.cancel()
+    if current is not None and not current.done():
+        current.cancel()
+    if not reader.done():
+        reader.cancel()
+    with contextlib.suppress(BaseException):
+        await reader

@@ -229,6 +229,10 @@ class SimStore:
             if isinstance(op, Put):
                 if "/positions/" in op.key:
                     self._log_position(op, fences)
+                if op.key.endswith("/start") and op.key.count("/") == 2:  # a moved start
+                    data = json.loads(op.value)
+                    self.start_log.append((self.now(), int(data["next_snapshot"]),
+                                           data.get("full_scan")))
                 old = self.kv.get(op.key)
                 if old is None:
                     self.kv[op.key] = _Row(bytes(op.value), rev, rev, None)

@@ -93,9 +93,16 @@ Position = tuple[int, int | None]  # (next_snapshot, full_scan)
 
 class LossOracle:
     def __init__(self, wh: ReplayWarehouse, shards: int, writes: Iterable[PositionWrite],
-                 starts: Iterable[tuple[float, int, int | None]] = ()) -> None:
+                 starts: Iterable[tuple[float, int, int | None]] = (),
+                 moved: Iterable[int] = ()) -> None:
         self.wh = wh
         self.shards = shards
+        # Under the file rule, the full scan the group's start last moved to:
+        # every shard scans it (re-pinned), so a row its files hold is
+        # delivered from it, whatever expired before (issue 52, E1).
+        from paimon_group.protocol.sharding import ShardRule
+
+        self.moved_to = max(moved, default=None) if wh.main.rule is ShardRule.FILE else None
         self.log: dict[int, list[tuple[float, Position]]] = defaultdict(list)
         for w in sorted(writes, key=lambda w: w.t):
             self.log[w.shard].append((w.t, (w.next_snapshot, w.full_scan)))
@@ -173,8 +180,14 @@ class LossOracle:
 
     def excuse_skip(self, i: int, first: int) -> str | None:
         """Why the version of ``i`` written in ``first`` may be missing under
-        ``skip`` (None: it may not)."""
-        for how, s, shard in self.carriers(i, first):
+        ``skip`` (None: it may not). A row the files of the moved start's
+        full scan hold never is: every shard scans it (a shard that finds it
+        expired moves the start again, and the oracle judges by that one)."""
+        carriers = self.carriers(i, first)
+        if self.moved_to is not None and any(
+                how == "full" and s == self.moved_to for how, s, _ in carriers):
+            return None
+        for how, s, shard in carriers:
             t = self.wh.expired_at.get(s)
             if t is None:
                 continue

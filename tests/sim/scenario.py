@@ -106,7 +106,7 @@ RUN_LIMIT_S = 600.0  # virtual; a run longer than this is a hang of the driver i
 GROUP = "g"
 
 # Planted faults, for the tests that show the checks can fail.
-PLANTS = ("stale_fence", "drop_delivery", "sink_writes_all", *SINK_PLANTS)
+PLANTS = ("stale_fence", "drop_delivery", "sink_writes_all", "no_repin", *SINK_PLANTS)
 # The plants of the sink run the sink seeds as they are; the others run their
 # seeds without the sink, as they were.
 SINK_SEED_PLANTS = (None, "sink_writes_all", *SINK_PLANTS)
@@ -1048,8 +1048,12 @@ class Run:
                      if not self._files_left(k, mirrored)]
         if forgotten:
             stores = stores[forgotten[-1] + 1:]
+        # The full scans a group start moved to (every start of a store after
+        # its first that is a full scan: a moved start, issue 37 D2).
+        moved = [full for store in stores for _t, _n, full in store.start_log[1:]
+                 if full is not None]
         return LossOracle(self.wh, self.shards, [w for store in stores for w in store.position_log],
-                          [x for store in stores for x in store.start_log])
+                          [x for store in stores for x in store.start_log], moved)
 
     def _data_loss_stops(self) -> list[Incarnation]:
         return [i for i in self.incarnations if not i.crashed and (
@@ -1196,6 +1200,33 @@ def _shards_per_commit(size: int) -> Iterator[None]:
         commit_size.SHARDS_PER_COMMIT = real
 
 
+@contextlib.contextmanager
+def _no_repin(on: bool) -> Iterator[None]:
+    """Planted (``no_repin``): a shard of an earlier start is taken as of the
+    moved start where it stands, not re-pinned at its full scan (issue 52,
+    E1's shape: it reads on with follow-ups, which skip the compaction that
+    moved rows into its files)."""
+    from paimon_group.member import moved_start, read_loop
+
+    real = read_loop.repin_stale
+
+    async def kept(core: Any, commits: Any, held: list[Any]) -> None:
+        start = core.group_start
+        if not moved_start.moves_group_wide(core) or start is None or start.full_scan is None:
+            return
+        for o in held:
+            if (o.active and not o.uncertain and o.idle.is_set() and o.next_snapshot is not None
+                    and core.owned.get(o.shard) is o and o.start_moves < start.moves):
+                await commits.commit({o.shard: o}, o.next_snapshot, start_moves=start.moves)
+
+    if on:
+        read_loop.repin_stale = kept  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        read_loop.repin_stale = real
+
+
 def run_seed(seed: int, *, plant: str | None = None, keep: bool = False,
              log_level: int = logging.CRITICAL) -> SeedResult:
     """Run one seed; a pure function of ``seed`` (and ``plant``) under ``PYTHONHASHSEED=0``."""
@@ -1220,7 +1251,8 @@ def run_seed(seed: int, *, plant: str | None = None, keep: bool = False,
             run = Run(seed, root, plant)
             run.tears = Tears(seed, loop.clock, loop)
             with _sim_scheme(run.world), _shards_per_commit(run.shards_per_commit), \
-                    torn_consumer_writes(run.tears), writes_all(plant == "sink_writes_all"):
+                    torn_consumer_writes(run.tears), writes_all(plant == "sink_writes_all"), \
+                    _no_repin(plant == "no_repin"):
                 try:
                     loop.run_until_complete(asyncio.wait_for(_main(run), RUN_LIMIT_S))
                 except SimSpin as err:
