@@ -139,3 +139,15 @@ def test_the_ownership_measure_counts_reads_and_writes(tmp_path: Path) -> None:
     uses, writes = foreign_private([part])
     assert sorted(uses) == ["part.py:3 _theirs", "part.py:4 _theirs"]
     assert writes == ["part.py:4 _theirs"]
+
+
+HISTORY = re.compile(r"\bseeds? \d{2,}|\b[Ii]ssue \d+|\bwave \d\b")
+
+
+def test_the_code_s_comments_tell_no_history() -> None:
+    """Comments and docstrings say what the code guarantees and why; which
+    simulation seed or issue found it belongs in docs/reliability.md."""
+    found = [f"{p.relative_to(REPO).as_posix()}:{n}: {line.strip()}"
+             for p in modules() for n, line in enumerate(p.read_text().splitlines(), 1)
+             if HISTORY.search(line)]
+    assert found == [], "\n".join(found)

@@ -553,7 +553,7 @@ async def _end_iteration(
     handled (its shard reads it again), and the reader stops. The wait for
     the next batch must not outlive the loop: left pending it would take the
     next loop's first batch off the queue, and that batch would never be
-    yielded nor finished, its shard waiting for it for good (issue 52, E1)."""
+    yielded nor finished, its shard waiting for it for good."""
     if getter is not None:
         if getter.done() and not getter.cancelled() and getter.exception() is None:
             getter.result()[1].cancel()  # taken, never yielded: not handled

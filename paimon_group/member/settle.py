@@ -19,7 +19,7 @@ ln(200) = 5 times and published about 200 generations; coalesced, a few.
 A forming group (no live member holds shards of the published assignment,
 or there is none yet) whose leader sees a lone member publishes at once: a
 lone ``run``, a restarted member, a Spark query's first batch get their
-shards with no wait (issue 53). A forming group of more than one member,
+shards with no wait. A forming group of more than one member,
 and a group whose lone member was published at once and which sees an
 arrival within ``forming_quiet_s`` of its last change (the young group:
 its start was a burst after all), is published only once the list has been

@@ -7,7 +7,7 @@ are, ``-D`` and ``-U`` rows among them, as present rows. pypaimon's
 primary-key writer records 0 for every file, also one holding the deletes
 the sink wrote through ``'rowkind.field'``: a key the source deleted, alone
 in its bucket's only file, then reads as present (in Spark, Flink or
-pypaimon alike) until a compaction merges it away (simulation seed 520586).
+pypaimon alike) until a compaction merges it away.
 
 So the sink counts them itself, after the files are written and before they
 are committed: for a batch whose rows hold a retraction, it reads back each

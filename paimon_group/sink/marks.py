@@ -56,8 +56,8 @@ the shard's mark ``(e, n, j, k)``:
   a compaction may since have put into the shard's files rows that another
   shard never wrote (it lagged, or stopped on data loss). On an append
   target the rows written before are there again, as for any new life's
-  full scan (docs/paimon-sink.md, "A re-created table or group"; seed
-  502414). Under the bucket rules a shard's rows stay in its buckets and
+  full scan (docs/paimon-sink.md, "A re-created table or group"). Under
+  the bucket rules a shard's rows stay in its buckets and
   the position alone says the scan is in.
 * ``first < n``: **already written**, up to ``n``: the target holds this
   batch (a replay after a crash between the target's commit and the
@@ -195,7 +195,7 @@ def mark_after(known: ShardMark | None, *, epoch: int, next_snapshot: int,
     rule's of a new life) leaves the mark's position: the shard's deltas up
     to it are in the target too, whatever start they were read from, and a
     delta never moves between shards; the re-pinned shard reads them again,
-    and they are found (simulation seed 522610)."""
+    and they are found."""
     scan = full_scan if full_scan is not None else None if known is None else known.scan
     if (known is not None and full_scan is not None
             and next_snapshot < known.next_snapshot):
