@@ -28,6 +28,7 @@ from paimon_group.reading.planner import BatchKind  # noqa: E402
 from paimon_group.sink.marks import GroupMarks, ShardMark, Source  # noqa: E402
 from paimon_group.spark.source.offsets import ShardRange  # noqa: E402
 from paimon_group.spark.source.to_paimon import (  # noqa: E402
+    BatchWritten,
     PaimonBatchSink,
     batch_offset,
     judge_batches,
@@ -210,6 +211,17 @@ def _live(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
     (paimon_group/sink/deletes.py)."""
     assert not [r for r in rows if r[-1] in ("-D", "-U")], rows
     return [r[:-1] for r in rows]
+
+
+def test_a_micro_batch_of_no_shard_writes_nothing(tmp_path: Path) -> None:
+    """A query's first micro-batch may hold no shard (its member owns none
+    yet: the offset is ``{"v": 1, "shards": {}}``, naming no group): nothing
+    to judge or commit, and no group asked for (the fault test's first run
+    stopped on it)."""
+    _targets(tmp_path)
+    sink = PaimonBatchSink(str(tmp_path), "db.log", str(tmp_path / "ckpt"))
+    assert sink.write(_rows([]), {"v": 1, "shards": {}}, 0) == BatchWritten()
+    assert sink.sink.commits == 0
 
 
 def test_bad_input_is_one_line(tmp_path: Path) -> None:

@@ -241,6 +241,10 @@ class PaimonBatchSink:
         source = Source(str(known.get("table_id") or ""), int(known.get("num_shards") or 0),
                         str(known.get("sharding") or ""))
         slices = _slices(rows, ranges, batch_id)
+        if not ranges:
+            # A micro-batch of no shard (the query's member holds none yet):
+            # nothing to judge, write or commit.
+            return BatchWritten()
         keep = [c for c in rows.column_names
                 if c not in METADATA_COLUMNS or c in self.sink.target.current().fields]
         items: list[tuple[pa.Table, RangeBatch]] = []
