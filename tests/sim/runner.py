@@ -21,8 +21,21 @@ from tests.sim.scenario import SeedResult, rerun_command, run_seed
 
 def _worker_init() -> None:
     import logging
+    import threading
 
     logging.disable(logging.CRITICAL)
+    # A worker ends with the run that started it: killed alone, a run's
+    # parent would leave its workers running seeds nobody reads (and taking
+    # the machine's cores) until they finish their whole share.
+    parent = os.getppid()
+
+    def watch() -> None:
+        stop = threading.Event()  # waits on a lock, not on the patched clock
+        while not stop.wait(1.0):
+            if os.getppid() != parent:
+                os._exit(0)
+
+    threading.Thread(target=watch, name="pg-sim-parent", daemon=True).start()
 
 
 def _run(args: tuple[int, str | None]) -> SeedResult:
