@@ -72,18 +72,12 @@ from paimon_group.sink.marks import (
     ShardMark,
     Verdict,
     encode,
-    judge,
     property_key,
 )
 from paimon_group.sink.pending import Pending as _Pending
 from paimon_group.sink.pending import as_arrow as _as_arrow
-from paimon_group.sink.pending import first_of as _first_of
-from paimon_group.sink.pending import full_scan_of as _full_scan_of
-from paimon_group.sink.pending import incarnation_of as _incarnation_of
 from paimon_group.sink.pending import judge_step
 from paimon_group.sink.pending import raise_unless_write as _raise_unless_write
-from paimon_group.sink.pending import source_of as _source_of
-from paimon_group.sink.pending import start_moves_of as _start_moves_of
 from paimon_group.sink.pending import tell_batch as _tell_batch
 from paimon_group.sink.target import PartsWriter, TargetTable
 
@@ -232,10 +226,7 @@ class PaimonSink:
             self._groups.add(group)
             register(group, self._record, self)
         tables = [self.target.conform(_as_arrow(rows), batch) for rows, batch in items]
-        pending = [_Pending(batch.group, batch.shard, batch.epoch, _incarnation_of(batch),
-                            _start_moves_of(batch), _first_of(batch), _full_scan_of(batch),
-                            batch.next_snapshot, batch.snapshot_id, [], table.num_rows, batch,
-                            _source_of(batch))
+        pending = [_Pending.of(batch, table.num_rows)
                    for table, (_, batch) in zip(tables, items, strict=True)]
         chosen: list[tuple[int, ...]] = []  # the items whose files are written, and
         messages: list[Any] = []            # their files
@@ -367,10 +358,8 @@ class PaimonSink:
         (``parts``: its first part written by the batch's writer, kept open
         for the others until :meth:`seal`)."""
         table = self.target.conform(_as_arrow(rows), batch)
-        verdict = judge(self._mark_of(batch),
-                        first=_first_of(batch), epoch=batch.epoch,
-                        incarnation=_incarnation_of(batch), full_scan=_full_scan_of(batch),
-                        start_moves=_start_moves_of(batch), rows_move=_source_of(batch).rows_move)
+        pending = _Pending.of(batch, table.num_rows)
+        verdict, _ = judge_step(self.target.group_marks(batch.group), pending)
         _tell_batch(batch, verdict)
         _raise_unless_write(verdict, batch.group, batch.shard, batch.epoch)
         writer: PartsWriter | None = None
@@ -381,19 +370,10 @@ class PaimonSink:
             except BaseException:
                 writer.close()
                 raise
-        pending = _Pending(batch.group, batch.shard, batch.epoch, _incarnation_of(batch),
-                           _start_moves_of(batch), _first_of(batch), _full_scan_of(batch),
-                           batch.next_snapshot, batch.snapshot_id,
-                           [] if parts else self.target.write_files(table, self.commit_user),
-                           table.num_rows, batch, _source_of(batch))
+        if not parts:
+            pending.messages = self.target.write_files(table, self.commit_user)
         pending.writer = writer
         return pending
-
-    def _mark_of(self, batch: SourceBatch) -> ShardMark | None:
-        """The mark ``batch`` is judged against, as of the newest snapshot:
-        none if its group's marks belong to another source."""
-        return self.target.group_marks(batch.group).for_batch(
-            _source_of(batch)).get(batch.shard)
 
     def _queue_written(self, rows: Any, batch: SourceBatch, *, parts: bool = False
                        ) -> _Pending:

@@ -44,6 +44,13 @@ class Pending:
     writer: PartsWriter | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
+    @classmethod
+    def of(cls, batch: Any, rows: int) -> Pending:
+        """``batch``'s entry (``rows`` of output), its files still to come."""
+        return cls(batch.group, batch.shard, batch.epoch, incarnation_of(batch),
+                   start_moves_of(batch), first_of(batch), full_scan_of(batch),
+                   batch.next_snapshot, batch.snapshot_id, [], rows, batch, source_of(batch))
+
     def finish(self, error: BaseException | None = None) -> None:
         """Answer the batch's waiter (once): committed, or ``error``."""
         if self.future.done():
@@ -80,7 +87,6 @@ def source_of(batch: Any) -> Source:
 def full_scan_of(batch: Any) -> int | None:
     """The snapshot an initial full scan reads (None: a delta batch)."""
     return batch.snapshot_id if batch.kind is BatchKind.INITIAL else None
-
 
 
 def tell_batch(batch: Any, verdict: Verdict) -> None:
