@@ -11,6 +11,7 @@ pytest_plugins = [
     "tests.support.etcd_server",
     "tests.support.zk_server",
     "tests.support.s3_server",
+    "tests.support.lanes",
 ]
 
 
