@@ -33,16 +33,28 @@ def _restore_logging_levels() -> Iterator[None]:
         logger.setLevel(level)
 
 
-@pytest.fixture(
-    params=[
-        "sqlite",
-        pytest.param("etcd", marks=pytest.mark.etcd),
-        pytest.param("zk", marks=pytest.mark.zk),
-    ]
-)
-def group_coordinator(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A coordinator URL for a group of real processes: sqlite, etcd, ZooKeeper."""
+def _coordinator_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """An SQLite file of the test, or a fresh prefix on the suite's etcd or
+    ZooKeeper server (``request.param``: sqlite, etcd, zk)."""
     if request.param == "sqlite":
         return f"sqlite://{tmp_path}/coordinator.sqlite"
     url: str = request.getfixturevalue(f"{request.param}_url")
     return url
+
+
+_SQLITE = "sqlite"
+_ETCD = pytest.param("etcd", marks=pytest.mark.etcd)
+_ZK = pytest.param("zk", marks=pytest.mark.zk)
+
+
+@pytest.fixture(params=[_SQLITE, _ETCD, _ZK])
+def group_coordinator(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A coordinator URL for a group of real processes: sqlite, etcd, ZooKeeper."""
+    return _coordinator_url(request, tmp_path)
+
+
+@pytest.fixture(params=[_SQLITE, _ETCD])
+def coordinator(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A coordinator URL on the embedded coordinator and on etcd (the tests
+    whose ZooKeeper case another test covers)."""
+    return _coordinator_url(request, tmp_path)

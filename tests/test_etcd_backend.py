@@ -45,25 +45,10 @@ from coordinators.etcd import (
 )
 from tests.support import etcd_server as etcd_support
 from tests.support.etcd_server import ROOT_PASSWORD, EtcdCluster, EtcdServer, Pki, free_port
+from tests.support.waiting import eventually
 
 Factory = Callable[..., EtcdServer]
 ClusterFactory = Callable[..., EtcdCluster]
-
-
-async def eventually(
-    predicate: Callable[[], bool | Awaitable[bool]], *, timeout: float = 60.0, what: str = ""
-) -> None:
-    """Poll ``predicate`` until true; generous timeout, no timing assertions."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = predicate()
-        if not isinstance(result, bool):
-            result = await result
-        if result:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what or predicate}")
-        await asyncio.sleep(0.05)
 
 
 def secure_options(pki: Pki, **overrides: Any) -> ConnectOptions:

@@ -44,16 +44,6 @@ ROWS_PER_SNAPSHOT = 10
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(params=["sqlite", pytest.param("etcd", marks=pytest.mark.etcd)])
-def coordinator(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A coordinator URL: an SQLite file of the test, or a fresh prefix on the shared etcd."""
-    if request.param == "sqlite":
-        return f"sqlite://{tmp_path / 'coordinator.sqlite'}"
-    url = request.getfixturevalue("etcd_url")
-    assert isinstance(url, str)
-    return url
-
-
 @pytest.fixture
 def warehouse(tmp_path: Path) -> str:
     """A table with 5 snapshots of 10 rows each (ids 0..49)."""

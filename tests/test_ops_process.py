@@ -35,15 +35,6 @@ BUCKETS = 4
 TIMEOUT_S = 180.0
 
 
-@pytest.fixture(params=["sqlite", pytest.param("etcd", marks=pytest.mark.etcd)])
-def coordinator(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite://{tmp_path / 'coordinator.sqlite'}"
-    url = request.getfixturevalue("etcd_url")
-    assert isinstance(url, str)
-    return url
-
-
 @pytest.fixture
 def harness(tmp_path: Path, coordinator: str) -> Iterator[GroupHarness]:
     h = GroupHarness(tmp_path, coordinator, group="g", buckets=BUCKETS,

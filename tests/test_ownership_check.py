@@ -12,9 +12,7 @@ once per session, and after a control round that failed.
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +24,7 @@ from coordinators.protocol import Check, Coordinator, Delete
 from paimon_group import GroupMember, MemberConfig
 from paimon_group.protocol.group import GroupClient
 from tests.support.tables import make_append_table, write_rows
+from tests.support.waiting import eventually as _until
 
 
 def _config(wh: str, url: str, member: str, shards: int) -> MemberConfig:
@@ -39,20 +38,6 @@ def _table(tmp_path: Path) -> str:
     make_append_table(wh, "db.t", buckets=-1)
     write_rows(wh, "db.t", range(10))
     return wh
-
-
-async def _until(probe: Callable[[], bool | Awaitable[bool]], what: str,
-                 limit_s: float = 30) -> None:
-    deadline = time.monotonic() + limit_s
-    while True:
-        value = probe()
-        if not isinstance(value, bool):
-            value = await value
-        if value:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {limit_s}s: {what}")
-        await asyncio.sleep(0.05)
 
 
 def _count_reads(coord: Coordinator, owners_dir: str) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from tests.support.tables import (
     open_table,
     write_rows,
 )
+from tests.support.waiting import eventually as _until
 
 OUT = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.int64())])
 
@@ -48,14 +49,6 @@ def _target_ids(wh: str) -> list[int]:
     builder = table.new_read_builder()
     rows = builder.new_read().to_arrow(builder.new_scan().plan().splits())
     return sorted(rows.column("id").to_pylist())
-
-
-async def _until(check: object, timeout: float = 60) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not check():  # type: ignore[operator]
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("timed out")
-        await asyncio.sleep(0.05)
 
 
 @pytest.mark.asyncio
@@ -251,7 +244,7 @@ async def _run_until(member: GroupMember, handle: Any, check: object,
     """Run ``member`` with ``handle`` until ``check()``, then stop it."""
     run = asyncio.ensure_future(member.run(handle))
     try:
-        await _until(check, timeout)
+        await _until(check, "the condition", timeout)
     finally:
         run.cancel()
         await asyncio.gather(run, return_exceptions=True)
@@ -404,7 +397,7 @@ async def test_a_former_and_a_new_owner_of_a_shard_in_one_sink_commit_write_it_o
     async with GroupMember(dataclasses.replace(_config(wh, coordinator, "b"),
                                                shards=1)) as b:
         run_b = asyncio.ensure_future(b.run(writes))
-        await _until(lambda: (b.shard_positions().get(0) or 0) >= 4, timeout=60)
+        await _until(lambda: (b.shard_positions().get(0) or 0) >= 4, limit_s=60)
         run_b.cancel()
         await asyncio.gather(run_b, return_exceptions=True)
     await asyncio.wait_for(asyncio.gather(run_a, return_exceptions=True), 10)

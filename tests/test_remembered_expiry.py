@@ -26,6 +26,7 @@ from paimon_group.member.state import MemberState
 from paimon_group.reading import expiry
 from paimon_group.reading.table import ShardedTable
 from tests.support.tables import make_pk_table, open_table, write_rows
+from tests.support.waiting import eventually as _until
 
 
 def expire_with_manifest_lists(warehouse: str, name: str, *, keep_from: int) -> None:
@@ -45,14 +46,6 @@ def expire_with_manifest_lists(warehouse: str, name: str, *, keep_from: int) -> 
                 table.file_io.delete_quietly(f"{manifests}/{listed}")
         table.file_io.delete(manager.get_snapshot_path(snapshot_id))
     table.file_io.overwrite_file_utf8(f"{manager.snapshot_dir}/EARLIEST", str(keep_from))
-
-
-async def _until(condition: Any, what: str, timeout: float = 60.0) -> None:
-    for _ in range(int(timeout / 0.05)):
-        if condition():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"never: {what}")
 
 
 async def _remembered_then_expired(tmp_path: Path, on_data_loss: str

@@ -23,7 +23,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ import pytest
 
 from paimon_group.spark.sinks import ParquetBatchSink
 from tests.support.requirements import require
+from tests.support.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -69,27 +70,6 @@ spark.sql.shuffle.partitions 2
 spark.default.parallelism 1
 spark.driver.memory 512m
 """
-
-
-def wait_for(
-    what: str,
-    check: Callable[[], Any],
-    timeout: float,
-    alive: dict[str, subprocess.Popen[bytes]],
-) -> Any:
-    """Poll ``check`` until truthy; fail early if a process in ``alive`` exited."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        for name, proc in alive.items():
-            if proc.poll() is not None:
-                raise AssertionError(f"{name} exited with {proc.returncode} while waiting "
-                                     f"for {what}")
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.5)
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ import pytest
 
 from tests.support.requirements import require
 from tests.support.tables import make_pk_table, write_rows
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.spark
 
@@ -57,20 +58,6 @@ def spark() -> Iterator[Any]:
     session.dataSource.register(PaimonGroupDataSource)
     yield session
     session.stop()
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 120,
-              query: Any = None) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if query is not None and query.exception() is not None:
-            raise AssertionError(f"query failed while waiting for {what}: {query.exception()}")
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.3)
 
 
 class Recorder:

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ import pytest
 
 from tests.support.requirements import require
 from tests.support.tables import make_pk_table, write_rows
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -33,24 +34,10 @@ if not os.environ.get("CI"):
     require("pyspark", "pip install '.[spark]' (tests/run.sh does)")
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def wait_for(what: str, check: Callable[[], Any], procs: dict[str, subprocess.Popen[bytes]],
-             timeout: float = 300) -> Any:
-    # 300 s: the first wait holds two Spark drivers' starts (two JVMs), which
-    # took over 180 s on a loaded two-core machine; a healthy run passes each
-    # wait in seconds to a minute.
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        for name, proc in procs.items():
-            if proc.poll() is not None:
-                raise AssertionError(f"{name} exited with {proc.returncode} waiting for {what}")
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.5)
+# The first wait holds two Spark drivers' starts (two JVMs), which took over
+# 180 s on a loaded two-core machine; a healthy run passes each wait in
+# seconds to a minute.
+WAIT_S = 300.0
 
 
 @pytest.fixture
@@ -134,17 +121,18 @@ def test_two_queries_split_shards_survive_a_sigkill_and_deliver_every_row_once(
             recent = markers(marks, time.time() - 5)
             a, b = shards_of(recent, "q0"), shards_of(recent, "q1")
             return bool(a) and bool(b) and not (a & b)
-        wait_for("the two queries to split the shards", split, procs)
+        wait_for("the two queries to split the shards", split, alive=procs, timeout=WAIT_S)
         before_kill = shards_of(markers(marks, time.time() - 5), "q0")
         os.killpg(procs["q0"].pid, signal.SIGKILL)
         procs.pop("q0").wait(timeout=60)
         killed_at = time.time()
         wait_for("q1 to take the shards of q0 over",
-                 lambda: before_kill <= shards_of(markers(marks, killed_at), "q1"), procs)
+                 lambda: before_kill <= shards_of(markers(marks, killed_at), "q1"),
+                 alive=procs, timeout=WAIT_S)
         procs["q0"] = start("q0")
         restarted_at = time.time()
         wait_for("q0 to rejoin and deliver again",
-                 lambda: shards_of(markers(marks, restarted_at), "q0"), procs)
+                 lambda: shards_of(markers(marks, restarted_at), "q0"), alive=procs, timeout=WAIT_S)
         writing.clear()
         time.sleep(1.5)  # the writer's last commit is done
         expected = sorted(written)
@@ -153,7 +141,7 @@ def test_two_queries_split_shards_survive_a_sigkill_and_deliver_every_row_once(
             return read_sink_ids(sink)
 
         wait_for("every written row in the sink", lambda: set(sink_ids()) == set(expected),
-                 procs)
+                 alive=procs, timeout=WAIT_S)
     finally:
         done.set()
         stop.write_text("stop")
@@ -279,21 +267,22 @@ def test_two_queries_with_spark_file_sinks_each_write_every_row_once(
     try:
         wait_for("the two queries to split the shards", lambda: group_view(warehouse)[0]
                  == ["q0", "q0", "q1", "q1"] and file_sink_ids(out["q0"])
-                 and file_sink_ids(out["q1"]), procs)
+                 and file_sink_ids(out["q1"]), alive=procs, timeout=WAIT_S)
         os.killpg(procs["q0"].pid, signal.SIGKILL)
         procs.pop("q0").wait(timeout=60)
         wait_for("q1 to take every shard", lambda: group_view(warehouse)[0] == ["q1"] * 4,
-                 procs)
+                 alive=procs, timeout=WAIT_S)
         procs["q0"] = start("q0")  # from its checkpoint
         wait_for("the rebalance back", lambda: group_view(warehouse)[0]
-                 == ["q0", "q0", "q1", "q1"], procs)
+                 == ["q0", "q0", "q1", "q1"], alive=procs, timeout=WAIT_S)
         time.sleep(3.0)
     finally:
         done.set()
         thread.join(timeout=30)
     expected = sorted(written)
     wait_for("every written row in the outputs", lambda: set(
-        file_sink_ids(out["q0"]) + file_sink_ids(out["q1"])) == set(expected), procs)
+        file_sink_ids(out["q0"]) + file_sink_ids(out["q1"])) == set(expected),
+        alive=procs, timeout=WAIT_S)
     stop_all()
     for member, path in out.items():
         ids = file_sink_ids(path)
@@ -303,12 +292,12 @@ def test_two_queries_with_spark_file_sinks_each_write_every_row_once(
     first = file_sink_ids(out["q0"])
     procs["q0"] = start("q0", start="latest")
     wait_for("the new group's positions", lambda: group_view(warehouse)
-             == (["q0"] * 4, 4), procs)
+             == (["q0"] * 4, 4), alive=procs, timeout=WAIT_S)
     later = list(range(9000, 9040))
     write_rows(warehouse, "db.t", later[:20])
     write_rows(warehouse, "db.t", later[20:])
     wait_for("the new group's rows", lambda: set(later) <= set(file_sink_ids(out["q0"])),
-             procs)
+             alive=procs, timeout=WAIT_S)
     time.sleep(2.0)
     stop_all()
     assert file_sink_ids(out["q0"]) == sorted(first + later)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ import pytest
 
 from tests.support.requirements import require
 from tests.support.tables import make_pk_table, write_rows
+from tests.support.waiting import wait_for as wait_until
 
 pytestmark = pytest.mark.spark
 
@@ -33,13 +33,6 @@ def reader(warehouse: Path, member: str, **extra: str) -> PaimonGroupStreamReade
     return PaimonGroupStreamReader(SourceOptions.parse({
         "group": "g", "warehouse": str(warehouse), "table": "db.t", "member_id": member,
         "session_timeout_s": "4", "ready_timeout_s": "20", **extra}))
-
-
-def wait_until(what: str, check: Callable[[], Any], timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def stored_positions(warehouse: Path) -> dict[int, Any]:

@@ -26,7 +26,8 @@ from coordinators import (
     open_coordinator,
 )
 from coordinators.sqlite import SqliteCoordinator, dir_of, parse_url, read_boot_id, translate
-from tests.conformance.waiting import drain, eventually, wait_until_listed
+from tests.conformance.waiting import drain, wait_until_listed
+from tests.support.waiting import eventually
 
 
 def sqlite_url(path: Path) -> str:

@@ -17,7 +17,7 @@ import logging
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
@@ -52,6 +52,7 @@ from coordinators.zookeeper import (
     parse_url,
     translate,
 )
+from tests.support.waiting import eventually
 from tests.support.zk_server import TlsMaterial, ZkServer
 
 T = TypeVar("T")
@@ -59,19 +60,6 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 LIMIT_S = 60.0
 PASSWORD = "pw-Zq8!never-print-me"
 WRONG_PASSWORD = "wrong-Zq8!never-print-me"
-
-
-async def eventually(probe: Callable[[], Awaitable[T]], what: str, limit_s: float = LIMIT_S) -> T:
-    """The first truthy result of ``probe()``, polled; fails after ``limit_s``."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + limit_s
-    while True:
-        result = await probe()
-        if result:
-            return result
-        if loop.time() > deadline:
-            raise AssertionError(f"not within {limit_s}s: {what}")
-        await asyncio.sleep(0.05)
 
 
 async def state_is(coordinator: ZooKeeperCoordinator, state: SessionState) -> bool:

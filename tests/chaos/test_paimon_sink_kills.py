@@ -87,14 +87,6 @@ WRITER_INTERVAL_S = 0.2
 CLAIM_TIMEOUT_S = 30.0
 
 
-@pytest.fixture(params=["sqlite", pytest.param("etcd", marks=pytest.mark.etcd)])
-def coordinator(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite://{tmp_path}/coordinator.sqlite"
-    url: str = request.getfixturevalue("etcd_url")
-    return url
-
-
 @pytest.mark.parametrize("target", ["primary-key", "append"])
 def test_every_source_batch_is_in_the_target_once_across_sigkills(
         tmp_path: Path, coordinator: str, target: str) -> None:

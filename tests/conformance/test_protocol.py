@@ -15,7 +15,7 @@ from coordinators import (
     open_coordinator,
 )
 from tests.conformance.conftest import OpenCoordinator
-from tests.conformance.waiting import eventually
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.asyncio
 

@@ -18,7 +18,8 @@ import pytest
 from coordinators import Check, Coordinator, CoordinatorUnavailable, Put
 from tests.conformance.conftest import OpenCoordinator, StartHolder
 from tests.conformance.holder import Holder
-from tests.conformance.waiting import drain, eventually, wait_until_listed
+from tests.conformance.waiting import drain, wait_until_listed
+from tests.support.waiting import eventually
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(300)]
 

@@ -1,34 +1,11 @@
-"""Polling helpers: tests wait for behaviour with generous limits, never assert timings."""
+"""Watch helpers of the conformance tests (the polling ones: tests/support/waiting.py)."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
-
 from coordinators import Coordinator, Watch
 
-T = TypeVar("T")
-
-# Generous: machines running the suite are shared and noisy.
-LIMIT_S = 60.0
 # How long a watch may take to report a change; only reached when one is missed.
 WAKE_LIMIT_S = 30.0
-
-
-async def eventually(
-    probe: Callable[[], Awaitable[T]], what: str, limit_s: float = LIMIT_S, every_s: float = 0.05
-) -> T:
-    """The first truthy result of ``probe()``; fails after ``limit_s``."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + limit_s
-    while True:
-        result = await probe()
-        if result:
-            return result
-        if loop.time() > deadline:
-            raise AssertionError(f"not within {limit_s}s: {what}")
-        await asyncio.sleep(every_s)
 
 
 async def drain(watch: Watch, quiet_s: float = 0.3, attempts: int = 20) -> None:
