@@ -12,6 +12,7 @@ pytest_plugins = [
     "tests.support.zk_server",
     "tests.support.s3_server",
     "tests.support.lanes",
+    "tests.support.spark_session",
 ]
 
 

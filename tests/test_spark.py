@@ -1,6 +1,6 @@
 """Shard batches as Spark DataFrames, and sinks fed from Spark: real PySpark, local master.
 
-One SparkSession for the whole module (``spark`` fixture, built by
+One SparkSession for the test process (``spark`` fixture, tests/support/spark_session.py, built by
 :func:`paimon_group.spark.handler.build_spark_session`, so its settings are the ones
 a member process gets). Batches are real :class:`ShardBatch` objects planned
 from real Paimon tables.
@@ -9,7 +9,6 @@ from real Paimon tables.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,29 +27,13 @@ pytestmark = pytest.mark.spark
 if not os.environ.get("CI"):
     require("pyspark", "pip install '.[spark]' (tests/run.sh does)")
 
-from paimon_group.spark.handler import ARROW_CONF, SparkBatchHandler, build_spark_session  # noqa: E402
+from paimon_group.spark.handler import ARROW_CONF, SparkBatchHandler  # noqa: E402
 from paimon_group.spark.sinks import (  # noqa: E402
     ParquetBatchSink,
     StaleSinkWrite,
     batch_key_condition,
     with_batch_key,
 )
-
-TEST_CONF = {
-    "spark.ui.enabled": "false",
-    "spark.ui.showConsoleProgress": "false",
-    "spark.sql.shuffle.partitions": "2",
-    "spark.default.parallelism": "1",
-    "spark.driver.memory": "512m",
-}
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    session = build_spark_session(master="local[1]", app_name="paimon-group-tests", conf=TEST_CONF)
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
 
 
 def _sorted(table: pa.Table) -> pa.Table:

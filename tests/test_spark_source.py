@@ -12,10 +12,8 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,33 +29,10 @@ pytestmark = pytest.mark.spark
 if not os.environ.get("CI"):
     require("pyspark", "pip install '.[spark]' (tests/run.sh does)")
 
-from paimon_group.spark.handler import PaimonGroupDataSource, build_spark_session  # noqa: E402
 from paimon_group.spark.source.sink import read_sink, write_replacing  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
-TEST_CONF = {
-    "spark.ui.enabled": "false",
-    "spark.ui.showConsoleProgress": "false",
-    "spark.sql.shuffle.partitions": "2",
-    "spark.default.parallelism": "1",
-    "spark.driver.memory": "512m",
-}
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    # The source's Python processes (driver side and executors) run this
-    # interpreter and import paimon_group from this checkout.
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    path = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = f"{REPO}{os.pathsep}{path}" if path else str(REPO)
-    session = build_spark_session(master="local[2]", app_name="paimon-group-source-tests",
-                                  conf=TEST_CONF)
-    session.sparkContext.setLogLevel("ERROR")
-    session.dataSource.register(PaimonGroupDataSource)
-    yield session
-    session.stop()
 
 
 class Recorder:

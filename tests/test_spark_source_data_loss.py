@@ -30,11 +30,8 @@ if not os.environ.get("CI"):
     require("pyspark", "pip install '.[spark]' (tests/run.sh does)")
 
 from paimon_group.spark.source.errors import error_line  # noqa: E402
-from tests import test_spark_source as base  # noqa: E402
 from tests.support.waiting import wait_for  # noqa: E402
 from tests.test_spark_source import REPO, Recorder, start_query  # noqa: E402
-
-spark = base.spark  # the SparkSession fixture of the source's tests
 
 PAIMON_GROUP = Path(sys.executable).parent / "paimon-group"
 

@@ -16,7 +16,6 @@ Real PySpark (local mode, one session), real Parquet directories.
 from __future__ import annotations
 
 import os
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -32,26 +31,11 @@ pytestmark = pytest.mark.spark
 if not os.environ.get("CI"):
     require("pyspark", "pip install '.[spark]' (tests/run.sh does)")
 
-from paimon_group.spark.handler import build_spark_session  # noqa: E402
 from paimon_group.spark.source.sink import read_sink, write_replacing  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 SHARDS, SNAPSHOTS = 4, 25
 COLUMNS = ["id", "writer", "_pg_shard", "_pg_snapshot", "_pg_epoch"]
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    path = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = f"{REPO}{os.pathsep}{path}" if path else str(REPO)
-    session = build_spark_session(master="local[2]", app_name="paimon-group-sink-tests", conf={
-        "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
-        "spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "1",
-        "spark.driver.memory": "512m"})
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
 
 
 def _rows(writer: str, epoch: int, shards: range) -> list[tuple[Any, ...]]:
