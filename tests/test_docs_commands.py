@@ -100,6 +100,8 @@ RULES: list[tuple[str, str, Any]] = [
      lambda d: d.text.startswith("python3 -m venv .venv && .venv/bin/pip install . &&")),
     ("covered", "the suite itself: .ci/run runs it",
      lambda d: d.text == "bash tests/run.sh"),
+    ("covered", "the fast lane: .ci/run runs it on each other supported Python it finds",
+     lambda d: d.text.endswith("bash tests/run.sh --fast")),
     ("covered", "tests/test_spark_source_requirements.py (the extra is what works)",
      lambda d: d.text.startswith(".venv/bin/pip install '.[spark]'")),
     ("run", "test_a_test_command_collects_as_written",
