@@ -6,14 +6,13 @@
 * :mod:`.reader`: a split's pieces and their output batches;
 * :mod:`.path`: the planner's read path, with pypaimon's reader as fallback;
 * :mod:`.levels`: the engine's lookup merge (pypaimon's merged reads of
-  lookup tables follow it from the import of this package on).
+  lookup tables follow it once
+  :func:`~paimon_group.reading.engine_reads.install_engine_reads` ran:
+  importing this package changes nothing in pypaimon).
 """
 
 from paimon_group.arrowread.files import Unsupported
-from paimon_group.arrowread.levels import follow_lookup_levels
 from paimon_group.arrowread.path import ReadPath
 from paimon_group.arrowread.reader import ArrowSplitReader
 
 __all__ = ["ArrowSplitReader", "ReadPath", "Unsupported"]
-
-follow_lookup_levels()

@@ -17,7 +17,9 @@ reader merges all of them.
 positions the engine does not merge (a key's records above its lowest
 level above 0; rows deleted by a deletion vector are not records).
 :func:`follow_lookup_levels` makes pypaimon's merged reads drop those
-rows, as extra deletion-vector positions.
+rows, as extra deletion-vector positions; it is called by
+:func:`paimon_group.reading.engine_reads.install_engine_reads` only (importing
+this module changes nothing in pypaimon).
 """
 
 from __future__ import annotations
@@ -132,7 +134,9 @@ def _warn_once(table: str, reason: str) -> None:
 
 def follow_lookup_levels() -> None:
     """Make pypaimon's merged reads of lookup tables merge as the engine
-    (see the module docstring); idempotent, the whole process."""
+    (see the module docstring): replaces
+    ``MergeFileSplitRead._genarate_deletion_file_readers`` for the whole
+    process; idempotent."""
     from pypaimon.read.split_read import MergeFileSplitRead
 
     original = getattr(MergeFileSplitRead, "_genarate_deletion_file_readers", None)
