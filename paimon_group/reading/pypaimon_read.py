@@ -5,7 +5,9 @@ reader reads the others (see docs/design.md, "What pypaimon's reader still
 reads"), and everything when ``PAIMON_GROUP_ARROW_READER=0``. pypaimon's own
 batch reader gathers 65,536 merged rows of a primary-key split before it
 converts them to Arrow; :func:`pypaimon_batches` cuts them into batches of at
-most ``batch_rows`` rows instead.
+most ``batch_rows`` rows instead. pypaimon's reader reads as the engine
+once :func:`~paimon_group.reading.engine_reads.install_engine_reads` ran (when
+the table was opened).
 """
 
 from __future__ import annotations

@@ -347,10 +347,17 @@ def compact(
     A bucket-unaware append table (``bucket = -1``) is compacted as Paimon's
     append compaction does: its files are rewritten, rows unchanged, into new
     files (other names, so other shards under the file rule), level 0.
+
+    The rows are merged by pypaimon's reader as a member's reads are, the
+    engine reads installed (:func:`install_engine_reads`), whether or not this
+    process opened a group table before.
     """
     from pypaimon.common.options.core_options import ChangelogProducer
     from pypaimon.manifest.schema.manifest_entry import ManifestEntry
 
+    from paimon_group.reading.engine_reads import install_engine_reads
+
+    install_engine_reads()
     table = open_table(warehouse, name)
     unaware = not table.is_primary_key_table and int(table.options.bucket()) == -1
     if not table.is_primary_key_table and not unaware:
