@@ -165,7 +165,6 @@ def test_opening_a_table_installs_the_engine_reads_once(tmp_path: Path) -> None:
     assert result["at_open"] == [
         "FormatPyArrowReader._post_process_batch",
         "ManifestFileManager._get_value_stats_fields",
-        "MergeFileSplitRead._genarate_deletion_file_readers",
         "RecordBatchReader._iter_df_rows",
     ]
     assert result["after"] == []

@@ -5,9 +5,8 @@
 * :mod:`.merge`: merge-on-read of primary-key rows with pyarrow compute;
 * :mod:`.reader`: a split's pieces and their output batches;
 * :mod:`.path`: the planner's read path, with pypaimon's reader as fallback;
-* :mod:`.levels`: the engine's lookup merge (pypaimon's merged reads of
-  lookup tables follow it once
-  :func:`~paimon_group.reading.engine_reads.install_engine_reads` ran:
+* :mod:`.levels`: the engine's lookup merge (the merged reads of a pypaimon
+  ``TableRead`` given to :func:`~.levels.follow_lookup_levels` follow it;
   importing this package changes nothing in pypaimon).
 """
 

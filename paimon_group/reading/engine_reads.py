@@ -15,15 +15,15 @@ classes of the running pypaimon, for every user of pypaimon in that process:
   kept on rows merged row by row (:func:`keep_nanoseconds_in_rows`);
 * ``FormatPyArrowReader._post_process_batch``: CHAR(n) read from ORC
   trimmed (:func:`trim_orc_chars`) and a Parquet ROW of nulls read as a
-  null ROW (:func:`read_parquet_rows_as_the_engine`);
-* ``MergeFileSplitRead._genarate_deletion_file_readers``: merged reads of
-  lookup tables merge as the engine's ``LookupMergeFunction``
-  (:func:`paimon_group.arrowread.levels.follow_lookup_levels`).
+  null ROW (:func:`read_parquet_rows_as_the_engine`).
 
 These are classes, not objects the project builds, because pypaimon builds
 their instances itself: a ``ManifestFileManager`` inside its scanners and
 its commit (the sink's target), the readers inside a ``TableRead``'s split
-read. Each change checks that the pypaimon it changes has the part it
+read. The engine's lookup merge, which can be given to one object, is not
+here: :func:`paimon_group.arrowread.levels.follow_lookup_levels` changes the
+``TableRead`` objects the project builds (``ReadView``), and nothing else.
+Each change checks that the pypaimon it changes has the part it
 replaces, and leaves a pypaimon without it as it is; each replaced method
 calls the one it replaces and changes only what the engine reads otherwise
 (docs/design.md, "What we deliver equals what Paimon's engine reads").
@@ -38,7 +38,6 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from paimon_group.arrowread.levels import follow_lookup_levels
 from paimon_group.arrowread.parquet_rows import engine_parquet_rows, needs_engine_parquet_rows
 
 __all__ = [
@@ -72,7 +71,6 @@ def install_engine_reads() -> None:
         keep_nanoseconds_in_rows()
         trim_orc_chars()
         read_parquet_rows_as_the_engine()
-        follow_lookup_levels()
         _installed = True
 
 

@@ -348,13 +348,15 @@ def compact(
     append compaction does: its files are rewritten, rows unchanged, into new
     files (other names, so other shards under the file rule), level 0.
 
-    The rows are merged by pypaimon's reader as a member's reads are, the
+    The rows are merged by pypaimon's reader as a member's reads are: the
     engine reads installed (:func:`install_engine_reads`), whether or not this
-    process opened a group table before.
+    process opened a group table before, and a lookup table's levels followed
+    (:func:`follow_lookup_levels`).
     """
     from pypaimon.common.options.core_options import ChangelogProducer
     from pypaimon.manifest.schema.manifest_entry import ManifestEntry
 
+    from paimon_group.arrowread.levels import follow_lookup_levels
     from paimon_group.reading.engine_reads import install_engine_reads
 
     install_engine_reads()
@@ -372,7 +374,7 @@ def compact(
 
     read_builder = table.new_read_builder()
     splits = [s for s in read_builder.new_scan().plan().splits() if s.bucket in by_bucket]
-    merged = read_builder.new_read().to_arrow(splits)
+    merged = follow_lookup_levels(read_builder.new_read()).to_arrow(splits)
 
     builder = table.new_batch_write_builder()
     write = builder.new_write()
