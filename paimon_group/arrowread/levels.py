@@ -16,8 +16,9 @@ reader merges all of them.
 :func:`lookup_level_drops` gives, per file of a merged split, the row
 positions the engine does not merge (a key's records above its lowest
 level above 0; rows deleted by a deletion vector are not records).
-:func:`follow_lookup_levels` makes pypaimon's merged reads drop those
-rows, as extra deletion-vector positions.
+:func:`follow_lookup_levels` makes the merged reads of one pypaimon
+``TableRead`` drop those rows, as extra deletion-vector positions (that
+object only: importing this module changes nothing in pypaimon).
 """
 
 from __future__ import annotations
@@ -130,34 +131,55 @@ def _warn_once(table: str, reason: str) -> None:
                 table, reason)
 
 
-def follow_lookup_levels() -> None:
-    """Make pypaimon's merged reads of lookup tables merge as the engine
-    (see the module docstring); idempotent, the whole process."""
+def follow_lookup_levels(read: Any) -> Any:
+    """``read``, a pypaimon ``TableRead``, with its merged reads of a lookup
+    table merged as the engine merges them (see the module docstring);
+    returns it.
+
+    Only this object changes, and only on a lookup table: its
+    ``_create_split_read`` is wrapped on the instance, and each
+    ``MergeFileSplitRead`` it makes gets, on that instance, a
+    ``_genarate_deletion_file_readers`` that adds the rows the engine leaves
+    out to the deletion vectors. pypaimon's classes are left as they are; a
+    pypaimon without these parts reads as it does."""
     from pypaimon.read.split_read import MergeFileSplitRead
 
-    original = getattr(MergeFileSplitRead, "_genarate_deletion_file_readers", None)
-    if original is None or getattr(original, "_follows_lookup_levels", False):
-        return  # another pypaimon, or done already
+    create = getattr(read, "_create_split_read", None)
+    if create is None or "_create_split_read" in vars(read) \
+            or not merges_by_lookup(read.table):
+        return read  # another pypaimon, done already, or nothing to follow
 
-    def deletion_file_readers(self: Any) -> None:
-        original(self)
-        split = self.split
-        if getattr(split, "is_streaming", False) or not merges_by_lookup(self.table):
-            return
-        files = list(split.files)
-        deletions = list(split.data_deletion_files or [None] * len(files))
-        deleted = {
-            f.file_name: read_deletion_vector(self.table.file_io, d)
-            for f, d in zip(files, deletions, strict=True) if d is not None
-        }
-        try:
-            drops = lookup_level_drops(self.table, files, deleted)
-        except Unsupported as err:
-            _warn_once(str(getattr(self.table, "identifier", "")), str(err))
-            return
-        readers = self.deletion_file_readers
-        for name, positions in drops.items():
-            readers[name] = _dv_factory(readers.get(name), positions)
+    def create_split_read(*args: Any, **kwargs: Any) -> Any:
+        split_read = create(*args, **kwargs)
+        base = getattr(split_read, "_genarate_deletion_file_readers", None)
+        if isinstance(split_read, MergeFileSplitRead) and base is not None:
+            split_read._genarate_deletion_file_readers = (
+                lambda: _with_lookup_drops(split_read, base))
+        return split_read
 
-    deletion_file_readers._follows_lookup_levels = True  # type: ignore[attr-defined]
-    MergeFileSplitRead._genarate_deletion_file_readers = deletion_file_readers
+    read._create_split_read = create_split_read
+    return read
+
+
+def _with_lookup_drops(split_read: Any, generate: Callable[[], None]) -> None:
+    """pypaimon's deletion-vector readers of ``split_read`` (``generate``
+    makes them), and the lookup merge's drops as more deleted positions."""
+    generate()
+    split = split_read.split
+    if getattr(split, "is_streaming", False):
+        return
+    table = split_read.table
+    files = list(split.files)
+    deletions = list(split.data_deletion_files or [None] * len(files))
+    deleted = {
+        f.file_name: read_deletion_vector(table.file_io, d)
+        for f, d in zip(files, deletions, strict=True) if d is not None
+    }
+    try:
+        drops = lookup_level_drops(table, files, deleted)
+    except Unsupported as err:
+        _warn_once(str(getattr(table, "identifier", "")), str(err))
+        return
+    readers = split_read.deletion_file_readers
+    for name, positions in drops.items():
+        readers[name] = _dv_factory(readers.get(name), positions)

@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from paimon_group.arrowread import ArrowSplitReader, ReadPath
+from paimon_group.arrowread.levels import follow_lookup_levels
 from paimon_group.reading.pypaimon_read import pypaimon_batches
 
 __all__ = ["ReadView"]
@@ -90,8 +91,13 @@ class ReadView:
     def _pypaimon_table(self, splits: Sequence[Any]) -> pa.Table:
         if not splits:
             return self._read_schema.empty_table()
-        table: pa.Table = self.read_builder.new_read().to_arrow(list(splits))
+        table: pa.Table = self._new_read().to_arrow(list(splits))
         return table
+
+    def _new_read(self) -> Any:
+        """A pypaimon ``TableRead`` of this view, its merges of a lookup
+        table those of the engine (:func:`follow_lookup_levels`)."""
+        return follow_lookup_levels(self.read_builder.new_read())
 
     def iter_batches(self, splits: Sequence[Any]) -> Iterator[pa.RecordBatch]:
         for batch, _ in self.iter_counted(splits):
@@ -115,7 +121,7 @@ class ReadView:
     def _pypaimon_batches(self, splits: Sequence[Any]) -> Iterator[pa.RecordBatch]:
         if not splits:
             return
-        yield from pypaimon_batches(self.read_builder.new_read(), splits, self._read_schema,
+        yield from pypaimon_batches(self._new_read(), splits, self._read_schema,
                                     self.batch_rows, primary_key=bool(self.pt.is_primary_key_table))
 
     def _counted(self, rows: _Rows) -> tuple[_Rows, int]:

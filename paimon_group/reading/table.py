@@ -130,7 +130,13 @@ class ShardedTable:
     """
 
     def __init__(self, pypaimon_table: Any, *, warehouse: str, identifier: str) -> None:
-        """Wrap an already-loaded pypaimon table; prefer :meth:`open`."""
+        """Wrap an already-loaded pypaimon table; prefer :meth:`open`.
+
+        pypaimon's reader reads as the engine from here on
+        (:func:`~paimon_group.reading.engine_reads.install_engine_reads`)."""
+        from paimon_group.reading.engine_reads import install_engine_reads
+
+        install_engine_reads()
         self.table: Any = pypaimon_table
         self.warehouse = warehouse
         self.identifier = identifier
@@ -184,7 +190,12 @@ class ShardedTable:
     ) -> tuple[Any, str]:
         """The pypaimon table ``table`` and the warehouse's location, as
         :meth:`open` loads them, without the checks of a table to read
-        (a sink's target is checked for what it writes)."""
+        (a sink's target is checked for what it writes).
+
+        The one place pypaimon is changed: before the table is loaded,
+        :func:`~paimon_group.reading.engine_reads.install_engine_reads` makes
+        pypaimon's reader, in this process, read as the engine reads (once;
+        docs/design.md, "What we deliver equals what Paimon's engine reads")."""
         from pypaimon import CatalogFactory
         from pypaimon.catalog.catalog_exception import (
             DatabaseNotExistException,
@@ -194,8 +205,10 @@ class ShardedTable:
         if not _TABLE_NAME_RE.fullmatch(table):
             raise ConfigError(f"bad table name {table!r}: expected DATABASE.TABLE, e.g. db.orders")
         from paimon_group.config.member import refuse_credentials_in_warehouse
+        from paimon_group.reading.engine_reads import install_engine_reads
 
         refuse_credentials_in_warehouse(warehouse)
+        install_engine_reads()
         location = _normalise_warehouse(warehouse)
         options = dict(catalog_options or {})
         options["warehouse"] = location

@@ -347,10 +347,19 @@ def compact(
     A bucket-unaware append table (``bucket = -1``) is compacted as Paimon's
     append compaction does: its files are rewritten, rows unchanged, into new
     files (other names, so other shards under the file rule), level 0.
+
+    The rows are merged by pypaimon's reader as a member's reads are: the
+    engine reads installed (:func:`install_engine_reads`), whether or not this
+    process opened a group table before, and a lookup table's levels followed
+    (:func:`follow_lookup_levels`).
     """
     from pypaimon.common.options.core_options import ChangelogProducer
     from pypaimon.manifest.schema.manifest_entry import ManifestEntry
 
+    from paimon_group.arrowread.levels import follow_lookup_levels
+    from paimon_group.reading.engine_reads import install_engine_reads
+
+    install_engine_reads()
     table = open_table(warehouse, name)
     unaware = not table.is_primary_key_table and int(table.options.bucket()) == -1
     if not table.is_primary_key_table and not unaware:
@@ -365,7 +374,7 @@ def compact(
 
     read_builder = table.new_read_builder()
     splits = [s for s in read_builder.new_scan().plan().splits() if s.bucket in by_bucket]
-    merged = read_builder.new_read().to_arrow(splits)
+    merged = follow_lookup_levels(read_builder.new_read()).to_arrow(splits)
 
     builder = table.new_batch_write_builder()
     write = builder.new_write()
