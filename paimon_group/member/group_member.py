@@ -8,7 +8,6 @@ import concurrent.futures
 import contextlib
 import logging
 import signal
-import warnings
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Self
@@ -366,22 +365,6 @@ class GroupMember:
             await durable
         else:
             await asyncio.sleep(0)
-
-    # -- the parts' former names (one release, until 0.2) -----------------
-
-    @property
-    def reading(self) -> ReadLoop:
-        """Deprecated name of :attr:`read_loop` (until 0.2)."""
-        warnings.warn("GroupMember.reading is deprecated and goes in 0.2: use read_loop",
-                      DeprecationWarning, stacklevel=2)
-        return self.read_loop
-
-    @property
-    def driving(self) -> HostReads:
-        """Deprecated name of :attr:`host_reads` (until 0.2)."""
-        warnings.warn("GroupMember.driving is deprecated and goes in 0.2: use host_reads",
-                      DeprecationWarning, stacklevel=2)
-        return self.host_reads
 
     # -- what a user may read (views of the core; the parts change them) ----
 
