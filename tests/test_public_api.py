@@ -75,5 +75,5 @@ def _member() -> GroupMember:
 def test_the_member_s_state_is_read_only_to_its_user() -> None:
     member = _member()
     with pytest.raises(AttributeError):
-        member.state = member.state  # type: ignore[misc]
+        member.state = member.state  # type: ignore[assignment]
 

@@ -112,6 +112,13 @@ class OwnedShard:
         return self.state is ShardState.ACTIVE
 
     @property
+    def position(self) -> int | None:
+        """The oldest snapshot the shard still needs as committed in the
+        coordinator (a pending full scan's snapshot, else the next snapshot),
+        or None before its first commit."""
+        return self.full_scan if (self.full_scan is not None and self.committed) else self.committed
+
+    @property
     def revoking(self) -> bool:
         """Its revocation began (REVOKING, or REVOKED after it)."""
         return self.state in (ShardState.REVOKING, ShardState.REVOKED)
