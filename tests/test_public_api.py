@@ -1,13 +1,13 @@
 """The public API is the one of the release before the member's parts got one
 owner each (``tests/support/public_api.json``): every name, every method's
 signature. GroupMember's data attributes are read-only views now (the parts
-own that state); its two renamed parts answer to their former names, which
-warn until 0.2."""
+own that state). The names announced to go in 0.2 are gone from the snapshot:
+``GroupMember.reading`` and ``.driving`` (the parts' former names; now
+``read_loop`` and ``host_reads``)."""
 
 from __future__ import annotations
 
 import json
-import warnings
 from pathlib import Path
 
 import pytest
@@ -17,7 +17,7 @@ from tests.support.public_api import public_api
 
 SNAPSHOT = Path(__file__).parent / "support" / "public_api.json"
 # The names added since the snapshot: the read loop's and the host-reads
-# part's one name each (their former names, ``reading`` and ``driving``, stay);
+# part's one name each;
 # a batch's ``sink_holds`` (set by a sink that already holds its output),
 # ``incarnation`` (the group's) and ``start_moves`` (its start's), which a
 # sink's marks carry; the output a sink holds for a batch written in parts,
@@ -69,30 +69,11 @@ def test_the_public_api_is_the_snapshot_with_the_names_added_since() -> None:
 
 def _member() -> GroupMember:
     return GroupMember(MemberConfig(group="g", warehouse="/tmp/x", table="db.t",
-                                    coordinator="memory://old-names", member_id="a"))
-
-
-@pytest.mark.parametrize(("old", "new"), [("reading", "read_loop"), ("driving", "host_reads")])
-def test_a_part_s_former_name_warns_and_gives_the_part(old: str, new: str) -> None:
-    member = _member()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        part = getattr(member, old)
-    assert part is getattr(member, new)
-    [warning] = caught
-    assert warning.category is DeprecationWarning and new in str(warning.message)
-    assert warning.filename == __file__  # it points at the caller's line
+                                    coordinator="memory://public-api", member_id="a"))
 
 
 def test_the_member_s_state_is_read_only_to_its_user() -> None:
     member = _member()
     with pytest.raises(AttributeError):
-        member.state = member.state  # type: ignore[misc]
+        member.state = member.state  # type: ignore[assignment]
 
-
-def test_the_host_reads_part_answers_to_its_former_class_name() -> None:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        from paimon_group.member.driving import Driving  # type: ignore[attr-defined]
-    from paimon_group.member.host_reads import HostReads
-    assert Driving is HostReads

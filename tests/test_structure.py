@@ -3,7 +3,8 @@
 function) is over 60 lines from its ``def`` to its last line; the package
 map that opens docs/design.md is the folder list, in the order of the
 import-linter layers; the member's parts keep to their own state (each
-piece has one owner: docs/design.md, "Who owns which state").
+piece has one owner: docs/design.md, "Who owns which state"), and
+:class:`GroupMember` forwards few of its methods to its parts.
 
 Ruff's complexity and statement rules (pyproject.toml) keep functions simple;
 this keeps them short, which those rules do not measure.
@@ -25,6 +26,10 @@ MAX_FUNCTION_LINES = 60
 # In paimon_group/member/: reads of another object's private names, and
 # writes to them (none: a part changes another's state through a method).
 MAX_FOREIGN_PRIVATE = 10
+# GroupMember's methods that only forward to one of its pieces (its core or a
+# part): its read-only views are declared as views of the core instead, so
+# what is left are the public methods the API snapshot holds.
+MAX_FORWARDS = 9
 
 
 def modules() -> list[Path]:
@@ -151,3 +156,55 @@ def test_the_code_s_comments_tell_no_history() -> None:
              for p in modules() for n, line in enumerate(p.read_text().splitlines(), 1)
              if HISTORY.search(line)]
     assert found == [], "\n".join(found)
+
+
+def _forward_target(node: ast.expr) -> bool:
+    """Whether ``node`` is ``self.<piece>.<name>`` (deeper too), called or
+    read, awaited or not."""
+    if isinstance(node, ast.Await):
+        node = node.value
+    if isinstance(node, ast.Call):
+        node = node.func
+    depth = 0
+    while isinstance(node, ast.Attribute):
+        node, depth = node.value, depth + 1
+    return isinstance(node, ast.Name) and node.id == "self" and depth >= 2
+
+
+def forwards(path: Path, cls: str) -> list[str]:
+    """The methods of class ``cls`` in ``path`` (properties included) whose
+    body, past a docstring, is one return or call of ``self.<piece>.<name>``:
+    a one-line forward to one of its pieces (``self._core``, a part)."""
+    tree = ast.parse(path.read_text(), str(path))
+    [found] = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls]
+    out: list[str] = []
+    for fn in found.body:
+        if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        body = fn.body
+        if (body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            body = body[1:]
+        if (len(body) == 1 and isinstance(body[0], ast.Return | ast.Expr)
+                and body[0].value is not None and _forward_target(body[0].value)):
+            out.append(fn.name)
+    return out
+
+
+def test_the_group_member_forwards_few_methods() -> None:
+    found = forwards(REPO / "paimon_group" / "member" / "group_member.py", "GroupMember")
+    assert len(found) <= MAX_FORWARDS, found
+
+
+def test_the_forward_measure(tmp_path: Path) -> None:
+    part = tmp_path / "part.py"
+    part.write_text(
+        "class M:\n"
+        "  @property\n  def a(self):\n    return self._core.a\n"
+        "  def b(self, x):\n    \"\"\"Doc.\"\"\"\n    return self._core.b(x)\n"
+        "  async def c(self):\n    return await self.part.c()\n"
+        "  def d(self):\n    self._core.d()\n"
+        "  def e(self):\n    return self.e_value\n"
+        "  def f(self):\n    x = self._core.f()\n    return x\n"
+        "  def g(self):\n    return {s: o for s, o in self._core.owned.items()}\n")
+    assert forwards(part, "M") == ["a", "b", "c", "d"]

@@ -52,11 +52,6 @@ sibling parts it calls:
 * ``group_member``: :class:`GroupMember` itself (start, stop, run, batches,
   and the read-only views its user reads).
 
-``facade``, ``reader`` and ``driving`` are the former names of
-``group_member``, ``read_loop`` and ``host_reads``, served without a file by
-``former_names`` (and ``member.reading`` and ``member.driving`` of the parts):
-they warn, until 0.2.
-
 The static-membership policy is :mod:`paimon_group.protocol.static_membership`; the
 process runner is :mod:`paimon_group.process.runner`; the stop signals (SIGTERM and
 SIGINT: a graceful leave, for the runner and for ``async with``) are
@@ -87,18 +82,10 @@ from paimon_group.member.core import (
     MemberStats,
     RebalanceListener,
 )
-from paimon_group.member.former_names import install as _serve_former_names
 from paimon_group.member.group_member import GroupMember
 from paimon_group.member.head import TABLE_CHECK_S
 from paimon_group.member.host_reads import ShardPosition
-from paimon_group.member.state import MemberState, OwnedShard, ShardState, Stop
-
-_serve_former_names()
-
-# The names these had inside the former single module.
-_CommitLane = CommitLane
-_OwnedShard = OwnedShard
-_Stop = Stop
+from paimon_group.member.state import MemberState, OwnedShard, ShardState
 
 __all__ = [
     "COMMIT_LINGER_S",

@@ -229,6 +229,14 @@ class MemberCore:
         return None if self._session is None else self._session.meta
 
     @property
+    def incarnation(self) -> str:
+        """The incarnation of the group joined (a group deleted and re-created
+        under the same name has another); empty before joining, and for groups
+        created before incarnations existed."""
+        meta = self.meta
+        return meta.incarnation if meta is not None else ""
+
+    @property
     def planner(self) -> ShardPlanner | None:
         return None if self._session is None else self._session.planner
 
@@ -362,17 +370,6 @@ class MemberCore:
     @property
     def owned_shards(self) -> list[int]:
         return sorted(s for s, o in self._owned.items() if not o.dropped)
-
-    def shard_positions(self) -> dict[int, int | None]:
-        """Per owned shard, the oldest snapshot it still needs as committed in the
-        coordinator (a pending full scan's snapshot, else the next snapshot),
-        or None before its first commit."""
-        out: dict[int, int | None] = {}
-        for shard, o in list(self._owned.items()):
-            if o.dropped:
-                continue
-            out[shard] = o.full_scan if (o.full_scan is not None and o.committed) else o.committed
-        return out
 
     @property
     def assignment(self) -> Assignment | None:

@@ -8,38 +8,65 @@ import concurrent.futures
 import contextlib
 import logging
 import signal
-import warnings
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from types import TracebackType
-from typing import Self
+from typing import Generic, Never, Self, TypeVar, overload
 
 import tenacity
 
 from coordinators.errors import CoordinatorError
 from paimon_group.config.member import MemberConfig
 from paimon_group.config.projection import check_columns
-from paimon_group.config.timing import MemberTiming
 from paimon_group.errors import AlreadyWritten, StaleEpoch
 from paimon_group.member.commits import Commits
 from paimon_group.member.control import Control
-from paimon_group.member.core import Handler, MemberCore, MemberStats, RebalanceListener
+from paimon_group.member.core import Handler, MemberCore, RebalanceListener
 from paimon_group.member.handler_errors import HandlerErrors
 from paimon_group.member.handler_retry import HandlerRetries
 from paimon_group.member.handler_slot import HandlerSlot
-from paimon_group.member.history import HistoryRecorder
 from paimon_group.member.host_reads import HostReads, ShardPosition
 from paimon_group.member.membership import Membership
 from paimon_group.member.ownership import ShardOwnership
 from paimon_group.member.read_loop import Process, ReadLoop
 from paimon_group.member.signals import subscribe as subscribe_stop_signals
 from paimon_group.member.state import MemberState, Stop
-from paimon_group.protocol.records import Assignment, GroupStart
-from paimon_group.protocol.sharding import ShardRule
+from paimon_group.protocol.records import GroupStart
 from paimon_group.reading.batch import ShardBatch
 from paimon_group.reading.start import parse_start
 from paimon_group.reading.table import ShardedTable
 
 log = logging.getLogger("paimon_group.member")
+
+T = TypeVar("T")
+
+
+class _CoreView(Generic[T]):
+    """A read-only attribute of :class:`GroupMember`: ``read`` of its core
+    (:class:`MemberCore`), whose state the parts change and a member's user
+    reads. Assigning raises AttributeError, as a property without a setter
+    does."""
+
+    def __init__(self, read: Callable[[MemberCore], T], doc: str | None = None) -> None:
+        self._read = read
+        self._name = ""
+        self.__doc__ = doc
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
+
+    @overload
+    def __get__(self, member: None, owner: type | None = None) -> Self: ...
+
+    @overload
+    def __get__(self, member: GroupMember, owner: type | None = None) -> T: ...
+
+    def __get__(self, member: GroupMember | None, owner: type | None = None) -> T | Self:
+        if member is None:
+            return self
+        return self._read(member._core)  # the one reader of the core outside its owner
+
+    def __set__(self, member: GroupMember, value: Never) -> None:
+        raise AttributeError(f"GroupMember.{self._name} is read-only")
 
 
 class GroupMember:
@@ -367,117 +394,42 @@ class GroupMember:
         else:
             await asyncio.sleep(0)
 
-    # -- the parts' former names (one release, until 0.2) -----------------
-
-    @property
-    def reading(self) -> ReadLoop:
-        """Deprecated name of :attr:`read_loop` (until 0.2)."""
-        warnings.warn("GroupMember.reading is deprecated and goes in 0.2: use read_loop",
-                      DeprecationWarning, stacklevel=2)
-        return self.read_loop
-
-    @property
-    def driving(self) -> HostReads:
-        """Deprecated name of :attr:`host_reads` (until 0.2)."""
-        warnings.warn("GroupMember.driving is deprecated and goes in 0.2: use host_reads",
-                      DeprecationWarning, stacklevel=2)
-        return self.host_reads
-
     # -- what a user may read (views of the core; the parts change them) ----
+    # Read-only: assigning one raises AttributeError.
 
-    @property
-    def config(self) -> MemberConfig:
-        return self._core.config
-
-    @property
-    def timing(self) -> MemberTiming:
-        """Every timing derived from the session timeout."""
-        return self._core.timing
-
-    @property
-    def member_id(self) -> str:
-        return self._core.member_id
-
-    @property
-    def group_name(self) -> str:
-        return self._core.group_name
-
-    @property
-    def listener(self) -> RebalanceListener | None:
-        return self._core.listener
-
-    @property
-    def auto_commit(self) -> bool:
-        return self._core.auto_commit
-
-    @property
-    def state(self) -> MemberState:
-        return self._core.state
-
-    @property
-    def error(self) -> BaseException | None:
-        """What failed the member (FAILED), else None."""
-        return self._core.error
-
-    @property
-    def stats(self) -> MemberStats:
-        return self._core.stats
-
-    @property
-    def history(self) -> HistoryRecorder:
-        return self._core.history
-
-    @property
-    def table(self) -> ShardedTable | None:
-        """The member's table, once started."""
-        return self._core.table
-
-    @property
-    def num_shards(self) -> int:
-        return self._core.num_shards
-
-    @property
-    def sharding(self) -> ShardRule:
-        return self._core.sharding
-
-    @property
-    def group_start(self) -> GroupStart | None:
-        """The group's start as last read (None: none stored, or not read)."""
-        return self._core.group_start
-
-    @property
-    def start_moves(self) -> int:
-        return self._core.start_moves
-
-    @property
-    def owned_shards(self) -> list[int]:
-        return self._core.owned_shards
-
-    @property
-    def assignment(self) -> Assignment | None:
-        return self._core.assignment
-
-    @property
-    def is_leader(self) -> bool:
-        return self._core.is_leader
-
-    @property
-    def ready(self) -> bool:
-        """Joined, and every shard assigned to us is acquired."""
-        return self._core.ready
-
-    @property
-    def session_state(self) -> str:
-        return self._core.session_state
+    config = _CoreView(lambda core: core.config)
+    timing = _CoreView(lambda core: core.timing, "Every timing derived from the session timeout.")
+    member_id = _CoreView(lambda core: core.member_id)
+    group_name = _CoreView(lambda core: core.group_name)
+    listener = _CoreView(lambda core: core.listener)
+    auto_commit = _CoreView(lambda core: core.auto_commit)
+    state = _CoreView(lambda core: core.state)
+    error = _CoreView(lambda core: core.error, "What failed the member (FAILED), else None.")
+    stats = _CoreView(lambda core: core.stats)
+    history = _CoreView(lambda core: core.history)
+    table = _CoreView(lambda core: core.table, "The member's table, once started.")
+    num_shards = _CoreView(lambda core: core.num_shards)
+    sharding = _CoreView(lambda core: core.sharding)
+    group_start = _CoreView(lambda core: core.group_start,
+                            "The group's start as last read (None: none stored, or not read).")
+    start_moves = _CoreView(lambda core: core.start_moves,
+                            "The moves of the group's start as last read (0: none read).")
+    owned_shards = _CoreView(lambda core: core.owned_shards)
+    assignment = _CoreView(lambda core: core.assignment)
+    is_leader = _CoreView(lambda core: core.is_leader)
+    ready = _CoreView(lambda core: core.ready,
+                      "Joined, and every shard assigned to us is acquired.")
+    session_state = _CoreView(lambda core: core.session_state)
 
     def shard_positions(self) -> dict[int, int | None]:
-        """Per owned shard, the oldest snapshot it still needs as committed in
-        the coordinator, or None before its first commit."""
-        return self._core.shard_positions()
+        """Per owned shard, the oldest snapshot it still needs as committed in the
+        coordinator (a pending full scan's snapshot, else the next snapshot),
+        or None before its first commit."""
+        return {shard: o.position for shard, o in self._core.owned.items() if not o.dropped}
 
     def published_latest(self) -> int | None:
-        """:meth:`MemberCore.published_latest
-        <paimon_group.member.core.MemberCore.published_latest>`."""
+        """The table's latest snapshot id as the group's published head says it,
+        while the head is fresh (:mod:`paimon_group.member.head`); else None."""
         return self._core.published_latest()
 
     def loop_lag(self) -> float:
@@ -494,10 +446,8 @@ class GroupMember:
 
     # -- driven by a host that reads by itself (member/host_reads.py) -----
 
-    @property
-    def incarnation(self) -> str:
-        """:attr:`HostReads.incarnation <paimon_group.member.host_reads.HostReads.incarnation>`."""
-        return self.host_reads.incarnation
+    incarnation = _CoreView(lambda core: core.incarnation,
+                            "The group's incarnation as the last join read it ('' before).")
 
     def held_shards(self) -> list[int]:
         """:meth:`HostReads.held_shards <paimon_group.member.host_reads.HostReads.held_shards>`."""

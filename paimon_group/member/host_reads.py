@@ -66,18 +66,12 @@ class HostReads:
         # When a driven member last checked its table (None: not yet; start checked it).
         self._driven_table_checked: float | None = None
 
-    @property
-    def incarnation(self) -> str:
-        """The incarnation of the group joined (a group deleted and re-created
-        under the same name has another); empty before joining, and for groups
-        created before incarnations existed."""
-        return self._core.meta.incarnation if self._core.meta is not None else ""
-
     def of_this_incarnation(self, incarnation: str) -> bool:
         """Whether positions planned in ``incarnation`` are of the group
         joined now (either empty: taken as the same, as before incarnations
         were recorded)."""
-        return not incarnation or not self.incarnation or incarnation == self.incarnation
+        joined = self._core.incarnation
+        return not incarnation or not joined or incarnation == joined
 
     def held_shards(self) -> list[int]:
         """The shards owned now and not being revoked: the ones that may be read."""

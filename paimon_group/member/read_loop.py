@@ -311,7 +311,7 @@ class ReadLoop:
                 epoch=o.epoch,
                 plan=step,
                 planner=planner,
-                incarnation=self._core.meta.incarnation if self._core.meta is not None else "",
+                incarnation=self._core.incarnation,
                 start_moves=o.start_moves,
                 table_id=self._core.meta.table_id if self._core.meta is not None else "",
             )))

@@ -112,26 +112,21 @@ class OwnedShard:
         return self.state is ShardState.ACTIVE
 
     @property
+    def position(self) -> int | None:
+        """The oldest snapshot the shard still needs as committed in the
+        coordinator (a pending full scan's snapshot, else the next snapshot),
+        or None before its first commit."""
+        return self.full_scan if (self.full_scan is not None and self.committed) else self.committed
+
+    @property
     def revoking(self) -> bool:
         """Its revocation began (REVOKING, or REVOKED after it)."""
         return self.state in (ShardState.REVOKING, ShardState.REVOKED)
-
-    @revoking.setter
-    def revoking(self, value: bool) -> None:
-        if not value:
-            raise ValueError("a revocation is never taken back")
-        self.revoke()
 
     @property
     def dropped(self) -> bool:
         """Ended (REVOKED or LOST): not ours any more."""
         return self.state in (ShardState.REVOKED, ShardState.LOST)
-
-    @dropped.setter
-    def dropped(self, value: bool) -> None:
-        if not value:
-            raise ValueError("an ended ownership never comes back")
-        self.drop()
 
     def revoke(self) -> None:
         """ACTIVE -> REVOKING (a no-op once the revocation began or it ended)."""

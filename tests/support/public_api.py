@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import enum
 import inspect
-import warnings
 from typing import Any
 
 import paimon_group
@@ -26,9 +25,7 @@ def _kind(owner: type, name: str) -> str:
 def _members(cls: type, obj: object | None = None) -> dict[str, str]:
     names = {n for n in dir(cls) if not n.startswith("_")}
     if obj is not None:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            names |= {n for n in dir(obj) if not n.startswith("_")}
+        names |= {n for n in dir(obj) if not n.startswith("_")}
     return {n: _kind(cls, n) for n in sorted(names)}
 
 
