@@ -96,7 +96,7 @@ SPECIFIED_RUN_OPTIONS: dict[str, Callable[[str], object]] = {
     "--catalog-option": str,
     "--metrics-port": int,
     "--log-format": lambda v: {"text": v, "json": v}[v],
-    "--rebalance-delay": float,
+    "--rebalance-delay-s": float,
     "--shutdown-timeout-s": float,
     "--coordinator-username": str,
     "--coordinator-password-file": str,
