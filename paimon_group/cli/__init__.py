@@ -12,7 +12,8 @@ Errors of bad input print one line, ``error: ...``, and exit 2; other
 failures exit 1 (a handler that kept failing: 3).
 
 The package: :data:`main` (the command group) and ``run`` here; the options,
-declared once, in :mod:`~paimon_group.cli.options`; ``describe`` (and
+declared once, in :mod:`~paimon_group.cli.options` (``run``'s settings
+generated there from :mod:`paimon_group.config.settings`); ``describe`` (and
 ``--watch``) in :mod:`~paimon_group.cli.describe`; the operations commands in
 :mod:`~paimon_group.cli.admin`.
 """

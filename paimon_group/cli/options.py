@@ -97,7 +97,7 @@ class SettingsCommand(click.Command):
         from_env: list[str] = []
         for former, s in FORMER_FLAGS.items():
             value = os.environ.get(env_name(former))
-            if value is not None and s.flag and s.env not in os.environ:
+            if value and s.flag and s.env not in os.environ:
                 warn_of_former_spelling(env_name(former), s)
                 from_env += [s.flag, value]
         return super().parse_args(ctx, [*from_env, *_current_flags(args)])
