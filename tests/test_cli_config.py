@@ -268,7 +268,7 @@ def test_options_reach_the_member_config(
         "PAIMON_GROUP_MEMBER_ID": "worker-0",
         "PAIMON_GROUP_LOG_FORMAT": "json",
         "PAIMON_GROUP_COORDINATOR_PASSWORD": "s3cret-pw",
-        "PAIMON_GROUP_REBALANCE_DELAY": "12.5",
+        "PAIMON_GROUP_REBALANCE_DELAY_S": "12.5",
     }
     result = CliRunner().invoke(
         main, ["run", "--config", str(config), "--poll-interval-ms", "50"], env=env,
@@ -294,6 +294,7 @@ def test_the_password_is_never_a_flag(tmp_path: Path) -> None:
     # From a file instead.
     secret = tmp_path / "pw"
     secret.write_text("from-file\n")
-    options = cli.build_connect_options({"coordinator_password_file": str(secret)})
+    options = cli.build_connect_options({"coordinator_password_file": str(secret)}, 7.0)
+    assert options.session_timeout_s == 7.0
     assert options.password is not None and options.password.reveal() == "from-file"
     assert "from-file" not in repr(options)

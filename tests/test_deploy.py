@@ -96,7 +96,7 @@ SPECIFIED_RUN_OPTIONS: dict[str, Callable[[str], object]] = {
     "--catalog-option": str,
     "--metrics-port": int,
     "--log-format": lambda v: {"text": v, "json": v}[v],
-    "--rebalance-delay": float,
+    "--rebalance-delay-s": float,
     "--shutdown-timeout-s": float,
     "--coordinator-username": str,
     "--coordinator-password-file": str,
@@ -448,7 +448,7 @@ def test_the_cli_parses_the_pod_environment(variant: str, monkeypatch: pytest.Mo
     assert params["member_id"] == POD_NAME
     assert params["metrics_port"] == w.port_number("metrics")
     assert params["shutdown_timeout_s"] < w.pod["terminationGracePeriodSeconds"]
-    assert params["rebalance_delay"] > 0, f"{variant}: static membership needs a delay"
+    assert params["rebalance_delay_s"] > 0, f"{variant}: static membership needs a delay"
     assert params["handler"] and params["coordinator"] and params["group"]
 
 

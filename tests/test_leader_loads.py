@@ -14,6 +14,7 @@ import pytest
 from paimon_group.member.balance import LeaderLoads, full_scan_pending
 from paimon_group.protocol.records import Assignment, GroupStart, Position
 from paimon_group.reading.shard_load import MeasuredLoad
+from paimon_group.reading.start import parse_start
 
 MEMBERS = ["a", "b"]
 
@@ -110,4 +111,4 @@ def test_full_scan_pending(start: GroupStart | None, start_text: str,
         2: Position(next_snapshot=5, epoch=1, member_id="a", committed_at=0.0),
         3: Position(next_snapshot=5, epoch=1, member_id="a", committed_at=0.0, full_scan=4),
     }
-    assert full_scan_pending(4, positions, start, start_text) == expected
+    assert full_scan_pending(4, positions, start, parse_start(start_text)) == expected

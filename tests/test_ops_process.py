@@ -283,9 +283,9 @@ def test_members_remove_ends_the_wait_for_a_static_member(harness: GroupHarness)
     it; ``members remove`` tells the leader it is gone, and its shards move now."""
     h = harness
     h.write(range(40))
-    h.start("m1", "--rebalance-delay", "900")
+    h.start("m1", "--rebalance-delay-s", "900")
     h.wait_caught_up({"m1"})
-    h.start("m2", "--rebalance-delay", "900")
+    h.start("m2", "--rebalance-delay-s", "900")
     report = h.wait_for(
         lambda d: d["state"] == "stable" and {m["member_id"] for m in d["members"]} == {
             "m1", "m2"}, TIMEOUT_S, "m1 and m2 to share the shards")

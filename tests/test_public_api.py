@@ -24,9 +24,10 @@ SNAPSHOT = Path(__file__).parent / "support" / "public_api.json"
 # sealed or dropped by the member once the handler is done; the deletes and
 # update-befores a batch read (a sink refuses output that dropped their kind);
 # a table loaded without the checks made for a table to read (a sink's target);
-# the source table's identity and the sharding rule, which a sink's marks carry.
+# the source table's identity and the sharding rule, which a sink's marks carry;
+# a config's start, parsed once (``start_position``).
 ADDED = {"GroupMember": {"read_loop": "data", "host_reads": "data"},
-         "MemberConfig": {"forming_wait_s": "data"},
+         "MemberConfig": {"forming_wait_s": "data", "start_position": "data"},
          "ShardBatch": {"sink_holds": "data", "incarnation": "data", "start_moves": "data",
                         "hold_output": "method(self, sink: 'HeldOutput') -> 'None'",
                         "seal_output": "method(self) -> 'list[concurrent.futures.Future[None]]'",

@@ -4,7 +4,7 @@
   same id, one after another, snapshots written throughout): 0 duplicates,
   0 lost rows, and the survivors' own shards never move;
 * a scale-down from 3 to 2 moves only the departed member's shards;
-* a member that crashes and comes back within ``--rebalance-delay`` gets its
+* a member that crashes and comes back within ``--rebalance-delay-s`` gets its
   own shards back, and no other member's shards move meanwhile;
 * a second live process with a member id already in use is refused with one
   clear line, and the first keeps its shards.
@@ -46,7 +46,7 @@ def releases(h: GroupHarness, member: str, since: float) -> set[int]:
 
 def test_rolling_restart_keeps_survivors_shards(tmp_path: Path) -> None:
     h = GroupHarness(tmp_path, f"sqlite://{tmp_path}/coordinator.sqlite", buckets=9)
-    extra = ("--rebalance-delay", "20")
+    extra = ("--rebalance-delay-s", "20")
     try:
         h.write(range(0, 100))
         for m in MEMBERS:
@@ -99,7 +99,7 @@ def test_scale_down_moves_only_the_departed_members_shards(tmp_path: Path) -> No
 
 def test_crashed_member_gets_its_shards_back_within_the_delay(tmp_path: Path) -> None:
     h = GroupHarness(tmp_path, f"sqlite://{tmp_path}/coordinator.sqlite", buckets=6)
-    extra = ("--rebalance-delay", "60")
+    extra = ("--rebalance-delay-s", "60")
     try:
         h.write(range(0, 60))
         for m in MEMBERS:

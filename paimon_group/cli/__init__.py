@@ -12,7 +12,8 @@ Errors of bad input print one line, ``error: ...``, and exit 2; other
 failures exit 1 (a handler that kept failing: 3).
 
 The package: :data:`main` (the command group) and ``run`` here; the options,
-declared once, in :mod:`~paimon_group.cli.options`; ``describe`` (and
+declared once, in :mod:`~paimon_group.cli.options` (``run``'s settings
+generated there from :mod:`paimon_group.config.settings`); ``describe`` (and
 ``--watch``) in :mod:`~paimon_group.cli.describe`; the operations commands in
 :mod:`~paimon_group.cli.admin`.
 """
@@ -32,7 +33,7 @@ from paimon_group.cli.admin import delete, list_command, members, reset
 from paimon_group.cli.describe import describe
 from paimon_group.cli.errors import OneLineErrors, friendly_errors
 from paimon_group.cli.options import (
-    LOG_LEVELS,
+    SettingsCommand,
     build_connect_options,
     catalog_option,
     catalog_options,
@@ -40,16 +41,17 @@ from paimon_group.cli.options import (
     coordinator_options,
     env,
     group_option,
+    param_name,
+    setting_options,
     table_options,
 )
 from paimon_group.cli.version import version_option
 from paimon_group.config.member import (
-    DEFAULT_PARALLEL_SHARDS,
     MemberConfig,
     local_coordinator_url,
     resolve_coordinator,
 )
-from paimon_group.protocol.assignor import ASSIGNORS
+from paimon_group.config.settings import MEMBER_SETTINGS, RUN_SETTINGS
 
 __all__ = ["build_connect_options", "main", "run", "setup_logging"]
 
@@ -68,7 +70,7 @@ def main() -> None:
     """Coordinated, sharded consumer groups for Apache Paimon tables."""
 
 
-@main.command()
+@main.command(cls=SettingsCommand)
 @config_option
 @group_option
 @table_options
@@ -77,79 +79,10 @@ def main() -> None:
 @click.option("--spark-handler", envvar=env("spark-handler"), metavar="MODULE:CALLABLE",
               help="Called with (DataFrame, ShardBatch) for each batch.")
 @coordinator_options
-@click.option("--member-id", envvar=env("member-id"),
-              help="Stable member id (static membership). Default: the pod name in "
-                   "Kubernetes, else HOST-PID-RANDOM.")
-@click.option("--shards", type=int, envvar=env("shards"),
-              help="Shard count of a new group (default: the table's bucket count; 4 for "
-                   "tables without a fixed bucket count). See README, table kinds.")
-@click.option("--assignor", type=click.Choice(ASSIGNORS, case_sensitive=False),
-              envvar=env("assignor"),
-              help="How a new group's leader assigns shards: count (equal shard counts) or "
-                   "load (equal rows per member, from the manifests). Default: the group's "
-                   "stored one; count for a new group.")
-@click.option("--start", default="latest-full", show_default=True, envvar=env("start"),
-              help="Where a shard without a position starts: latest-full, latest, earliest, "
-                   "snapshot:N, timestamp:ISO-8601.")
-@click.option("--poll-interval-ms", type=int, default=1000, show_default=True,
-              envvar=env("poll-interval-ms"),
-              help="How often an idle shard looks for a new snapshot.")
-@click.option("--session-timeout-s", type=float, default=10.0, show_default=True,
-              envvar=env("session-timeout-s"),
-              help="The coordinator session (lease) timeout: a member that stops "
-                   "heartbeating loses its shards after this long; also the connect timeout.")
-@click.option("--revoke-timeout-s", type=float, default=10.0, show_default=True,
-              envvar=env("revoke-timeout-s"),
-              help="How long a revoked shard's batch in flight may take before it is "
-                   "abandoned.")
-@click.option("--shutdown-timeout-s", type=float, default=30.0, show_default=True,
-              envvar=env("shutdown-timeout-s"),
-              help="Graceful SIGTERM handoff must finish within this.")
-@click.option("--rebalance-delay", type=float, default=0.0, show_default=True,
-              envvar=env("rebalance-delay"),
-              help="Seconds the leader keeps the shards of a member that vanished without "
-                   "a goodbye, waiting for it to come back (static membership).")
-@click.option("--forming-wait", type=click.FloatRange(min=0), default=1.0, show_default=True,
-              envvar=env("forming-wait"),
-              help="A starting group's burst of arrivals is assigned once they pause this "
-                   "many seconds (at most 60 s); a lone member is assigned at once. 0: never "
-                   "wait (Kafka's group.initial.rebalance.delay.ms).")
-@click.option("--max-handler-attempts", type=int, default=5, show_default=True,
-              envvar=env("max-handler-attempts"),
-              help="Calls of the handler for one batch (with backoff) before the member "
-                   "fails with exit 3; the batch is not committed.")
-@click.option("--max-parallel-shards", type=int, default=DEFAULT_PARALLEL_SHARDS,
-              show_default="one per CPU, at most 4", envvar=env("max-parallel-shards"),
-              help="Batches of different shards in the handler at once (1: one by one). "
-                   "Never two batches of the same shard.")
-@click.option("--on-data-loss", type=click.Choice(["fail", "skip"]), default="fail",
-              show_default=True, envvar=env("on-data-loss"),
-              help="A shard whose next snapshot expired unread: fail (stop, naming the lost "
-                   "snapshots and the reset command) or skip (move on to the earliest "
-                   "retained snapshot, with a WARNING; Spark's failOnDataLoss=false).")
-@click.option("--include-row-kind", is_flag=True, default=False,
-              envvar=env("include-row-kind"), help="Add the _row_kind column.")
-@click.option("--columns", envvar=env("columns"), metavar="A,B,...",
-              help="Read only these columns (the others are never decoded).")
+@setting_options(*MEMBER_SETTINGS)
 @click.option("--metrics-port", type=click.IntRange(0, 65535), envvar=env("metrics-port"),
               help="Serve /metrics, /healthz and /readyz on this port.")
-@click.option("--log-format", type=click.Choice(["text", "json"]), default="text",
-              show_default=True, envvar=env("log-format"),
-              help="Log lines as text or as one JSON object per line.")
-@click.option("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False),
-              default="INFO", show_default=True, envvar=env("log-level"),
-              help="INFO: state changes and a progress line every few seconds; DEBUG: "
-                   "one line per batch, and the client libraries' own logs.")
-@click.option("--progress-interval-s", type=click.FloatRange(min=0), default=5.0,
-              show_default=True, envvar=env("progress-interval-s"),
-              help="Log a progress line (batches, rows, rate, lag) at INFO this often while "
-                   "there is work; 0: never. Each batch is logged at DEBUG.")
-@click.option("--history", envvar=env("history"), type=click.Path(dir_okay=False),
-              help="Append a JSONL history of deliveries and commits here (for audits; "
-                   "created 0600, a symbolic link is refused).")
-@click.option("--spark-master", default="local[*]", show_default=True,
-              envvar=env("spark-master"),
-              help="Spark master of the --spark-handler's session.")
+@setting_options(*RUN_SETTINGS)
 @click.option("--spark-remote", envvar=env("spark-remote"),
               help="Spark Connect address sc://HOST:PORT (instead of --spark-master).")
 @friendly_errors
@@ -160,34 +93,18 @@ def run(**kw: Any) -> None:
     if bool(kw["handler"]) == bool(kw["spark_handler"]):
         raise ConfigError("give exactly one of --handler or --spark-handler")
     member_id = kw["member_id"] or _kubernetes_pod_name()
+    settings = member_settings(kw, member_id=member_id)
     cfg = MemberConfig(
         group=kw["group"],
         warehouse=kw["warehouse"],
         table=kw["table"],
         # "local" or none at all resolved here, so that a refusal names the flag.
         coordinator=resolve_coordinator(kw["warehouse"], kw["coordinator"]),
-        member_id=member_id,
-        shards=kw["shards"],
-        assignor=kw["assignor"],
-        start=kw["start"],
-        poll_interval_ms=kw["poll_interval_ms"],
-        session_timeout_s=kw["session_timeout_s"],
         catalog_options=catalog_options(kw["catalog_option"]),
-        revoke_timeout_s=kw["revoke_timeout_s"],
-        shutdown_timeout_s=kw["shutdown_timeout_s"],
-        rebalance_delay_s=kw["rebalance_delay"],
-        forming_wait_s=kw["forming_wait"],
-        include_row_kind=kw["include_row_kind"],
-        columns=kw["columns"],
-        max_handler_attempts=kw["max_handler_attempts"],
-        max_parallel_shards=kw["max_parallel_shards"],
-        connect=build_connect_options(kw),  # its session timeout: the one above
-        history_path=kw["history"],
-        on_data_loss=kw["on_data_loss"],
+        connect=build_connect_options(kw, settings["session_timeout_s"]),
+        **settings,
     )
     from paimon_group.process.preflight import check_coordinator_target
-    from paimon_group.reading.start import parse_start
-    parse_start(cfg.start)
     # Bad coordinator options (a password over plaintext) fail here, in one
     # line, before the table is opened or anything is joined.
     open_coordinator(cfg.coordinator_url, cfg.connect_options())
@@ -213,6 +130,13 @@ def run(**kw: Any) -> None:
     preflight.probe_coordinator(cfg.coordinator_url, cfg.connect_options())
     run_until_signalled(cfg, handler, metrics_port=kw["metrics_port"],
                         progress_interval_s=kw["progress_interval_s"], table=table)
+
+
+def member_settings(kw: dict[str, Any], **given: Any) -> dict[str, Any]:
+    """The member's settings among ``run``'s parameters, as ``MemberConfig``
+    fields (``given`` replaces some)."""
+    values = {s.name: kw[param_name(s.flag)] for s in MEMBER_SETTINGS if s.flag}
+    return {**values, **given}
 
 
 def _stop_cleanly_before_joining() -> None:

@@ -202,7 +202,7 @@ def members_remove(**kw: Any) -> None:
     """Force MEMBER_ID out of the group (a static member that will not come back).
 
     Deletes its member key, its owner keys and its leadership, and records its
-    goodbye (so --rebalance-delay does not keep its shards waiting), in one
+    goodbye (so --rebalance-delay-s does not keep its shards waiting), in one
     commit. Safe even if the process is still alive: its commits are fenced
     (rejected) from then on, and the leader hands its shards to the others.
     """

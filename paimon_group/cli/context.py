@@ -16,6 +16,7 @@ from coordinators.errors import ConfigError
 from coordinators.protocol import ConnectOptions, Coordinator
 from paimon_group.cli.options import build_connect_options, catalog_options
 from paimon_group.config.member import resolve_coordinator
+from paimon_group.config.settings import SESSION_TIMEOUT_S
 
 if TYPE_CHECKING:
     from paimon_group.reading.table import ShardedTable
@@ -44,7 +45,7 @@ def admin_coordinator(kw: dict[str, Any]) -> tuple[str, ConnectOptions]:
         raise ConfigError("--coordinator local is the embedded file of a warehouse: "
                           "give --warehouse too")
     url = resolve_coordinator(kw.get("warehouse") or "", kw.get("coordinator"))
-    options = build_connect_options(kw)
+    options = build_connect_options(kw, SESSION_TIMEOUT_S.default)
     check_coordinator_target(url, default_url=None, create=False)
     return url, options
 

@@ -1,9 +1,12 @@
 """Every option of ``paimon-group``, declared once.
 
-An option shared by several commands is one decorator here. Each option also
-reads ``PAIMON_GROUP_<OPTION>`` (upper case, ``-`` as ``_``), and ``run``'s
-options read a TOML or YAML file given with ``--config`` (below the
-environment). Parsing of option values (the coordinator's connect options,
+An option shared by several commands is one decorator here; ``run``'s
+settings are generated from their declarations
+(:mod:`paimon_group.config.settings`) by :func:`setting_options`, with their
+former spellings (:class:`SettingsCommand`). Each option also reads
+``PAIMON_GROUP_<OPTION>`` (upper case, ``-`` as ``_``), and ``run``'s options
+read a TOML or YAML file given with ``--config`` (below the environment).
+Parsing of option values (the coordinator's connect options,
 ``--catalog-option`` pairs) lives here too.
 """
 
@@ -20,16 +23,99 @@ from click.core import ParameterSource
 from coordinators.credentials import describe_option, is_secret_key
 from coordinators.errors import ConfigError
 from coordinators.protocol import ConnectOptions, Secret
+from paimon_group.config.settings import SETTINGS, Setting, env_name
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-ENV_PREFIX = "PAIMON_GROUP_"
-LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 
 
 def env(name: str) -> str:
     """The environment variable of option ``name``: ``PAIMON_GROUP_<NAME>``."""
-    return ENV_PREFIX + name.upper().replace("-", "_")
+    return env_name(name)
+
+
+# -- the declared settings ----------------------------------------------------------
+
+FORMER_FLAGS = {former: s for s in SETTINGS for former in s.former_flags}
+"""Each former spelling of a setting's flag, and the setting it names now."""
+
+
+def param_name(flag: str) -> str:
+    """The parameter (and ``--config`` key) of a flag: ``--poll-interval-ms`` ->
+    ``poll_interval_ms``."""
+    return flag.lstrip("-").replace("-", "_")
+
+
+def _click_type(s: Setting) -> Any:
+    if s.choices:
+        return click.Choice(s.choices, case_sensitive=False)
+    if s.path:
+        return click.Path(dir_okay=False)
+    if s.bound == "non-negative":
+        return click.FloatRange(min=0) if s.type is float else click.IntRange(min=0)
+    return s.type
+
+
+def setting_option(s: Setting) -> Callable[[F], F]:
+    """The click option of a declared setting: its flag, environment variable,
+    default and help, all from the declaration."""
+    assert s.flag is not None, s.name
+    kwargs: dict[str, Any] = {"help": s.help, "envvar": s.env}
+    if s.type is bool:
+        kwargs.update(is_flag=True, default=s.default)
+    else:
+        kwargs["type"] = _click_type(s)
+        if s.default is not None:
+            kwargs.update(default=s.default, show_default=s.shown_default or True)
+    if s.metavar:
+        kwargs["metavar"] = s.metavar
+    return click.option(s.flag, param_name(s.flag), **kwargs)
+
+
+def setting_options(*settings: Setting) -> Callable[[F], F]:
+    """The options of ``settings``, in their order (those without a flag skipped)."""
+    def decorate(fn: F) -> F:
+        for s in reversed([s for s in settings if s.flag]):
+            fn = setting_option(s)(fn)
+        return fn
+
+    return decorate
+
+
+def warn_of_former_spelling(former: str, s: Setting) -> None:
+    """The one deprecation line of a former flag (or its variable, or key)."""
+    click.echo(f"warning: {former} is deprecated: use {s.flag}", err=True)
+
+
+class SettingsCommand(click.Command):
+    """A command whose settings answer to their former flags too: each one
+    given (``--rebalance-delay 60``, ``--rebalance-delay=60``) works as the
+    current flag, and a former flag's environment variable as the current one
+    (below any flag given, which comes later), each with one deprecation line
+    on stderr."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        from_env: list[str] = []
+        for former, s in FORMER_FLAGS.items():
+            value = os.environ.get(env_name(former))
+            if value and s.flag and s.env not in os.environ:
+                warn_of_former_spelling(env_name(former), s)
+                from_env += [s.flag, value]
+        return super().parse_args(ctx, [*from_env, *_current_flags(args)])
+
+
+def _current_flags(args: list[str]) -> list[str]:
+    """``args`` with each former flag replaced by its setting's current one."""
+    rewritten: list[str] = []
+    for i, arg in enumerate(args):
+        if arg == "--":
+            return [*rewritten, *args[i:]]
+        flag, sep, value = arg.partition("=")
+        s = FORMER_FLAGS.get(flag)
+        if s is not None and s.flag:
+            warn_of_former_spelling(flag, s)
+            arg = f"{s.flag}{sep}{value}"
+        rewritten.append(arg)
+    return rewritten
 
 
 # -- --config -----------------------------------------------------------------
@@ -62,6 +148,10 @@ def load_config_file(ctx: click.Context, _param: click.Parameter, path: str | No
     defaults: dict[str, Any] = {}
     for key, value in data.items():
         name = str(key).replace("-", "_")
+        s = FORMER_FLAGS.get("--" + name.replace("_", "-"))
+        if s is not None and s.flag:
+            warn_of_former_spelling(f"{path}: {key}", s)
+            name = param_name(s.flag)
         if name not in known:
             raise click.BadParameter(f"config file {path}: unknown option {key!r}")
         if name == "catalog_option" and isinstance(value, dict):
@@ -162,8 +252,9 @@ def coordinator_options(fn: F) -> F:
     return fn
 
 
-def build_connect_options(kw: dict[str, Any], session_timeout_s: float = 10.0) -> ConnectOptions:
-    """The coordinator's connect options from the parsed coordinator options."""
+def build_connect_options(kw: dict[str, Any], session_timeout_s: float) -> ConnectOptions:
+    """The coordinator's connect options from the parsed coordinator options,
+    with the session timeout of the member (or of the command) using them."""
     password: Secret | None = None
     pw_file = kw.get("coordinator_password_file")
     if pw_file:

@@ -12,14 +12,17 @@ from __future__ import annotations
 import os
 import socket
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from coordinators.credentials import masked_repr
 from coordinators.errors import ConfigError
 from coordinators.protocol import ConnectOptions
 from coordinators.urls import has_userinfo, redact_url, refuse_credentials
+from paimon_group.config import settings as S
 from paimon_group.config.projection import parse_columns
+from paimon_group.config.settings import DEFAULT_PARALLEL_SHARDS as DEFAULT_PARALLEL_SHARDS
+from paimon_group.config.start import StartPosition, parse_start
 from paimon_group.config.timing import MemberTiming, default_margin_s
 from paimon_group.config.warehouses import (
     LOCAL_COORDINATOR,
@@ -29,13 +32,6 @@ from paimon_group.config.warehouses import (
 )
 from paimon_group.protocol.assignor import parse_assignor
 from paimon_group.protocol.names import validate_group, validate_member_id
-
-DEFAULT_PARALLEL_SHARDS = max(1, min(4, os.cpu_count() or 1))
-"""Default ``max_parallel_shards``: one shard per CPU, at most 4. pypaimon's
-merge of primary-key rows holds the GIL, so more reading threads than CPUs
-only contend for it (measured in docs/benchmarks.md); pypaimon's own reads
-use at most one thread per CPU as well."""
-
 
 CLI_CATALOG = "in a --config file or PAIMON_GROUP_CATALOG_OPTION"
 LIBRARY_CATALOG = "in catalog_options"
@@ -138,42 +134,43 @@ class MemberConfig:
     # A coordinator URL, or "local" (this host's embedded file); None: the
     # embedded file of a local warehouse (a remote one has no default).
     coordinator: str | None = None
-    member_id: str | None = None
-    shards: int | None = None
+    member_id: str | None = S.MEMBER_ID.default
+    shards: int | None = S.SHARDS.default
     # How a new group's leader assigns shards ("count" or "load"); None: the
     # stored one of an existing group, "count" for a new one.
-    assignor: str | None = None
-    start: str = "latest-full"
-    poll_interval_ms: int = 1000
-    session_timeout_s: float = 10.0
+    assignor: str | None = S.ASSIGNOR.default
+    start: str = S.START.default
+    poll_interval_ms: int = S.POLL_INTERVAL_MS.default
+    session_timeout_s: float = S.SESSION_TIMEOUT_S.default
     catalog_options: dict[str, str] = field(default_factory=dict)
-    revoke_timeout_s: float = 10.0
-    shutdown_timeout_s: float = 30.0
-    rebalance_delay_s: float = 0.0
-    include_row_kind: bool = False
+    revoke_timeout_s: float = S.REVOKE_TIMEOUT_S.default
+    shutdown_timeout_s: float = S.SHUTDOWN_TIMEOUT_S.default
+    rebalance_delay_s: float = S.REBALANCE_DELAY_S.default
+    include_row_kind: bool = S.INCLUDE_ROW_KIND.default
     # Columns to read (None: all); the others are never decoded.
-    columns: tuple[str, ...] | None = None
-    max_handler_attempts: int = 5
+    columns: tuple[str, ...] | None = S.COLUMNS.default
+    max_handler_attempts: int = S.MAX_HANDLER_ATTEMPTS.default
     # Batches of different shards handed to the handler at once (1: one by one).
-    max_parallel_shards: int = field(default_factory=lambda: DEFAULT_PARALLEL_SHARDS)
-    handler_backoff_s: float = 0.5
+    max_parallel_shards: int = field(default_factory=lambda: S.MAX_PARALLEL_SHARDS.default)
+    handler_backoff_s: float = S.HANDLER_BACKOFF_S.default
     # The member stops processing and committing this long before its local
-    # session deadline (invariant 3). Default: a quarter of the timeout.
-    safety_margin_s: float | None = None
+    # session deadline (invariant 3). Default: a quarter of the timeout
+    # (``timing.margin_s`` is the value in force).
+    safety_margin_s: float | None = S.SAFETY_MARGIN_S.default
     # How often (at most) a shard's consumer file is rewritten with its newest
     # committed position (None: 1 s on a local warehouse, OBJECT_STORE_MIRROR_
     # INTERVAL_S on an object store, where each write is a 3-request upload).
-    mirror_interval_s: float | None = None
+    mirror_interval_s: float | None = S.MIRROR_INTERVAL_S.default
     connect: ConnectOptions | None = None
-    history_path: str | None = None
+    history_path: str | None = S.HISTORY_PATH.default
     # A shard whose next snapshot expired unread: "fail" (stop with the lost
     # range and the reset command) or "skip" (move on to the earliest
     # retained snapshot, loudly). See paimon_group/member/data_loss.py.
-    on_data_loss: str = "fail"
+    on_data_loss: str = S.ON_DATA_LOSS.default
     # A forming group's burst of arrivals is published once they pause this
     # long (at most 60 s); a lone member is published at once. 0: no wait.
     # (Last: a field added after 0.2 keeps the positional order.)
-    forming_wait_s: float = 1.0
+    forming_wait_s: float = S.FORMING_WAIT_S.default
 
     def __post_init__(self) -> None:
         validate_group(self.group)
@@ -182,6 +179,7 @@ class MemberConfig:
             self.member_id = generated_member_id()
         validate_member_id(self.member_id)
         self._check_numbers()
+        self._start = parse_start(self.start)
         if self.assignor is not None:
             self.assignor = parse_assignor(self.assignor)
         self.columns = parse_columns(self.columns)
@@ -213,9 +211,9 @@ class MemberConfig:
         if self.shutdown_timeout_s <= 0:
             raise ConfigError("--shutdown-timeout-s must be positive")
         if self.rebalance_delay_s < 0:
-            raise ConfigError("--rebalance-delay must not be negative")
+            raise ConfigError("--rebalance-delay-s must not be negative")
         if self.forming_wait_s < 0:
-            raise ConfigError("--forming-wait must not be negative")
+            raise ConfigError("--forming-wait-s must not be negative")
         if self.on_data_loss not in ("fail", "skip"):
             raise ConfigError(f"--on-data-loss must be fail or skip, got {self.on_data_loss!r}")
 
@@ -238,21 +236,25 @@ class MemberConfig:
         return self.coordinator
 
     @property
+    def start_position(self) -> StartPosition:
+        """``start``, parsed once (when the config was built)."""
+        return self._start
+
+    @property
     def margin(self) -> float:
-        assert self.safety_margin_s is not None
-        return self.safety_margin_s
+        """The safety margin in force: ``timing.margin_s``, under its former name."""
+        return self.timing.margin_s
 
     @property
     def timing(self) -> MemberTiming:
-        """The timings derived from the session timeout (:mod:`paimon_group.config.timing`)."""
-        return MemberTiming.of(self.session_timeout_s, self.margin)
+        """The timings derived from the session timeout (:mod:`paimon_group.config.timing`),
+        the safety margin (``margin_s``) among them."""
+        return MemberTiming.of(self.session_timeout_s, self.safety_margin_s)
 
     def connect_options(self) -> ConnectOptions:
         """The coordinator's options (``connect``), with this config's session
         timeout: the one the member's timings derive from."""
-        base = self.connect or ConnectOptions()
+        base = self.connect or ConnectOptions(session_timeout_s=self.session_timeout_s)
         if base.session_timeout_s == self.session_timeout_s:
             return base
-        from dataclasses import replace
-
         return replace(base, session_timeout_s=self.session_timeout_s)

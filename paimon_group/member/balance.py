@@ -32,7 +32,7 @@ from paimon_group.protocol.assignor import assign, choose_assignor
 from paimon_group.protocol.load_assignor import DEFAULT_MAX_MOVE_SHARE, assign_by_load
 from paimon_group.protocol.records import Assignment, GroupStart, Position
 from paimon_group.reading.shard_load import MeasuredLoad, shard_loads
-from paimon_group.reading.start import StartKind, parse_start
+from paimon_group.reading.start import StartKind, StartPosition
 
 log = logging.getLogger("paimon_group.member")
 
@@ -96,14 +96,14 @@ class LeaderLoads:
 
 def full_scan_pending(
     num_shards: int, positions: Mapping[int, Position], start: GroupStart | None,
-    start_text: str,
+    start_position: StartPosition,
 ) -> set[int]:
     """Shards whose full scan is still ahead: a pinned full scan, or no
-    position yet where the group's start (stored, else ``--start``) scans."""
+    position yet where the group's start (stored, else ``--start``, parsed) scans."""
     if start is not None:
         scans = start.full_scan is not None
     else:
-        scans = parse_start(start_text).kind in (StartKind.LATEST_FULL, StartKind.EARLIEST)
+        scans = start_position.kind in (StartKind.LATEST_FULL, StartKind.EARLIEST)
     pending = set()
     for shard in range(num_shards):
         position = positions.get(shard)

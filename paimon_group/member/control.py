@@ -68,7 +68,7 @@ class Control:
                 raise SessionLost("no session")
             if coord.session.state is SessionState.LOST:
                 raise SessionLost(f"session {coord.session.id} lost")
-            if coord.session.is_live(self._core.config.margin):
+            if coord.session.is_live(self._core.timing.margin_s):
                 try:
                     await self._reconcile(fired)
                 except PaimonGroupError as err:
@@ -332,7 +332,7 @@ class Control:
         positions = await group.positions()
         start = await read_group_start(group)
         return measured, full_scan_pending(self._core.num_shards, positions, start,
-                                           self._core.config.start)
+                                           self._core.config.start_position)
 
     def _reserved_members(
         self, live: set[str], previous: Assignment | None, leaving: set[str]

@@ -32,7 +32,6 @@ from paimon_group.member.signals import subscribe as subscribe_stop_signals
 from paimon_group.member.state import MemberState, Stop
 from paimon_group.protocol.records import GroupStart
 from paimon_group.reading.batch import ShardBatch
-from paimon_group.reading.start import parse_start
 from paimon_group.reading.table import ShardedTable
 
 log = logging.getLogger("paimon_group.member")
@@ -179,7 +178,7 @@ class GroupMember:
                 table = await core.in_io(
                     lambda: ShardedTable.open(cfg.warehouse, cfg.table, cfg.catalog_options))
             check_columns(table.table.field_names, cfg.columns)
-            core.opened(table, parse_start(cfg.start))
+            core.opened(table, cfg.start_position)
             await self.membership.join(first=True)
         except BaseException:
             # A start that fails keeps nothing open for a caller that never

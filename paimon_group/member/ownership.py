@@ -180,7 +180,7 @@ class ShardOwnership:
         group = self._core.group
         assert group is not None and self._core.mirror is not None
         coord = self._core.coordinator
-        if not coord or not coord.session.is_live(self._core.config.margin):
+        if not coord or not coord.session.is_live(self._core.timing.margin_s):
             return None
         sent = time.monotonic()  # the history's lower bound of when the create went out
         epoch = await group.acquire(shard, self._core.member_id, generation)
@@ -380,7 +380,8 @@ class ShardOwnership:
         refused, raised or could not be sent (nothing is changed here: the
         caller releases them one by one)."""
         coord = self._core.coordinator
-        if group is None or coord is None or not coord.session.is_live(self._core.config.margin):
+        margin_s = self._core.timing.margin_s
+        if group is None or coord is None or not coord.session.is_live(margin_s):
             return False
         positions = {o.shard: (o.epoch, o.committed) for o, finished in pairs
                      if o.committed is not None and o.full_scan is None and finished}
@@ -424,7 +425,7 @@ class ShardOwnership:
         undecided = True
         coord = self._core.coordinator
         if group is not None and coord is not None and coord.session.is_live(
-            self._core.config.margin
+            self._core.timing.margin_s
         ):
             try:
                 if o.uncertain:

@@ -181,14 +181,14 @@ class SessionGate:
     """Holds work back until the member's session is confirmed live.
 
     ``coordinator`` gives the member's open coordinator (None while it
-    rejoins), ``stopping`` is set once the member leaves or failed; ``config.margin`` is
-    the safety margin before the session's local deadline. ``joined`` is set
+    rejoins), ``stopping`` is set once the member leaves or failed; ``config.timing.margin_s``
+    is the safety margin before the session's local deadline. ``joined`` is set
     while the member is registered; ``wake`` is the member's local wake-up.
     """
 
     def __init__(self, config: MemberConfig,
                  coordinator: Callable[[], Coordinator | None]) -> None:
-        self._config = config
+        self._margin_s = config.timing.margin_s
         self._coordinator = coordinator
         self.stopping = False
         self.joined = asyncio.Event()
@@ -207,7 +207,7 @@ class SessionGate:
             coord = self._coordinator()
             if for_commit and coord is None and self.stopping:
                 raise Stop()
-            if coord is not None and coord.session.is_live(self._config.margin):
+            if coord is not None and coord.session.is_live(self._margin_s):
                 return
             if not self.joined.is_set() or coord is None:
                 # Rejoining: the control loop, which clears the wake-up event,

@@ -209,7 +209,7 @@ async def remove_member(client: GroupClient, member_id: str) -> MemberRemoved:
     Besides deleting its keys, the same commit records a goodbye for it
     (``groups/<group>/leaving/<id>``, what a gracefully leaving member writes),
     so a leader that keeps a vanished static member's shards for
-    ``--rebalance-delay`` moves them at once. That is also all there is to do
+    ``--rebalance-delay-s`` moves them at once. That is also all there is to do
     for a member that has no session any more but is still waited for.
     """
     validate_member_id(member_id)

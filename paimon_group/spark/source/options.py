@@ -6,6 +6,10 @@ raises :class:`~coordinators.errors.ConfigError` with one line, which Spark
 reports when the query is defined (``load()``), before the query starts or
 anything is registered in the coordinator. It is plain data (picklable): the
 same object travels to the source's driver process and to the executors.
+
+The settings among the options (names, defaults, bounds) are their
+declarations (:data:`paimon_group.config.settings.SPARK_SETTINGS`); the other
+options name the group, its table and the coordinator.
 """
 
 from __future__ import annotations
@@ -14,17 +18,20 @@ import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from coordinators.credentials import masked_repr
 from coordinators.errors import ConfigError
 from coordinators.protocol import ConnectOptions, Secret
 from coordinators.registry import scheme_of
+from paimon_group.config import settings as S
 from paimon_group.config.member import (
     SHOWN_URLS,
     SPARK_CATALOG,
     MemberConfig,
     resolve_coordinator,
 )
+from paimon_group.config.settings import MEMBER_SETTINGS, SPARK_SETTINGS, Setting
 from paimon_group.protocol.names import validate_group
 
 __all__ = ["CATALOG_PREFIX", "METADATA_COLUMNS", "SourceOptions"]
@@ -37,17 +44,16 @@ METADATA_COLUMNS = ("_pg_shard", "_pg_snapshot", "_pg_epoch")
 committed in (the snapshot of the full scan for initial rows) and the epoch
 of the ownership that planned it."""
 
-_KNOWN = {
-    "group", "warehouse", "table", "coordinator", "member_id", "session_timeout_s", "start",
-    "shards", "assignor", "revoke_timeout_s", "hold_timeout_s", "rebalance_delay_s",
-    "forming_wait_s", "include_row_kind",
-    "metadata_columns", "max_snapshots_per_batch", "max_rows_per_batch", "ready_timeout_s",
-    "failondataloss",
-    "coordinator_username", "coordinator_password", "path",
+_CONNECTION = {
+    "group", "warehouse", "table", "coordinator", "coordinator_username",
+    "coordinator_password", "path",
     # TLS and authentication, named as the CLI's --coordinator-* options.
     "coordinator_password_file", "coordinator_ca", "coordinator_cert", "coordinator_key",
     "coordinator_server_name", "coordinator_auth", "allow_plaintext_credentials",
 }
+"""The options that name the group, its table and its coordinator."""
+
+_KNOWN = _CONNECTION | {s.spark for s in SPARK_SETTINGS if s.spark}
 
 
 def unknown_options(unknown: list[str]) -> str:
@@ -62,7 +68,7 @@ def unknown_options(unknown: list[str]) -> str:
             f"{', '.join(sorted(_KNOWN))}, {CATALOG_PREFIX}<pypaimon catalog option>")
 
 
-def _bool(options: Mapping[str, str], key: str, default: bool = False) -> bool:
+def _bool(options: Mapping[str, str], key: str, default: bool) -> bool:
     text = str(options.get(key, str(default))).strip().lower()
     if text in ("true", "1", "yes"):
         return True
@@ -97,6 +103,17 @@ def _number(options: Mapping[str, str], key: str, default: float | None, *,
     return value
 
 
+def _setting(options: Mapping[str, str], s: Setting) -> Any:
+    """The value of setting ``s`` among ``options``; its default when not given."""
+    assert s.spark is not None, s.name
+    if s.type is bool:
+        return _bool(options, s.spark, s.default)
+    if s.type in (int, float):
+        return _number(options, s.spark, s.default, integer=s.type is int,
+                       allow_zero=s.bound == "non-negative")
+    return options.get(s.spark) or s.default
+
+
 @dataclass(frozen=True)
 class SourceOptions:
     """The source's settings; :meth:`parse` checks them (one ConfigError line)."""
@@ -105,25 +122,25 @@ class SourceOptions:
     warehouse: str
     table: str
     coordinator: str
-    member_id: str | None = None
-    session_timeout_s: float = 10.0
-    start: str = "latest-full"
-    shards: int | None = None
-    assignor: str | None = None
-    revoke_timeout_s: float = 10.0
+    member_id: str | None = S.MEMBER_ID.default
+    session_timeout_s: float = S.SESSION_TIMEOUT_S.default
+    start: str = S.START.default
+    shards: int | None = S.SHARDS.default
+    assignor: str | None = S.ASSIGNOR.default
+    revoke_timeout_s: float = S.REVOKE_TIMEOUT_S.default
     # How long a revocation waits for Spark to complete a planned batch (its
     # next trigger proves it); None: no limit (docs/spark.md, revocation).
-    hold_timeout_s: float | None = 300.0
-    rebalance_delay_s: float = 0.0
-    forming_wait_s: float = 1.0
-    include_row_kind: bool = False
-    metadata_columns: bool = False
-    max_snapshots_per_batch: int | None = None
-    max_rows_per_batch: int | None = None
-    ready_timeout_s: float = 30.0
+    hold_timeout_s: float | None = S.HOLD_TIMEOUT_S.default
+    rebalance_delay_s: float = S.REBALANCE_DELAY_S.default
+    forming_wait_s: float = S.FORMING_WAIT_S.default
+    include_row_kind: bool = S.INCLUDE_ROW_KIND.default
+    metadata_columns: bool = S.METADATA_COLUMNS.default
+    max_snapshots_per_batch: int | None = S.MAX_SNAPSHOTS_PER_BATCH.default
+    max_rows_per_batch: int | None = S.MAX_ROWS_PER_BATCH.default
+    ready_timeout_s: float = S.READY_TIMEOUT_S.default
     # A shard whose next snapshot expired unread fails the query (as Spark's
     # Kafka source's failOnDataLoss=true), or is skipped past (false).
-    fail_on_data_loss: bool = True
+    fail_on_data_loss: bool = S.FAIL_ON_DATA_LOSS.default
     catalog_options: dict[str, str] = field(default_factory=dict)
     coordinator_username: str | None = None
     coordinator_password: Secret | None = field(default=None, repr=False)
@@ -160,34 +177,12 @@ class SourceOptions:
                                           option='.option("coordinator", "{}")',
                                           catalog=SPARK_CATALOG)
         scheme_of(coordinator)  # one line for a malformed URL or an unknown scheme
-        session_timeout = _number(opts, "session_timeout_s", 10.0)
-        assert session_timeout is not None
-        shards = _number(opts, "shards", None, integer=True)
-        max_snapshots = _number(opts, "max_snapshots_per_batch", None, integer=True)
-        max_rows = _number(opts, "max_rows_per_batch", None, integer=True)
         password = opts.get("coordinator_password") or _password_file(opts)
         parsed = cls(
             group=group,
             warehouse=opts["warehouse"],
             table=opts["table"],
             coordinator=coordinator,
-            member_id=opts.get("member_id") or None,
-            session_timeout_s=session_timeout,
-            start=opts.get("start") or "latest-full",
-            shards=int(shards) if shards is not None else None,
-            assignor=opts.get("assignor") or None,
-            revoke_timeout_s=float(_number(opts, "revoke_timeout_s", 10.0) or 10.0),
-            hold_timeout_s=_number(opts, "hold_timeout_s", 300.0),
-            rebalance_delay_s=float(
-                _number(opts, "rebalance_delay_s", 0.0, allow_zero=True) or 0.0),
-            forming_wait_s=float(
-                _number(opts, "forming_wait_s", 1.0, allow_zero=True) or 0.0),
-            include_row_kind=_bool(opts, "include_row_kind"),
-            metadata_columns=_bool(opts, "metadata_columns"),
-            max_snapshots_per_batch=int(max_snapshots) if max_snapshots is not None else None,
-            max_rows_per_batch=int(max_rows) if max_rows is not None else None,
-            ready_timeout_s=float(_number(opts, "ready_timeout_s", 30.0) or 30.0),
-            fail_on_data_loss=_bool(opts, "failondataloss", True),
             catalog_options={k[len(CATALOG_PREFIX):]: v for k, v in opts.items()
                              if k.startswith(CATALOG_PREFIX)},
             coordinator_username=opts.get("coordinator_username") or None,
@@ -197,31 +192,22 @@ class SourceOptions:
             coordinator_key=opts.get("coordinator_key") or None,
             coordinator_server_name=opts.get("coordinator_server_name") or None,
             coordinator_auth=opts.get("coordinator_auth") or None,
-            allow_plaintext_credentials=_bool(opts, "allow_plaintext_credentials"),
+            allow_plaintext_credentials=_bool(opts, "allow_plaintext_credentials", False),
+            **{s.name: _setting(opts, s) for s in SPARK_SETTINGS},
         )
         parsed.member_config()  # the member's own checks (member id, start, ...)
         return parsed
 
     def member_config(self) -> MemberConfig:
         """The settings of the group member the query's driver runs."""
-        from paimon_group.reading.start import parse_start
-
-        parse_start(self.start)
         return MemberConfig(
             group=self.group,
             warehouse=self.warehouse,
             table=self.table,
             coordinator=self.coordinator,
-            member_id=self.member_id,
-            shards=self.shards,
-            assignor=self.assignor,
-            start=self.start,
-            session_timeout_s=self.session_timeout_s,
             catalog_options=dict(self.catalog_options),
-            revoke_timeout_s=self.revoke_timeout_s,
-            rebalance_delay_s=self.rebalance_delay_s,
-            forming_wait_s=self.forming_wait_s,
-            connect=ConnectOptions(  # the session timeout: from the config, above
+            connect=ConnectOptions(
+                session_timeout_s=self.session_timeout_s,
                 username=self.coordinator_username,
                 password=self.coordinator_password,
                 tls_ca=self.coordinator_ca,
@@ -231,4 +217,5 @@ class SourceOptions:
                 auth_scheme=self.coordinator_auth,
                 allow_plaintext_credentials=self.allow_plaintext_credentials,
             ),
+            **{s.name: getattr(self, s.name) for s in MEMBER_SETTINGS if s.spark},
         )
