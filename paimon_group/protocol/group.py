@@ -1,4 +1,4 @@
-"""The group protocol on top of the coordinator protocol, written once.
+"""The member's side of the group protocol, over the coordinator protocol.
 
 :class:`GroupClient` takes a connected :class:`~coordinators.protocol.Coordinator`
 (never a backend) and speaks the group's key layout
@@ -27,6 +27,10 @@ guarded commit:
   committed, or may have committed (a commit that raised), under the same
   epoch (see there).
 
+The operators' commits (reset, force, delete, remove a member) are
+:class:`~paimon_group.protocol.admin.GroupAdmin`'s; the reads both share are
+:class:`~paimon_group.protocol.group_reads.GroupReads`'.
+
 Example (in-memory backend)::
 
     import asyncio
@@ -48,19 +52,22 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable, Mapping
+import warnings
+from collections.abc import Mapping
 
 from coordinators.protocol import Check, Coordinator, Delete, Entry, Put
 from paimon_group.errors import CoordinatorUnavailable, MemberIdInUse, ShardCountMismatch
 from paimon_group.protocol import commit_size
-from paimon_group.protocol.group_views import GroupState, OwnerView, Removal, leader_of, owner_view
+from paimon_group.protocol.admin import GroupAdmin
+from paimon_group.protocol.group_reads import GroupReads
+from paimon_group.protocol.group_views import GroupState, OwnerView, Removal
 from paimon_group.protocol.identity import (
     check_group_assignor,
     check_group_warehouse,
     check_shard_bound,
     check_table_identity,
 )
-from paimon_group.protocol.names import GroupKeys, validate_member_id
+from paimon_group.protocol.names import validate_member_id
 from paimon_group.protocol.position_marks import PositionMarks
 from paimon_group.protocol.records import (
     Assignment,
@@ -68,26 +75,25 @@ from paimon_group.protocol.records import (
     MemberInfo,
     Owner,
     Position,
-    RemovedMember,
     check_can_follow,
-    decoded_assignment,
     position_order,
 )
 
-
-def _reset_position(next_snapshot: int, actor: str, now: float) -> bytes:
-    """A position written by an operator (epoch 0: no owner wrote it)."""
-    return Position(next_snapshot=next_snapshot, epoch=0, member_id=actor,
-                    committed_at=now).encode()
+__all__ = ["GroupClient", "GroupState", "OwnerView", "Removal"]
 
 
-class GroupClient:
-    """Group operations for one group over one coordinator session."""
+def _operators(name: str) -> None:
+    warnings.warn(f"GroupClient.{name} is an operator's commit: use "
+                  f"paimon_group.protocol.admin.GroupAdmin.{name}",
+                  DeprecationWarning, stacklevel=3)
+
+
+class GroupClient(GroupReads):
+    """A member's group operations for one group over one coordinator session
+    (its reads: :class:`~paimon_group.protocol.group_reads.GroupReads`)."""
 
     def __init__(self, coordinator: Coordinator, group: str) -> None:
-        self.coordinator = coordinator
-        self.keys = GroupKeys(group)
-        self.group = group
+        super().__init__(coordinator, group)
         self._marks = PositionMarks()  # what our commits of positions may have left
         # One position commit at a time: deciding that a position does not
         # lower the stored one (which may read it back) and sending it must
@@ -97,10 +103,6 @@ class GroupClient:
         self._commit_lock = asyncio.Lock()
 
     # -- metadata -------------------------------------------------------
-
-    async def read_meta(self) -> GroupMeta | None:
-        entry = await self.coordinator.get(self.keys.meta)
-        return GroupMeta.decode(entry.key, entry.value) if entry else None
 
     async def ensure_meta(
         self, num_shards: int | None, table: str, *, sharding: str = "bucket",
@@ -186,37 +188,11 @@ class GroupClient:
             ops.insert(0, Put(self.keys.leaving(member_id), b"{}"))
         await self.coordinator.commit([], ops)
 
-    async def leaving(self) -> set[str]:
-        """Members that said goodbye and were not yet processed by a leader."""
-        return {GroupKeys.last_segment(e.key)
-                for e in await self.coordinator.list(self.keys.leaving_dir)}
-
     async def forget_leaving(self, member_id: str) -> None:
         await self.coordinator.delete(self.keys.leaving(member_id))
 
-    async def removed_session(self, member_id: str) -> str | None:
-        """The session an operator removed ``member_id`` in (``members remove``).
-
-        Unlike the goodbye marker, which the leader deletes as soon as it has
-        published an assignment without the member, this record stays until
-        the member itself (or its next registration, or ``delete``) clears it:
-        a removed process that notices late must still learn that it was
-        removed, not take it for an expired session and rejoin.
-        """
-        entry = await self.coordinator.get(self.keys.removed(member_id))
-        if entry is None:
-            return None
-        return RemovedMember.decode(entry.key, entry.value).session
-
     async def forget_removed(self, member_id: str) -> None:
         await self.coordinator.delete(self.keys.removed(member_id))
-
-    async def members(self) -> dict[str, MemberInfo]:
-        out: dict[str, MemberInfo] = {}
-        for entry in await self.coordinator.list(self.keys.members_dir):
-            info = MemberInfo.decode(entry.key, entry.value)
-            out[GroupKeys.last_segment(entry.key)] = info
-        return out
 
     # -- leadership and assignment -----------------------------------------
 
@@ -242,33 +218,10 @@ class GroupClient:
             return entry.create_version
         return await self.own_leader_epoch(member_id)
 
-    async def own_leader_epoch(self, member_id: str) -> int | None:
-        """The leader epoch if the leader key was created by this session as
-        ``member_id`` (an ambiguous create that landed), else None."""
-        entry = await self.coordinator.get(self.keys.leader)
-        if entry is None:
-            return None
-        owner = Owner.decode(entry.key, entry.value)
-        if owner.member_id == member_id and owner.session == self.coordinator.session.id:
-            return entry.create_version
-        return None
-
-    async def leader(self) -> tuple[str, int] | None:
-        return leader_of(await self.coordinator.get(self.keys.leader))
-
     async def resign(self, leader_epoch: int) -> bool:
         return await self.coordinator.commit(
             [Check.created_at(self.keys.leader, leader_epoch)], [Delete(self.keys.leader)]
         )
-
-    async def read_assignment(self) -> tuple[Assignment | None, int | None]:
-        return self.assignment_of(await self.coordinator.get(self.keys.assignment))
-
-    def assignment_of(self, entry: Entry | None) -> tuple[Assignment | None, int | None]:
-        """The assignment and its version in the assignment key's ``entry``."""
-        if entry is None:
-            return None, None
-        return decoded_assignment(entry.key, entry.value), entry.version
 
     async def publish(
         self,
@@ -352,40 +305,7 @@ class GroupClient:
                     return True  # it landed (or the key is no longer ours)
         return await self.coordinator.commit([Check.created_at(key, epoch)], [Delete(key)])
 
-    async def owners(self) -> dict[int, OwnerView]:
-        """Every shard's owner: a listing of all owner keys, O(shards)."""
-        out: dict[int, OwnerView] = {}
-        for entry in await self.coordinator.list(self.keys.owners_dir):
-            shard = GroupKeys.shard_of(entry.key)
-            if shard is None:
-                continue
-            out[shard] = owner_view(shard, entry)
-        return out
-
-    async def owners_of(self, shards: Iterable[int]) -> dict[int, OwnerView]:
-        """The owners of ``shards`` only (a shard without an owner key is
-        left out), in as few requests as the coordinator allows: what a
-        member checks of the shards it holds, O(own shards) rather than
-        :meth:`owners`' O(shards)."""
-        keys = {self.keys.owner(s): s for s in shards}
-        entries = await self.coordinator.get_many(list(keys))
-        return {keys[k]: owner_view(keys[k], e) for k, e in entries.items() if e is not None}
-
     # -- progress ------------------------------------------------------
-
-    async def positions(self) -> dict[int, Position]:
-        out: dict[int, Position] = {}
-        for entry in await self.coordinator.list(self.keys.positions_dir):
-            shard = GroupKeys.shard_of(entry.key)
-            if shard is not None:
-                out[shard] = Position.decode(entry.key, entry.value)
-        return out
-
-    async def position(self, shard: int) -> tuple[Position | None, int | None]:
-        entry = await self.coordinator.get(self.keys.position(shard))
-        if entry is None:
-            return None, None
-        return Position.decode(entry.key, entry.value), entry.version
 
     async def commit_positions(
         self,
@@ -484,117 +404,24 @@ class GroupClient:
         return self._marks.read_back(shard, epoch, order,
                                      None if stored is None else stored.order)
 
-    # -- operators' commits (paimon_group.ops.admin) ---------------------
+    # -- operators' commits: GroupAdmin's (kept for existing callers) -------
 
     async def reset_positions(self, positions: Mapping[int, int], actor: str) -> bool:
-        """Administrative reset: write positions for shards that have no owner.
-
-        Each write is guarded by the owner key being absent, so a reset can
-        never race a live owner's commits.
-        """
-        now = time.time()
-        checks = [Check.is_absent(self.keys.owner(s)) for s in sorted(positions)]
-        ops: list[Put | Delete] = [Put(self.keys.position(s), _reset_position(n, actor, now))
-                                   for s, n in sorted(positions.items())]
-        return await self.coordinator.commit(checks, ops)
+        """The operators' :meth:`~paimon_group.protocol.admin.GroupAdmin.reset_positions`."""
+        _operators("reset_positions")
+        return await GroupAdmin(self.coordinator, self.group).reset_positions(positions, actor)
 
     async def force_positions(self, positions: Mapping[int, int], actor: str) -> bool:
-        """Write positions under live owners: each owner key is deleted in the
-        same commit, which fences the owner (its next commit fails its epoch
-        check); whoever owns the shard next reads the new position.
-
-        Guarded per shard by the owner key being absent or still at the epoch
-        read here: an owner that appears or changes in between makes the
-        commit fail (False; read again and retry), since a new owner read the
-        old position and must be fenced too.
-        """
-        owners = await self.owners()
-        now = time.time()
-        checks: list[Check] = []
-        ops: list[Put | Delete] = []
-        for s, n in sorted(positions.items()):
-            owner = owners.get(s)
-            if owner is None:
-                checks.append(Check.is_absent(self.keys.owner(s)))
-            else:
-                checks.append(Check.created_at(self.keys.owner(s), owner.epoch))
-                ops.append(Delete(self.keys.owner(s)))
-            ops.append(Put(self.keys.position(s), _reset_position(n, actor, now)))
-        return await self.coordinator.commit(checks, ops)
+        """The operators' :meth:`~paimon_group.protocol.admin.GroupAdmin.force_positions`."""
+        _operators("force_positions")
+        return await GroupAdmin(self.coordinator, self.group).force_positions(positions, actor)
 
     async def delete_all(self) -> int | None:
-        """Delete the group: its record, assignment, positions, goodbyes,
-        removal records and sinks, in one commit (so a half-deleted group cannot exist).
-
-        Guarded on every deleted key being the one read, and on no member,
-        owner or leader key existing. The number of keys deleted (0: the
-        group has none), or None when the group changed meanwhile (a member
-        started?) and nothing was deleted.
-        """
-        coord, keys = self.coordinator, self.keys
-        entries = [e for e in (await coord.get(keys.meta), await coord.get(keys.assignment),
-                               await coord.get(keys.start), await coord.get(keys.head))
-                   if e is not None]
-        for directory in (keys.positions_dir, keys.leaving_dir, keys.removed_dir, keys.sinks_dir):
-            entries += await coord.list(directory)
-        live = [e for d in (keys.owners_dir, keys.members_dir) for e in await coord.list(d)]
-        if not entries:
-            return 0
-        checks = [Check.at_version(e.key, e.version) for e in entries]
-        checks.append(Check.is_absent(keys.leader))
-        checks += [Check.is_absent(e.key) for e in live]
-        if not await coord.commit(checks, [Delete(e.key) for e in entries]):
-            return None
-        return len(entries)
+        """The operators' :meth:`~paimon_group.protocol.admin.GroupAdmin.delete_all`."""
+        _operators("delete_all")
+        return await GroupAdmin(self.coordinator, self.group).delete_all()
 
     async def remove_member(self, member_id: str) -> Removal:
-        """Force ``member_id`` out: delete its member key, its owner keys and
-        (if it leads) the leader key, and record its goodbye, in one commit
-        guarded by the create versions of the keys deleted.
-
-        The goodbye (what a gracefully leaving member writes) makes a leader
-        that keeps a vanished static member's shards move them at once. The
-        removal record names the removed session: the leader deletes the
-        goodbye as soon as it has moved the shards, and a live process that
-        notices late must still learn that it was removed (it exits) rather
-        than take its missing member key for an expired session (it would
-        rejoin). Its epochs are gone, so its commits are fenced from then on.
-        """
-        validate_member_id(member_id)
-        coord, keys = self.coordinator, self.keys
-        member = await coord.get(keys.member(member_id))
-        owned = [e for e in await coord.list(keys.owners_dir)
-                 if Owner.decode(e.key, e.value).member_id == member_id]
-        leader = await coord.get(keys.leader)
-        leads = leader is not None and Owner.decode(leader.key, leader.value).member_id == member_id
-        removing = [e for e in (member, leader if leads else None) if e is not None] + owned
-        assignment, _ = await self.read_assignment()
-        if not removing and (assignment is None or member_id not in assignment.shards):
-            return Removal(known=False, done=False)
-        ops: list[Put | Delete] = [Put(keys.leaving(member_id), b"{}")]
-        if member is not None:
-            session = MemberInfo.decode(member.key, member.value).session
-            ops.append(Put(keys.removed(member_id),
-                           RemovedMember(session=session, removed_at=time.time()).encode()))
-        ops += [Delete(e.key) for e in removing]
-        done = await coord.commit([Check.created_at(e.key, e.create_version) for e in removing],
-                                  ops)
-        return Removal(known=True, done=done, removed_keys=tuple(sorted(e.key for e in removing)))
-
-    # -- everything at once --------------------------------------------
-
-    async def state(self) -> GroupState:
-        meta = await self.read_meta()
-        members = await self.members()
-        leader = await self.leader()
-        assignment, version = await self.read_assignment()
-        return GroupState(
-            meta=meta,
-            members=members,
-            leader=leader[0] if leader else None,
-            leader_epoch=leader[1] if leader else None,
-            assignment=assignment,
-            assignment_version=version,
-            owners=await self.owners(),
-            positions=await self.positions(),
-        )
+        """The operators' :meth:`~paimon_group.protocol.admin.GroupAdmin.remove_member`."""
+        _operators("remove_member")
+        return await GroupAdmin(self.coordinator, self.group).remove_member(member_id)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from paimon_group.errors import CorruptValue
 from paimon_group.protocol.group import GroupClient
+from paimon_group.protocol.group_reads import GroupReads
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,7 @@ async def publish(client: GroupClient, records: list[SinkRecord]) -> None:
         await client.coordinator.create(client.keys.sink(record.name), record.encode())
 
 
-async def read(client: GroupClient) -> list[SinkRecord]:
+async def read(client: GroupReads) -> list[SinkRecord]:
     """The group's published sinks."""
     return [SinkRecord.decode(e.value)
             for e in await client.coordinator.list(client.keys.sinks_dir)]
