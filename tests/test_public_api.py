@@ -24,7 +24,8 @@ SNAPSHOT = Path(__file__).parent / "support" / "public_api.json"
 # sealed or dropped by the member once the handler is done; the deletes and
 # update-befores a batch read (a sink refuses output that dropped their kind);
 # a table loaded without the checks made for a table to read (a sink's target);
-# the source table's identity and the sharding rule, which a sink's marks carry.
+# the source table's identity and the sharding rule, which a sink's marks carry;
+# the delivering member's sink registry, where a sink registers for describe.
 ADDED = {"GroupMember": {"read_loop": "data", "host_reads": "data"},
          "MemberConfig": {"forming_wait_s": "data"},
          "ShardBatch": {"sink_holds": "data", "incarnation": "data", "start_moves": "data",
@@ -33,7 +34,7 @@ ADDED = {"GroupMember": {"read_loop": "data", "host_reads": "data"},
                         "drop_output": "method(self) -> 'None'",
                         "close_output": "method(self) -> 'None'",
                         "retractions": "data", "output_sealed": "data",
-                        "table_id": "data", "sharding": "data"},
+                        "table_id": "data", "sharding": "data", "sinks": "data"},
          "ShardedTable": {"load": "method(warehouse: 'str', table: 'str', catalog_options: "
                                   "'Mapping[str, str] | None' = None, *, check: 'str' = "
                                   "'check --warehouse and --table') -> 'tuple[Any, str]'"}}
@@ -41,7 +42,7 @@ ADDED = {"GroupMember": {"read_loop": "data", "host_reads": "data"},
 # GroupMember's ``handle_signals``: SIGTERM and SIGINT stop a member used as
 # ``async with`` gracefully (True), or are left alone (False).
 ADDED_PARAMETERS = {"ShardBatch": ", incarnation: 'str' = '', start_moves: 'int' = 0, "
-                                  "table_id: 'str' = ''",
+                                  "table_id: 'str' = '', sinks: 'SinkRegistry | None' = None",
                     "GroupMember": ", handle_signals: 'bool' = True",
                     "MemberConfig": ", forming_wait_s: 'float' = 1.0"}
 # Keyword parameters added to methods since, each with a default: the end of
