@@ -133,7 +133,8 @@ def test_the_protocol_package_is_where_the_writes_are() -> None:
     """The measure sees the writes where they are (else it would pass on nothing)."""
     writers = {p.relative_to(REPO).as_posix() for p in package_modules()
                if WRITERS in p.parents and coordinator_writes(p)}
-    assert {"paimon_group/protocol/group.py", "paimon_group/protocol/admin.py",
+    assert {"paimon_group/protocol/membership.py", "paimon_group/protocol/ownership.py",
+            "paimon_group/protocol/admin.py",
             "paimon_group/protocol/table_head.py", "paimon_group/protocol/sinks.py",
             "paimon_group/protocol/group_start.py"} <= writers
 
