@@ -9,6 +9,7 @@ import pytest
 from coordinators import open_coordinator
 from coordinators.protocol import ConnectOptions
 from paimon_group.errors import ConfigError, ShardCountMismatch
+from paimon_group.protocol.admin import GroupAdmin
 from paimon_group.protocol.group import GroupClient
 from paimon_group.protocol.names import GroupKeys, consumer_id, validate_group, validate_member_id
 from paimon_group.protocol.records import MemberInfo
@@ -130,7 +131,8 @@ async def test_reset_refused_while_a_shard_is_owned() -> None:
         g = GroupClient(a, "g")
         epoch = await g.acquire(0, "a", generation=1)
         assert epoch is not None
-        assert not await g.reset_positions({0: 1}, "admin")
+        admin = GroupAdmin(a, "g")
+        assert not await admin.reset_positions({0: 1}, "admin")
         assert await g.release(0, epoch)
-        assert await g.reset_positions({0: 1}, "admin")
+        assert await admin.reset_positions({0: 1}, "admin")
         assert (await g.positions())[0].next_snapshot == 1

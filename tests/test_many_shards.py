@@ -29,6 +29,7 @@ from paimon_group import GroupMember, MemberConfig
 from paimon_group.member import ownership as ownership_module
 from paimon_group.member.commits import Commits
 from paimon_group.member.ownership import ShardOwnership
+from paimon_group.protocol.admin import GroupAdmin
 from paimon_group.protocol.commit_size import SHARDS_PER_COMMIT, commit_chunks
 from paimon_group.protocol.group import GroupClient
 from paimon_group.protocol.records import Assignment
@@ -231,12 +232,12 @@ async def test_a_reset_of_200_shards_on_etcd_needs_a_larger_max_txn_ops(
         group = GroupClient(coord, "g")
         await group.ensure_meta(200, "db.t")
         with pytest.raises(CoordinatorError, match="--max-txn-ops") as err:
-            await group.reset_positions(positions, "operator")
+            await GroupAdmin(coord, "g").reset_positions(positions, "operator")
         assert "\n" not in str(err.value) and len(str(err.value)) < 400
         assert await group.positions() == {}
     raised = etcd_server_factory(extra_args=("--max-txn-ops", "416"))
     async with open_coordinator(raised.url_with_prefix()) as coord:
         group = GroupClient(coord, "g")
         await group.ensure_meta(200, "db.t")
-        assert await group.reset_positions(positions, "operator")
+        assert await GroupAdmin(coord, "g").reset_positions(positions, "operator")
         assert sorted(await group.positions()) == list(range(200))

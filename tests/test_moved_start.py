@@ -24,6 +24,7 @@ import pytest
 
 from coordinators import open_coordinator
 from paimon_group import GroupMember, MemberConfig
+from paimon_group.protocol.admin import GroupAdmin
 from paimon_group.protocol.group import GroupClient
 from paimon_group.protocol.group_start import move_group_start, read_group_start
 from paimon_group.protocol.records import GroupStart
@@ -236,7 +237,7 @@ async def test_a_shard_acquired_at_a_position_of_an_earlier_start_scans_the_move
         moved = GroupStart(next_snapshot=8, full_scan=7, start=stored.start, moves=1,
                            moved_from=6)
         assert await move_group_start(client, 0, moved) == moved
-        assert await client.reset_positions({1: 8}, "test")
+        assert await GroupAdmin(client.coordinator, client.group).reset_positions({1: 8}, "test")
     got.clear()
     second = GroupMember(config("second"), auto_commit=False)
     await second.start()

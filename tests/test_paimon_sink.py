@@ -368,22 +368,36 @@ def test_a_step_s_batches_share_one_commit_when_their_files_take_longer_to_write
     assert len(_read(tmp_path, "db.log")) == 40
 
 
-def test_a_closed_sink_leaves_the_process_s_registry(tmp_path: Path) -> None:
-    """A sink is published by the members of its process while it writes;
-    closed, it leaves the registry with its last holder (an open one kept
-    publishing every closed sink's target at each full control round)."""
-    from paimon_group.protocol.sinks import registered
+def test_a_closed_sink_leaves_its_member_s_registry(tmp_path: Path) -> None:
+    """A sink registers with the member whose batch it writes (the batch
+    carries the member's registry), and is published by that member while
+    it writes; closed, it leaves the registry with its last holder (an open
+    one kept publishing every closed sink's target at each full control
+    round). A batch without a registry registers nowhere."""
+    from paimon_group.protocol.sinks import SinkRegistry
 
     _targets(tmp_path)
+    member, other = SinkRegistry(), SinkRegistry()
     first = PaimonSink(str(tmp_path), "db.log", commit_interval_s=0)
     second = PaimonSink(str(tmp_path), "db.log", commit_interval_s=0)
-    first.write(_rows(range(3), 1), Batch(0, 1, 1, 1, group="reg"))
-    second.write(_rows(range(3, 6), 1), Batch(1, 1, 1, 1, group="reg"))
-    assert [r.table for r in registered("reg")] == ["db.log"]
+    first.write(_rows(range(3), 1), _carrying(Batch(0, 1, 1, 1, group="reg"), member))
+    second.write(_rows(range(3, 6), 1), _carrying(Batch(1, 1, 1, 1, group="reg"), member))
+    second.write(_rows(range(6, 9), 1), Batch(2, 1, 1, 1, group="reg"))
+    assert [r.table for r in member.records()] == ["db.log"]
+    assert other.records() == []
     first.close()
-    assert [r.table for r in registered("reg")] == ["db.log"]  # the second still writes
+    assert [r.table for r in member.records()] == ["db.log"]  # the second still writes
     second.close()
-    assert registered("reg") == []
+    assert member.records() == []
+
+
+def _carrying(batch: Batch, registry: Any) -> Any:
+    """``batch`` as a member delivers it: with the member's sink registry."""
+    @dataclass
+    class MemberBatch(Batch):
+        sinks: Any = None
+
+    return MemberBatch(**{**vars(batch), "sinks": registry})
 
 
 def test_a_missing_target_is_one_line_naming_the_sink_s_arguments(tmp_path: Path) -> None:

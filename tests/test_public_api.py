@@ -25,7 +25,8 @@ SNAPSHOT = Path(__file__).parent / "support" / "public_api.json"
 # update-befores a batch read (a sink refuses output that dropped their kind);
 # a table loaded without the checks made for a table to read (a sink's target);
 # the source table's identity and the sharding rule, which a sink's marks carry;
-# a config's start, parsed once (``start_position``).
+# a config's start, parsed once (``start_position``);
+# the delivering member's sink registry, where a sink registers for describe.
 ADDED = {"GroupMember": {"read_loop": "data", "host_reads": "data"},
          "MemberConfig": {"forming_wait_s": "data", "start_position": "data"},
          "ShardBatch": {"sink_holds": "data", "incarnation": "data", "start_moves": "data",
@@ -34,7 +35,7 @@ ADDED = {"GroupMember": {"read_loop": "data", "host_reads": "data"},
                         "drop_output": "method(self) -> 'None'",
                         "close_output": "method(self) -> 'None'",
                         "retractions": "data", "output_sealed": "data",
-                        "table_id": "data", "sharding": "data"},
+                        "table_id": "data", "sharding": "data", "sinks": "data"},
          "ShardedTable": {"load": "method(warehouse: 'str', table: 'str', catalog_options: "
                                   "'Mapping[str, str] | None' = None, *, check: 'str' = "
                                   "'check --warehouse and --table') -> 'tuple[Any, str]'"}}
@@ -42,7 +43,7 @@ ADDED = {"GroupMember": {"read_loop": "data", "host_reads": "data"},
 # GroupMember's ``handle_signals``: SIGTERM and SIGINT stop a member used as
 # ``async with`` gracefully (True), or are left alone (False).
 ADDED_PARAMETERS = {"ShardBatch": ", incarnation: 'str' = '', start_moves: 'int' = 0, "
-                                  "table_id: 'str' = ''",
+                                  "table_id: 'str' = '', sinks: 'SinkRegistry | None' = None",
                     "GroupMember": ", handle_signals: 'bool' = True",
                     "MemberConfig": ", forming_wait_s: 'float' = 1.0"}
 # Keyword parameters added to methods since, each with a default: the end of

@@ -394,6 +394,7 @@ def test_describe_counts_unread_rows_per_shard_under_the_rule(warehouse: str, na
 
     from coordinators.registry import open_coordinator
     from paimon_group.ops.report import describe_group
+    from paimon_group.protocol.admin import GroupAdmin
     from paimon_group.protocol.group import GroupClient
 
     make, _kind, rule, _keyed = KINDS[name]
@@ -414,7 +415,7 @@ def test_describe_counts_unread_rows_per_shard_under_the_rule(warehouse: str, na
         async with open_coordinator(f"memory://describe-{name}") as coord:
             group = GroupClient(coord, "g")
             await group.ensure_meta(4, "db.t", sharding=rule.value)
-            await group.reset_positions({s: first + 1 for s in range(4)}, "test")
+            await GroupAdmin(coord, "g").reset_positions({s: first + 1 for s in range(4)}, "test")
             return await describe_group(coord, "g", table)
 
     report = asyncio.run(go())
@@ -452,6 +453,7 @@ def test_describe_json_text_and_reset_on_an_append_group(warehouse: str, tmp_pat
 
     from coordinators.registry import open_coordinator
     from paimon_group.cli import main
+    from paimon_group.protocol.admin import GroupAdmin
     from paimon_group.protocol.group import GroupClient
     from paimon_group.reading.mirror import ConsumerMirror
 
@@ -464,7 +466,7 @@ def test_describe_json_text_and_reset_on_an_append_group(warehouse: str, tmp_pat
         async with open_coordinator(url) as coord:
             group = GroupClient(coord, "g")
             await group.ensure_meta(4, "db.t", sharding=ShardRule.FILE.value)
-            await group.reset_positions(dict.fromkeys(range(4), 5), "test")
+            await GroupAdmin(coord, "g").reset_positions(dict.fromkeys(range(4), 5), "test")
 
     asyncio.run(create())
     common = ["--group", "g", "--warehouse", warehouse, "--table", "db.t", "--coordinator", url]

@@ -82,6 +82,7 @@ def rewind_positions(warehouse: Path, group: str, next_snapshot: int) -> dict[in
     """Put every shard of ``group`` (no owner) back to ``next_snapshot``; the positions now."""
     from coordinators.registry import open_coordinator
     from paimon_group.config.member import default_coordinator_url
+    from paimon_group.protocol.admin import GroupAdmin
     from paimon_group.protocol.group import GroupClient
 
     async def go() -> dict[int, int]:
@@ -90,8 +91,8 @@ def rewind_positions(warehouse: Path, group: str, next_snapshot: int) -> dict[in
             positions = await client.positions()
             deadline = time.monotonic() + 30
             # The stopped query's member leaves (or its session expires) first.
-            while not await client.reset_positions(dict.fromkeys(positions, next_snapshot),
-                                                   "test"):
+            while not await GroupAdmin(coord, group).reset_positions(
+                    dict.fromkeys(positions, next_snapshot), "test"):
                 assert time.monotonic() < deadline, "the stopped query still owns shards"
                 await asyncio.sleep(0.2)
             return {s: p.next_snapshot for s, p in (await client.positions()).items()}
@@ -141,14 +142,14 @@ def delete_group(warehouse: Path, group: str) -> None:
     files), once the stopped query's member has left."""
     from coordinators.registry import open_coordinator
     from paimon_group.config.member import default_coordinator_url
-    from paimon_group.protocol.group import GroupClient
+    from paimon_group.protocol.admin import GroupAdmin
     from paimon_group.reading.mirror import ConsumerMirror
     from tests.support.tables import open_table
 
     async def go() -> None:
         async with open_coordinator(default_coordinator_url(str(warehouse))) as coord:
             deadline = time.monotonic() + 30
-            while not await GroupClient(coord, group).delete_all():
+            while not await GroupAdmin(coord, group).delete_all():
                 assert time.monotonic() < deadline, "the stopped query is still a member"
                 await asyncio.sleep(0.2)
         table = open_table(warehouse, "db.t")

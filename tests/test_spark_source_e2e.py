@@ -198,14 +198,14 @@ def delete_group(warehouse: Path) -> None:
 
     from coordinators.registry import open_coordinator
     from paimon_group.config.member import default_coordinator_url
-    from paimon_group.protocol.group import GroupClient
+    from paimon_group.protocol.admin import GroupAdmin
     from paimon_group.reading.mirror import ConsumerMirror
     from tests.support.tables import open_table
 
     async def go() -> None:
         async with open_coordinator(default_coordinator_url(str(warehouse))) as coord:
             deadline = time.monotonic() + 60
-            while not await GroupClient(coord, "g").delete_all():
+            while not await GroupAdmin(coord, "g").delete_all():
                 assert time.monotonic() < deadline, "the stopped queries are still members"
                 await asyncio.sleep(0.3)
         table = open_table(warehouse, "db.t")

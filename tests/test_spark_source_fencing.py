@@ -172,7 +172,7 @@ def test_a_checkpoint_of_an_earlier_incarnation_does_not_move_the_new_groups_pos
     started from them: the new group's full scan was skipped."""
     from coordinators.registry import open_coordinator
     from paimon_group.config.member import default_coordinator_url
-    from paimon_group.protocol.group import GroupClient
+    from paimon_group.protocol.admin import GroupAdmin
     from paimon_group.reading.mirror import ConsumerMirror
     from tests.support.tables import open_table
 
@@ -192,7 +192,7 @@ def test_a_checkpoint_of_an_earlier_incarnation_does_not_move_the_new_groups_pos
         # As `paimon-group delete` does: the coordinator's keys and the
         # group's consumer files.
         async with open_coordinator(default_coordinator_url(str(tmp_path))) as coord:
-            assert await GroupClient(coord, "g").delete_all()
+            assert await GroupAdmin(coord, "g").delete_all()
         table = open_table(tmp_path, "db.t")
         ConsumerMirror(table.file_io, table.table_path, "g").delete_all()
 
@@ -215,13 +215,13 @@ def recreate_group(warehouse: Path) -> None:
     and the group's consumer files); the next member creates it anew."""
     from coordinators.registry import open_coordinator
     from paimon_group.config.member import default_coordinator_url
-    from paimon_group.protocol.group import GroupClient
+    from paimon_group.protocol.admin import GroupAdmin
     from paimon_group.reading.mirror import ConsumerMirror
     from tests.support.tables import open_table
 
     async def delete() -> None:
         async with open_coordinator(default_coordinator_url(str(warehouse))) as coord:
-            assert await GroupClient(coord, "g").delete_all()
+            assert await GroupAdmin(coord, "g").delete_all()
         table = open_table(warehouse, "db.t")
         ConsumerMirror(table.file_io, table.table_path, "g").delete_all()
 

@@ -111,7 +111,7 @@ def reset(**kw: Any) -> None:
     coordinator positions and the Paimon consumer files together.
     """
     from paimon_group.ops.reset import ResetTarget, execute_reset, parse_shards, plan_reset
-    from paimon_group.protocol.group import GroupClient
+    from paimon_group.protocol.admin import GroupAdmin
 
     validate_group(kw["group"])
     target = ResetTarget.from_options(
@@ -125,7 +125,7 @@ def reset(**kw: Any) -> None:
         async with open_coordinator(url, options) as coord:
             kw["table"] = await group_table(coord, kw["group"], kw["table"], kw["warehouse"])
             table = await asyncio.to_thread(open_table, kw)
-            client = GroupClient(coord, kw["group"])
+            client = GroupAdmin(coord, kw["group"])
             plan = await plan_reset(client, table, target, parse_shards(kw["shards"]))
             if kw["execute"]:
                 plan = await execute_reset(client, table, plan, force=kw["force"])
@@ -161,7 +161,7 @@ def delete(**kw: Any) -> None:
     from expiring forever, so delete groups you no longer run.
     """
     from paimon_group.ops.admin import delete_group
-    from paimon_group.protocol.group import GroupClient
+    from paimon_group.protocol.admin import GroupAdmin
 
     validate_group(kw["group"])
     url, options = admin_coordinator(kw)
@@ -170,7 +170,7 @@ def delete(**kw: Any) -> None:
         async with open_coordinator(url, options) as coord:
             kw["table"] = await group_table(coord, kw["group"], kw["table"], kw["warehouse"])
             table = await asyncio.to_thread(open_table, kw)
-            return await delete_group(GroupClient(coord, kw["group"]), table,
+            return await delete_group(GroupAdmin(coord, kw["group"]), table,
                                       orphaned_files=kw["orphaned_files"])
 
     result = asyncio.run(go())
@@ -207,14 +207,14 @@ def members_remove(**kw: Any) -> None:
     (rejected) from then on, and the leader hands its shards to the others.
     """
     from paimon_group.ops.admin import remove_member
-    from paimon_group.protocol.group import GroupClient
+    from paimon_group.protocol.admin import GroupAdmin
 
     validate_group(kw["group"])
     url, options = admin_coordinator(kw)
 
     async def go() -> MemberRemoved:
         async with open_coordinator(url, options) as coord:
-            return await remove_member(GroupClient(coord, kw["group"]), kw["member_id"])
+            return await remove_member(GroupAdmin(coord, kw["group"]), kw["member_id"])
 
     result = asyncio.run(go())
     if kw["as_json"]:

@@ -60,9 +60,9 @@ async def group_table(coordinator: Coordinator, group: str, given: str | None,
     another's group.
     """
     from paimon_group.ops.report import GroupNotFound
-    from paimon_group.protocol.group import GroupClient
+    from paimon_group.protocol.group_reads import GroupReads
 
-    meta = await GroupClient(coordinator, group).read_meta()
+    meta = await GroupReads(coordinator, group).read_meta()
     if meta is not None and warehouse:
         from paimon_group.config.warehouses import normalised_warehouse
         from paimon_group.protocol.identity import check_group_warehouse

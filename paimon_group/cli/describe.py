@@ -95,7 +95,7 @@ async def _describe_all(url: str, options: ConnectOptions,
     without its table: a table of the same name here is not its table."""
     from paimon_group.config.warehouses import normalised_warehouse
     from paimon_group.ops.report import read_report
-    from paimon_group.protocol.group import GroupClient
+    from paimon_group.protocol.group_reads import GroupReads
 
     here = normalised_warehouse(kw["warehouse"])
     tables: dict[str, ShardedTable] = {}
@@ -103,7 +103,7 @@ async def _describe_all(url: str, options: ConnectOptions,
     async with open_coordinator(url, options) as coord:
         for entry in await coord.list(GroupKeys.all_groups()):
             name = GroupKeys.last_segment(entry.key)
-            meta = await GroupClient(coord, name).read_meta()
+            meta = await GroupReads(coord, name).read_meta()
             table: ShardedTable | None = None
             if meta is not None and meta.warehouse in ("", here):
                 if meta.table not in tables:
@@ -135,7 +135,7 @@ async def _sink_reports(coord: Any, kw: dict[str, Any]) -> list[Any]:
     """The group's published sinks, each shard's position read from its target
     (the catalog options of ``--warehouse`` for a target in that warehouse)."""
     from paimon_group.ops.report import SinkReport
-    from paimon_group.protocol.group import GroupClient
+    from paimon_group.protocol.group_reads import GroupReads
     from paimon_group.protocol.sinks import read
 
     def positions(warehouse: str, name: str) -> dict[int, int]:
@@ -148,7 +148,7 @@ async def _sink_reports(coord: Any, kw: dict[str, Any]) -> list[Any]:
         return {s: m.next_snapshot for s, m in target.marks(kw["group"]).items()}
 
     reports = []
-    for record in await read(GroupClient(coord, kw["group"])):
+    for record in await read(GroupReads(coord, kw["group"])):
         try:
             found = await asyncio.to_thread(positions, record.warehouse, record.table)
             reports.append(SinkReport(record.kind, record.warehouse, record.table, found))

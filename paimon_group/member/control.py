@@ -32,7 +32,6 @@ from paimon_group.protocol.group_start import read_group_start
 from paimon_group.protocol.records import Assignment
 from paimon_group.protocol.sharding import Sharding, ShardRule
 from paimon_group.protocol.sinks import publish as publish_sinks
-from paimon_group.protocol.sinks import registered as registered_sinks
 from paimon_group.protocol.static_membership import VanishedMembers, same_assignment, sticky_basis
 from paimon_group.reading.shard_load import MeasuredLoad, measure
 
@@ -132,10 +131,9 @@ class Control:
         await self._publish_sinks(group)
 
     async def _publish_sinks(self, group: GroupClient) -> None:
-        """Publish the sinks this process wrote the group's output to, each
+        """Publish the sinks this member's batches were written to, each
         once per session (:mod:`paimon_group.protocol.sinks`, for describe)."""
-        fresh = [r for r in registered_sinks(self._core.group_name)
-                 if r.name not in self._published_sinks]
+        fresh = [r for r in self._core.sinks.records() if r.name not in self._published_sinks]
         if fresh:
             await publish_sinks(group, fresh)
             self._published_sinks.update(r.name for r in fresh)

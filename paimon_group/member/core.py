@@ -43,6 +43,7 @@ from paimon_group.member.watches import ControlWatches
 from paimon_group.protocol.group import GroupClient
 from paimon_group.protocol.records import Assignment, GroupMeta, GroupStart
 from paimon_group.protocol.sharding import ShardRule
+from paimon_group.protocol.sinks import SinkRegistry
 from paimon_group.reading.batch import ShardBatch
 from paimon_group.reading.mirror import ConsumerMirror
 from paimon_group.reading.planner import ShardPlanner
@@ -165,6 +166,9 @@ class MemberCore:
         # that wakes the read loop when it shows a new snapshot.
         self.head = HeadView()
         self.head_woken = asyncio.Event()
+        # The sinks this member's batches were written to (handed to them
+        # with each batch; the control part publishes them, for describe).
+        self.sinks = SinkRegistry()
         # The group's start as last read (None: none stored, or not read):
         # a shard whose position derives from a start it moved past scans the
         # moved one (member/read_loop.py, ReadLoop.settle).

@@ -9,7 +9,8 @@ store each is billed). Instead:
   coordinator key ``groups/<group>/table/head``, when it changes and at least
   every :data:`HEAD_BEAT_S` (the *beat*, so that members can tell a live
   publisher from a gone one), guarded by its leader epoch (a deposed leader
-  cannot publish);
+  cannot publish; the key's one writer is
+  :class:`~paimon_group.protocol.table_head.TableHead`);
 * every **member** watches that key: a new latest wakes its read loop at once,
   and while the record is fresh its read loop skips the store for shards
   already past the published latest (:meth:`HeadView.nothing_new_at`);
@@ -65,8 +66,9 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 from coordinators.errors import CoordinatorError
-from coordinators.protocol import Check, Coordinator, Put
+from coordinators.protocol import Coordinator
 from paimon_group.protocol.names import GroupKeys
+from paimon_group.protocol.table_head import TableHead
 
 __all__ = [
     "HEAD_BEAT_S", "HEAD_SNAPSHOT_MAX", "HEAD_STALE_S", "HEAD_VOUCH_S", "TABLE_CHECK_S",
@@ -321,7 +323,7 @@ class HeadLoop:
                  poll_s: float, poll: Callable[[], Awaitable[TablePoll]],
                  leader_epoch: Callable[[], int | None], woken: Callable[[], None],
                  learned: Callable[[HeadRecord], None] | None = None) -> None:
-        self._coord, self._keys, self.view = coord, keys, view
+        self._head, self.view = TableHead(coord, keys), view
         self._poll_s = poll_s
         self._poll, self._leader_epoch, self._woken = poll, leader_epoch, woken
         self._learned = learned
@@ -336,7 +338,7 @@ class HeadLoop:
         self._stopped = True
 
     async def run(self) -> None:
-        watch = self._coord.watch(self._keys.head_dir)
+        watch = self._head.watch()
         try:
             unread = not await self._read(beat=False)
             while not self._stopped:
@@ -361,11 +363,11 @@ class HeadLoop:
     async def _read(self, *, beat: bool = True) -> bool:
         """Read the head into the view; False when the coordinator did not answer."""
         try:
-            entry = await self._coord.get(self._keys.head)
+            value = await self._head.read()
         except CoordinatorError as err:
             log.debug("table head not read: %s", err)
             return False
-        self._observe(HeadRecord.decode(None if entry is None else entry.value), beat=beat)
+        self._observe(HeadRecord.decode(value), beat=beat)
         return True
 
     def _observe(self, record: HeadRecord | None, *, beat: bool = True) -> None:
@@ -383,7 +385,6 @@ class HeadLoop:
         record = self._publisher.due(polled)
         if record is None:
             return
-        if await self._coord.commit([Check.created_at(self._keys.leader, epoch)],
-                                    [Put(self._keys.head, record.encode())]):
+        if await self._head.publish(epoch, record.encode()):
             self._publisher.done(record)
             self._observe(record)

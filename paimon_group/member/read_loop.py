@@ -314,6 +314,7 @@ class ReadLoop:
                 incarnation=self._core.incarnation,
                 start_moves=o.start_moves,
                 table_id=self._core.meta.table_id if self._core.meta is not None else "",
+                sinks=self._core.sinks,
             )))
         return deliveries, empty
 

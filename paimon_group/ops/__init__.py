@@ -5,7 +5,8 @@
 * :mod:`~paimon_group.ops.report`: the typed ``describe`` report;
 * :mod:`~paimon_group.ops.admin` (list, delete, members remove) and
   :mod:`~paimon_group.ops.reset`: every change through the group protocol
-  (:class:`~paimon_group.protocol.group.GroupClient`), no raw key commit;
+  (the operators' client, :class:`~paimon_group.protocol.admin.GroupAdmin`),
+  no raw key commit;
 * :mod:`~paimon_group.ops.metrics`: Prometheus metrics and probes of a member;
 * :mod:`~paimon_group.ops.render`: rich tables for people.
 """

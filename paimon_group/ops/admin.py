@@ -2,19 +2,19 @@
 :mod:`paimon_group.ops.reset`).
 
 Every change is one guarded, atomic commit of the group protocol
-(:class:`~paimon_group.protocol.group.GroupClient`), or a short retry loop of them, so
+(:class:`~paimon_group.protocol.admin.GroupAdmin`), or a short retry loop of them, so
 an administrator can never corrupt what live members do:
 
 ``delete``
     Removes every key of the group in one commit
-    (:meth:`~paimon_group.protocol.group.GroupClient.delete_all`), refused while any
+    (:meth:`~paimon_group.protocol.admin.GroupAdmin.delete_all`), refused while any
     member, owner or leader key exists; then deletes the group's Paimon
     consumer files (orphaned ones would keep snapshots from expiring forever).
 ``remove_member``
     Deletes a member's member key, its owner keys and (if it leads) the
     leader key, and records its goodbye (so a rebalance delay does not keep
     its shards waiting), in one commit guarded by the create versions
-    (:meth:`~paimon_group.protocol.group.GroupClient.remove_member`). Safe even if the
+    (:meth:`~paimon_group.protocol.admin.GroupAdmin.remove_member`). Safe even if the
     process is alive: its commits are fenced by the deleted epochs, and the
     leader reassigns its shards when the member list changes.
 """
@@ -32,7 +32,8 @@ from coordinators.protocol import Coordinator
 from paimon_group.errors import GroupBusy
 from paimon_group.ops.report import GroupNotFound, GroupReport, report_from_state
 from paimon_group.ops.reset import FORCE_ATTEMPTS, admin_mirror, check_table
-from paimon_group.protocol.group import GroupClient
+from paimon_group.protocol.admin import GroupAdmin
+from paimon_group.protocol.group_reads import GroupReads
 from paimon_group.protocol.names import GroupKeys, validate_group, validate_member_id
 from paimon_group.protocol.records import GroupMeta
 from paimon_group.reading.table import ShardedTable
@@ -102,7 +103,7 @@ async def list_groups(
         except (ConfigError, CorruptValue) as err:
             log.warning("skipping %s: %s", entry.key, err)
             continue
-        state = await GroupClient(coordinator, name).state()
+        state = await GroupReads(coordinator, name).state()
         table: ShardedTable | None = None
         elsewhere = bool(warehouse and meta.warehouse and meta.warehouse != warehouse)
         if open_table is not None and not elsewhere:
@@ -138,7 +139,7 @@ class DeletedGroup:
         return dict(vars(self))
 
 
-async def delete_group(client: GroupClient, table: ShardedTable | None, *,
+async def delete_group(client: GroupAdmin, table: ShardedTable | None, *,
                        orphaned_files: bool = False) -> DeletedGroup:
     """Delete every coordinator key of the group, then its consumer files.
 
@@ -203,7 +204,7 @@ class MemberRemoved:
         return dict(vars(self))
 
 
-async def remove_member(client: GroupClient, member_id: str) -> MemberRemoved:
+async def remove_member(client: GroupAdmin, member_id: str) -> MemberRemoved:
     """Force ``member_id`` out of the group (see the module docstring).
 
     Besides deleting its keys, the same commit records a goodbye for it

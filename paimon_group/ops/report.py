@@ -45,7 +45,7 @@ from coordinators.errors import ConfigError
 from coordinators.protocol import Coordinator
 from paimon_group.ops.lag import DEFAULT_MAX_SNAPSHOTS, ShardProgress, SnapshotFacts
 from paimon_group.ops.retention import DataLossEstimate, earliest_loss
-from paimon_group.protocol.group import GroupClient
+from paimon_group.protocol.group_reads import GroupReads
 from paimon_group.protocol.group_views import GroupState
 from paimon_group.protocol.names import consumer_id
 from paimon_group.protocol.records import Assignment, Position
@@ -252,7 +252,7 @@ async def read_report(
     group repeatedly, so snapshot metadata is read once. A group that does not
     exist gives a report with ``exists`` false and no shards.
     """
-    state = await GroupClient(coordinator, group).state()
+    state = await GroupReads(coordinator, group).state()
     return await report_from_state(group, state, table, facts=facts, max_snapshots=max_snapshots)
 
 

@@ -1,11 +1,11 @@
 """``paimon-group reset``: move a group's positions, coordinator and consumer files together.
 
 Without ``force`` the new positions are written only where no owner key
-exists (:meth:`~paimon_group.protocol.group.GroupClient.reset_positions`, guarded on
+exists (:meth:`~paimon_group.protocol.admin.GroupAdmin.reset_positions`, guarded on
 absent owner keys), and only when the group has no live member. With
 ``force`` each shard's owner key is **deleted in the same commit** that
 writes its position, guarded by the owner's epoch as read
-(:meth:`~paimon_group.protocol.group.GroupClient.force_positions`): the owner is
+(:meth:`~paimon_group.protocol.admin.GroupAdmin.force_positions`): the owner is
 fenced (its next commit fails its epoch check), and whoever owns the shard
 next creates a new owner key and then reads the position, so it reads the
 reset one (invariants 1 and 2: a reset is the one explicit backwards move).
@@ -24,7 +24,7 @@ commit. If the commit fails, the files written before it are put back.
 Example::
 
     async with open_coordinator(url) as coord:
-        client = GroupClient(coord, "orders")
+        client = GroupAdmin(coord, "orders")
         plan = await plan_reset(client, table, ResetTarget.to_snapshot(42))
         plan = await execute_reset(client, table, plan)
 """
@@ -41,7 +41,7 @@ from typing import Any
 from coordinators.errors import ConfigError
 from paimon_group.errors import GroupBusy
 from paimon_group.ops.report import GroupNotFound
-from paimon_group.protocol.group import GroupClient
+from paimon_group.protocol.admin import GroupAdmin
 from paimon_group.protocol.group_views import GroupState
 from paimon_group.protocol.names import consumer_id
 from paimon_group.protocol.records import check_can_follow
@@ -203,7 +203,7 @@ def _resolve(
 
 
 async def plan_reset(
-    client: GroupClient,
+    client: GroupAdmin,
     table: ShardedTable,
     target: ResetTarget,
     shards: Iterable[int] | None = None,
@@ -288,7 +288,7 @@ class _FileMoves:
 
 
 async def execute_reset(
-    client: GroupClient,
+    client: GroupAdmin,
     table: ShardedTable,
     plan: ResetPlan,
     *,
@@ -357,7 +357,7 @@ async def _check_rewind_retained(
 
 
 async def _commit_positions(
-    client: GroupClient, positions: dict[int, int], actor: str, *, force: bool
+    client: GroupAdmin, positions: dict[int, int], actor: str, *, force: bool
 ) -> None:
     if force:
         await _force_positions(client, positions, actor)
@@ -370,8 +370,8 @@ async def _commit_positions(
         )
 
 
-async def _force_positions(client: GroupClient, positions: dict[int, int], actor: str) -> None:
-    """:meth:`GroupClient.force_positions`, again while owners change under it
+async def _force_positions(client: GroupAdmin, positions: dict[int, int], actor: str) -> None:
+    """:meth:`GroupAdmin.force_positions`, again while owners change under it
     (a new owner read the old position: it must be fenced too)."""
     for _attempt in range(FORCE_ATTEMPTS):
         if await client.force_positions(positions, actor):

@@ -1,4 +1,4 @@
-"""The group protocol on top of the coordinator protocol, written once.
+"""The member's side of the group protocol, over the coordinator protocol.
 
 :class:`GroupClient` takes a connected :class:`~coordinators.protocol.Coordinator`
 (never a backend) and speaks the group's key layout
@@ -27,6 +27,17 @@ guarded commit:
   committed, or may have committed (a commit that raised), under the same
   epoch (see there).
 
+Each family of keys has one writer, a module of this package:
+:mod:`~paimon_group.protocol.membership` (the group record, member keys,
+goodbyes, the leader key, the assignment) and
+:mod:`~paimon_group.protocol.ownership` (owner keys, positions), which this
+client is made of; :mod:`~paimon_group.protocol.group_start` (the start),
+:mod:`~paimon_group.protocol.table_head` (the table head) and
+:mod:`~paimon_group.protocol.sinks` (the sinks), which take it. The
+operators' commits (reset, force, delete, remove a member) are
+:class:`~paimon_group.protocol.admin.GroupAdmin`'s; the reads both clients
+share are :class:`~paimon_group.protocol.group_reads.GroupReads`'.
+
 Example (in-memory backend)::
 
     import asyncio
@@ -46,555 +57,51 @@ Example (in-memory backend)::
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Iterable, Mapping
+import warnings
+from collections.abc import Mapping
 
-from coordinators.protocol import Check, Coordinator, Delete, Entry, Put
-from paimon_group.errors import CoordinatorUnavailable, MemberIdInUse, ShardCountMismatch
-from paimon_group.protocol import commit_size
-from paimon_group.protocol.group_views import GroupState, OwnerView, Removal, leader_of, owner_view
-from paimon_group.protocol.identity import (
-    check_group_assignor,
-    check_group_warehouse,
-    check_shard_bound,
-    check_table_identity,
-)
-from paimon_group.protocol.names import GroupKeys, validate_member_id
-from paimon_group.protocol.position_marks import PositionMarks
-from paimon_group.protocol.records import (
-    Assignment,
-    GroupMeta,
-    MemberInfo,
-    Owner,
-    Position,
-    RemovedMember,
-    check_can_follow,
-    decoded_assignment,
-    position_order,
-)
+from coordinators.protocol import Coordinator
+from paimon_group.protocol.admin import GroupAdmin
+from paimon_group.protocol.group_views import GroupState, OwnerView, Removal
+from paimon_group.protocol.membership import MembershipWrites
+from paimon_group.protocol.ownership import OwnershipWrites
+
+__all__ = ["GroupClient", "GroupState", "OwnerView", "Removal"]
 
 
-def _reset_position(next_snapshot: int, actor: str, now: float) -> bytes:
-    """A position written by an operator (epoch 0: no owner wrote it)."""
-    return Position(next_snapshot=next_snapshot, epoch=0, member_id=actor,
-                    committed_at=now).encode()
+def _operators(name: str) -> None:
+    warnings.warn(f"GroupClient.{name} is an operator's commit: use "
+                  f"paimon_group.protocol.admin.GroupAdmin.{name}",
+                  DeprecationWarning, stacklevel=3)
 
 
-class GroupClient:
-    """Group operations for one group over one coordinator session."""
+class GroupClient(MembershipWrites, OwnershipWrites):
+    """A member's group operations for one group over one coordinator session:
+    its writes by family (:class:`~paimon_group.protocol.membership.MembershipWrites`,
+    :class:`~paimon_group.protocol.ownership.OwnershipWrites`), its reads
+    (:class:`~paimon_group.protocol.group_reads.GroupReads`)."""
 
     def __init__(self, coordinator: Coordinator, group: str) -> None:
-        self.coordinator = coordinator
-        self.keys = GroupKeys(group)
-        self.group = group
-        self._marks = PositionMarks()  # what our commits of positions may have left
-        # One position commit at a time: deciding that a position does not
-        # lower the stored one (which may read it back) and sending it must
-        # not interleave with another commit of this client, or a release
-        # decided before a step's commit landed writes its older position
-        # over it (a step commits 9, then the release writes its 6).
-        self._commit_lock = asyncio.Lock()
+        super().__init__(coordinator, group)
 
-    # -- metadata -------------------------------------------------------
-
-    async def read_meta(self) -> GroupMeta | None:
-        entry = await self.coordinator.get(self.keys.meta)
-        return GroupMeta.decode(entry.key, entry.value) if entry else None
-
-    async def ensure_meta(
-        self, num_shards: int | None, table: str, *, sharding: str = "bucket",
-        incarnation: str = "", table_id: str = "", warehouse: str = "",
-        explicit: bool = True, assignor: str | None = None,
-    ) -> GroupMeta:
-        """The group's metadata, creating it with ``num_shards`` if the group is new.
-
-        ``num_shards`` None means "whatever the group has" (required when new).
-        A different shard count for an existing group is a ShardCountMismatch
-        when it was asked for (``explicit``: ``--shards``). A count only planned
-        for a new group (``explicit=False``: the table's default) yields to the
-        stored one (another member may create the group meanwhile). More shards
-        than the backend's ``max_shards`` is a one-line ConfigError, new or not.
-        ``sharding`` (a :class:`~paimon_group.protocol.sharding.ShardRule` value),
-        ``incarnation``, ``table_id`` and ``warehouse`` (normalised) are stored only
-        when the group is created. A group created on another warehouse is a
-        :class:`~paimon_group.errors.WarehouseMismatch`. A ``table_id`` other than the
-        stored one (the table was re-created) is a :class:`~paimon_group.errors.TableReplaced`
-        (a record without one, from before identities were stored, is not checked).
-        ``assignor`` (None: the stored one; ``count`` for a new group) other than the
-        stored one is an :class:`~paimon_group.errors.AssignorMismatch`."""
-        meta = await self.read_meta()
-        if meta is None:
-            if num_shards is None:
-                raise ShardCountMismatch(
-                    f"group {self.group!r} does not exist yet: give its shard count"
-                )
-            check_shard_bound(self.coordinator, self.group, num_shards)
-            new = GroupMeta(num_shards=num_shards, table=table, created_at=time.time(),
-                            sharding=sharding, incarnation=incarnation, table_id=table_id,
-                            warehouse=warehouse, assignor=assignor or "count")
-            created = await self.coordinator.create(self.keys.meta, new.encode())
-            if created is not None:
-                return new
-            meta = await self.read_meta()
-            assert meta is not None  # created concurrently by another member
-        check_can_follow(meta, self.group)
-        check_shard_bound(self.coordinator, self.group, meta.num_shards)
-        check_group_warehouse(meta, self.group, warehouse)
-        if explicit and num_shards is not None and meta.num_shards != num_shards:
-            raise ShardCountMismatch(
-                f"group {self.group!r} has {meta.num_shards} shards stored; --shards "
-                f"{num_shards} contradicts it (leave out --shards to use the stored count, "
-                "use another group name, or delete the group first)"
-            )
-        check_group_assignor(meta, self.group, assignor)
-        if meta.table != table:
-            raise ShardCountMismatch(
-                f"group {self.group!r} reads table {meta.table!r}, not {table!r}"
-            )
-        if table_id:
-            check_table_identity(meta, self.group, table_id)
-        return meta
-
-    # -- membership -----------------------------------------------------
-
-    async def register(self, info: MemberInfo) -> Entry | None:
-        """Create our ephemeral member key; None if the id is held by a live session."""
-        validate_member_id(info.member_id)
-        return await self.coordinator.create(
-            self.keys.member(info.member_id), info.encode(), ephemeral=True
-        )
-
-    async def register_or_fail(self, info: MemberInfo) -> Entry:
-        entry = await self.register(info)
-        if entry is None:
-            raise MemberIdInUse(
-                f"member id {info.member_id!r} is held by another live process in group "
-                f"{self.group!r}; stop it or choose another --member-id"
-            )
-        return entry
-
-    async def deregister(self, member_id: str, *, goodbye: bool = True) -> None:
-        """Leave the member list; with ``goodbye`` also say so (a graceful leave).
-
-        The goodbye marker tells a leader using a rebalance delay (static
-        membership) to move this member's shards at once instead of keeping
-        them for its return.
-        """
-        ops: list[Put | Delete] = [Delete(self.keys.member(member_id))]
-        if goodbye:
-            ops.insert(0, Put(self.keys.leaving(member_id), b"{}"))
-        await self.coordinator.commit([], ops)
-
-    async def leaving(self) -> set[str]:
-        """Members that said goodbye and were not yet processed by a leader."""
-        return {GroupKeys.last_segment(e.key)
-                for e in await self.coordinator.list(self.keys.leaving_dir)}
-
-    async def forget_leaving(self, member_id: str) -> None:
-        await self.coordinator.delete(self.keys.leaving(member_id))
-
-    async def removed_session(self, member_id: str) -> str | None:
-        """The session an operator removed ``member_id`` in (``members remove``).
-
-        Unlike the goodbye marker, which the leader deletes as soon as it has
-        published an assignment without the member, this record stays until
-        the member itself (or its next registration, or ``delete``) clears it:
-        a removed process that notices late must still learn that it was
-        removed, not take it for an expired session and rejoin.
-        """
-        entry = await self.coordinator.get(self.keys.removed(member_id))
-        if entry is None:
-            return None
-        return RemovedMember.decode(entry.key, entry.value).session
-
-    async def forget_removed(self, member_id: str) -> None:
-        await self.coordinator.delete(self.keys.removed(member_id))
-
-    async def members(self) -> dict[str, MemberInfo]:
-        out: dict[str, MemberInfo] = {}
-        for entry in await self.coordinator.list(self.keys.members_dir):
-            info = MemberInfo.decode(entry.key, entry.value)
-            out[GroupKeys.last_segment(entry.key)] = info
-        return out
-
-    # -- leadership and assignment -----------------------------------------
-
-    async def try_lead(self, member_id: str) -> int | None:
-        """Become leader if there is none; our leader epoch, or None.
-
-        The leader record carries our session. A create whose outcome is
-        unknown (it raised, but may have landed) is read back: a leader key
-        created by *this session* is ours, and its create version is our
-        leader epoch. Without this the key would exist, nobody would know it
-        leads, and no assignment would be published until our session ended.
-        """
-        session = self.coordinator.session.id
-        try:
-            entry = await self.coordinator.create(
-                self.keys.leader,
-                Owner(member_id=member_id, generation=0, session=session).encode(),
-                ephemeral=True,
-            )
-        except CoordinatorUnavailable:
-            entry = None
-        if entry is not None:
-            return entry.create_version
-        return await self.own_leader_epoch(member_id)
-
-    async def own_leader_epoch(self, member_id: str) -> int | None:
-        """The leader epoch if the leader key was created by this session as
-        ``member_id`` (an ambiguous create that landed), else None."""
-        entry = await self.coordinator.get(self.keys.leader)
-        if entry is None:
-            return None
-        owner = Owner.decode(entry.key, entry.value)
-        if owner.member_id == member_id and owner.session == self.coordinator.session.id:
-            return entry.create_version
-        return None
-
-    async def leader(self) -> tuple[str, int] | None:
-        return leader_of(await self.coordinator.get(self.keys.leader))
-
-    async def resign(self, leader_epoch: int) -> bool:
-        return await self.coordinator.commit(
-            [Check.created_at(self.keys.leader, leader_epoch)], [Delete(self.keys.leader)]
-        )
-
-    async def read_assignment(self) -> tuple[Assignment | None, int | None]:
-        return self.assignment_of(await self.coordinator.get(self.keys.assignment))
-
-    def assignment_of(self, entry: Entry | None) -> tuple[Assignment | None, int | None]:
-        """The assignment and its version in the assignment key's ``entry``."""
-        if entry is None:
-            return None, None
-        return decoded_assignment(entry.key, entry.value), entry.version
-
-    async def publish(
-        self,
-        shards: Mapping[str, list[int]],
-        *,
-        leader: str,
-        leader_epoch: int,
-        previous: Assignment | None,
-        previous_version: int | None,
-        home: Mapping[str, list[int]] | None = None,
-        away_since: Mapping[str, float] | None = None,
-        loads: Mapping[int, int] | None = None,
-    ) -> Assignment | None:
-        """Publish the next generation (``loads``: by shard); None if we are no
-        longer leader or lost a race."""
-        generation = (previous.generation if previous else 0) + 1
-        assignment = Assignment(
-            generation=generation,
-            leader=leader,
-            leader_epoch=leader_epoch,
-            shards={m: sorted(s) for m, s in sorted(shards.items())},
-            published_at=time.time(),
-            home={m: sorted(s) for m, s in sorted((home or {}).items())},
-            away_since=dict(sorted((away_since or {}).items())),
-            loads=[int(loads.get(s, 0)) for s in range(max(loads) + 1)] if loads else [],
-        )
-        guard = (
-            Check.is_absent(self.keys.assignment)
-            if previous_version is None
-            else Check.at_version(self.keys.assignment, previous_version)
-        )
-        ok = await self.coordinator.commit(
-            [Check.created_at(self.keys.leader, leader_epoch), guard],
-            [Put(self.keys.assignment, assignment.encode())],
-        )
-        return assignment if ok else None
-
-    # -- ownership -----------------------------------------------------
-
-    async def acquire(self, shard: int, member_id: str, generation: int) -> int | None:
-        """Create the owner key of ``shard``; the new epoch, or None if owned by another.
-
-        If the create's outcome is unknown (the coordinator timed out, the
-        write may have landed), or the key exists, the key is read back: a
-        key created by *this session* is ours and its epoch is returned.
-        Without this, a lost acknowledgement would leave the shard held by a
-        key nobody knows it owns, until the session ends.
-        """
-        session = self.coordinator.session.id
-        key = self.keys.owner(shard)
-        try:
-            entry = await self.coordinator.create(
-                key,
-                Owner(member_id=member_id, generation=generation, session=session).encode(),
-                ephemeral=True,
-            )
-        except CoordinatorUnavailable:
-            entry = None
-        if entry is not None:
-            return entry.create_version
-        existing = await self.coordinator.get(key)
-        if existing is not None and Owner.decode(key, existing.value).session == session:
-            return existing.create_version
-        return None
-
-    async def release(self, shard: int, epoch: int) -> bool:
-        """Delete our owner key, only if it is still ours (same epoch).
-
-        A release whose outcome is unknown (the coordinator timed out) is read
-        back and tried again: a key left behind would hold the shard, owned
-        by nobody who knows it, until our session ends.
-        """
-        key = self.keys.owner(shard)
-        for _ in range(3):
-            try:
-                return await self.coordinator.commit(
-                    [Check.created_at(key, epoch)], [Delete(key)])
-            except CoordinatorUnavailable:
-                entry = await self.coordinator.get(key)
-                if entry is None or entry.create_version != epoch:
-                    return True  # it landed (or the key is no longer ours)
-        return await self.coordinator.commit([Check.created_at(key, epoch)], [Delete(key)])
-
-    async def owners(self) -> dict[int, OwnerView]:
-        """Every shard's owner: a listing of all owner keys, O(shards)."""
-        out: dict[int, OwnerView] = {}
-        for entry in await self.coordinator.list(self.keys.owners_dir):
-            shard = GroupKeys.shard_of(entry.key)
-            if shard is None:
-                continue
-            out[shard] = owner_view(shard, entry)
-        return out
-
-    async def owners_of(self, shards: Iterable[int]) -> dict[int, OwnerView]:
-        """The owners of ``shards`` only (a shard without an owner key is
-        left out), in as few requests as the coordinator allows: what a
-        member checks of the shards it holds, O(own shards) rather than
-        :meth:`owners`' O(shards)."""
-        keys = {self.keys.owner(s): s for s in shards}
-        entries = await self.coordinator.get_many(list(keys))
-        return {keys[k]: owner_view(keys[k], e) for k, e in entries.items() if e is not None}
-
-    # -- progress ------------------------------------------------------
-
-    async def positions(self) -> dict[int, Position]:
-        out: dict[int, Position] = {}
-        for entry in await self.coordinator.list(self.keys.positions_dir):
-            shard = GroupKeys.shard_of(entry.key)
-            if shard is not None:
-                out[shard] = Position.decode(entry.key, entry.value)
-        return out
-
-    async def position(self, shard: int) -> tuple[Position | None, int | None]:
-        entry = await self.coordinator.get(self.keys.position(shard))
-        if entry is None:
-            return None, None
-        return Position.decode(entry.key, entry.value), entry.version
-
-    async def commit_positions(
-        self,
-        updates: Mapping[int, tuple[int, int]],
-        member_id: str,
-        *,
-        release: bool = False,
-        full_scan: Mapping[int, int] | None = None,
-        start_moves: Mapping[int, int] | None = None,
-    ) -> bool:
-        """Fenced commit of ``{shard: (epoch, next_snapshot)}`` in one atomic commit.
-
-        Applied only if every shard's owner key still has the given epoch
-        (invariant 1). With ``release`` the owner keys are deleted in the same
-        commit (a graceful handoff: the position and the release land together,
-        so the next owner always starts from the final position).
-
-        Positions never move backwards (invariant 2). A shard's position lower
-        (in :func:`~paimon_group.protocol.records.position_order`) than one this client
-        committed under the same epoch, or read back, is **not written**: the
-        rest of the commit (the epoch check, the release) still applies, and
-        the result is True. It is a no-op rather than a rejection because a
-        rejection means "stale epoch" to the caller, which would drop a shard
-        it still owns. A position lower than one of our commits that *raised*
-        (it may have landed) is first compared with the stored one, read back.
-        This client's position commits run one at a time. ``start_moves``:
-        the moves of the group start each shard's position derives from.
-        """
-        if not updates:
-            return True
-        async with self._commit_lock:
-            return await self._commit_positions(updates, member_id, release, full_scan,
-                                                start_moves=start_moves)
-
-    async def release_many(self, positions: Mapping[int, tuple[int, int]],
-                           bare: Mapping[int, int], member_id: str,
-                           start_moves: Mapping[int, int] | None = None) -> bool:
-        """Release several shards in one fenced commit: ``positions``
-        (``{shard: (epoch, next_snapshot)}``) with their last position, as
-        :meth:`commit_positions` with ``release``; ``bare`` (``{shard: epoch}``)
-        without one. True if every owner key still had its epoch and all were
-        deleted; False if one had not, and then nothing was written.
-        At most :data:`~paimon_group.protocol.commit_size.SHARDS_PER_COMMIT` shards."""
-        if len(positions) + len(bare) > commit_size.SHARDS_PER_COMMIT:
-            raise ValueError(f"at most {commit_size.SHARDS_PER_COMMIT} shards in one commit")
-        async with self._commit_lock:
-            return await self._commit_positions(positions, member_id, True, None, bare,
-                                                start_moves=start_moves)
-
-    async def _commit_positions(self, updates: Mapping[int, tuple[int, int]], member_id: str,
-                                release: bool, full_scan: Mapping[int, int] | None,
-                                bare: Mapping[int, int] | None = None, *,
-                                start_moves: Mapping[int, int] | None = None) -> bool:
-        now = time.time()
-        scans, moves = full_scan or {}, start_moves or {}
-        checks: list[Check] = []
-        ops: list[Put | Delete] = []
-        written: dict[int, tuple[int, tuple[int, ...]]] = {}
-        for shard, (epoch, next_snapshot) in sorted(updates.items()):
-            checks.append(Check.created_at(self.keys.owner(shard), epoch))
-            order = position_order(next_snapshot, scans.get(shard), moves.get(shard, 0))
-            if not await self._lowers(shard, epoch, order):
-                pos = Position(
-                    next_snapshot=next_snapshot, epoch=epoch, member_id=member_id,
-                    committed_at=now, full_scan=scans.get(shard), start_moves=moves.get(shard),
-                )
-                ops.append(Put(self.keys.position(shard), pos.encode()))
-                written[shard] = (epoch, order)
-            if release:
-                ops.append(Delete(self.keys.owner(shard)))
-        for shard, epoch in sorted((bare or {}).items()):
-            checks.append(Check.created_at(self.keys.owner(shard), epoch))
-            ops.append(Delete(self.keys.owner(shard)))
-        try:
-            ok = await self.coordinator.commit(checks, ops)
-        except BaseException:
-            for shard, mark in written.items():
-                self._marks.raise_unsure(shard, mark)
-            raise
-        if ok:
-            for shard, mark in written.items():
-                self._marks.raise_floor(shard, mark)
-        return ok
-
-    async def _lowers(self, shard: int, epoch: int, order: tuple[int, ...]) -> bool:
-        """Whether writing ``order`` under ``epoch`` would lower the stored position."""
-        known = self._marks.lowers(shard, epoch, order)
-        if known is not None:
-            return known
-        # A commit of ours that raised may have landed above ``order``: read
-        # the stored position back (rare; the common path reads nothing). A
-        # commit still in flight on the server lands before anything we send
-        # later on the same session (ZooKeeper orders a session's requests),
-        # so a later landing of it only moves the position forwards.
-        stored, _ = await self.position(shard)
-        return self._marks.read_back(shard, epoch, order,
-                                     None if stored is None else stored.order)
-
-    # -- operators' commits (paimon_group.ops.admin) ---------------------
+    # -- operators' commits: GroupAdmin's (kept for existing callers) -------
 
     async def reset_positions(self, positions: Mapping[int, int], actor: str) -> bool:
-        """Administrative reset: write positions for shards that have no owner.
-
-        Each write is guarded by the owner key being absent, so a reset can
-        never race a live owner's commits.
-        """
-        now = time.time()
-        checks = [Check.is_absent(self.keys.owner(s)) for s in sorted(positions)]
-        ops: list[Put | Delete] = [Put(self.keys.position(s), _reset_position(n, actor, now))
-                                   for s, n in sorted(positions.items())]
-        return await self.coordinator.commit(checks, ops)
+        """The operators' :meth:`~paimon_group.protocol.admin.GroupAdmin.reset_positions`."""
+        _operators("reset_positions")
+        return await GroupAdmin(self.coordinator, self.group).reset_positions(positions, actor)
 
     async def force_positions(self, positions: Mapping[int, int], actor: str) -> bool:
-        """Write positions under live owners: each owner key is deleted in the
-        same commit, which fences the owner (its next commit fails its epoch
-        check); whoever owns the shard next reads the new position.
-
-        Guarded per shard by the owner key being absent or still at the epoch
-        read here: an owner that appears or changes in between makes the
-        commit fail (False; read again and retry), since a new owner read the
-        old position and must be fenced too.
-        """
-        owners = await self.owners()
-        now = time.time()
-        checks: list[Check] = []
-        ops: list[Put | Delete] = []
-        for s, n in sorted(positions.items()):
-            owner = owners.get(s)
-            if owner is None:
-                checks.append(Check.is_absent(self.keys.owner(s)))
-            else:
-                checks.append(Check.created_at(self.keys.owner(s), owner.epoch))
-                ops.append(Delete(self.keys.owner(s)))
-            ops.append(Put(self.keys.position(s), _reset_position(n, actor, now)))
-        return await self.coordinator.commit(checks, ops)
+        """The operators' :meth:`~paimon_group.protocol.admin.GroupAdmin.force_positions`."""
+        _operators("force_positions")
+        return await GroupAdmin(self.coordinator, self.group).force_positions(positions, actor)
 
     async def delete_all(self) -> int | None:
-        """Delete the group: its record, assignment, positions, goodbyes,
-        removal records and sinks, in one commit (so a half-deleted group cannot exist).
-
-        Guarded on every deleted key being the one read, and on no member,
-        owner or leader key existing. The number of keys deleted (0: the
-        group has none), or None when the group changed meanwhile (a member
-        started?) and nothing was deleted.
-        """
-        coord, keys = self.coordinator, self.keys
-        entries = [e for e in (await coord.get(keys.meta), await coord.get(keys.assignment),
-                               await coord.get(keys.start), await coord.get(keys.head))
-                   if e is not None]
-        for directory in (keys.positions_dir, keys.leaving_dir, keys.removed_dir, keys.sinks_dir):
-            entries += await coord.list(directory)
-        live = [e for d in (keys.owners_dir, keys.members_dir) for e in await coord.list(d)]
-        if not entries:
-            return 0
-        checks = [Check.at_version(e.key, e.version) for e in entries]
-        checks.append(Check.is_absent(keys.leader))
-        checks += [Check.is_absent(e.key) for e in live]
-        if not await coord.commit(checks, [Delete(e.key) for e in entries]):
-            return None
-        return len(entries)
+        """The operators' :meth:`~paimon_group.protocol.admin.GroupAdmin.delete_all`."""
+        _operators("delete_all")
+        return await GroupAdmin(self.coordinator, self.group).delete_all()
 
     async def remove_member(self, member_id: str) -> Removal:
-        """Force ``member_id`` out: delete its member key, its owner keys and
-        (if it leads) the leader key, and record its goodbye, in one commit
-        guarded by the create versions of the keys deleted.
-
-        The goodbye (what a gracefully leaving member writes) makes a leader
-        that keeps a vanished static member's shards move them at once. The
-        removal record names the removed session: the leader deletes the
-        goodbye as soon as it has moved the shards, and a live process that
-        notices late must still learn that it was removed (it exits) rather
-        than take its missing member key for an expired session (it would
-        rejoin). Its epochs are gone, so its commits are fenced from then on.
-        """
-        validate_member_id(member_id)
-        coord, keys = self.coordinator, self.keys
-        member = await coord.get(keys.member(member_id))
-        owned = [e for e in await coord.list(keys.owners_dir)
-                 if Owner.decode(e.key, e.value).member_id == member_id]
-        leader = await coord.get(keys.leader)
-        leads = leader is not None and Owner.decode(leader.key, leader.value).member_id == member_id
-        removing = [e for e in (member, leader if leads else None) if e is not None] + owned
-        assignment, _ = await self.read_assignment()
-        if not removing and (assignment is None or member_id not in assignment.shards):
-            return Removal(known=False, done=False)
-        ops: list[Put | Delete] = [Put(keys.leaving(member_id), b"{}")]
-        if member is not None:
-            session = MemberInfo.decode(member.key, member.value).session
-            ops.append(Put(keys.removed(member_id),
-                           RemovedMember(session=session, removed_at=time.time()).encode()))
-        ops += [Delete(e.key) for e in removing]
-        done = await coord.commit([Check.created_at(e.key, e.create_version) for e in removing],
-                                  ops)
-        return Removal(known=True, done=done, removed_keys=tuple(sorted(e.key for e in removing)))
-
-    # -- everything at once --------------------------------------------
-
-    async def state(self) -> GroupState:
-        meta = await self.read_meta()
-        members = await self.members()
-        leader = await self.leader()
-        assignment, version = await self.read_assignment()
-        return GroupState(
-            meta=meta,
-            members=members,
-            leader=leader[0] if leader else None,
-            leader_epoch=leader[1] if leader else None,
-            assignment=assignment,
-            assignment_version=version,
-            owners=await self.owners(),
-            positions=await self.positions(),
-        )
+        """The operators' :meth:`~paimon_group.protocol.admin.GroupAdmin.remove_member`."""
+        _operators("remove_member")
+        return await GroupAdmin(self.coordinator, self.group).remove_member(member_id)

@@ -28,6 +28,7 @@ from paimon_group.errors import (
     PaimonGroupError,
     PlanInvariantViolated,
 )
+from paimon_group.protocol.sinks import SinkRegistry
 from paimon_group.reading.expiry import missing_file_error
 from paimon_group.reading.planner import BatchKind, StepPlan, check_routing
 
@@ -74,7 +75,10 @@ class ShardBatch:
     ``retractions`` (the deletes and update-befores among them, ``-D`` and
     ``-U``, counted the same way and whether or not row kinds were
     requested: a sink refuses output that dropped them,
-    :mod:`paimon_group.sink.kinds`).
+    :mod:`paimon_group.sink.kinds`), ``sinks`` (the delivering member's
+    :class:`~paimon_group.protocol.sinks.SinkRegistry`, where a sink that
+    writes the batch's output registers for ``describe``; None for a batch
+    built outside a member).
 
     A file of the batch found missing when it is read means data loss if
     Paimon's expiry deleted it (snapshot ``first_snapshot`` expired while the
@@ -116,6 +120,7 @@ class ShardBatch:
         "rows_read",
         "shard",
         "sink_holds",
+        "sinks",
         "snapshot_id",
         "splits",
         "start_moves",
@@ -135,6 +140,7 @@ class ShardBatch:
         incarnation: str = "",
         start_moves: int = 0,
         table_id: str = "",
+        sinks: SinkRegistry | None = None,
     ) -> None:
         if planner.num_shards != num_shards:
             raise PlanInvariantViolated(
@@ -168,6 +174,9 @@ class ShardBatch:
         # instead of the batch's own, also if the handler swallowed the
         # sink's AlreadyWritten (iterator mode: the loop body went on).
         self.sink_holds: int | None = None
+        # The member's registry of the sinks its batches are written to: a
+        # sink registers there at its first write (protocol/sinks.py).
+        self.sinks = sinks
         # Sinks holding parts of this batch's output, committed together
         # once the handler is done with the batch (hold_output).
         self._held: list[HeldOutput] = []

@@ -64,7 +64,7 @@ import tenacity
 
 from coordinators import retry
 from paimon_group.errors import ConfigError, PaimonGroupError
-from paimon_group.protocol.sinks import SinkRecord, register, unregister
+from paimon_group.protocol.sinks import SinkRecord, SinkRegistry
 from paimon_group.reading.planner import BatchKind
 from paimon_group.sink.marks import (
     NONCE_PROPERTY,
@@ -137,10 +137,11 @@ class PaimonSink:
         if commit_interval_s < 0 or commit_rows < 1:
             raise ConfigError("commit_interval_s must be >= 0 and commit_rows >= 1")
         self.target = TargetTable.open(warehouse, table, catalog_options)
-        # The members of this process publish it in each group it writes for
-        # (protocol/sinks.py, for describe).
+        # The members whose batches it writes publish it in their groups
+        # (protocol/sinks.py, for describe): it registers with each member's
+        # registry, carried by the member's batches, until closed.
         self._record = SinkRecord("paimon", self.target.warehouse, table)
-        self._groups: set[str] = set()  # the groups it registered for, until closed
+        self._registries: dict[int, SinkRegistry] = {}  # by id
         self.commit_interval_s = commit_interval_s
         self.commit_rows = commit_rows
         self.commit_user = f"paimon-group-sink-{uuid.uuid4().hex[:12]}"
@@ -191,9 +192,7 @@ class PaimonSink:
         of the shard wrote (nothing written); for a member's batch these
         may also come when the member seals it.
         """
-        if batch.group not in self._groups:
-            self._groups.add(batch.group)
-            register(batch.group, self._record, self)
+        self._register(batch)
         hold = getattr(batch, "hold_output", None)
         if hold is not None:
             self._write_part(rows, batch, hold)
@@ -222,9 +221,8 @@ class PaimonSink:
         ``stale`` or ``already`` is not written, and nothing is raised for
         it. Say, a Spark micro-batch's shards, each a run of snapshots
         (:class:`~paimon_group.spark.source.PaimonBatchSink`)."""
-        for group in {batch.group for _, batch in items} - self._groups:
-            self._groups.add(group)
-            register(group, self._record, self)
+        for _, batch in items:
+            self._register(batch)
         tables = [self.target.conform(_as_arrow(rows), batch) for rows, batch in items]
         pending = [_Pending.of(batch, table.num_rows)
                    for table, (_, batch) in zip(tables, items, strict=True)]
@@ -407,8 +405,17 @@ class PaimonSink:
             self._cond.notify_all()
         if self._committer.is_alive():
             self._committer.join(timeout)
-        for group in sorted(self._groups):
-            unregister(group, self._record, self)
+        for registry in list(self._registries.values()):
+            registry.unregister(self._record, self)
+
+    def _register(self, batch: SourceBatch) -> None:
+        """Register with the member that delivered ``batch`` (its batches
+        carry its :class:`~paimon_group.protocol.sinks.SinkRegistry`; a batch
+        no member delivered carries none), once per member."""
+        registry = getattr(batch, "sinks", None)
+        if isinstance(registry, SinkRegistry) and id(registry) not in self._registries:
+            self._registries[id(registry)] = registry
+            registry.register(self._record, self)
 
     def __enter__(self) -> PaimonSink:
         return self

@@ -209,7 +209,7 @@ class Afterlife:
         from paimon_group.errors import GroupBusy
         from paimon_group.ops.admin import delete_group
         from paimon_group.ops.report import GroupNotFound
-        from paimon_group.protocol.group import GroupClient
+        from paimon_group.protocol.admin import GroupAdmin
         from paimon_group.reading.table import ShardedTable
         from tests.sim.coordinator import SimCoordinator
 
@@ -221,7 +221,7 @@ class Afterlife:
         try:
             while True:
                 try:
-                    await delete_group(GroupClient(coord, group), table)
+                    await delete_group(GroupAdmin(coord, group), table)
                     self.stats["afterlife_group_deleted"] += 1
                     return True
                 except GroupBusy as err:

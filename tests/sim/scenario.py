@@ -1272,10 +1272,8 @@ def run_seed(seed: int, *, plant: str | None = None, keep: bool = False,
         with contextlib.suppress(Exception):
             loop.close()
         if run is not None and run.sink is not None:
-            # A seed's sinks close with it: a sink left open stays in the
-            # process's registry, and the members of every later seed in the
-            # worker published its target at each full control round (a
-            # seed's run then depended on the seeds before it).
+            # A seed's sinks close with it (their committer threads end);
+            # each registered only with its own seed's members.
             run.sink.close()
             if run.afterlife is not None:
                 run.afterlife.close()
