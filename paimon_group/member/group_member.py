@@ -298,6 +298,11 @@ class GroupMember:
                 if (batch.lost is not None or isinstance(err, AlreadyWritten)
                         or err is retries.failed):
                     raise
+                # A handler that gave up on a table dropped or re-created
+                # under it (its batch read with the old table's schema) failed
+                # because of that: the member says so, not "handler failed".
+                with contextlib.suppress(OSError, RuntimeError):
+                    await self._core.in_io(self.read_loop.check_table_in_place)
                 retries.give_up(err, shard=batch.shard, snapshot=batch.snapshot_id)
 
         await self._consume(process)

@@ -141,7 +141,7 @@ class ReadLoop:
                 # stops the member within its bound whatever the coordinator
                 # does meanwhile.
                 table_checked = time.monotonic()
-                await self._core.in_io(self._check_table_itself)
+                await self._core.in_io(self.check_table_in_place)
                 continue
             self._core.raise_if_failed()
             progressed = await self._read_round(process)
@@ -172,9 +172,9 @@ class ReadLoop:
         meta = self._core.meta
         if self._core.head.vouches_for(meta.table_id if meta is not None else ""):
             return
-        self._check_table_itself()
+        self.check_table_in_place()
 
-    def _check_table_itself(self) -> None:
+    def check_table_in_place(self) -> None:
         """:meth:`check_table`, whatever the head says."""
         cfg = self._core.config
         current = table_identity(self._core.table.table) if self._core.table is not None else ""
@@ -199,7 +199,7 @@ class ReadLoop:
             # A file the plan names is gone: most likely the table was dropped
             # (or re-created) since the last check, which says so in one line
             # (TableNotFound, TableReplaced); else the error stands.
-            await self._core.in_io(self._check_table_itself)
+            await self._core.in_io(self.check_table_in_place)
             raise
         finally:
             for future in prefetched.values():
@@ -518,7 +518,7 @@ class ReadLoop:
         say nothing of the old one's): data loss (BatchExpired, handled by
         :meth:`_deliver_all`), or a file missing from a retained snapshot, in
         one line."""
-        await self._core.in_io(self._check_table_itself)
+        await self._core.in_io(self.check_table_in_place)
         raise err
 
     async def _handle(self, o: OwnedShard, batch: ShardBatch, step: StepPlan,
