@@ -298,14 +298,19 @@ class GroupMember:
                 if (batch.lost is not None or isinstance(err, AlreadyWritten)
                         or err is retries.failed):
                     raise
-                # A handler that gave up on a table dropped or re-created
-                # under it (its batch read with the old table's schema) failed
-                # because of that: the member says so, not "handler failed".
-                with contextlib.suppress(OSError, RuntimeError):
-                    await self._core.in_io(self.read_loop.check_table_in_place)
-                retries.give_up(err, shard=batch.shard, snapshot=batch.snapshot_id)
+                await self._give_up(retries, err, batch)
 
         await self._consume(process)
+
+    async def _give_up(self, retries: HandlerRetries, err: Exception,
+                       batch: ShardBatch) -> Never:
+        """The batch used up its attempts: the member fails. A handler that
+        gave up on a table dropped or re-created under it (its batch read
+        with the old table's schema) failed because of that, and the member
+        says so (TableNotFound, TableReplaced), not "handler failed"."""
+        with contextlib.suppress(OSError, RuntimeError):
+            await self._core.in_io(self.read_loop.check_table_in_place)
+        retries.give_up(err, shard=batch.shard, snapshot=batch.snapshot_id)
 
     async def _consume(self, process: Process) -> None:
         reader = asyncio.create_task(self.read_loop.run(process), name="pg-read")
