@@ -12,6 +12,7 @@ import time
 import pytest
 
 from paimon_group.member.balance import LeaderLoads, full_scan_pending
+from paimon_group.protocol.assignors import LOAD
 from paimon_group.protocol.records import Assignment, GroupStart, Position
 from paimon_group.reading.shard_load import MeasuredLoad
 from paimon_group.reading.start import parse_start
@@ -42,7 +43,7 @@ def published(shards: dict[str, list[int]]) -> Assignment:
 
 def test_without_a_measurement_the_count_assignor_decides() -> None:
     loads = LeaderLoads()
-    wanted, used = loads.assign(4, MEMBERS, {}, None)
+    wanted, used = loads.assign(LOAD, 4, MEMBERS, {}, None)
     assert wanted == {"a": [0, 1], "b": [2, 3]} and used == {}
 
 
@@ -62,7 +63,7 @@ def test_measured_at_most_once_per_interval_and_a_failure_keeps_the_last() -> No
 def test_loads_count_the_backlog_of_shards_whose_full_scan_is_ahead() -> None:
     loads = LeaderLoads(refresh_s=0.0)
     asyncio.run(loads.refresh(Measurer((measured((100, 0, 0, 0), (0, 10, 10, 10)), {0}))))
-    wanted, used = loads.assign(4, MEMBERS, {}, None)
+    wanted, used = loads.assign(LOAD, 4, MEMBERS, {}, None)
     assert used == {0: 100, 1: 10, 2: 10, 3: 10}
     assert wanted == {"a": [0], "b": [1, 2, 3]}
 
@@ -71,15 +72,16 @@ def test_balance_only_rounds_wait_for_a_newer_measurement() -> None:
     loads = LeaderLoads(refresh_s=0.0)
     before = {"a": [0, 1], "b": [2, 3]}
     asyncio.run(loads.refresh(Measurer((measured((0,) * 4, (1, 1, 1, 1)), set()))))
-    assert loads.assign(4, MEMBERS, before, published(before))[0] == before
+    assert loads.assign(LOAD, 4, MEMBERS, before, published(before))[0] == before
     loads.published()
     # The load shifts; the same members, nothing orphaned: no move until
     # the next measurement is taken.
     loads.measured = measured((0,) * 4, (50, 50, 1, 1))
     loads.published()  # as if it went out with the last assignment
-    assert loads.assign(4, MEMBERS, before, published(before))[0] == before
+    assert loads.assign(LOAD, 4, MEMBERS, before, published(before))[0] == before
     asyncio.run(loads.refresh(Measurer((measured((0,) * 4, (50, 50, 1, 1)), set()))))
-    assert loads.assign(4, MEMBERS, before, published(before))[0] == {"a": [1], "b": [0, 2, 3]}
+    assert (loads.assign(LOAD, 4, MEMBERS, before, published(before))[0]
+            == {"a": [1], "b": [0, 2, 3]})
 
 
 def test_a_join_moves_at_once_even_with_the_published_measurement() -> None:
@@ -87,14 +89,14 @@ def test_a_join_moves_at_once_even_with_the_published_measurement() -> None:
     asyncio.run(loads.refresh(Measurer((measured((0,) * 4, (10, 10, 10, 10)), set()))))
     loads.published()
     before = {"a": [0, 1, 2, 3]}
-    wanted, _ = loads.assign(4, MEMBERS, before, published(before))
+    wanted, _ = loads.assign(LOAD, 4, MEMBERS, before, published(before))
     assert wanted == {"a": [2, 3], "b": [0, 1]}  # ties: the lowest shard moves first
 
 
 def test_a_different_shard_count_is_assigned_by_count() -> None:
     loads = LeaderLoads(refresh_s=0.0)
     asyncio.run(loads.refresh(Measurer((measured((0, 0), (5, 1)), set()))))
-    assert loads.assign(4, MEMBERS, {}, None)[1] == {}
+    assert loads.assign(LOAD, 4, MEMBERS, {}, None)[1] == {}
 
 
 @pytest.mark.parametrize(("start", "start_text", "expected"), [

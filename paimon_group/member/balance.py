@@ -28,8 +28,8 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
-from paimon_group.protocol.assignor import assign, choose_assignor
-from paimon_group.protocol.load_assignor import DEFAULT_MAX_MOVE_SHARE, assign_by_load
+from paimon_group.protocol.assignors import Assignor
+from paimon_group.protocol.load_assignor import DEFAULT_MAX_MOVE_SHARE
 from paimon_group.protocol.records import Assignment, GroupStart, Position
 from paimon_group.reading.shard_load import MeasuredLoad, shard_loads
 from paimon_group.reading.start import StartKind, StartPosition
@@ -70,15 +70,15 @@ class LeaderLoads:
             self.measured, self.pending = fresh
 
     def assign(
-        self, num_shards: int, members: Sequence[str], basis: Mapping[str, list[int]],
-        previous: Assignment | None, *, group_assignor: str | None = "load",
+        self, assignor: Assignor, num_shards: int, members: Sequence[str],
+        basis: Mapping[str, list[int]], previous: Assignment | None,
     ) -> tuple[dict[str, list[int]], dict[int, int]]:
-        """The assignment by load (and the loads it used; ``{}``: by count,
-        when :func:`~paimon_group.protocol.assignor.choose_assignor` says so
-        for what was measured)."""
+        """The assignment by ``assignor`` with the last measurement (and the
+        loads it was given; ``{}``: none, when not every shard was measured,
+        and the load assignor assigns by count)."""
         covered = self.measured is not None and len(self.measured.live) == num_shards
-        if choose_assignor(group_assignor, len(members), loads_cover_shards=covered) == "count":
-            return assign(num_shards, members, basis), {}
+        if not covered:
+            return assignor.assign(num_shards, members, basis, loads=None), {}
         assert self.measured is not None  # covered
         loads = shard_loads(self.measured, self.pending)
         held = {s for m in members for s in basis.get(m, ())}
@@ -86,7 +86,8 @@ class LeaderLoads:
                         and held >= set(range(num_shards)))
         fresh = self.measured.measured_at > self._published_at
         share = DEFAULT_MAX_MOVE_SHARE if fresh or not only_balance else 0.0
-        return assign_by_load(num_shards, members, loads, basis, max_move_share=share), loads
+        return assignor.assign(num_shards, members, basis, loads=loads,
+                               max_move_share=share), loads
 
     def published(self) -> None:
         """The last measurement went out with a published assignment."""

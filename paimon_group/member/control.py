@@ -26,7 +26,7 @@ from paimon_group.member.ownership import ShardOwnership
 from paimon_group.member.round_view import RoundView, read_round
 from paimon_group.member.settle import ArrivalSettle
 from paimon_group.member.state import Leadership
-from paimon_group.protocol.assignor import assign, choose_assignor
+from paimon_group.protocol.assignors import assignor_named
 from paimon_group.protocol.group import GroupClient
 from paimon_group.protocol.group_start import read_group_start
 from paimon_group.protocol.records import Assignment
@@ -309,12 +309,12 @@ class Control:
     ) -> tuple[dict[str, list[int]], dict[int, int]]:
         """The next assignment by the group's assignor, and the shard loads it
         used (``{}`` for the count assignor); see :mod:`paimon_group.member.balance`."""
-        chosen = self._core.meta.assignor if self._core.meta is not None else None
-        if choose_assignor(chosen, len(members)) == "count":
-            return assign(self._core.num_shards, members, basis), {}
+        assignor = assignor_named(
+            self._core.meta.assignor if self._core.meta is not None else None)
+        if not assignor.needs_loads or not members:
+            return assignor.assign(self._core.num_shards, members, basis), {}
         await self._loads.refresh(functools.partial(self._measure_loads, group))
-        return self._loads.assign(self._core.num_shards, members, basis, previous,
-                                  group_assignor=chosen)
+        return self._loads.assign(assignor, self._core.num_shards, members, basis, previous)
 
     async def _measure_loads(self, group: GroupClient) -> tuple[MeasuredLoad, set[int]] | None:
         """The shards' rows (from the manifests) and which of them still have

@@ -74,7 +74,7 @@ from collections.abc import Collection, Iterable, Mapping
 
 from coordinators.errors import ConfigError
 
-__all__ = ["ASSIGNORS", "assign", "choose_assignor", "minimum_moves", "moves", "parse_assignor",
+__all__ = ["ASSIGNORS", "assign", "minimum_moves", "moves", "parse_assignor",
            "repaired_previous"]
 
 #: The assignors a group can be created with: ``count`` (this module) balances
@@ -94,26 +94,6 @@ def parse_assignor(value: str | None) -> str:
     if name not in ASSIGNORS:
         raise ConfigError(f"unknown assignor {value!r}: use one of {', '.join(ASSIGNORS)}")
     return name
-
-
-def choose_assignor(group_assignor: str | None, members: int, *,
-                    loads_cover_shards: bool = True) -> str:
-    """The assignor a leader's round uses: ``load`` for a group created with
-    it (``group_assignor``, from the group's record; None: no record read),
-    with at least one member and every shard's load measured
-    (``loads_cover_shards``); ``count`` otherwise, as for an empty table or a
-    measurement that failed or saw another shard count. A leader asks twice:
-    before measuring (``loads_cover_shards`` left out: can loads matter at
-    all?), then with what it measured.
-
-        >>> choose_assignor("load", 2), choose_assignor("load", 2, loads_cover_shards=False)
-        ('load', 'count')
-        >>> choose_assignor("count", 2), choose_assignor(None, 2), choose_assignor("load", 0)
-        ('count', 'count', 'count')
-    """
-    if group_assignor == "load" and members > 0 and loads_cover_shards:
-        return "load"
-    return "count"
 
 
 def assign(
