@@ -65,9 +65,13 @@ REMEMBERED_SNAPSHOTS = 4
 """How many snapshot texts handed over by the group's head a table keeps."""
 
 
-def _normalise_warehouse(warehouse: str) -> str:
-    """Absolute path for a local warehouse (so every process names the same
-    directory whatever its working directory); URLs are left as they are."""
+def _location_to_open(warehouse: str) -> str:
+    """The location pypaimon opens: an absolute path for a local warehouse
+    (every process opens the same directory whatever its working directory);
+    a URL as given, its scheme the one the store's client was set up for.
+    Not the warehouse's name: the group records and compares that one
+    (:func:`paimon_group.config.warehouses.normalised_warehouse`: symlinks
+    resolved, ``file://`` dropped, ``s3a`` as ``s3``)."""
     if "://" in warehouse:
         return warehouse
     return os.path.abspath(os.path.expanduser(warehouse))
@@ -209,7 +213,7 @@ class ShardedTable:
 
         refuse_credentials_in_warehouse(warehouse)
         install_engine_reads()
-        location = _normalise_warehouse(warehouse)
+        location = _location_to_open(warehouse)
         options = dict(catalog_options or {})
         options["warehouse"] = location
         try:
