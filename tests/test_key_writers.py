@@ -33,7 +33,6 @@ MUTABLE_FACTORIES = frozenset({"dict", "set", "list", "defaultdict", "OrderedDic
 # system's signal handlers, and clients of an object store by filesystem.
 ALLOWED_PROCESS_STATE = {
     ("paimon_group/arrowread/levels.py", "_warned"): "a warning logged once per table",
-    ("paimon_group/config/__init__.py", "_warned"): "a deprecation warned once per name",
     ("paimon_group/member/signals.py", "_SUBSCRIBERS"): "the process's signal handlers",
     ("paimon_group/store/exclusive.py", "_clients"): "an S3 client per filesystem",
     ("paimon_group/store/exclusive.py", "_honouring"): "stores known to honour a "

@@ -248,10 +248,9 @@ class Commits:
 
     def _rejected(self, s: int, o: OwnedShard) -> None:
         self._core.stats.rejected_commits += 1
-        log.warning(
+        self._core.log.warning(
             "shard %d: commit rejected, epoch %d is stale: another member owns it now",
-            s, o.epoch, extra={"group": self._core.group_name, "member": self._core.member_id,
-                               "shard": s, "epoch": o.epoch})
+            s, o.epoch, extra={"shard": s, "epoch": o.epoch})
         o.drop()
         if self._owned.forget(o):
             # Our current ownership of the shard is gone. (A commit of an

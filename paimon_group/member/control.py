@@ -80,9 +80,7 @@ class Control:
                     # An acquisition or release may have landed unseen: the
                     # next ownership check lists every owner key and sweeps.
                     self._ownership.sweep_at_next_check()
-                    log.warning("control round failed, retrying: %s", err,
-                                extra={"group": self._core.group_name,
-                                       "member": self._core.member_id})
+                    self._core.log.warning("control round failed, retrying: %s", err)
             fired = await self._wait_for_change(timeout=self._core.timing.control_tick_s)
 
     async def _wait_for_change(self, timeout: float) -> set[str]:
@@ -114,8 +112,7 @@ class Control:
         if self._ownership.releases:
             released = await self._ownership.releases.retry(group)
             if released:
-                log.info("owner keys of shards %s released on retry", released,
-                         extra={"group": self._core.group_name, "member": self._core.member_id})
+                self._core.log.info("owner keys of shards %s released on retry", released)
         if self._owners_only(fired):
             await self._acquire(group, self._ownership.pending_acquisitions())
             if time.monotonic() - self._ownership.checked_at > self._ownership.check_s:
@@ -182,13 +179,12 @@ class Control:
             if self._state.assignment is not None:
                 self._core.stats.rebalances += 1
             self._state.assignment = assignment
-            log.info(
+            self._core.log.info(
                 "generation %d: shards %s",
                 assignment.generation,
                 assignment.shards_of(self._core.member_id),
-                extra={"group": self._core.group_name, "member": self._core.member_id,
-                       "generation": assignment.generation},
-            )
+                extra={"generation": assignment.generation},
+                )
         if time.monotonic() - self._ownership.checked_at > self._ownership.check_s:
             await self._ownership.check_ownership(group)
         current = self._state.assignment
@@ -226,8 +222,7 @@ class Control:
         if leader is None:
             epoch = await group.try_lead(self._core.member_id)
             if epoch is not None:
-                log.info("became leader (epoch %d)", epoch,
-                         extra={"group": self._core.group_name, "member": self._core.member_id})
+                self._core.log.info("became leader (epoch %d)", epoch)
                 self._state.leader_epoch = epoch
         elif leader[0] == self._core.member_id and leader[1] == self._state.leader_epoch:
             pass
@@ -235,8 +230,7 @@ class Control:
                 epoch := await group.own_leader_epoch(self._core.member_id)) is not None:
             # A leader key our session created, though our create raised (its
             # outcome was unknown): we lead, at its create version.
-            log.info("adopted leader key (epoch %d)", epoch,
-                     extra={"group": self._core.group_name, "member": self._core.member_id})
+            self._core.log.info("adopted leader key (epoch %d)", epoch)
             self._state.leader_epoch = epoch
         else:
             self._state.leader_epoch = None
@@ -298,10 +292,9 @@ class Control:
             # Deposed, or another publish raced us: re-read on the next round.
             self._core.wake.set()
         else:
-            log.info("published generation %d for %d members", published.generation,
-                     len(members), extra={"group": self._core.group_name,
-                                          "member": self._core.member_id,
-                                          "generation": published.generation})
+            self._core.log.info(
+                "published generation %d for %d members", published.generation,
+                len(members), extra={"generation": published.generation})
 
     async def _assignment_for(
         self, group: GroupClient, members: list[str], basis: dict[str, list[int]],

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
@@ -52,6 +52,18 @@ from paimon_group.reading.table import ShardedTable
 from paimon_group.version import __version__
 
 log = logging.getLogger("paimon_group.member")
+
+
+class MemberLog(logging.LoggerAdapter[logging.Logger]):
+    """The member's logger: every record carries its group and member id (the
+    structured logs' ``group`` and ``member``), merged with the call's own
+    ``extra`` (a shard, a generation)."""
+
+    def process(
+        self, msg: Any, kwargs: MutableMapping[str, Any]
+    ) -> tuple[Any, MutableMapping[str, Any]]:
+        kwargs["extra"] = {**(self.extra or {}), **kwargs.get("extra", {})}
+        return msg, kwargs
 
 VERSION = __version__  # what a member registers (MemberInfo.version)
 
@@ -139,6 +151,7 @@ class MemberCore:
         self.timing = config.timing
         self.member_id = config.id
         self.group_name = config.group
+        self.log = MemberLog(log, {"group": self.group_name, "member": self.member_id})
         self.listener = listener
         self.auto_commit = auto_commit
         self.state = MemberState.CREATED
@@ -320,22 +333,15 @@ class MemberCore:
             return
         if not may_move(self.state, state):
             if self.state is not MemberState.FAILED:
-                log.debug("member state %s -> %s refused", self.state.value, state.value,
-                          extra={"group": self.group_name, "member": self.member_id})
+                self.log.debug("member state %s -> %s refused", self.state.value, state.value)
             return
-        log.info(
-            "member state %s -> %s",
-            self.state.value,
-            state.value,
-            extra={"group": self.group_name, "member": self.member_id},
-        )
+        self.log.info("member state %s -> %s", self.state.value, state.value)
         self.state = state
 
     def fail(self, err: BaseException) -> None:
         if self.error is None:
             self.error = err
-        log.error("member failed: %s", err, extra={"group": self.group_name,
-                                                    "member": self.member_id})
+        self.log.error("member failed: %s", err)
         self.set_state(MemberState.FAILED)
         self.begin_stop()
 

@@ -153,8 +153,7 @@ class GroupMember:
         ``paimon-group run`` does; :meth:`batches` then ends."""
         if self._signalled is not None:
             return  # a stop is under way (stop() bounds it)
-        log.info("%s: handing shards off", signal.Signals(signum).name,
-                 extra={"group": self.group_name, "member": self.member_id})
+        self._core.log.info("%s: handing shards off", signal.Signals(signum).name)
         if self._core.state is MemberState.JOINING:
             # Stopped once the start returns (__aenter__), not in the middle of it.
             self._signalled = asyncio.get_running_loop().create_future()

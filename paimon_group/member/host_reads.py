@@ -98,8 +98,7 @@ class HostReads:
             return {}
         except PaimonGroupError as err:
             # Those shards stay out (unresolved or uncertain) this time.
-            log.warning("positions not settled this round: %s", err,
-                        extra={"group": self._core.group_name, "member": self._core.member_id})
+            self._core.log.warning("positions not settled this round: %s", err)
         out: dict[int, ShardPosition] = {}
         for o in held:
             if (o.dropped or o.uncertain or o.next_snapshot is None
@@ -181,9 +180,9 @@ class HostReads:
             for lost in losts:
                 moved = await move_start(self._core, lost, lineage)
         except CoordinatorError as err:
-            log.warning("the group's start was not moved this time (%s): the shards wait for "
-                        "the next batch", err,
-                        extra={"group": self._core.group_name, "member": self._core.member_id})
+            self._core.log.warning(
+                "the group's start was not moved this time (%s): the shards wait for "
+                "the next batch", err)
             return None
         if moved is None or moved.full_scan is None:
             return None
@@ -218,9 +217,9 @@ class HostReads:
         not re-pinned the shard at) is committed with it.
         """
         if not self.of_this_incarnation(incarnation):
-            log.info("positions of another incarnation of group %s not committed: %s",
-                     self._core.group_name, dict(positions),
-                     extra={"group": self._core.group_name, "member": self._core.member_id})
+            self._core.log.info(
+                "positions of another incarnation of group %s not committed: %s",
+                self._core.group_name, dict(positions))
             return dict.fromkeys(positions, False)
         result: dict[int, bool] = {}
         by_position: dict[tuple[int, int], dict[int, OwnedShard]] = {}
@@ -231,9 +230,9 @@ class HostReads:
                 continue
             lineage = o.start_moves if moves is None else moves.get(shard, o.start_moves)
             if lineage < o.start_moves:
-                log.info("shard %d: position %d of an earlier group start not committed: the "
-                         "shard scans the moved start first", shard, to,
-                         extra={"group": self._core.group_name, "member": self._core.member_id})
+                self._core.log.info(
+                    "shard %d: position %d of an earlier group start not committed: the "
+                    "shard scans the moved start first", shard, to)
                 result[shard] = False
                 continue
             done = o.full_scan if o.full_scan is not None else o.next_snapshot
@@ -247,8 +246,8 @@ class HostReads:
             except Exception as err:  # coordinator errors, or leaving: not committed
                 # Not committing only means that the next owner of these
                 # shards reads them again.
-                log.warning("commit of shards %s at %d failed: %s", sorted(owned), to, err,
-                            extra={"group": self._core.group_name, "member": self._core.member_id})
+                self._core.log.warning(
+                    "commit of shards %s at %d failed: %s", sorted(owned), to, err)
             for shard, o in owned.items():
                 result[shard] = (not o.dropped and o.committed == to
                                  and o.start_moves == lineage)

@@ -79,8 +79,7 @@ class Membership:
             log.debug("%s (while %s)", line, self._core.state.value)
         elif line is not None:
             level = logging.INFO if state is SessionState.CONNECTED else logging.WARNING
-            log.log(level, line, extra={"group": self._core.group_name,
-                                        "member": self._core.member_id})
+            self._core.log.log(level, line)
 
     async def join(self, *, first: bool) -> None:
         """Connect, create or check the group, register our member key."""
@@ -329,8 +328,8 @@ class Membership:
         except asyncio.CancelledError:
             raise
         except Exception as err:
-            log.warning("table head loop stopped (%s): members poll the table themselves", err,
-                        extra={"group": self._core.group_name, "member": self._core.member_id})
+            self._core.log.warning(
+                "table head loop stopped (%s): members poll the table themselves", err)
 
     async def _rejoin(self) -> None:
         lost, epochs = self._ownership.lose_all()

@@ -121,9 +121,9 @@ async def repin_stale(core: MemberCore, commits: Commits, held: list[OwnedShard]
              and core.owned.get(o.shard) is o and o.start_moves < start.moves}
     if not stale:
         return
-    log.info("shards %s: re-pinned at the group's moved start, a full scan of snapshot %d "
-             "(moved from %s)", sorted(stale), start.full_scan, start.moved_from,
-             extra={"group": core.group_name, "member": core.member_id})
+    core.log.info(
+        "shards %s: re-pinned at the group's moved start, a full scan of snapshot %d "
+        "(moved from %s)", sorted(stale), start.full_scan, start.moved_from)
     # ``read_to``: where each shard had read to. It reads the moved start's
     # full scan and the deltas after it again, up to there (docs/reliability.md).
     core.history.record("repin", shards=sorted(stale), full_scan=start.full_scan,

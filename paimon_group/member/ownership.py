@@ -166,9 +166,9 @@ class ShardOwnership:
             stop=superseded)
         acquired = [s for s in outcomes if s is not None]
         if acquired:
-            log.info("acquired shards %s", acquired,
-                     extra={"group": self._core.group_name, "member": self._core.member_id,
-                            "generation": generation})
+            self._core.log.info(
+                "acquired shards %s", acquired,
+                extra={"generation": generation})
             self._core.notify("on_assigned", acquired)
             self._core.wake.set()
         if error is not None:
@@ -249,11 +249,12 @@ class ShardOwnership:
         if resume_allowed(core.meta, origin):
             carried = None if origin is None else origin.start
             return mirrored, file_start_moves(mirrored, carried), carried
-        log.warning("shard %d: consumer file (next snapshot %d) not resumed from: it was not "
-                    "written under this group's %d shards by this group; starting as "
-                    "configured (%s)", shard, mirrored.next_snapshot, self._core.num_shards,
-                    self._core.config.start,
-                    extra={"group": core.group_name, "member": core.member_id, "shard": shard})
+        core.log.warning(
+            "shard %d: consumer file (next snapshot %d) not resumed from: it was not "
+            "written under this group's %d shards by this group; starting as "
+            "configured (%s)", shard, mirrored.next_snapshot, self._core.num_shards,
+            self._core.config.start,
+            extra={"shard": shard})
         return None
 
     def sweep_at_next_check(self) -> None:
@@ -303,13 +304,12 @@ class ShardOwnership:
             # shards off cleanly (last position committed, owner key deleted).
             how = "released" if reason == "leaving" else "revoked"
             self._core.stats.shards_moved[how] += len(released)
-            log.info("%s shards %s (%s)", how, released, reason,
-                     extra={"group": self._core.group_name, "member": self._core.member_id})
+            self._core.log.info("%s shards %s (%s)", how, released, reason)
             self._core.notify("on_revoked", released)
         if lost:
-            log.warning("lost shards %s: their release was not confirmed (%s); the next "
-                        "owner resumes from the last committed position", lost, reason,
-                        extra={"group": self._core.group_name, "member": self._core.member_id})
+            self._core.log.warning(
+                "lost shards %s: their release was not confirmed (%s); the next "
+                "owner resumes from the last committed position", lost, reason)
             self._core.notify("on_lost", lost)
         self._core.wake.set()
         if error is not None:
@@ -333,11 +333,10 @@ class ShardOwnership:
                 waited += wait
             if waited >= limit or o.dropped:
                 return False
-            log.warning("shard %d: its revocation waits for the batch its host planned "
-                        "(%.0fs so far; a Spark query completes it at its next trigger)",
-                        o.shard, waited, extra={"group": self._core.group_name,
-                                                "member": self._core.member_id,
-                                                "shard": o.shard})
+            self._core.log.warning(
+                "shard %d: its revocation waits for the batch its host planned "
+                "(%.0fs so far; a Spark query completes it at its next trigger)",
+                o.shard, waited, extra={"shard": o.shard})
 
     async def _release_all(self, group: GroupClient | None,
                            releasing: list[tuple[OwnedShard, bool]], *, reason: str
@@ -393,9 +392,9 @@ class ShardOwnership:
         except CoordinatorError as err:
             # It may have landed: the shard-by-shard releases then find the
             # keys gone (not ours: reported lost, which is safe) or deleted.
-            log.warning("shards %s: release in one commit failed (%s); one by one",
-                        sorted(o.shard for o, _ in pairs), err,
-                        extra={"group": self._core.group_name, "member": self._core.member_id})
+            self._core.log.warning(
+                "shards %s: release in one commit failed (%s); one by one",
+                sorted(o.shard for o, _ in pairs), err)
             return False
         mirrored: list[tuple[int, int, bool, int]] = []
         for o, _ in pairs:
@@ -448,10 +447,10 @@ class ShardOwnership:
         if undecided:
             # Left bound to our live session, the key would hold the
             # shard from its new assignee for ever: retried every round.
-            log.warning("shard %d: owner key (epoch %d) not released yet; retrying every "
-                        "control round until it is gone", o.shard, o.epoch,
-                        extra={"group": self._core.group_name, "member": self._core.member_id,
-                               "shard": o.shard, "epoch": o.epoch})
+            self._core.log.warning(
+                "shard %d: owner key (epoch %d) not released yet; retrying every "
+                "control round until it is gone", o.shard, o.epoch,
+                extra={"shard": o.shard, "epoch": o.epoch})
             self.releases.add(o.shard, o.epoch)
         self._core.history.record("release", shard=o.shard, epoch=o.epoch, ok=ok, reason=reason,
                             next_snapshot=o.committed, start_moves=o.start_moves)
@@ -494,8 +493,8 @@ class ShardOwnership:
                 lost.append(o.shard)
                 epochs.append(o.epoch)
         if lost:
-            log.warning("shards %s: owner key gone or re-created by another member", lost,
-                        extra={"group": self._core.group_name, "member": self._core.member_id})
+            self._core.log.warning(
+                "shards %s: owner key gone or re-created by another member", lost)
             self._core.history.record("lost", shards=lost, epochs=epochs, reason="owner key gone")
             self._core.notify("on_lost", lost)
 

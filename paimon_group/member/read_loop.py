@@ -95,9 +95,7 @@ class ReadLoop:
                     # round's call fails as "closed": the end of reading, not
                     # a failure (seen once the release became one commit and
                     # the leave reached the close sooner).
-                    log.info("read round ended by the leave: %s", err,
-                             extra={"group": self._core.group_name,
-                                    "member": self._core.member_id})
+                    self._core.log.info("read round ended by the leave: %s", err)
                     return
                 if (isinstance(err, CoordinatorError) and not err.retriable
                         and coord is not None and self._core.coordinator is not coord):
@@ -106,8 +104,7 @@ class ReadLoop:
                     # refuses it for good, but it is not this member's
                     # failure (say, the group start created on the closed
                     # connection). The round runs again on the new connection.
-                    log.info("a read round spanned a rejoin (%s): reading again", err,
-                             extra={"group": self._core.group_name, "member": self._core.member_id})
+                    self._core.log.info("a read round spanned a rejoin (%s): reading again", err)
                     continue
                 if not err.retriable:
                     self._core.fail(err)
@@ -462,10 +459,10 @@ class ReadLoop:
         next step reads on from what the sink holds, once it is found
         credible (:func:`~paimon_group.member.sink_holds.check_held`)."""
         await check_held(self._core, o, batch, written)
-        log.info("shard %d: the sink already holds snapshots up to %d: the position moves "
-                 "there", o.shard, written.next_snapshot - 1,
-                 extra={"group": self._core.group_name, "member": self._core.member_id,
-                        "shard": o.shard, "epoch": o.epoch})
+        self._core.log.info(
+            "shard %d: the sink already holds snapshots up to %d: the position moves "
+            "there", o.shard, written.next_snapshot - 1,
+            extra={"shard": o.shard, "epoch": o.epoch})
         self._core.history.record("already_written", shard=o.shard, epoch=o.epoch,
                                   snapshot=batch.snapshot_id, next_snapshot=written.next_snapshot)
         await self._commits.commit({o.shard: o}, written.next_snapshot)
@@ -542,11 +539,11 @@ class ReadLoop:
         self._core.stats.batches += 1
         rows = int(getattr(batch, "rows_read", 0) or 0)
         self._core.stats.rows += rows
-        log.debug("delivered shard %d %s snapshots %s..%d: %d rows in %.3f s", o.shard,
-                  step.kind.value, getattr(batch, "first_snapshot", "?"), step.snapshot_id,
-                  rows, time.monotonic() - started,
-                  extra={"group": self._core.group_name, "member": self._core.member_id,
-                         "shard": o.shard, "epoch": o.epoch})
+        self._core.log.debug(
+            "delivered shard %d %s snapshots %s..%d: %d rows in %.3f s", o.shard,
+            step.kind.value, getattr(batch, "first_snapshot", "?"), step.snapshot_id,
+            rows, time.monotonic() - started,
+            extra={"shard": o.shard, "epoch": o.epoch})
         self._core.history.record("deliver", shard=o.shard, epoch=o.epoch,
                             snapshot=step.snapshot_id, next_snapshot=step.next_snapshot,
                             kind=step.kind.value)
