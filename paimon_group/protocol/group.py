@@ -13,19 +13,10 @@ guarded commit:
 * **assignment** -- published only with a check that the leader key still has
   the publisher's leader epoch and that the assignment was not changed since
   it was read: a deposed leader cannot publish (its check fails);
-* **ownership** -- an ephemeral owner key per shard, created only when absent;
-  its create version is the shard's **epoch** (strictly increasing across
-  owners, because create versions are);
-* **progress** -- positions written only with a check that the owner key still
-  carries the writer's epoch, in the same atomic commit (invariant 1). A
-  position never moves backwards (invariant 2): a new owner reads the
-  position *after* creating its owner key, so it sees every commit the
-  previous owner made (those commits either happened before the key was
-  re-created, or failed their check), and an owner's own commits never
-  lower the stored position either: :meth:`GroupClient.commit_positions`
-  leaves out the write of a position lower than one this client already
-  committed, or may have committed (a commit that raised), under the same
-  epoch (see there).
+* **ownership** and **progress** -- an ephemeral owner key per shard whose
+  create version is the shard's epoch, and positions written only with a
+  check of that epoch in the same atomic commit, never moving backwards
+  (invariants 1 and 2; how each holds: :mod:`paimon_group.protocol.ownership`);
 
 Each family of keys has one writer, a module of this package:
 :mod:`~paimon_group.protocol.membership` (the group record, member keys,
