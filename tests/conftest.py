@@ -2,6 +2,7 @@
 loopback ports; in CI (``CI=true``) a missing server binary fails, never skips."""
 
 import logging
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,6 +24,18 @@ _LOGGERS_SET_BY_THE_CLI = (
     "", "pypaimon", "py4j", "urllib3", "kazoo", "coordinators.zookeeper.kazoo",
     "aetcd", "grpc",
 )
+
+
+@pytest.fixture(autouse=True)
+def _restore_signal_handlers() -> Iterator[None]:
+    """An in-process ``run`` installs its SIGTERM and SIGINT handlers in the
+    test's process and, stopping before it joined, leaves them: later tests
+    get the defaults back."""
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for signum, handler in saved.items():
+        if signal.getsignal(signum) is not handler and handler is not None:
+            signal.signal(signum, handler)
 
 
 @pytest.fixture(autouse=True)
