@@ -166,6 +166,11 @@ def watch_describe(url: str, options: ConnectOptions, kw: dict[str, Any],
     """Refresh ``describe`` in place until Ctrl-C (with ``--json``: one line per refresh)."""
     if interval_s <= 0:
         raise ConfigError(f"--watch {interval_s}: the refresh interval must be positive")
+    from paimon_group.reading.engine_reads import install_engine_reads
+
+    # Here, not in a refresh's thread: a Ctrl-C lands on the loop, and the
+    # loop's shutdown waits for its threads; none is then importing pypaimon.
+    install_engine_reads()
     try:
         asyncio.run(_watch(url, options, kw, interval_s))
     except KeyboardInterrupt:
