@@ -5,8 +5,9 @@ is parsed: each Python block whose first line is ``# NAME.py`` becomes that
 file, and the lines of the bash blocks run in order, in ``bash``, in a fresh
 virtualenv with HOME set to a scratch directory (so ``~/first-pipeline`` is
 there). Lines starting ``paimon-group run`` are the terminals of the workers:
-they start in the background, and the lines after them run once both workers
-have printed the first 100 orders (a person waits until they see them).
+they start in the background, and the lines after them run once each worker has
+logged ``acquired shards`` and the first 100 orders are printed (a person waits
+until they see both: a worker that starts second joins a group already reading).
 
 The virtualenv: ``python -m venv .venv`` then ``.venv/bin/pip install .`` in a copy
 of this checkout, as "Try it" says. Its dependencies
@@ -100,7 +101,8 @@ def test_first_pipeline_word_for_word(tmp_path: Path) -> None:
                     workers.append((bash(line, stdout=f, stderr=subprocess.STDOUT), out))
                 continue
             if len(workers) == 2 and not waited:
-                wait_for(lambda: sum(rows_printed(o.read_text()) for _, o in workers) >= 100,
+                wait_for(lambda: sum(rows_printed(o.read_text()) for _, o in workers) >= 100
+                         and all("acquired shards" in o.read_text() for _, o in workers),
                          workers)
                 waited = True
             result = bash(line, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
