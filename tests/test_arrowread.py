@@ -206,8 +206,8 @@ def compare_all_paths(
                 assert all(b.num_rows <= planner.batch_rows for b in batches)
                 compared += reference.num_rows
         for planner in planners:
-            assert planner._read_path is not None
-            assert planner._read_path.fallback_splits == 0, "the Arrow reader fell back"
+            assert planner.view.read_path is not None
+            assert planner.view.read_path.fallback_splits == 0, "the Arrow reader fell back"
     return compared
 
 

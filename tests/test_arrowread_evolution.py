@@ -80,8 +80,8 @@ def test_files_of_older_schemas_read_as_pypaimon_reads_them(kind: str, tmp_path:
     planner = ShardPlanner(table, 2, include_row_kind=True, batch_rows=7)
     steps, compared = compare_every_path(planner, latest, kind)
     assert compared > 100
-    assert planner._read_path is not None
-    assert planner._read_path.fallback_splits == 0
+    assert planner.view.read_path is not None
+    assert planner.view.read_path.fallback_splits == 0
     # The newest full scan holds the renamed-then-dropped column nowhere, and
     # the added column as null in the rows of the first schema only.
     newest = planner.read_arrow([s for sp in steps[latest - 1].splits.values() for s in sp])

@@ -77,7 +77,7 @@ def _read_every_path(
     planner = ShardPlanner(table, 2, include_row_kind=True, batch_rows=5)
     _, compared = compare_every_path(planner, latest, kind)
     assert compared > 0
-    assert planner._read_path is not None
+    assert planner.view.read_path is not None
     return planner
 
 
@@ -86,7 +86,7 @@ def test_partial_update_and_aggregation_read_as_pypaimon_on_the_arrow_path(
     kind: str, tmp_path: Path
 ) -> None:
     planner = _read_every_path(str(tmp_path / "wh"), FIELD_MERGE_TABLES[kind], kind)
-    assert planner._read_path is not None and planner._read_path.fallback_splits == 0
+    assert planner.view.read_path is not None and planner.view.read_path.fallback_splits == 0
 
 
 @pytest.mark.parametrize("kind", sorted(FALLBACK_TABLES))
@@ -96,8 +96,8 @@ def test_fallback_table_reads_what_pypaimon_reads_and_says_why_once(
     options, reason = FALLBACK_TABLES[kind]
     caplog.set_level(logging.INFO, logger="paimon_group.arrowread")
     planner = _read_every_path(str(tmp_path / "wh"), options, kind)
-    assert planner._read_path is not None
-    assert planner._read_path.fallback_splits > 0
+    assert planner.view.read_path is not None
+    assert planner.view.read_path.fallback_splits > 0
     lines = [r.getMessage() for r in caplog.records if r.name == "paimon_group.arrowread"]
     assert [line for line in lines if reason in line] == [
         f"table db.t: pypaimon's reader reads splits with {reason} (the Arrow reader does not)"

@@ -104,4 +104,4 @@ def test_nested_fields_of_older_files_read_as_pypaimon_reads_them(
     planner = ShardPlanner(table, 2, include_row_kind=True, batch_rows=5)
     _, compared = compare_every_path(planner, latest, file_format)
     assert compared > 300
-    assert planner._read_path is not None and planner._read_path.fallback_splits == 0
+    assert planner.view.read_path is not None and planner.view.read_path.fallback_splits == 0

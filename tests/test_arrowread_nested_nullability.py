@@ -122,7 +122,7 @@ def _compare(warehouse: str, column: str, paths: list[str], what: str
     planner = ShardPlanner(table, 2, include_row_kind=True, batch_rows=5)
     steps, compared = compare_every_path(planner, latest, what)
     assert compared > 50
-    assert planner._read_path is not None and planner._read_path.fallback_splits == 0
+    assert planner.view.read_path is not None and planner.view.read_path.fallback_splits == 0
     assert _nulls_under(_newest(planner, steps).column(column).to_pylist(), paths, column)
     return planner, steps
 
@@ -199,7 +199,7 @@ def test_array_row_fields_made_not_null_read_as_pypaimon_reads_them(
     after = _newest(planner, [planner.plan_full([0, 1], max(s.snapshot_id for s in steps))])
     assert after.schema.field("l").type.value_field.nullable is False
     assert after.to_pylist() == before.to_pylist()
-    assert planner._read_path is not None and planner._read_path.fallback_splits == 0
+    assert planner.view.read_path is not None and planner.view.read_path.fallback_splits == 0
 
 
 @pytest.mark.parametrize("file_format", ["parquet", "orc"])
@@ -239,7 +239,7 @@ def test_an_orc_file_with_a_not_null_row_field_reads(tmp_path: Path, primary_key
     for read in (planner.read_arrow(splits), streamed):
         assert read.schema.field("r").type == row
         assert sorted(read.to_pylist(), key=lambda r: r["id"]) == rows
-    assert planner._read_path is not None and planner._read_path.fallback_splits == 0
+    assert planner.view.read_path is not None and planner.view.read_path.fallback_splits == 0
 
 
 def test_cast_column_keeps_nulls_of_not_null_fields_in_slices_and_chunks() -> None:

@@ -62,7 +62,7 @@ def test_a_split_read_whole_decodes_the_next_section_while_one_merges(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     planner, splits = _planner(str(tmp_path / "wh"), buckets=1)
     assert len(splits) == 1
-    read_path = planner._read_path
+    read_path = planner.view.read_path
     assert read_path is not None
     units = read_path.reader.units(splits[0])
     assert len(units) == SECTIONS and len(units[0].files) == 2
@@ -98,7 +98,7 @@ def test_a_split_unreadable_mid_way_is_read_by_pypaimon_alone(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     planner, splits = _planner(str(tmp_path / "wh"), buckets=2)
     assert len(splits) == 2
-    read_path = planner._read_path
+    read_path = planner.view.read_path
     assert read_path is not None
     # The last section of the first split cannot be decoded here.
     refused = read_path.reader.units(splits[0])[-1].files[0][0].file_name

@@ -41,7 +41,7 @@ async def _run_until(cfg: MemberConfig, position: int, got: list[int]) -> None:
         task = asyncio.ensure_future(consume())
         try:
             for _ in range(600):
-                positions = {s: o.next_snapshot for s, o in member._core._owned.items()}
+                positions = {s: o.next_snapshot for s, o in member.core.owned.items()}
                 if (len(positions) == member.num_shards
                         and all(p == position for p in positions.values())):
                     break

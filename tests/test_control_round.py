@@ -42,8 +42,8 @@ async def test_a_followers_round_reads_its_three_keys_in_one_request(
         await _until(lambda: len(a.owned_shards) == 4 and len(b.owned_shards) == 4,
                      "4 shards each")
         follower = b if a.is_leader else a
-        assert follower._core.coordinator is not None and follower._core.group is not None
-        coord, keys = follower._core.coordinator, follower._core.group.keys
+        assert follower.core.coordinator is not None and follower.core.group is not None
+        coord, keys = follower.core.coordinator, follower.core.group.keys
         round_keys = {keys.member(follower.member_id), keys.leader, keys.assignment}
         if follower.sharding is ShardRule.FILE:
             # The group's start too, in the same request (issue 37, D2).

@@ -114,7 +114,7 @@ async def test_a_compaction_between_two_members_starts_loses_nothing(
         compacted = compact(wh, TABLE)
         assert compacted == 7
         await _drain(b, got, want=60)
-        start = await read_group_start(GroupClient(a._core.coordinator, "h1"))  # type: ignore[arg-type]
+        start = await read_group_start(GroupClient(a.core.coordinator, "h1"))  # type: ignore[arg-type]
     finally:
         await a.stop()
         await b.stop()

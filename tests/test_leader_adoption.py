@@ -88,14 +88,14 @@ async def test_member_whose_leader_create_was_ambiguous_leads(
     wh = str(tmp_path / "wh")
     make_pk_table(wh, "db.t", buckets=2)
     write_rows(wh, "db.t", range(10))
-    real_open = Membership._open_coordinator
+    real_open = Membership.connect_coordinator
 
     async def open_faulty(self: Membership) -> Coordinator:
         coord = await real_open(self)
         applied_but_raised(coord, "/leader", then_fail_gets=1)
         return coord
 
-    monkeypatch.setattr(Membership, "_open_coordinator", open_faulty)
+    monkeypatch.setattr(Membership, "connect_coordinator", open_faulty)
     cfg = MemberConfig(group="lead", warehouse=wh, table="db.t",
                        coordinator=f"memory://lead-{uuid.uuid4().hex}", member_id="a",
                        session_timeout_s=3, poll_interval_ms=50)

@@ -97,7 +97,7 @@ def test_lookup_aggregation_reads_each_key_once(
         **{k: 3 for k in range(0, 5)}, **{k: 1 for k in range(5, 10)}
     }
     if arrow_reader == "1":  # the Arrow reader merged it itself (fieldmerge.py)
-        assert planner._read_path is not None and planner._read_path.fallback_splits == 0
+        assert planner.view.read_path is not None and planner.view.read_path.fallback_splits == 0
 
 
 def test_which_tables_merge_by_lookup(tmp_path: Path) -> None:

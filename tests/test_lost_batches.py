@@ -208,7 +208,7 @@ async def expire_held(wh: str, member: GroupMember, files: list[str]) -> None:
     write_rows(wh, "db.t", range(20, 30))   # 3
     write_rows(wh, "db.t", range(30, 40))   # 4
     for _ in range(600):
-        if member._core.head.record is not None and member._core.head.record.latest == 4:
+        if member.core.head.record is not None and member.core.head.record.latest == 4:
             break
         await asyncio.sleep(0.05)
     for path in files:

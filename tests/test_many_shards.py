@@ -27,14 +27,12 @@ from coordinators import open_coordinator
 from coordinators.protocol import Coordinator, Delete
 from paimon_group import GroupMember, MemberConfig
 from paimon_group.member import ownership as ownership_module
-from paimon_group.member.commits import Commits
-from paimon_group.member.ownership import ShardOwnership
 from paimon_group.protocol.admin import GroupAdmin
 from paimon_group.protocol.commit_size import SHARDS_PER_COMMIT, commit_chunks
 from paimon_group.protocol.group import GroupClient
 from paimon_group.protocol.records import Assignment
 from tests.support.tables import make_pk_table, write_rows
-from tests.test_member_parts import _session, make_core, owned_shard, ownership_part
+from tests.test_member_parts import _session, owned_shard, ownership_part
 
 
 @pytest_asyncio.fixture
@@ -124,7 +122,7 @@ async def test_a_release_of_70_shards_takes_three_commits(coordinator: Coordinat
         o.revoke()
     await ownership.revoke(list(range(70)), reason="reassigned")
     assert deletions == [32, 32, 6]
-    assert core._owned == {} and all(o.dropped for o in owned)
+    assert core.owned == {} and all(o.dropped for o in owned)
     assert listener.calls == [("revoked", list(range(70)))]
     assert core.group is not None
     assert await core.group.owners() == {}
@@ -155,14 +153,13 @@ async def test_a_refused_release_commit_is_done_again_shard_by_shard(
 async def test_acquisitions_stop_once_a_newer_generation_is_out(
         coordinator: Coordinator, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ownership_module, "RECHECK_S", 0.0)  # look before every shard
-    core = make_core(coordinator)
-    ownership = ShardOwnership(core, Commits(core, core._owned), core._owned)
+    core, _, ownership = ownership_part(coordinator)
     ownership._resume_from_file = lambda shard: None  # type: ignore[method-assign]
     group = core.group
     assert group is not None
     first = Assignment(generation=1, leader="m", leader_epoch=1, shards={"m": list(range(50))})
     await coordinator.commit([], [_put_assignment(group, first)])
-    core._leadership.assignment = first
+    core.leadership_record().assignment = first
     real_acquire = group.acquire
 
     async def acquire(shard: int, member_id: str, generation: int) -> int | None:
@@ -175,11 +172,11 @@ async def test_acquisitions_stop_once_a_newer_generation_is_out(
 
     group.acquire = acquire  # type: ignore[method-assign]
     await ownership.acquire(list(range(50)), 1)
-    assert sorted(core._owned) == [0, 1, 2, 3, 4]
+    assert sorted(core.owned) == [0, 1, 2, 3, 4]
     assert core.wake.is_set()  # the next round follows generation 2 at once
     # While the generation stays the same, every shard is acquired.
     await ownership.acquire(list(range(5, 10)), 2)
-    assert sorted(core._owned) == list(range(10))
+    assert sorted(core.owned) == list(range(10))
 
 
 def _put_assignment(group: GroupClient, assignment: Assignment) -> Any:

@@ -72,7 +72,7 @@ async def test_async_iteration_commits_and_hands_off(tmp_path: Path) -> None:
         assert b.stats.shards_moved == {"revoked": 0, "released": 2, "lost": 0}
         assert not rec_b.lost
         await batches.aclose()
-        positions = await GroupClient(a._core.coordinator, "api").positions()  # type: ignore[arg-type]
+        positions = await GroupClient(a.core.coordinator, "api").positions()  # type: ignore[arg-type]
         assert {s: p.next_snapshot for s, p in positions.items()} == {0: 2, 1: 2, 2: 2, 3: 2}
 
 
@@ -87,7 +87,7 @@ async def test_explicit_commit(tmp_path: Path) -> None:
     try:
         batches = member.batches()
         batch = await asyncio.wait_for(batches.__anext__(), timeout=30)
-        client = GroupClient(member._core.coordinator, "api")  # type: ignore[arg-type]
+        client = GroupClient(member.core.coordinator, "api")  # type: ignore[arg-type]
         position, _ = await client.position(batch.shard)
         # Before the batch is acknowledged only the start is pinned: the full
         # scan of snapshot 1 is still pending.

@@ -27,7 +27,6 @@ from paimon_group.member.host_reads import HostReads
 from paimon_group.member.membership import Membership
 from paimon_group.member.ownership import ShardOwnership
 from paimon_group.member.read_loop import ReadLoop
-from paimon_group.member.settle import ArrivalSettle
 from paimon_group.member.state import OwnedShard
 from paimon_group.protocol.group import GroupClient
 from paimon_group.protocol.records import Assignment, MemberInfo
@@ -82,11 +81,12 @@ async def another(url: str) -> AsyncIterator[Coordinator]:
         yield coord
 
 
-def make_core(coord: Coordinator, member: str = "m", listener: Listener | None = None
-              ) -> MemberCore:
+def make_core(coord: Coordinator, member: str = "m", listener: Listener | None = None,
+              *, forming_wait_s: float = 1.0) -> MemberCore:
     """A member core joined to ``coord`` (as the join leaves it), no table."""
     cfg = MemberConfig(group="g", warehouse="/nonexistent", table="db.t",
-                       coordinator="memory://unused", member_id=member, session_timeout_s=3)
+                       coordinator="memory://unused", member_id=member, session_timeout_s=3,
+                       forming_wait_s=forming_wait_s)
     core = MemberCore(cfg, listener=listener)
     core.replace_session(JoinedSession(
         meta=None, planner=None, mirror=NoMirror(),  # type: ignore[arg-type]
@@ -99,7 +99,8 @@ def ownership_part(coord: Coordinator) -> tuple[MemberCore, Listener, ShardOwner
     """The ownership part on a core joined to ``coord``, and the core's listener."""
     listener = Listener()
     core = make_core(coord, listener=listener)
-    return core, listener, ShardOwnership(core, Commits(core, core._owned), core._owned)
+    owned = core.owned_record()
+    return core, listener, ShardOwnership(core, Commits(core, owned), owned)
 
 
 async def owned_shard(core: MemberCore, shard: int, *, at: int | None = None) -> OwnedShard:
@@ -111,7 +112,7 @@ async def owned_shard(core: MemberCore, shard: int, *, at: int | None = None) ->
     if at is not None:
         assert await core.group.commit_positions({shard: (epoch, at)}, core.member_id)
         o.next_snapshot = o.committed = at
-    core._owned[shard] = o
+    core.owned_record()[shard] = o
     return o
 
 
@@ -123,14 +124,14 @@ async def test_commits_advance_an_owned_shard_and_drop_a_stale_one(
         coordinator: Coordinator) -> None:
     listener = Listener()
     core = make_core(coordinator, listener=listener)
-    commits = Commits(core, core._owned)
+    commits = Commits(core, core.owned_record())
     ours = await owned_shard(core, 0, at=1)
     stale = OwnedShard(shard=1, epoch=999, generation=1)  # nobody gave us this epoch
-    core._owned[1] = stale
+    core.owned_record()[1] = stale
     await commits.commit({0: ours}, 5)
     assert (ours.committed, ours.next_snapshot, core.stats.commits) == (5, 5, 1)
     await commits.commit({1: stale}, 5)
-    assert stale.dropped and 1 not in core._owned
+    assert stale.dropped and 1 not in core.owned
     assert core.stats.rejected_commits == 1
     assert listener.calls == [("lost", [1])]
     assert core.group is not None
@@ -141,7 +142,7 @@ async def test_commits_advance_an_owned_shard_and_drop_a_stale_one(
 @pytest.mark.asyncio
 async def test_commits_read_back_takes_the_stored_position(coordinator: Coordinator) -> None:
     core = make_core(coordinator)
-    commits = Commits(core, core._owned)
+    commits = Commits(core, core.owned_record())
     o = await owned_shard(core, 0, at=3)
     # A commit that landed although its answer was lost: stored 9, we know 3.
     assert core.group is not None
@@ -164,12 +165,12 @@ async def test_ownership_acquires_free_shards_and_reads_their_positions(
         epoch = await other.acquire(shard, "x", 1)
         assert epoch is not None
         assert await other.commit_positions({shard: (epoch, at)}, "x", release=True)
-    core._leadership.assignment = Assignment(generation=3, leader="m", leader_epoch=1,
-                                  shards={"m": [0, 1, 2]})
+    core.leadership_record().assignment = Assignment(generation=3, leader="m",
+                                                     leader_epoch=1, shards={"m": [0, 1, 2]})
     assert ownership.pending_acquisitions() == [0, 1, 2]
     await ownership.acquire([0, 1, 2], 3)
-    assert sorted(core._owned) == [0, 1]
-    assert (core._owned[0].next_snapshot, core._owned[1].next_snapshot) == (7, 4)
+    assert sorted(core.owned) == [0, 1]
+    assert (core.owned[0].next_snapshot, core.owned[1].next_snapshot) == (7, 4)
     assert ownership.pending_acquisitions() == [2]
     assert listener.calls == [("assigned", [0, 1])]
 
@@ -181,7 +182,7 @@ async def test_ownership_revoke_commits_and_releases_in_one_step(
     o = await owned_shard(core, 4, at=6)
     o.revoke()
     await ownership.revoke([4], reason="reassigned")
-    assert core._owned == {} and o.dropped
+    assert core.owned == {} and o.dropped
     assert core.stats.shards_moved["revoked"] == 1
     assert listener.calls == [("revoked", [4])]
     assert core.group is not None
@@ -200,7 +201,7 @@ async def test_ownership_check_drops_a_shard_whose_key_is_gone(
     assert core.group is not None
     assert await core.group.release(1, gone.epoch)  # as `members remove` would
     await ownership.check_ownership(core.group)
-    assert sorted(core._owned) == [0] and kept.active and gone.dropped
+    assert sorted(core.owned) == [0] and kept.active and gone.dropped
     assert listener.calls == [("lost", [1])]
     assert not ownership.sweep_due  # the first check swept once
 
@@ -212,7 +213,7 @@ class RecordingCommits(Commits):
     """The commits part, with its read-back recorded (not sent)."""
 
     def __init__(self, core: MemberCore) -> None:
-        super().__init__(core, core._owned)
+        super().__init__(core, core.owned_record())
         self.read_back_of: list[list[int]] = []
 
     async def read_back(self, owned: list[OwnedShard]) -> None:
@@ -237,9 +238,9 @@ async def test_reading_settles_only_uncertain_shards(coordinator: Coordinator) -
 @pytest.mark.asyncio
 async def test_reading_stops_at_once_when_the_member_leaves(coordinator: Coordinator) -> None:
     core = make_core(coordinator)
-    reading = ReadLoop(core, Commits(core, core._owned))
+    reading = ReadLoop(core, Commits(core, core.owned_record()))
     await owned_shard(core, 0, at=2)
-    core._gate.stopping = True
+    core.begin_stop()
 
     async def process(batch: object, slot: object) -> None:
         raise AssertionError("nothing is delivered once the member leaves")
@@ -255,13 +256,13 @@ async def test_reading_ends_quietly_when_the_leave_closes_the_coordinator_under_
     released already) ends the reading; the member does not fail (a docs
     test's member stopped just after acquiring, its pin refused as "closed")."""
     core = make_core(coordinator)
-    reading = ReadLoop(core, Commits(core, core._owned))
+    reading = ReadLoop(core, Commits(core, core.owned_record()))
     calls = 0
 
     async def round_under_a_closing_leave(process: object) -> None:
         nonlocal calls
         calls += 1
-        core._gate.stopping = True  # the stop arrives while the round runs
+        core.begin_stop()  # the stop arrives while the round runs
         raise CoordinatorError("etcd coordinator etcd://x/p is closed; open a new one")
 
     reading._read_loop = round_under_a_closing_leave  # type: ignore[assignment,method-assign]
@@ -279,19 +280,19 @@ async def test_reading_ends_quietly_when_the_leave_closes_the_coordinator_under_
 @pytest.mark.asyncio
 async def test_driving_commits_positions_forward_only(coordinator: Coordinator) -> None:
     core = make_core(coordinator)
-    commits = Commits(core, core._owned)
+    commits = Commits(core, core.owned_record())
     driving = HostReads(core, commits, ReadLoop(core, commits))
     await owned_shard(core, 0, at=5)
     await owned_shard(core, 1, at=5)
     assert driving.held_shards() == [0, 1]
     assert driving.mark_busy([0, 7]) == [0]
-    assert not core._owned[0].idle.is_set()
+    assert not core.owned[0].idle.is_set()
     driving.mark_idle([0])
-    assert core._owned[0].idle.is_set()
+    assert core.owned[0].idle.is_set()
     result = await driving.commit_positions({0: 3, 1: 8, 9: 8})
     assert result == {0: True, 1: True, 9: False}
-    assert core._owned[0].committed == 5  # not moved back
-    assert core._owned[1].committed == 8 and core.stats.commits == 1
+    assert core.owned[0].committed == 5  # not moved back
+    assert core.owned[1].committed == 8 and core.stats.commits == 1
 
 
 # -- control ----------------------------------------------------------------
@@ -301,7 +302,8 @@ class RecordingOwnership(ShardOwnership):
     """The ownership part, with acquisitions and revocations recorded (not sent)."""
 
     def __init__(self, core: MemberCore) -> None:
-        super().__init__(core, Commits(core, core._owned), core._owned)
+        owned = core.owned_record()
+        super().__init__(core, Commits(core, owned), owned)
         self.acquired: list[tuple[list[int], int]] = []
         self.revoked: list[tuple[list[int], str]] = []
 
@@ -322,15 +324,14 @@ async def register(core: MemberCore, coord: Coordinator) -> None:
 
 @pytest.mark.asyncio
 async def test_control_round_leads_publishes_and_follows(coordinator: Coordinator) -> None:
-    core = make_core(coordinator)
+    # A new group's leader waits for arrivals to pause (tests/test_forming_group.py):
+    # here at once.
+    core = make_core(coordinator, forming_wait_s=0.0)
     core.num_shards = 3
     await register(core, coordinator)
     ownership = RecordingOwnership(core)
-    control = Control(core, ownership, core._leadership)
-    # A new group's leader waits for arrivals to pause (tests/test_forming_group.py):
-    # here at once.
-    control._arrivals = ArrivalSettle(forming_quiet_s=0.0)
-    await control._reconcile({"local"})
+    control = Control(core, ownership, core.leadership_record())
+    await control.reconcile({"local"})
     assert core.is_leader
     assert core.assignment is not None and core.assignment.shards_of("m") == [0, 1, 2]
     assert ownership.acquired == [([0, 1, 2], core.assignment.generation)]
@@ -346,7 +347,7 @@ async def test_control_round_without_our_member_key_is_a_lost_session(
     core.num_shards = 1
     ownership = RecordingOwnership(core)
     with pytest.raises(SessionLost, match="member key"):
-        await Control(core, ownership, core._leadership)._reconcile({"local"})
+        await Control(core, ownership, core.leadership_record()).reconcile({"local"})
     assert not core.is_leader and ownership.acquired == []
 
 
@@ -359,14 +360,14 @@ async def test_membership_leave_deregisters_releases_and_resigns(
     core = make_core(coordinator)
     await register(core, coordinator)
     assert core.group is not None
-    core._leadership.leader_epoch = await core.group.try_lead("m")
+    core.leadership_record().leader_epoch = await core.group.try_lead("m")
     assert core.leader_epoch is not None
     await owned_shard(core, 0, at=1)
     await owned_shard(core, 2, at=1)
     ownership = RecordingOwnership(core)
-    membership = Membership(core, ownership, Control(core, ownership, core._leadership))
+    membership = Membership(core, ownership, Control(core, ownership, core.leadership_record()))
     await membership.leave()
     assert "m" not in await core.group.members()
     assert ownership.revoked == [([0, 2], "leaving")]
-    assert all(o.revoking for o in core._owned.values())
+    assert all(o.revoking for o in core.owned.values())
     assert await core.group.leader() is None and core.leader_epoch is None

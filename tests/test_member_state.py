@@ -38,7 +38,7 @@ def test_set_state_follows_the_table(path: list[MemberState], end: MemberState) 
     async def go() -> MemberState:
         m = member()
         for state in path:
-            m._core.set_state(state)
+            m.core.set_state(state)
         return m.state
 
     assert asyncio.run(go()) is end

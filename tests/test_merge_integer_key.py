@@ -109,8 +109,8 @@ def test_a_section_of_several_commits_merges_without_the_general_sort(
     assert latest is not None
     splits = planner.plan_full([0], latest).splits[0]
     expected = planner.pypaimon_read_arrow(splits)
-    assert planner._read_path is not None
-    units = planner._read_path.reader.units(splits[0])
+    assert planner.view.read_path is not None
+    units = planner.view.read_path.reader.units(splits[0])
     assert [len(u.files) for u in units] == [4]  # one section: the update spans all
     _forbid_general_sort(monkeypatch)
     got = planner.read_arrow(splits)

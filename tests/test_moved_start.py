@@ -114,7 +114,7 @@ async def test_a_skipped_start_moves_once_for_every_shard(
         tasks.append(asyncio.ensure_future(_consume(b, got)))
         await _until(lambda: set(got) >= set(range(100)) or any(t.done() for t in tasks))
         await _stop_consuming(tasks)
-        client = GroupClient(a._core.coordinator, "d2")  # type: ignore[arg-type]
+        client = GroupClient(a.core.coordinator, "d2")  # type: ignore[arg-type]
         start = await read_group_start(client)
     finally:
         await _stop_consuming(tasks)
@@ -295,7 +295,7 @@ async def test_a_driven_member_never_commits_an_end_of_an_earlier_start_over_a_r
         assert await member.commit_positions({0: 7, 1: 7}, moves={0: 0, 1: 0}) == {0: True,
                                                                                    1: True}
         member.mark_idle([0, 1])
-        await _until(lambda: member.host_reads._core.group_start == moved)  # a control round
+        await _until(lambda: member.group_start == moved)  # a control round
         settled = await member.settle_positions()  # re-pinned now: idle
         assert {s: (p.next_snapshot, p.full_scan, p.start_moves)
                 for s, p in settled.items()} == {0: (8, 7, 1), 1: (8, 7, 1)}

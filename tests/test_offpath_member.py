@@ -90,7 +90,7 @@ def suspended() -> CoordinatorError:
 def faulty_members(monkeypatch: pytest.MonkeyPatch, *faults: Fault,
                    member: str | None = None) -> None:
     """Members (only ``member``, if given) open coordinators with ``faults``."""
-    real_open = Membership._open_coordinator
+    real_open = Membership.connect_coordinator
 
     async def open_faulty(self: Membership) -> Coordinator:
         coord = await real_open(self)
@@ -98,7 +98,7 @@ def faulty_members(monkeypatch: pytest.MonkeyPatch, *faults: Fault,
             inject(coord, *faults)
         return coord
 
-    monkeypatch.setattr(Membership, "_open_coordinator", open_faulty)
+    monkeypatch.setattr(Membership, "connect_coordinator", open_faulty)
 
 
 def config(wh: str, url: str, member: str, **kw: Any) -> MemberConfig:
@@ -229,8 +229,8 @@ async def test_a_failed_start_pin_is_retried_before_anything_is_read(
     faulty_members(monkeypatch, fault)
     unpinned: list[int] = []
     async with GroupMember(config(table, memory_url(), "a")) as member:
-        assert member._core.coordinator is not None
-        client = GroupClient(member._core.coordinator, "g")
+        assert member.core.coordinator is not None
+        client = GroupClient(member.core.coordinator, "g")
 
         async def pinned(batch: Any) -> None:
             position, _ = await client.position(batch.shard)
@@ -281,8 +281,8 @@ async def test_release_after_an_ambiguous_step_commit_never_lowers_the_position(
             async with GroupMember(config(table, url, "b")) as b:
                 await until(lambda: _true(len(b.owned_shards) == 1
                                           and len(a.owned_shards) == 1), "one shard moved")
-                assert b._core.coordinator is not None
-                positions = await GroupClient(b._core.coordinator, "g").positions()
+                assert b.core.coordinator is not None
+                positions = await GroupClient(b.core.coordinator, "g").positions()
                 assert {s: p.next_snapshot for s, p in positions.items()} == {0: 3, 1: 3}
                 resume.set()
         finally:
@@ -404,14 +404,14 @@ async def test_without_shards_a_group_created_meanwhile_keeps_its_count(
 
         coord.create = create  # type: ignore[method-assign]
 
-    real_open = Membership._open_coordinator
+    real_open = Membership.connect_coordinator
 
     async def open_racing(self: Membership) -> Coordinator:
         coord = await real_open(self)
         await create_first(coord)
         return coord
 
-    monkeypatch.setattr(Membership, "_open_coordinator", open_racing)
+    monkeypatch.setattr(Membership, "connect_coordinator", open_racing)
     caplog.set_level(logging.INFO, logger="paimon_group.member")
     async with GroupMember(config(table, url, "a")) as member:
         assert member.num_shards == 1
@@ -453,7 +453,7 @@ async def test_a_start_that_fails_keeps_nothing_open(
             else:
                 async with member:
                     raise AssertionError("not reached")
-        assert member._core.coordinator is None
+        assert member.core.coordinator is None
         assert member.history._fd == -1
         assert await GroupClient(other, "g").members() == {}
         if how == "async with":

@@ -83,14 +83,14 @@ async def test_an_idle_member_reads_only_its_own_owner_keys(
         await asyncio.sleep(2.5)
         counts = {}
         for m in (a, b):
-            assert m._core.coordinator is not None and m._core.group is not None
-            counts[m.member_id] = _count_reads(m._core.coordinator, m._core.group.keys.owners_dir)
+            assert m.core.coordinator is not None and m.core.group is not None
+            counts[m.member_id] = _count_reads(m.core.coordinator, m.core.group.keys.owners_dir)
         await asyncio.sleep(6.5)  # three check intervals (one per session timeout, 2 s)
         for m in (a, b):
             seen = counts[m.member_id]
             assert seen["listings"] == 0, m.member_id
-            assert m._core.group is not None
-            own = sorted(m._core.group.keys.owner(s) for s in m.owned_shards)
+            assert m.core.group is not None
+            own = sorted(m.core.group.keys.owner(s) for s in m.owned_shards)
             assert len(seen["batches"]) >= 2, (m.member_id, len(seen["batches"]))
             assert all(batch == own for batch in seen["batches"]), m.member_id
     finally:
@@ -107,17 +107,17 @@ async def test_an_owner_key_deleted_by_an_operator_is_still_noticed(tmp_path: Pa
     async with GroupMember(_config(wh, url, "a", 4)) as a:
         await _until(lambda: len(a.owned_shards) == 4, "4 shards")
         lost: list[list[int]] = []
-        real_notify = a._core.notify
+        real_notify = a.core.notify
 
         def notify(event: str, shards: list[int]) -> None:
             if event == "on_lost":
                 lost.append(list(shards))
             real_notify(event, shards)
 
-        a._core.notify = notify  # type: ignore[method-assign,assignment]
-        assert a._core.group is not None
+        a.core.notify = notify  # type: ignore[method-assign,assignment]
+        assert a.core.group is not None
         async with open_coordinator(url) as operator:
-            key = a._core.group.keys.owner(2)
+            key = a.core.group.keys.owner(2)
             entry = await operator.get(key)
             assert entry is not None
             assert await operator.commit([Check.created_at(key, entry.create_version)],
@@ -138,9 +138,9 @@ async def test_an_orphaned_key_of_ours_is_swept_after_a_failed_round(tmp_path: P
             GroupMember(_config(wh, url, "b", 4)) as b:
         await _until(lambda: len(a.owned_shards) == 2 and len(b.owned_shards) == 2,
                      "2 shards each")
-        assert a._core.coordinator is not None and a._core.group is not None
+        assert a.core.coordinator is not None and a.core.group is not None
         theirs = b.owned_shards[0]
-        key = a._core.group.keys.owner(theirs)
+        key = a.core.group.keys.owner(theirs)
         # The orphan: b's key of the shard goes (as an operator would delete
         # it), and a's session creates one in its place, unknown to a.
         async with open_coordinator(url) as operator:
@@ -149,11 +149,11 @@ async def test_an_orphaned_key_of_ours_is_swept_after_a_failed_round(tmp_path: P
             assert await operator.commit([Check.created_at(key, entry.create_version)],
                                          [Delete(key)])
         assert a.assignment is not None
-        assert await GroupClient(a._core.coordinator, "g").acquire(
+        assert await GroupClient(a.core.coordinator, "g").acquire(
             theirs, "a", a.assignment.generation) is not None
         await _until(lambda: theirs not in b.owned_shards, "b noticed its key gone")
         # One failed control round of a's.
-        real_reconcile = a.control._reconcile
+        real_reconcile = a.control.reconcile
         failed: list[bool] = []
 
         async def reconcile(fired: set[str]) -> None:
@@ -162,6 +162,6 @@ async def test_an_orphaned_key_of_ours_is_swept_after_a_failed_round(tmp_path: P
                 raise CoordinatorUnavailable("injected: no answer")
             await real_reconcile(fired)
 
-        a.control._reconcile = reconcile  # type: ignore[method-assign]
+        a.control.reconcile = reconcile  # type: ignore[method-assign]
         await _until(lambda: bool(failed), "a round failed")
         await _until(lambda: theirs in b.owned_shards, "the orphan swept, b took its shard")

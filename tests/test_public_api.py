@@ -17,7 +17,7 @@ from tests.support.public_api import public_api
 
 SNAPSHOT = Path(__file__).parent / "support" / "public_api.json"
 # The names added since the snapshot: the read loop's and the host-reads
-# part's one name each;
+# part's one name each, and the member's core (a seam for tests and tooling);
 # a batch's ``sink_holds`` (set by a sink that already holds its output),
 # ``incarnation`` (the group's) and ``start_moves`` (its start's), which a
 # sink's marks carry; the output a sink holds for a batch written in parts,
@@ -27,7 +27,7 @@ SNAPSHOT = Path(__file__).parent / "support" / "public_api.json"
 # the source table's identity and the sharding rule, which a sink's marks carry;
 # a config's start, parsed once (``start_position``);
 # the delivering member's sink registry, where a sink registers for describe.
-ADDED = {"GroupMember": {"read_loop": "data", "host_reads": "data"},
+ADDED = {"GroupMember": {"read_loop": "data", "host_reads": "data", "core": "data"},
          "MemberConfig": {"forming_wait_s": "data", "start_position": "data"},
          "ShardBatch": {"sink_holds": "data", "incarnation": "data", "start_moves": "data",
                         "hold_output": "method(self, sink: 'HeldOutput') -> 'None'",

@@ -178,10 +178,10 @@ async def test_a_running_member_never_shows_its_catalog_secret(
         registry = CollectorRegistry()
         registry.register(MemberCollector(member))
         exposition = generate_latest(registry).decode()
-        assert member._core.coordinator is not None and member.table is not None
-        report = await describe_group(member._core.coordinator, "g", member.table)
+        assert member.core.coordinator is not None and member.table is not None
+        report = await describe_group(member.core.coordinator, "g", member.table)
         shown = [repr(member.config), str(member.config), exposition,
-                 json.dumps(report, default=str), repr(member._core.coordinator)]
+                 json.dumps(report, default=str), repr(member.core.coordinator)]
     for text in [*shown, caplog.text]:
         assert SECRET not in text
 

@@ -48,8 +48,8 @@ async def test_blocking_iterator_body_keeps_the_sqlite_session(tmp_path: Path) -
             lost.append(shards)
 
     async with GroupMember(_config(wh, coord), listener=Listener()) as member:
-        assert member._core.coordinator is not None
-        session = member._core.coordinator.session
+        assert member.core.coordinator is not None
+        session = member.core.coordinator.session
         batches = member.batches()
         stalled = False
         wrote_second = False
@@ -66,8 +66,8 @@ async def test_blocking_iterator_body_keeps_the_sqlite_session(tmp_path: Path) -
                 wrote_second = True
                 write_rows(str(wh), "db.t", range(20, 40))
         await batches.aclose()
-        assert member._core.coordinator is not None
-        same_session = member._core.coordinator.session is session
+        assert member.core.coordinator is not None
+        same_session = member.core.coordinator.session is session
         state = session.state.value
     keys = [(shard, snapshot) for shard, snapshot, _ in deliveries]
     assert len(keys) == len(set(keys)), f"delivered twice: {deliveries}"

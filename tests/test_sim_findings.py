@@ -29,16 +29,18 @@ def table(tmp_path: Path) -> str:
     return wh
 
 
-class CountingEvent(asyncio.Event):
-    """An asyncio.Event that counts how often it is waited on."""
+class WaitCount:
+    """How often an asyncio.Event is waited on, counted by wrapping its ``wait``."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, event: asyncio.Event, monkeypatch: pytest.MonkeyPatch) -> None:
         self.waits = 0
+        real_wait = event.wait
 
-    async def wait(self) -> Any:
-        self.waits += 1
-        return await super().wait()
+        async def wait() -> Any:
+            self.waits += 1
+            return await real_wait()
+
+        monkeypatch.setattr(event, "wait", wait)
 
 
 @pytest.mark.asyncio
@@ -68,12 +70,12 @@ async def test_the_read_loop_does_not_spin_while_the_member_rejoins(
         while len(got) < 10:
             batch = await asyncio.wait_for(batches.__anext__(), timeout=30)
             got.update(batch.to_arrow().column("id").to_pylist())
-        joined = CountingEvent()
-        member._core._gate.joined = joined
+        joined = member.core.joined
+        counted = WaitCount(joined, monkeypatch)
         reader = asyncio.ensure_future(batches.__anext__())
         await asyncio.sleep(0.2)  # the reader waits for a new snapshot
-        assert member._core.coordinator is not None
-        member._core.coordinator.session.mark(SessionState.LOST)  # type: ignore[attr-defined]
+        assert member.core.coordinator is not None
+        member.core.coordinator.session.mark(SessionState.LOST)  # type: ignore[attr-defined]
         for _ in range(3000):
             if member.state is MemberState.REJOINING:
                 break
@@ -83,13 +85,13 @@ async def test_the_read_loop_does_not_spin_while_the_member_rejoins(
         # Anything that wakes the member up meanwhile (a revoke ending, a
         # leader's delayed re-check, a session listener) sets the wake-up
         # event; the control loop, which clears it, is not running now.
-        member._core.wake.set()
+        member.core.wake.set()
         deadline = asyncio.get_running_loop().time() + 30
         while not (member.state is MemberState.RUNNING and joined.is_set()):
             assert asyncio.get_running_loop().time() < deadline, member.state
             await asyncio.sleep(0.05)
         # About 1 s of rejoining: a wait every 0.5 s (or per wake-up), not a spin.
-        assert joined.waits < 20, joined.waits
+        assert counted.waits < 20, counted.waits
         reader.cancel()
         with contextlib.suppress(BaseException):
             await reader
@@ -132,8 +134,8 @@ async def test_a_rejoin_that_cannot_succeed_fails_the_member(
         while len(got) < 10:
             batch = await asyncio.wait_for(batches.__anext__(), timeout=30)
             got.update(batch.to_arrow().column("id").to_pylist())
-        assert member._core.coordinator is not None
-        member._core.coordinator.session.mark(SessionState.LOST)  # type: ignore[attr-defined]
+        assert member.core.coordinator is not None
+        member.core.coordinator.session.mark(SessionState.LOST)  # type: ignore[attr-defined]
         with pytest.raises((TableReplaced, CoordinatorError), match="injected"):
             await asyncio.wait_for(batches.__anext__(), timeout=30)
         assert member.state is MemberState.FAILED
@@ -209,8 +211,8 @@ async def test_a_session_lost_again_while_rejoining_is_retried(
         while len(got) < 10:
             batch = await asyncio.wait_for(batches.__anext__(), timeout=30)
             got.update(batch.to_arrow().column("id").to_pylist())
-        assert member._core.coordinator is not None
-        member._core.coordinator.session.mark(SessionState.LOST)  # type: ignore[attr-defined]
+        assert member.core.coordinator is not None
+        member.core.coordinator.session.mark(SessionState.LOST)  # type: ignore[attr-defined]
         write_rows(table, "db.t", range(10, 20))
         while len(got) < 20:
             batch = await asyncio.wait_for(batches.__anext__(), timeout=30)
@@ -249,7 +251,7 @@ async def test_a_read_back_that_spans_a_rejoin_skips_the_lost_shards(
             member = holder["member"]
             self.coordinator.session.mark(SessionState.LOST)  # type: ignore[attr-defined]
             deadline = asyncio.get_running_loop().time() + 30
-            while member._core.coordinator is self.coordinator:
+            while member.core.coordinator is self.coordinator:
                 assert asyncio.get_running_loop().time() < deadline, member.state
                 await asyncio.sleep(0.01)
         return result
@@ -269,11 +271,11 @@ async def test_a_read_back_that_spans_a_rejoin_skips_the_lost_shards(
         # reader waits for a new snapshot.
         nxt = asyncio.ensure_future(batches.__anext__())
         await asyncio.sleep(0.3)
-        assert sorted(member._core._owned) == [0, 1]
+        assert sorted(member.core.owned) == [0, 1]
         # As after a commit of both shards that raised: the next read round
         # reads their positions back first.
         armed["left"] = 1
-        for o in member._core._owned.values():
+        for o in member.core.owned.values():
             o.uncertain = True
         write_rows(table, "db.t", range(10, 20))
         batch = await asyncio.wait_for(nxt, timeout=30)
@@ -347,14 +349,14 @@ async def test_a_start_resolved_across_a_rejoin_does_not_fail_the_member(
         if armed["left"]:
             armed["left"] -= 1
             member = holder["member"]
-            old = member._core.coordinator
+            old = member.core.coordinator
             loop = holder["loop"]
             assert old is not None
             loop.call_soon_threadsafe(old.session.mark, SessionState.LOST)  # type: ignore[attr-defined]
             import time
 
             deadline = time.monotonic() + 30
-            while member._core.coordinator is old:  # this runs on an I/O thread: the loop rejoins
+            while member.core.coordinator is old:  # this runs on an I/O thread: the loop rejoins
                 assert time.monotonic() < deadline, member.state
                 time.sleep(0.01)
         return found
@@ -395,12 +397,12 @@ async def test_a_driven_member_settling_while_it_leaves_holds_nothing(table: str
                     break
                 await asyncio.sleep(0.05)
             assert member.held_shards() == [0, 1]
-            member._core._gate.stopping = True  # as stop() sets it, before the leave ends
-            session = member._core.session
+            member.core.begin_stop()  # as stop() begins, before the leave ends
+            session = member.core.session
             assert session is not None
-            member._core.replace_session(dataclasses.replace(session, coordinator=None))
+            member.core.replace_session(dataclasses.replace(session, coordinator=None))
             assert await member.settle_positions() == {}
-            member._core.replace_session(session)
+            member.core.replace_session(session)
         finally:
             await member.stop()
 

@@ -42,7 +42,8 @@ class Control:
     """The control loop (see the module docstring).
 
     Its interface: :meth:`run`, the loop itself, until the member stops or
-    the session is lost (then it raises, and membership rejoins).
+    the session is lost (then it raises, and membership rejoins); and
+    :meth:`reconcile`, one round of it (tests drive single rounds).
     """
 
     def __init__(self, core: MemberCore, ownership: ShardOwnership,
@@ -69,7 +70,7 @@ class Control:
                 raise SessionLost(f"session {coord.session.id} lost")
             if coord.session.is_live(self._core.timing.margin_s):
                 try:
-                    await self._reconcile(fired)
+                    await self.reconcile(fired)
                 except PaimonGroupError as err:
                     # Whether trying again may succeed is a fact of the error
                     # (``retriable``), not a list of classes: a ZooKeeper
@@ -99,7 +100,7 @@ class Control:
             return opened
         return await watches.wait(self._core.wake, timeout)
 
-    async def _reconcile(self, fired: set[str]) -> None:
+    async def reconcile(self, fired: set[str]) -> None:
         """One level-triggered round, doing only what the wake-up calls for.
 
         A change of owner keys alone (the most frequent event in a large group

@@ -402,6 +402,14 @@ class GroupMember:
         else:
             await asyncio.sleep(0)
 
+    @property
+    def core(self) -> MemberCore:
+        """The member's core: the state its parts share and the services they
+        use (its coordinator, its group client, the joined session). A seam for
+        tests and tooling that drive or inspect the parts, not a stable API: a
+        member's user reads the views below."""
+        return self._core
+
     # -- what a user may read (views of the core; the parts change them) ----
     # Read-only: assigning one raises AttributeError.
 

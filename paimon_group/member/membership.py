@@ -48,7 +48,8 @@ class Membership:
     """Joining, rejoining and leaving the group (see the module docstring).
 
     Its interface: :meth:`join`, :meth:`supervise` (the control loop, rejoining
-    after a lost session), :meth:`leave`, :meth:`close_coordinator`.
+    after a lost session), :meth:`leave`, :meth:`close_coordinator`; and
+    :meth:`connect_coordinator`, the one step that opens a coordinator.
     """
 
     def __init__(self, core: MemberCore, ownership: ShardOwnership, control: Control) -> None:
@@ -56,7 +57,11 @@ class Membership:
         self._ownership = ownership
         self._control = control
 
-    async def _open_coordinator(self) -> Coordinator:
+    async def connect_coordinator(self) -> Coordinator:
+        """A new session's coordinator, connected, its session state listened
+        to. Every join opens its coordinator here, so tests and benchmarks
+        that inject faults into a member's coordinator, or count its
+        requests, replace this one step."""
         config = self._core.config
         coord = open_coordinator(config.coordinator_url, config.connect_options())
         await coord.connect()
@@ -84,7 +89,7 @@ class Membership:
     async def join(self, *, first: bool) -> None:
         """Connect, create or check the group, register our member key."""
         assert self._core.table is not None
-        coord = await self._open_coordinator()
+        coord = await self.connect_coordinator()
         group = GroupClient(coord, self._core.group_name)
         try:
             meta = await self._ensure_meta(group, first=first)

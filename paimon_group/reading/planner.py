@@ -67,7 +67,6 @@ import pyarrow as pa
 from pypaimon.read.scanner.file_scanner import FileScanner
 
 from coordinators.errors import PaimonGroupError
-from paimon_group.arrowread import ReadPath
 from paimon_group.errors import SnapshotExpired
 from paimon_group.protocol.sharding import Sharding, ShardRule
 from paimon_group.reading.expiry import expired_if_gone
@@ -259,10 +258,6 @@ class ShardPlanner:
         """The readers of the current schema version (a batch keeps the one it
         was planned with: :mod:`paimon_group.reading.read_view`)."""
         return self._view
-
-    @property
-    def _read_path(self) -> ReadPath | None:
-        return self._view.read_path
 
     @property
     def rule(self) -> ShardRule:

@@ -168,11 +168,11 @@ def measure(wh: str, repeats: int, name: str = TABLE, alternations: int = 7
         t, _ = _timed(lambda: [pq.read_table(f) for f in files])
         times["decode"].append(t)
     assert len(set(rows.values())) == 1, rows
-    assert planner._read_path is not None
+    assert planner.view.read_path is not None
     return {"median_s": {k: statistics.median(v) for k, v in times.items()},
             "best_s": {k: min(v) for k, v in times.items()}, "runs_s": times,
             "rows": rows, "files": len(files), "load_average": os.getloadavg(),
-            "fallback_splits": planner._read_path.fallback_splits}
+            "fallback_splits": planner.view.read_path.fallback_splits}
 
 
 _SCRIPT = """

@@ -56,7 +56,7 @@ def _count_requests(calls: Counter[str]) -> None:
     """Wrap every member's coordinator so that its requests are counted."""
     from paimon_group.member.membership import Membership
 
-    real_open = Membership._open_coordinator
+    real_open = Membership.connect_coordinator
 
     async def open_counting(self: Membership) -> Any:
         coord = await real_open(self)
@@ -72,7 +72,7 @@ def _count_requests(calls: Counter[str]) -> None:
             setattr(coord, name, counting())
         return coord
 
-    Membership._open_coordinator = open_counting  # type: ignore[method-assign]
+    Membership.connect_coordinator = open_counting  # type: ignore[method-assign]
 
 
 def _worker(conn: Connection, settings: dict[str, Any]) -> None:

@@ -36,5 +36,5 @@ def read_latest(warehouse: str, *, batch_rows: int,
     splits = planner.plan_full([0], latest).splits[0]
     whole = planner.read_arrow(splits)
     streamed = pa.Table.from_batches(list(planner.iter_batches(splits)), schema=planner.schema)
-    assert planner._read_path is not None and planner._read_path.fallback_splits == 0
+    assert planner.view.read_path is not None and planner.view.read_path.fallback_splits == 0
     return ArrowSide(latest, whole, streamed)

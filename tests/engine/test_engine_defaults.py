@@ -77,4 +77,4 @@ def test_default_values_read_as_the_engine_reads(engine: Engine, producer: str) 
             position = step.next_snapshot
         assert _by_key(ours) == _by_key(stream)
         for read in (planner, kinds):
-            assert read._read_path is not None and read._read_path.fallback_splits == 0
+            assert read.view.read_path is not None and read.view.read_path.fallback_splits == 0

@@ -105,7 +105,7 @@ def _compare(engine: Engine, warehouse: str, schema_id: int | None) -> int:
         assert _ours(planner.read_arrow(splits)) == expected, snapshot
         assert _ours(streamed) == expected, snapshot
         nulls += sum(r is not None and r[1] is None for _, r, _ in expected)
-    assert planner._read_path is not None and planner._read_path.fallback_splits == 0
+    assert planner.view.read_path is not None and planner.view.read_path.fallback_splits == 0
     return nulls
 
 

@@ -80,5 +80,5 @@ def test_nested_update_reads_as_the_engine_reads(
         splits = planner.plan_full([0], latest).splits[0]
         got = sorted(_comparable(r["k"], r["n"], r["u"])
                      for r in planner.read_arrow(splits).to_pylist())
-        assert planner._read_path is not None and planner._read_path.fallback_splits == 0
+        assert planner.view.read_path is not None and planner.view.read_path.fallback_splits == 0
         assert got == expected

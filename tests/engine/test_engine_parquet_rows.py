@@ -130,12 +130,12 @@ def test_all_null_rows_read_as_the_engine_reads(
         assert expected
 
         read, streamed, planner = _planner_rows(warehouse, latest)
-        assert planner._read_path is not None and planner._read_path.fallback_splits == 0
+        assert planner.view.read_path is not None and planner.view.read_path.fallback_splits == 0
         assert read == expected
         assert streamed == expected
         monkeypatch.setenv("PAIMON_GROUP_ARROW_READER", "0")  # pypaimon's reader
         read, streamed, planner = _planner_rows(warehouse, latest)
-        assert planner._read_path is None
+        assert planner.view.read_path is None
         assert read == expected
         assert streamed == expected
 
@@ -205,5 +205,5 @@ def test_files_of_an_older_schema_read_all_null_rows_as_the_engine(
         for arrow_reader in ("1", "0"):
             monkeypatch.setenv("PAIMON_GROUP_ARROW_READER", arrow_reader)
             read, streamed, planner = _planner_rows(warehouse, latest)
-            assert planner._read_path is None or planner._read_path.fallback_splits == 0
+            assert planner.view.read_path is None or planner.view.read_path.fallback_splits == 0
             assert (read, streamed) == (expected, expected), arrow_reader
