@@ -156,10 +156,15 @@ class _Session(Session):
     def id(self) -> str:
         return "s1"
 
+    def apply_now(self, state: SessionState) -> None:
+        """The state applied at once: no event loop runs in these tests, so
+        :meth:`Session.report`'s hop to the loop would not apply it."""
+        self._set_state(state)
+
 
 def _session_and_transitions() -> tuple[_Session, SessionTransitions]:
     session = _Session(10.0, sent_at=100.0)
-    return session, SessionTransitions(session, session._set_state)
+    return session, SessionTransitions(session, session.apply_now)
 
 
 def test_confirmed_moves_the_deadline_from_the_send_time() -> None:
@@ -184,13 +189,13 @@ def test_unanswered_never_moves_the_deadline_and_lost_is_terminal() -> None:
 
 def test_overdue_only_when_suspended_past_the_deadline() -> None:
     session = _Session(0.05)
-    transitions = SessionTransitions(session, session._set_state)
+    transitions = SessionTransitions(session, session.apply_now)
     time.sleep(0.1)
     assert not transitions.overdue()  # CONNECTED: the backend's own check decides
     transitions.unanswered("no answer")
     assert transitions.overdue()
     fresh = _Session(60.0)
-    fresh_transitions = SessionTransitions(fresh, fresh._set_state)
+    fresh_transitions = SessionTransitions(fresh, fresh.apply_now)
     fresh_transitions.unanswered("no answer")
     assert not fresh_transitions.overdue()
 

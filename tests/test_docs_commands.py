@@ -484,12 +484,12 @@ def paimon_group_blocks() -> list[tuple[str, list[str]]]:
 @pytest.fixture(scope="module")
 def servers(etcd_pki: Any, zk_tls: Any, zk_server: Any, etcd_server: Any,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    from tests.support.etcd_server import EtcdServer, _require_etcd
+    from tests.support.etcd_server import EtcdServer, require_etcd
     from tests.support.zk_server import ZkServer, require_zookeeper
 
-    etcds = EtcdServer(_require_etcd(), tmp_path_factory.mktemp("etcds"), pki=etcd_pki,
+    etcds = EtcdServer(require_etcd(), tmp_path_factory.mktemp("etcds"), pki=etcd_pki,
                        tls=True)
-    etcds_auth = EtcdServer(_require_etcd(), tmp_path_factory.mktemp("etcds-auth"),
+    etcds_auth = EtcdServer(require_etcd(), tmp_path_factory.mktemp("etcds-auth"),
                             pki=etcd_pki, tls=True, auth=True,
                             users={"paimon-group": ETCD_PASSWORD})
     java, jar = require_zookeeper()

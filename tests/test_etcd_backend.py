@@ -179,10 +179,10 @@ def test_missing_etcd_fails_in_ci_and_skips_elsewhere(monkeypatch: pytest.Monkey
     monkeypatch.setattr(etcd_support, "etcd_binary", lambda: None)
     monkeypatch.setenv("CI", "true")
     with pytest.raises(pytest.fail.Exception, match="etcd binary not found"):
-        etcd_support._require_etcd()
+        etcd_support.require_etcd()
     monkeypatch.delenv("CI")
     with pytest.raises(pytest.skip.Exception):
-        etcd_support._require_etcd()
+        etcd_support.require_etcd()
 
 
 # -- against the shared server ---------------------------------------------------

@@ -65,7 +65,7 @@ async def compare(url: str, keys: list[str]) -> list[str]:
         listed = await kazoo.list("g/")
         single = await kazoo.get("g/e0")
     async with opened(f"{base}&client=asyncio", OPTIONS) as ours:
-        assert isinstance(ours._client, AioZkClient)
+        assert isinstance(ours.client, AioZkClient)
         assert await ours.get_many(keys) == expected
         assert await ours.list("g/") == listed
         assert await ours.get("g/e0") == single
@@ -110,7 +110,7 @@ async def test_a_server_without_multi_read_is_read_the_pipelined_way(
     url = server.unique_url()
     async with opened(url, OPTIONS) as ours:
         assert await ours.commit([], [Put("g/a", b"1"), Put("g/b", b"2")])
-        client = ours._client
+        client = ours.client
         session = client.client_id
         monkeypatch.setattr(MultiRead, "type", 99)
         entries = await ours.get_many(["g/a", "g/b", "g/c"])
@@ -129,14 +129,14 @@ async def test_no_heartbeat_while_requests_are_answered(zk_url: str, client: str
     options = ConnectOptions(session_timeout_s=3)  # a heartbeat every second when idle
     async with opened(f"{zk_url}&client={client}", options) as coordinator:
         sent: list[str] = []
-        real = coordinator._client.exists_async
+        real = coordinator.client.exists_async
 
         def exists(path: str, *args: Any) -> Any:
             if path == coordinator._root:
                 sent.append(path)
             return real(path, *args)
 
-        coordinator._client.exists_async = exists
+        coordinator.client.exists_async = exists
         for _ in range(12):  # 3 s of reads, one every 0.25 s
             assert await coordinator.get("k") is None
             await asyncio.sleep(0.25)
@@ -157,13 +157,13 @@ async def test_a_value_change_re_arms_that_value_only(zk_url: str, client: str) 
     async with opened(f"{zk_url}&client={client}", OPTIONS) as coordinator:
         assert await coordinator.commit([], [Put("h/head", b"0")])
         listings: list[str] = []
-        real = coordinator._client.get_children_async
+        real = coordinator.client.get_children_async
 
         def get_children(path: str, *args: Any, **kwargs: Any) -> Any:
             listings.append(path)
             return real(path, *args, **kwargs)
 
-        coordinator._client.get_children_async = get_children
+        coordinator.client.get_children_async = get_children
         async with coordinator.watch("h/") as watch:
             await asyncio.sleep(0.3)  # armed: the directory listed once
             first = len(listings)

@@ -73,7 +73,7 @@ def expire_session(server: ZkServer, coordinator: ZooKeeperCoordinator) -> None:
     it: the server deletes its ephemeral znodes and drops its connection;
     the owner learns, when it reconnects, that the session has expired.
     """
-    session_id, password = coordinator._client.client_id
+    session_id, password = coordinator.client.client_id
     other = KazooClient(hosts=server.hosts, client_id=(session_id, password), timeout=10.0)
     other.start(timeout=30)
     other.stop()
@@ -259,7 +259,7 @@ async def test_znode_layout_is_a_value_a_flag_and_an_epoch_marker(
             nonce, flag_stat = raw.get(f"{directory}/{flag}")
             assert marker == EPOCH_PREFIX + nonce.decode()
             assert flag_stat.czxid == entry.create_version
-            session_id = coordinator._client.client_id[0]
+            session_id = coordinator.client.client_id[0]
             for name in children:  # one transaction, one session: they die together
                 stat = raw.exists(f"{directory}/{name}")
                 assert (stat.czxid, stat.ephemeralOwner) == (entry.create_version, session_id)
@@ -615,7 +615,7 @@ async def test_no_contact_for_a_whole_session_timeout_is_lost_for_good(
                                      [Put("positions/0", b"x")])
 
         async def kazoo_stopped() -> bool:
-            return not coordinator._client.connected
+            return not coordinator.client.connected
 
         # No replacement session lives on behind the LOST one.
         await eventually(kazoo_stopped, "kazoo stopped after LOST")
@@ -889,5 +889,5 @@ async def test_every_kazoo_client_gets_the_polling_handler(zk_url: str) -> None:
     from coordinators.zookeeper.handler import PollingHandler
 
     async with open_coordinator(f"{zk_url}&client=kazoo") as coord:
-        assert isinstance(coord._client.handler, PollingHandler)  # type: ignore[attr-defined]
+        assert isinstance(coord.client.handler, PollingHandler)  # type: ignore[attr-defined]
         assert await coord.create("k", b"v") is not None

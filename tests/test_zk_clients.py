@@ -66,16 +66,16 @@ class TestChoice:
         self, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         coordinator = open_coordinator("zk://h:1/c?acl=open")
-        assert coordinator._client_kind == "kazoo"  # type: ignore[attr-defined]
+        assert coordinator.client_kind == "kazoo"  # type: ignore[attr-defined]
         coordinator = open_coordinator("zk://h:1/c?acl=open&client=asyncio")
-        assert coordinator._client_kind == "asyncio"  # type: ignore[attr-defined]
+        assert coordinator.client_kind == "asyncio"  # type: ignore[attr-defined]
         monkeypatch.delenv("PAIMON_GROUP_ZK_CLIENT")
         coordinator = open_coordinator("zk://h:1/c?acl=open")
-        assert coordinator._client_kind == "asyncio"  # type: ignore[attr-defined]
+        assert coordinator.client_kind == "asyncio"  # type: ignore[attr-defined]
         monkeypatch.setenv("PAIMON_GROUP_ZK_CLIENT", "gevent")
         with pytest.raises(ConfigError, match="PAIMON_GROUP_ZK_CLIENT='gevent'"):
             coordinator = open_coordinator("zk://h:1/c?acl=open")
-            coordinator._client_kind  # type: ignore[attr-defined]  # noqa: B018
+            coordinator.client_kind  # type: ignore[attr-defined]  # noqa: B018
 
 
 @zk
@@ -90,7 +90,7 @@ async def test_the_asyncio_client_starts_no_thread(zk_url: str) -> None:
     try:
         for i, coordinator in enumerate(coordinators):
             await coordinator.connect()
-            assert isinstance(coordinator._client, AioZkClient)  # type: ignore[attr-defined]
+            assert isinstance(coordinator.client, AioZkClient)  # type: ignore[attr-defined]
             assert await coordinator.create(f"members/m{i}", b"", ephemeral=True) is not None
         async with coordinators[0].watch("members/") as members:
             assert await members.wait(timeout=10)

@@ -40,7 +40,9 @@ class ClientChoice(Heartbeat):
     """Making and starting the chosen client."""
 
     @property
-    def _client_kind(self) -> str:
+    def client_kind(self) -> str:
+        """The client this coordinator connects with, ``kazoo`` or ``asyncio``
+        (:func:`chosen_client`); shown to the backend's tests."""
         return chosen_client(self._target)
 
     def _make_aio_client(self) -> AioZkClient:

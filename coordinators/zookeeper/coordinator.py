@@ -334,7 +334,7 @@ class ZooKeeperCoordinator(Keys, ZkClient, ClientChoice, Coordinator):
             raise CoordinatorError(f"{self!r} is already connected")
         loop = asyncio.get_running_loop()
         self._loop = loop
-        client = self._make_client() if self._client_kind == "kazoo" else self._make_aio_client()
+        client = self._make_client() if self.client_kind == "kazoo" else self._make_aio_client()
         REDACTOR.add(self._log_secrets)
         started_at = time.monotonic()
         limit = float(self._options.connect_timeout_s)

@@ -86,6 +86,15 @@ class ZkCore:
     _lost_flag: bool
 
     @property
+    def client(self) -> Any:
+        """The ZooKeeper client of the current connection (kazoo's, or the
+        asyncio one: ``client_kind``), None while not connected. Read by the
+        coordinator's watches, which arm on it, and by the backend's tests
+        (its session id, its connection state); requests go through the
+        coordinator's methods."""
+        return self._client
+
+    @property
     def session(self) -> ZooKeeperSession:
         if self._session is None:
             raise CoordinatorError(f"{self!r} is not connected: await connect() first")

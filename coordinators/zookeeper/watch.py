@@ -25,7 +25,9 @@ class _Host(Protocol):
     """What a watch needs of its coordinator."""
 
     _loop: asyncio.AbstractEventLoop | None
-    _client: Any
+
+    @property
+    def client(self) -> Any: ...
 
     def _in_loop(self, fn: Callable[..., object], *args: object) -> None: ...
 
@@ -150,7 +152,7 @@ class ZkWatch(Watch):
 
     async def _arm(self) -> None:
         coordinator = self._coordinator
-        client = coordinator._client
+        client = coordinator.client
         if client is None or not client.connected:
             return  # re-armed when kazoo reports CONNECTED
         names = self._listed

@@ -263,7 +263,7 @@ class Engine:
         the table's latest schema says the columns)."""
         return [row for _, _, row in self.stream_steps(warehouse, from_snapshot)]
 
-    def _j_table(self, warehouse: str) -> Any:
+    def java_table(self, warehouse: str) -> Any:
         """The engine's Java table ``db.t`` (the bridge's Python table cannot
         hold ARRAY or MAP columns)."""
         identifier = self.jvm.org.apache.paimon.catalog.Identifier.fromString("db.t")
@@ -272,7 +272,7 @@ class Engine:
     def _table_at(self, warehouse: str, schema_id: int | None, options: dict[str, str]) -> Any:
         """The engine's table ``db.t`` read through schema ``schema_id`` (None:
         the latest), with ``options``."""
-        table = self._j_table(warehouse)
+        table = self.java_table(warehouse)
         if schema_id is None:
             return table.copy(options)
         # Not copy(options) after copy(schema): a scan.snapshot-id there
@@ -321,7 +321,7 @@ class Engine:
 
     def schema_columns(self, warehouse: str) -> dict[tuple[str, ...], int]:
         """Every schema's column names, to its id."""
-        manager = self._j_table(warehouse).schemaManager()
+        manager = self.java_table(warehouse).schemaManager()
         return {tuple(str(f.name()) for f in manager.schema(i).fields()): int(i)
                 for i in manager.listAllIds()}
 
@@ -377,7 +377,7 @@ class Engine:
         """One commit of ``rows`` (dicts by column; INT, STRING, ARRAY of
         them as lists, MAP of them as lists of pairs), built as the engine's
         rows here: the bridge's Arrow path has no ARRAY or MAP."""
-        j_table = self._j_table(warehouse)
+        j_table = self.java_table(warehouse)
         builder = self.jvm.InvocationUtil.getBatchWriteBuilder(j_table)
         write, commit = builder.newWrite(), builder.newCommit()
         write.withIOManager(self.jvm.org.apache.paimon.disk.IOManager.create(self.tmp_dir))

@@ -122,7 +122,7 @@ def test_files_written_before_row_fields_became_not_null_keep_their_nulls(
         _write(engine, warehouse, rnd, set())
         for path in PATHS:
             engine.alter(warehouse, ("not null", path))
-        latest_schema = int(engine._j_table(warehouse).schema().id())
+        latest_schema = int(engine.java_table(warehouse).schema().id())
         assert latest_schema == len(PATHS)
         with pytest.raises(Exception, match="Only support column type evolution in atomic"):
             engine.read_at(warehouse, 2, latest_schema)  # this engine, through the new schema

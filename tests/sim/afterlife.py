@@ -191,7 +191,7 @@ class Afterlife:
                     run.pause(victim.incs[0], rng.uniform(1.2, 3.0) * run.timeout_s)
                     self.stats["afterlife_pauses"] += 1
                 else:
-                    self._die(victim, rng.uniform(0.1, 2 * run.timeout_s))
+                    self.die(victim, rng.uniform(0.1, 2 * run.timeout_s))
         if not regrouped:
             await self._regroup()
         await self._settle()
@@ -241,7 +241,7 @@ class Afterlife:
             return
         self.lives["g"] += 1  # a restart of the former life's processes is not made
         for proc in [p for p in self._live() if p.group == "g"]:
-            self._die(proc, None)
+            self.die(proc, None)
         self.stats["afterlife_regroups"] += 1
         if not await self._delete_group("g"):
             return
@@ -298,13 +298,13 @@ class Afterlife:
                 self.stats["afterlife_start_failed"] += 1
                 continue
             if proc.dead:
-                run._kill(inc)
+                run.kill(inc)
                 continue
             inc.task = asyncio.create_task(inc.member.run(self._handler(proc, inc)),
                                            name=f"after-{member_id}")
         return proc
 
-    def _die(self, proc: Proc, restart_after: float | None) -> None:
+    def die(self, proc: Proc, restart_after: float | None) -> None:
         """The process dies (every member in it); its supervisor starts it
         again after ``restart_after`` seconds (None: not)."""
         if proc.dead:
@@ -314,7 +314,7 @@ class Afterlife:
         self.stats["afterlife_process_deaths"] += 1
         for inc in proc.incs:
             inc.crashed = True
-            self.run._kill(inc)
+            self.run.kill(inc)
         if restart_after is not None:
             life = proc.life
 
@@ -442,7 +442,7 @@ class Afterlife:
         return random.Random(f"afterlife-restart:{self.seed}:{proc.number}").uniform(
             0.1, 2 * self.run.timeout_s)
 
-    def _expire_target(self, retain: int) -> None:
+    def expire_target(self, retain: int) -> None:
         from tests.sim.sink import TABLE
         from tests.support.tables import expire_snapshots, latest_snapshot_id
 
@@ -704,7 +704,7 @@ class _ProcHooks(CommitHooks):
     def die(self, point: str) -> None:
         assert self.proc is not None
         self.after.stats[f"afterlife_crash_{point}_commit"] += 1
-        self.after._die(self.proc, self.after.restart_after(self.proc))
+        self.after.die(self.proc, self.after.restart_after(self.proc))
 
     def committed(self, writes: list[Any]) -> None:
         stats = self.after.stats
@@ -713,7 +713,7 @@ class _ProcHooks(CommitHooks):
         if len(writes) > 1:
             stats["afterlife_commits_of_several_batches"] += 1
         if self.after.plan.retain is not None:
-            self.after._expire_target(self.after.plan.retain)
+            self.after.expire_target(self.after.plan.retain)
 
     def judged(self, pending: Any, verdict: Any) -> None:
         kind = getattr(verdict, "kind", None)

@@ -342,6 +342,12 @@ class SimCoordinator(Coordinator):
             self.store.end_session(self._session.id)
             self._session.mark(SessionState.LOST)
 
+    def end_store_session(self) -> None:
+        """End this coordinator's session in the store (its keys go, as on an
+        expiry), without telling the coordinator; nothing without a session."""
+        if self._session is not None:
+            self.store.end_session(self._session.id)
+
     def _check_open(self) -> None:
         if self._closed:
             raise CoordinatorError(f"{self!r} is closed")
@@ -505,7 +511,7 @@ class FaultyCoordinator(Coordinator):
         if crash is not None:
             crash()
 
-    def _fault(self, method: str) -> Fault:
+    def fault_for(self, method: str) -> Fault:
         fault = self.plan.decide(self.calls.member, self.calls.take(), method)
         if fault.kind is not None:
             self.plan.counts[fault.kind] += 1
@@ -555,7 +561,7 @@ class FaultyCoordinator(Coordinator):
             # into the pipe, whose task close() cancelled, it was never
             # answered: its caller hung for ever (seed 17462).
             raise CoordinatorError(f"{self!r} is closed")
-        fault = self._fault(method)
+        fault = self.fault_for(method)
         kind = fault.kind
         if kind in ("unavailable", "locked"):
             await asyncio.sleep(fault.delay / 4)
@@ -589,13 +595,13 @@ class FaultyCoordinator(Coordinator):
 
     def inner_store_end_session(self) -> None:
         inner = self.inner
-        if isinstance(inner, SimCoordinator) and inner._session is not None:
-            inner.store.end_session(inner._session.id)
+        if isinstance(inner, SimCoordinator):
+            inner.end_store_session()
 
     # -- the protocol
 
     async def connect(self) -> None:
-        fault = self._fault("connect")
+        fault = self.fault_for("connect")
         if fault.kind in ("unavailable", "locked"):
             raise CoordinatorUnavailable("sim: connect failed")
         await self.inner.connect()
@@ -649,7 +655,7 @@ class _FaultyWatch(Watch):
         self._inner = inner
 
     async def wait(self, timeout: float | None = None) -> bool:
-        fault = self._owner._fault("watch")
+        fault = self._owner.fault_for("watch")
         if fault.kind == "watch_spurious":
             await asyncio.sleep(min(fault.delay, timeout or fault.delay) / 4)
             return True

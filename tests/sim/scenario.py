@@ -495,7 +495,7 @@ class Run:
         if inc.crashed:
             # Killed while it was starting: whatever its start opened since
             # dies with it.
-            self._kill(inc)
+            self.kill(inc)
             return inc
         mode = self.rng.choice(["run", "run", "iterate"])
         if self.sink is not None:
@@ -521,9 +521,9 @@ class Run:
     def crash(self, inc: Incarnation) -> None:
         inc.crashed = True
         self.stats["crashes"] += 1
-        self._kill(inc)
+        self.kill(inc)
 
-    def _kill(self, inc: Incarnation) -> None:
+    def kill(self, inc: Incarnation) -> None:
         mirror = getattr(inc.member, "_mirror", None)
         if self.tears is not None and mirror is not None:
             self.tears.abandon(mirror._file_io)
@@ -720,7 +720,7 @@ class Run:
         latest = self.wh.committed
         while True:
             missing = self.expected_ids() - {i for d in self.deliveries for i in d["ids"]}
-            missing -= set(self._excused(missing))
+            missing -= set(self.excused(missing))
             positions = self._stored_positions()
             behind = {s: p for s, p in positions.items() if p != (latest + 1, None)}
             behind.update({s: None for s in range(self.shards) if s not in positions
@@ -921,7 +921,7 @@ class Run:
         scan of snapshot F holds every row of the snapshots up to F)."""
         first: dict[int, tuple[int, int | None]] = {}
         for k, (store, mirrored, _n) in enumerate(self.eras):
-            if not self._files_left(k, mirrored):
+            if not self.files_left(k, mirrored):
                 # Every consumer file of the group expired (consumer.expiration-
                 # time) before the group was created again: it is a new group,
                 # which starts as configured; what came before is forgotten.
@@ -958,7 +958,7 @@ class Run:
                 out.add(i)
         return out
 
-    def _files_left(self, era: int, mirrored: set[int]) -> bool:
+    def files_left(self, era: int, mirrored: set[int]) -> bool:
         """Whether a consumer file of the group was left when the group was
         created again after switch ``era`` (its record in the next store)."""
         created = self._stores()[era + 1].group_created_at
@@ -1045,7 +1045,7 @@ class Run:
         created anew after every consumer file of it expired starts afresh."""
         stores = self._stores()
         forgotten = [k for k, (_s, mirrored, _n) in enumerate(self.eras)
-                     if not self._files_left(k, mirrored)]
+                     if not self.files_left(k, mirrored)]
         if forgotten:
             stores = stores[forgotten[-1] + 1:]
         # The full scans a group start moved to (every start of a store after
@@ -1059,7 +1059,7 @@ class Run:
         return [i for i in self.incarnations if not i.crashed and (
             data_loss_stop(i.member.error) or i.data_loss is not None)]
 
-    def _excuse(self, oracle: LossOracle, i: int, snapshots: list[int]) -> str | None:
+    def excuse(self, oracle: LossOracle, i: int, snapshots: list[int]) -> str | None:
         """Why row ``i`` (its versions written in ``snapshots``) may be
         missing: under skip, a carrier expired before its shard read it;
         under fail, once a member stopped on data loss, its shard never
@@ -1087,7 +1087,7 @@ class Run:
                 inc.task is not None and inc.task.done() and not inc.task.cancelled()
                 and inc.task.exception() is not None))]
 
-    def _excused(self, ids: set[int]) -> dict[int, str]:
+    def excused(self, ids: set[int]) -> dict[int, str]:
         """The ids of ``ids`` that may be missing, with why."""
         if not ids:
             return {}
@@ -1095,7 +1095,7 @@ class Run:
         out = {}
         for i in ids:
             if i in self.wh.versions:
-                why = self._excuse(oracle, i, [s for s, _v in self.wh.versions[i]])
+                why = self.excuse(oracle, i, [s for s, _v in self.wh.versions[i]])
                 if why is not None:
                     out[i] = why
         return out
@@ -1106,7 +1106,7 @@ class Run:
         missing = written - set(history.delivered_counts())
         if not missing:
             return []
-        excused = self._excused(missing)
+        excused = self.excused(missing)
         for why in excused.values():
             self.stats["rows_lost_to_expiry" if why.startswith("snapshot")
                        else "rows_unread_group_stopped"] += 1
@@ -1161,7 +1161,7 @@ class Run:
         oracle = self.oracle()
         for i in sorted(expected):
             want = self.wh.versions[i][-1][1]
-            if seen[i] and want not in seen[i] and self._excuse(
+            if seen[i] and want not in seen[i] and self.excuse(
                     oracle, i, [self.wh.versions[i][-1][0]]) is not None:
                 self.stats["versions_lost_to_expiry"] += 1
                 continue

@@ -572,7 +572,7 @@ class SinkWorld:
         for i, v in rows:
             have[i].add(v)
         missing = expected - set(have)
-        missing -= set(run._excused(missing))
+        missing -= set(run.excused(missing))
         missing -= self._lost_before_the_mark(run, missing)
         if missing:
             found["sink_missing"].append(
@@ -606,7 +606,7 @@ class SinkWorld:
         no consumer file of it left (a switch or wipe) is a new consumer that
         starts as configured, and writes its full scan again."""
         forgotten = [n for k, (_s, mirrored, n) in enumerate(run.eras)
-                     if not run._files_left(k, mirrored)]
+                     if not run.files_left(k, mirrored)]
         out: dict[tuple[int, int], set[int]] = defaultdict(set)
         for d in run.deliveries:
             life = sum(1 for n in forgotten if d["pid"] >= n)
@@ -644,7 +644,7 @@ class SinkWorld:
             snapshot, want = run.wh.versions[i][-1]
             if want in have[i]:
                 continue
-            if run._excuse(oracle, i, [snapshot]) is not None:
+            if run.excuse(oracle, i, [snapshot]) is not None:
                 continue
             if (run.expiry.on_data_loss == "skip" and snapshot in run.wh.expired_at
                     and i in self.not_written):

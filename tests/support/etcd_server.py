@@ -68,7 +68,8 @@ def _missing(message: str) -> None:
     pytest.skip(message)
 
 
-def _require_etcd() -> str:
+def require_etcd() -> str:
+    """The etcd binary; when there is none, fails the test in CI, else skips it."""
     binary = etcd_binary()
     if binary is None:
         _missing("etcd binary not found: install the Debian package etcd-server (tests/run.sh)")
@@ -375,7 +376,7 @@ def etcd_pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
 @pytest.fixture(scope="session")
 def etcd_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
     """The shared plaintext etcd of the session (never restart or pause it)."""
-    server = EtcdServer(_require_etcd(), tmp_path_factory.mktemp("etcd-shared"))
+    server = EtcdServer(require_etcd(), tmp_path_factory.mktemp("etcd-shared"))
     server.start()
     try:
         yield server
@@ -394,7 +395,7 @@ def etcd_server_factory(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Callable[..., EtcdServer]]:
     """``factory(**EtcdServer kwargs, start=True)``: servers of this test only."""
-    binary = _require_etcd()
+    binary = require_etcd()
     servers: list[EtcdServer] = []
 
     def factory(*, start: bool = True, **kwargs: Any) -> EtcdServer:
@@ -416,7 +417,7 @@ def etcd_cluster_factory(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Callable[..., EtcdCluster]]:
     """``factory(size=3) -> EtcdCluster``: a started cluster of this test only."""
-    binary = _require_etcd()
+    binary = require_etcd()
     clusters: list[EtcdCluster] = []
 
     def factory(size: int = 3) -> EtcdCluster:

@@ -37,11 +37,11 @@ class HeaderDroppingProxy:
         self.dropped = 0  # request headers dropped so far
         self._lock = threading.Lock()
         self._sockets: set[socket.socket] = set()
-        proxy = self
+        forward = self._forward
 
         class Handler(socketserver.BaseRequestHandler):
             def handle(self) -> None:
-                proxy._forward(self.request)
+                forward(self.request)
 
         self._server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
