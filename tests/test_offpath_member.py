@@ -454,7 +454,7 @@ async def test_a_start_that_fails_keeps_nothing_open(
                 async with member:
                     raise AssertionError("not reached")
         assert member.core.coordinator is None
-        assert member.history._fd == -1
+        assert member.history.closed
         assert await GroupClient(other, "g").members() == {}
         if how == "async with":
             assert member.state is MemberState.STOPPED

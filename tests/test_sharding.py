@@ -514,4 +514,4 @@ async def test_a_group_stored_without_a_rule_keeps_bucket_sharding(warehouse: st
                                   poll_interval_ms=50, shards=4)
             async with GroupMember(config) as member:
                 batch = await asyncio.wait_for(member.batches().__anext__(), timeout=30)
-                assert member.sharding is rule and batch._planner.rule is rule
+                assert member.sharding is rule and batch.sharding == rule.value

@@ -94,12 +94,19 @@ class HistoryRecorder:
                 except OSError:
                     pass
 
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` ran: records made since are dropped (a member
+        closes its history when it stops, a start that failed included)."""
+        return self._fd < 0
+
 
 class NullRecorder(HistoryRecorder):
     """Records nothing."""
 
     def __init__(self) -> None:
         self.member_id = ""
+        self._fd = -1
 
     def record(self, event: str, **fields: Any) -> None:
         return None
