@@ -30,7 +30,7 @@ from paimon_group.member.read_loop import ReadLoop
 from paimon_group.member.settle import ArrivalSettle
 from paimon_group.member.state import OwnedShard
 from paimon_group.protocol.group import GroupClient
-from paimon_group.protocol.records import Assignment, MemberInfo
+from paimon_group.protocol.records import Assignment, GroupMeta, MemberInfo
 
 
 class Listener:
@@ -82,14 +82,17 @@ async def another(url: str) -> AsyncIterator[Coordinator]:
         yield coord
 
 
-def make_core(coord: Coordinator, member: str = "m", listener: Listener | None = None
-              ) -> MemberCore:
-    """A member core joined to ``coord`` (as the join leaves it), no table."""
+def make_core(coord: Coordinator, member: str = "m", listener: Listener | None = None,
+              *, shards: int | None = None) -> MemberCore:
+    """A member core joined to ``coord`` (as the join leaves it), no table;
+    with ``shards``, joined to a group of that many shards."""
     cfg = MemberConfig(group="g", warehouse="/nonexistent", table="db.t",
                        coordinator="memory://unused", member_id=member, session_timeout_s=3)
     core = MemberCore(cfg, listener=listener)
     core.replace_session(JoinedSession(
-        meta=None, planner=None, mirror=NoMirror(),  # type: ignore[arg-type]
+        meta=None if shards is None else GroupMeta(num_shards=shards, table="db.t",
+                                                   created_at=0.0),
+        planner=None, mirror=NoMirror(),  # type: ignore[arg-type]
         coordinator=coord, group=GroupClient(coord, "g")))
     core.joined.set()
     return core
@@ -322,8 +325,7 @@ async def register(core: MemberCore, coord: Coordinator) -> None:
 
 @pytest.mark.asyncio
 async def test_control_round_leads_publishes_and_follows(coordinator: Coordinator) -> None:
-    core = make_core(coordinator)
-    core.num_shards = 3
+    core = make_core(coordinator, shards=3)
     await register(core, coordinator)
     ownership = RecordingOwnership(core)
     control = Control(core, ownership, core._leadership)
@@ -342,8 +344,7 @@ async def test_control_round_leads_publishes_and_follows(coordinator: Coordinato
 @pytest.mark.asyncio
 async def test_control_round_without_our_member_key_is_a_lost_session(
         coordinator: Coordinator) -> None:
-    core = make_core(coordinator)
-    core.num_shards = 1
+    core = make_core(coordinator, shards=1)
     ownership = RecordingOwnership(core)
     with pytest.raises(SessionLost, match="member key"):
         await Control(core, ownership, core._leadership)._reconcile({"local"})
