@@ -101,7 +101,9 @@ class OwnedShard:
     left (it may or may not have landed). :meth:`lowers` tells whether a
     write would move the stored position backwards; :meth:`landed`,
     :meth:`raised` and :meth:`take_stored` take a commit's outcome and a
-    read-back. Only the commits part calls them, under its lock.
+    read-back. The commits part alone calls them, under its lock (and the
+    acquisition, :meth:`take_stored` of the position it read before the
+    record is held).
     """
 
     shard: int
