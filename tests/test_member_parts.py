@@ -29,7 +29,7 @@ from paimon_group.member.ownership import ShardOwnership
 from paimon_group.member.read_loop import ReadLoop
 from paimon_group.member.state import OwnedShard
 from paimon_group.protocol.group import GroupClient
-from paimon_group.protocol.records import Assignment, MemberInfo
+from paimon_group.protocol.records import Assignment, GroupMeta, MemberInfo
 
 
 class Listener:
@@ -82,14 +82,17 @@ async def another(url: str) -> AsyncIterator[Coordinator]:
 
 
 def make_core(coord: Coordinator, member: str = "m", listener: Listener | None = None,
-              *, forming_wait_s: float = 1.0) -> MemberCore:
-    """A member core joined to ``coord`` (as the join leaves it), no table."""
+              *, forming_wait_s: float = 1.0, shards: int | None = None) -> MemberCore:
+    """A member core joined to ``coord`` (as the join leaves it), no table;
+    with ``shards``, joined to a group of that many shards."""
     cfg = MemberConfig(group="g", warehouse="/nonexistent", table="db.t",
                        coordinator="memory://unused", member_id=member, session_timeout_s=3,
                        forming_wait_s=forming_wait_s)
     core = MemberCore(cfg, listener=listener)
     core.replace_session(JoinedSession(
-        meta=None, planner=None, mirror=NoMirror(),  # type: ignore[arg-type]
+        meta=None if shards is None else GroupMeta(num_shards=shards, table="db.t",
+                                                   created_at=0.0),
+        planner=None, mirror=NoMirror(),  # type: ignore[arg-type]
         coordinator=coord, group=GroupClient(coord, "g")))
     core.joined.set()
     return core
@@ -326,8 +329,7 @@ async def register(core: MemberCore, coord: Coordinator) -> None:
 async def test_control_round_leads_publishes_and_follows(coordinator: Coordinator) -> None:
     # A new group's leader waits for arrivals to pause (tests/test_forming_group.py):
     # here at once.
-    core = make_core(coordinator, forming_wait_s=0.0)
-    core.num_shards = 3
+    core = make_core(coordinator, forming_wait_s=0.0, shards=3)
     await register(core, coordinator)
     ownership = RecordingOwnership(core)
     control = Control(core, ownership, core.leadership_record())
@@ -343,8 +345,7 @@ async def test_control_round_leads_publishes_and_follows(coordinator: Coordinato
 @pytest.mark.asyncio
 async def test_control_round_without_our_member_key_is_a_lost_session(
         coordinator: Coordinator) -> None:
-    core = make_core(coordinator)
-    core.num_shards = 1
+    core = make_core(coordinator, shards=1)
     ownership = RecordingOwnership(core)
     with pytest.raises(SessionLost, match="member key"):
         await Control(core, ownership, core.leadership_record()).reconcile({"local"})

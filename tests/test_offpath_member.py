@@ -15,7 +15,7 @@ import contextlib
 import logging
 import threading
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,12 +28,15 @@ from coordinators.protocol import Coordinator, Delete, Op, Put
 from paimon_group import GroupMember, MemberConfig
 from paimon_group.errors import ShardCountMismatch
 from paimon_group.member import MemberState
+from paimon_group.member.commits import Commits
 from paimon_group.member.membership import Membership
 from paimon_group.member.ownership import ShardOwnership
 from paimon_group.member.read_loop import ReadLoop
+from paimon_group.member.state import OwnedShard
 from paimon_group.protocol.group import GroupClient
 from paimon_group.protocol.records import Position
 from tests.support.tables import make_pk_table, write_rows
+from tests.test_member_parts import make_core, owned_shard
 
 
 @dataclass
@@ -297,24 +300,32 @@ async def _true(value: bool) -> bool:
     return value
 
 
-# -- finding 7: the coordinator-side guard ----------------------------------------
+# -- finding 7: the owner's guard (OwnedShard, written through Commits) -----------
+
+
+@contextlib.asynccontextmanager
+async def commits_on_one_shard() -> AsyncIterator[tuple[Coordinator, GroupClient, Commits,
+                                                          OwnedShard]]:
+    """A member core's commits part, holding shard 0 (no position yet)."""
+    async with open_coordinator(memory_url()) as coord:
+        core = make_core(coord)
+        assert core.group is not None
+        yield coord, core.group, Commits(core, core.owned_record()), await owned_shard(core, 0)
 
 
 @pytest.mark.asyncio
 async def test_a_lower_position_is_never_written_under_the_same_epoch() -> None:
-    async with open_coordinator(memory_url()) as coord:
-        group = GroupClient(coord, "g")
-        epoch = await group.acquire(0, "m", generation=1)
-        assert epoch is not None
-        assert await group.commit_positions({0: (epoch, 5)}, "m")
-        # Lower: not written, and the result is not a rejection.
-        assert await group.commit_positions({0: (epoch, 3)}, "m")
+    async with commits_on_one_shard() as (coord, group, commits, o):
+        await commits.commit({0: o}, 5)
+        # Lower: not written, and not a rejection (the shard stays ours).
+        await commits.commit({0: o}, 3)
         # A pending full scan at the same next snapshot is lower too.
-        assert await group.commit_positions({0: (epoch, 5)}, "m", full_scan={0: 4})
+        await commits.commit({0: o}, 5, full_scan=4)
+        assert o.active and (o.committed, o.next_snapshot, o.full_scan) == (5, 5, None)
         position, _ = await group.position(0)
         assert position is not None and (position.next_snapshot, position.full_scan) == (5, None)
-        # The release of a lower position still releases.
-        assert await group.commit_positions({0: (epoch, 4)}, "m", release=True)
+        # The release writes the owner's position, never a lower one.
+        assert await commits.release(group, o, finished=True)
         assert await coord.get(group.keys.owner(0)) is None
         position, _ = await group.position(0)
         assert position is not None and position.next_snapshot == 5
@@ -324,17 +335,18 @@ async def test_a_lower_position_is_never_written_under_the_same_epoch() -> None:
 @pytest.mark.parametrize("applied", [False, True], ids=["not-applied", "applied"])
 async def test_a_lower_position_after_an_ambiguous_commit(applied: bool) -> None:
     """A commit of 5 raised: a later commit of 3 is compared with the stored
-    position, read back: written if 5 did not land, left out if it did."""
-    async with open_coordinator(memory_url()) as coord:
-        group = GroupClient(coord, "g")
-        epoch = await group.acquire(0, "m", generation=1)
-        assert epoch is not None
-        assert await group.commit_positions({0: (epoch, 2)}, "m")
+    position, read back: written if 5 did not land, left out if it did (and
+    reading goes on from 5)."""
+    async with commits_on_one_shard() as (coord, group, commits, o):
+        await commits.commit({0: o}, 2)
         inject(coord, Fault("commit", position_put(lambda p: p.next_snapshot == 5),
                             unavailable, applied=applied))
         with pytest.raises(CoordinatorUnavailable):
-            await group.commit_positions({0: (epoch, 5)}, "m")
-        assert await group.commit_positions({0: (epoch, 3)}, "m", release=True)
+            await commits.commit({0: o}, 5)
+        assert o.uncertain and o.committed == 2
+        await commits.commit({0: o}, 3)
+        assert not o.uncertain and o.next_snapshot == (5 if applied else 3)
+        assert await commits.release(group, o, finished=True)
         position, _ = await group.position(0)
         assert position is not None and position.next_snapshot == (5 if applied else 3)
         assert await coord.get(group.keys.owner(0)) is None
@@ -342,20 +354,17 @@ async def test_a_lower_position_after_an_ambiguous_commit(applied: bool) -> None
 
 @pytest.mark.asyncio
 async def test_a_release_that_reads_back_never_writes_over_a_commit_made_meanwhile() -> None:
-    """Simulation seed 6569 (a driven member leaving): a commit of 5 raised
-    (not applied); the release of 3 reads the stored position back (2) and,
-    while that answer is on its way, the driver's commit of 9 lands; the
-    release then wrote 3 over 9 under the same epoch, and the next owner read
-    5 snapshots again. A client's position commits now run one at a time."""
-    async with open_coordinator(memory_url()) as coord:
-        group = GroupClient(coord, "g")
-        epoch = await group.acquire(0, "m", generation=1)
-        assert epoch is not None
-        assert await group.commit_positions({0: (epoch, 2)}, "m")
+    """A driven member leaving: a commit of 5 raised (not applied); the
+    release reads the stored position back (2) and, while that answer is on
+    its way, the host's commit of 9 is sent. Were they to interleave, the
+    release would write 2 over 9 under the same epoch and the next owner
+    read 7 snapshots again: the member's position writes run one at a time."""
+    async with commits_on_one_shard() as (coord, group, commits, o):
+        await commits.commit({0: o}, 2)
         inject(coord, Fault("commit", position_put(lambda p: p.next_snapshot == 5),
                             unavailable, applied=False))
         with pytest.raises(CoordinatorUnavailable):
-            await group.commit_positions({0: (epoch, 5)}, "m")
+            await commits.commit({0: o}, 5)
         real_get = coord.get
         reading, answer = asyncio.Event(), asyncio.Event()
 
@@ -367,18 +376,33 @@ async def test_a_release_that_reads_back_never_writes_over_a_commit_made_meanwhi
             return entry
 
         coord.get = slow_get  # type: ignore[method-assign]
-        release = asyncio.ensure_future(
-            group.commit_positions({0: (epoch, 3)}, "m", release=True))
+        release = asyncio.ensure_future(commits.release(group, o, finished=True))
         await reading.wait()
-        nine = asyncio.ensure_future(group.commit_positions({0: (epoch, 9)}, "m"))
+        nine = asyncio.ensure_future(commits.commit({0: o}, 9))
         await asyncio.sleep(0.2)
         answer.set()
-        released, nine_ok = await asyncio.gather(release, nine)
+        released, _ = await asyncio.gather(release, nine)
         assert released
         position, _ = await group.position(0)
         assert position is not None
-        assert not nine_ok or position.next_snapshot >= 9, (nine_ok, position)
+        assert o.committed != 9 or position.next_snapshot >= 9, (o.committed, position)
         assert await coord.get(group.keys.owner(0)) is None
+
+
+@pytest.mark.asyncio
+async def test_a_shard_whose_revocation_ended_commits_nothing() -> None:
+    """Its release was tried with its last position; were its owner key still
+    there (a release of unknown outcome), a later commit of the ended record
+    would land behind the back of the record that acquires the shard again
+    under that key: it is refused, never sent."""
+    async with commits_on_one_shard() as (_coord, group, commits, o):
+        await commits.commit({0: o}, 2)
+        o.revoke()
+        o.drop()
+        await commits.commit({0: o}, 9)
+        position, _ = await group.position(0)
+        assert position is not None and position.next_snapshot == 2
+        assert o.committed == 2
 
 
 # -- finding 12: the stored shard count, and the refused commit -------------------

@@ -1,12 +1,17 @@
 """Fenced commits of positions, coalesced per step (the commit lane).
 
-:meth:`Commits.commit` is the one way a member writes a position: one
-atomic coordinator commit guarded by each shard's epoch (invariant 1); a
-rejected shard is dropped, an accepted one advances and is mirrored into its
-consumer file (never ahead of the coordinator: invariant 5). A commit that
-raised has an unknown outcome: the shard is marked ``uncertain`` and
-:meth:`Commits.read_back` takes the stored position before it is used again
-(invariant 2). :class:`CommitLane` coalesces the commits of one step's shards.
+:class:`Commits` is the one way a member writes a position: a commit
+(:meth:`Commits.commit`) or a release with the last position
+(:meth:`Commits.release`, :meth:`Commits.release_many`), each one atomic
+coordinator commit guarded by each shard's epoch (invariant 1); a rejected
+shard is dropped, an accepted one advances and is mirrored into its
+consumer file (never ahead of the coordinator: invariant 5). A position
+never moves backwards (invariant 2): each shard's
+:class:`~paimon_group.member.state.OwnedShard` tells whether a write would
+lower it, and a lower one is not written. A commit that raised has an
+unknown outcome: the shard is ``uncertain`` and :meth:`Commits.read_back`
+takes the stored position before it is used again. :class:`CommitLane`
+coalesces the commits of one step's shards.
 """
 
 from __future__ import annotations
@@ -20,8 +25,9 @@ from typing import Any
 
 from coordinators.errors import CoordinatorError, SessionLost
 from paimon_group.member.core import MemberCore
-from paimon_group.member.state import OwnedShard, OwnedShards, Stop
+from paimon_group.member.state import Order, OwnedShard, OwnedShards, ShardState, Stop
 from paimon_group.protocol.commit_size import commit_chunks
+from paimon_group.protocol.group import GroupClient
 from paimon_group.protocol.records import position_order
 
 log = logging.getLogger("paimon_group.member")
@@ -140,17 +146,28 @@ class CommitLane:
 
 
 class Commits:
-    """The member's fenced commit and its read-back (see the module docstring).
+    """The member's one writer of positions: its fenced commits, its releases
+    with a last position, and the read-back (see the module docstring).
 
-    Its interface: :meth:`commit`, :meth:`read_back`, :meth:`mirror_write`,
-    and :attr:`lanes`, the commit lanes of the steps being delivered (a
-    revoke kicks them so a finished batch of a revoked shard commits now).
+    Its interface: :meth:`commit`, :meth:`read_back`, :meth:`release`,
+    :meth:`release_many`, :meth:`mirror_write`, and :attr:`lanes`, the commit
+    lanes of the steps being delivered (a revoke kicks them so a finished
+    batch of a revoked shard commits now).
+
+    Each shard's positions live in its :class:`OwnedShard`, which says
+    whether a write would move the stored position backwards (invariant 2);
+    every write and read-back here runs under one lock, so that deciding and
+    sending never interleave with another write of this member: a release
+    decided while a step's commit was in flight would otherwise write its
+    older position over the one that landed (a step commits 9, then the
+    release writes its 6).
     """
 
     def __init__(self, core: MemberCore, owned: OwnedShards) -> None:
         self._core = core
         self._owned = owned  # the ownership part's: only forget() a rejected shard here
         self.lanes: set[CommitLane] = set()  # commit lanes of steps being delivered
+        self._lock = asyncio.Lock()  # one position write (or read-back) at a time
 
     async def commit(
         self, owned: dict[int, OwnedShard], next_snapshot: int, *, full_scan: int | None = None,
@@ -160,7 +177,11 @@ class Commits:
 
         With ``full_scan`` the position is a pinned start whose full scan of
         that snapshot is still to be delivered; ``start_moves``: the moves of
-        the group start it derives from (a pin; else each shard's own).
+        the group start it derives from (a pin; else each shard's own). A
+        shard's position lower than its owner's (:meth:`OwnedShard.lowers`)
+        is not written: its epoch is still checked, and it is not a
+        rejection (a rejection means "stale epoch", and would drop a shard
+        still ours).
         """
         if not owned:
             return
@@ -181,37 +202,80 @@ class Commits:
             # leave stopped waiting for it). The next owner reads it again.
             self._record_commits(owned, next_snapshot, outcome="refused")
             raise
-        group = self._core.group
-        if group is None:
-            raise SessionLost("no session")
-        updates = {s: (o.epoch, next_snapshot) for s, o in owned.items()}
         moves = {s: o.start_moves if start_moves is None else start_moves for s, o in owned.items()}
-        try:
-            ok = await group.commit_positions(
-                updates, self._core.member_id,
-                full_scan={s: full_scan for s in owned} if full_scan is not None else None,
-                start_moves=moves)
-        except CoordinatorError as err:
-            # The outcome is unknown to us; record the attempt so that a
-            # redelivery of this batch is explained in the history.
-            for o in owned.values():
-                o.uncertain = True
-            self._record_commits(owned, next_snapshot, outcome="error",
-                                 error=type(err).__name__)
-            raise
+        async with self._lock:
+            ok, mirror_due = await self._commit_locked(owned, next_snapshot, full_scan, moves)
         if not ok and len(owned) > 1:
             # Find which shards are no longer ours; commit the others.
             for s, o in owned.items():
                 await self.commit({s: o}, next_snapshot, **pin)
             return
-        # Protect the pending full scan's snapshot, if any (marked as such: a
-        # shard resuming from the file must scan it too).
-        mirrored = full_scan if full_scan is not None else next_snapshot
-        mirror_due = self._take_outcome(owned, ok, next_snapshot, full_scan, mirrored, moves)
         if mirror_due:
             # Written after the coordinator accepted them: never ahead of it.
+            # (A pending full scan's snapshot is protected, marked as such: a
+            # shard resuming from the file must scan it too.)
+            mirrored = full_scan if full_scan is not None else next_snapshot
             await self._core.in_io(functools.partial(self._mirror_write_all, mirror_due, mirrored,
                                                 full_scan is not None, moves))
+
+    async def _commit_locked(self, owned: dict[int, OwnedShard], next_snapshot: int,
+                             full_scan: int | None, moves: dict[int, int]
+                             ) -> tuple[bool, list[int]]:
+        """:meth:`commit`'s one coordinator commit, under the lock: whether it
+        was accepted, and the shards whose consumer file is due a write."""
+        group = self._core.group
+        if group is None:
+            raise SessionLost("no session")
+        ended = {s: o for s, o in owned.items() if o.state is ShardState.REVOKED}
+        if ended:
+            # Its release went out (or was tried) with its last position: a
+            # commit sent after it would land, were the release's outcome
+            # unknown and the owner key still there, under the epoch this
+            # member may hold the shard with again (acquire takes back a key
+            # of its own session), behind the back of that new record, which
+            # read the position when it acquired the shard. The next owner
+            # reads the batch again.
+            self._record_commits(ended, next_snapshot, outcome="refused")
+            owned = {s: o for s, o in owned.items() if s not in ended}
+            if not owned:
+                return True, []
+        orders = {s: position_order(next_snapshot, full_scan, moves[s]) for s in owned}
+        unwritten = [s for s, o in owned.items() if await self._lowers(group, o, orders[s])]
+        try:
+            ok = await group.commit_positions(
+                {s: (o.epoch, next_snapshot) for s, o in owned.items()}, self._core.member_id,
+                full_scan={s: full_scan for s in owned} if full_scan is not None else None,
+                start_moves=moves, unwritten=unwritten)
+        except CoordinatorError as err:
+            # The outcome is unknown to us: each written position may have
+            # landed (read back before it is used again); the attempt is
+            # recorded so that a redelivery of this batch is explained.
+            for s, o in owned.items():
+                if s not in unwritten:
+                    o.raised(orders[s])
+            self._record_commits(owned, next_snapshot, outcome="error",
+                                 error=type(err).__name__)
+            raise
+        if not ok and len(owned) > 1:
+            return False, []
+        if ok and unwritten:
+            # Still ours (its epoch checked), at a position ahead of this one.
+            self._record_commits({s: owned[s] for s in unwritten}, next_snapshot,
+                                 outcome="accepted", written=False)
+            owned = {s: o for s, o in owned.items() if s not in unwritten}
+        mirrored = full_scan if full_scan is not None else next_snapshot
+        return ok, self._take_outcome(owned, ok, next_snapshot, full_scan, mirrored, moves)
+
+    async def _lowers(self, group: GroupClient, o: OwnedShard, order: Order) -> bool:
+        """Whether writing ``order`` would move ``o``'s stored position
+        backwards; below what a commit of ours that raised may have left, the
+        stored position is read back first (rare; the common path reads
+        nothing)."""
+        lowers = o.lowers(order)
+        if lowers is None:
+            await self._read_back_one(group, o)
+            lowers = o.lowers(order)
+        return bool(lowers)
 
     def _record_commits(self, owned: dict[int, OwnedShard], next_snapshot: int, *,
                         outcome: str, **details: Any) -> None:
@@ -233,11 +297,7 @@ class Commits:
                                 start_moves=moves[s])
             if ok:
                 self._core.stats.commits += 1
-                o.uncertain = False
-                o.next_snapshot = next_snapshot
-                o.committed = next_snapshot
-                o.full_scan = full_scan
-                o.start_moves = moves[s]
+                o.landed(next_snapshot, full_scan, moves[s])
                 if self._core.mirror is not None and self._core.mirror.due(
                         s, mirrored, full_scan_pending=full_scan is not None,
                         start_moves=moves[s]):
@@ -269,31 +329,62 @@ class Commits:
         writes are fenced by our epoch), so what is stored is what our own
         commits left: if the ambiguous commit landed, we continue after it
         (nothing is delivered twice) and a release never re-commits the older
-        value; if it did not, the stored value is ``committed`` already.
+        value; if it did not, the stored value is ``committed`` already. A
+        commit of ours still in flight on the server (it raised, its outcome
+        unknown) lands before anything we send later on the same session
+        (ZooKeeper orders a session's requests), so a later landing of it is
+        seen by this read; and under the lock no other write of ours is in
+        flight while we read.
         """
         group = self._core.group
         if not owned or group is None:
             return
-        for o in owned:
-            if o.dropped:
-                # Ended while an earlier shard was read back: a lost
-                # session's rejoin drops every shard, then
-                # closes the coordinator ``group`` talks to, and a call on a
-                # closed coordinator fails for good (not retriable): the
-                # member failed. Its position is of no use now: a new
-                # acquisition reads the stored one once its owner key exists.
-                continue
-            position, _ = await group.position(o.shard)
-            o.uncertain = False
-            if position is None:
-                continue  # a pin that did not land: still unresolved
-            stored = position.order
-            if o.committed is None or stored > position_order(o.committed, o.full_scan,
-                                                              o.start_moves):
-                o.next_snapshot = o.committed = position.next_snapshot
-                o.full_scan = position.full_scan
-                o.start_moves = (self._core.start_moves if position.start_moves is None
-                                 else position.start_moves)
+        async with self._lock:
+            for o in owned:
+                if o.dropped:
+                    # Ended while an earlier shard was read back: a lost
+                    # session's rejoin drops every shard, then closes the
+                    # coordinator ``group`` talks to, and a call on a closed
+                    # coordinator fails for good (not retriable): the member
+                    # failed. Its position is of no use now: a new
+                    # acquisition reads the stored one once its owner key exists.
+                    continue
+                await self._read_back_one(group, o)
+
+    async def _read_back_one(self, group: GroupClient, o: OwnedShard) -> None:
+        position, _ = await group.position(o.shard)
+        o.take_stored(position, self._core.start_moves)
+
+    async def release(self, group: GroupClient, o: OwnedShard, *, finished: bool) -> bool:
+        """Delete ``o``'s owner key if it is still ours, with its last position
+        when that is certain and its batch finished (one commit); True if
+        that was done. Its position is ``committed``, never lower than what
+        our commits stored, decided under the lock (a commit in flight lands
+        first, and raises ``committed``); uncertain, it is read back first,
+        and unreadable now, the key is deleted without a position."""
+        async with self._lock:
+            if o.uncertain:
+                with contextlib.suppress(CoordinatorError):
+                    await self._read_back_one(group, o)
+            if o.committed is not None and o.full_scan is None and finished and not o.uncertain:
+                return await group.commit_positions(
+                    {o.shard: (o.epoch, o.committed)}, self._core.member_id, release=True,
+                    start_moves={o.shard: o.start_moves})
+            return await group.release(o.shard, o.epoch)
+
+    async def release_many(self, group: GroupClient, pairs: list[tuple[OwnedShard, bool]]
+                           ) -> bool:
+        """Release every shard of ``pairs`` (each with whether its batch
+        finished) in one commit, each with its last position where
+        :meth:`release` would write it (none for an uncertain one); True if
+        every owner key was still ours and all were deleted."""
+        async with self._lock:
+            positions = {o.shard: (o.epoch, o.committed) for o, finished in pairs
+                         if o.committed is not None and o.full_scan is None and finished
+                         and not o.uncertain}
+            bare = {o.shard: o.epoch for o, _ in pairs if o.shard not in positions}
+            return await group.release_many(positions, bare, self._core.member_id,
+                                            {o.shard: o.start_moves for o, _ in pairs})
 
     def _mirror_write_all(self, shards: list[int], n: int, full_scan_pending: bool,
                           start_moves: dict[int, int]) -> None:

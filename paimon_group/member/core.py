@@ -163,8 +163,6 @@ class MemberCore:
             else NullRecorder()
         )
         self.table: ShardedTable | None = None
-        self.num_shards = 0
-        self.sharding = ShardRule.BUCKET
         # The joined session (None before the first join), replaced whole by
         # membership alone (replace_session).
         self._session: JoinedSession | None = None
@@ -244,6 +242,20 @@ class MemberCore:
     def meta(self) -> GroupMeta | None:
         """The group's record as the last join read it."""
         return None if self._session is None else self._session.meta
+
+    @property
+    def num_shards(self) -> int:
+        """The group's shard count, as its record says (0 before the first
+        join): the session's meta is its one holder."""
+        meta = self.meta
+        return meta.num_shards if meta is not None else 0
+
+    @property
+    def sharding(self) -> ShardRule:
+        """The group's sharding rule, as its record says (``bucket`` before
+        the first join)."""
+        meta = self.meta
+        return ShardRule.parse(meta.sharding) if meta is not None else ShardRule.BUCKET
 
     @property
     def incarnation(self) -> str:

@@ -5,7 +5,9 @@ CLOCK_MONOTONIC, comparable across the processes of one host) and a wall-clock
 one (``wall``). Events: ``acquire``, ``release``, ``lost``, ``deliver`` (a
 batch handed to the handler and returned), ``commit`` (an attempt, with
 ``outcome`` ``accepted`` / ``rejected`` / ``refused`` -- refused locally,
-never sent: the member was leaving and its session was already closed).
+never sent: the member was leaving and its session was already closed, or
+the shard's revocation had ended; ``written`` false: accepted, its position
+not written, being lower than one stored).
 
 The file is never opened through a symbolic link (refused in one line), and
 is created readable and writable by its owner only (0600).

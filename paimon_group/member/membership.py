@@ -97,8 +97,6 @@ class Membership:
             if known is not None:
                 self._core.replace_session(dataclasses.replace(known, meta=meta))
             self._core.forget_start()
-            self._core.num_shards = meta.num_shards
-            self._core.sharding = ShardRule.parse(meta.sharding)
             info = MemberInfo(
                 member_id=self._core.member_id,
                 host=socket.gethostname(),
@@ -132,8 +130,8 @@ class Membership:
             planner, mirror = known.planner, known.mirror
         else:
             planner = table.planner(
-                self._core.num_shards, include_row_kind=self._core.config.include_row_kind,
-                rule=self._core.sharding, projection=self._core.config.columns,
+                meta.num_shards, include_row_kind=self._core.config.include_row_kind,
+                rule=ShardRule.parse(meta.sharding), projection=self._core.config.columns,
             )
             mirror = ConsumerMirror(
                 table.table.file_io,

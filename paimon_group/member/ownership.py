@@ -13,7 +13,6 @@ that cannot be made then is retried every control round
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import time
@@ -192,12 +191,8 @@ class ShardOwnership:
         # the previous owner is then visible (or was rejected).
         position, _ = await group.position(shard)
         if position is not None:
-            owned.next_snapshot = position.next_snapshot
-            owned.committed = position.next_snapshot
-            owned.full_scan = position.full_scan
             # A position an operator wrote (reset) is taken as of the current start.
-            owned.start_moves = (self._core.start_moves if position.start_moves is None
-                                 else position.start_moves)
+            owned.take_stored(position, self._core.start_moves)
         else:
             resumed = await self._core.in_io(functools.partial(self._resume_from_file, shard))
             mirrored = None if resumed is None else resumed[0]
@@ -382,12 +377,8 @@ class ShardOwnership:
         margin_s = self._core.timing.margin_s
         if group is None or coord is None or not coord.session.is_live(margin_s):
             return False
-        positions = {o.shard: (o.epoch, o.committed) for o, finished in pairs
-                     if o.committed is not None and o.full_scan is None and finished}
-        bare = {o.shard: o.epoch for o, _ in pairs if o.shard not in positions}
         try:
-            if not await group.release_many(positions, bare, self._core.member_id,
-                                            {o.shard: o.start_moves for o, _ in pairs}):
+            if not await self._commits.release_many(group, pairs):
                 return False
         except CoordinatorError as err:
             # It may have landed: the shard-by-shard releases then find the
@@ -427,18 +418,9 @@ class ShardOwnership:
             self._core.timing.margin_s
         ):
             try:
-                if o.uncertain:
-                    # Never release with a value older than what may have
-                    # landed; unreadable now: release without a position.
-                    with contextlib.suppress(CoordinatorError):
-                        await self._commits.read_back([o])
-                if (o.committed is not None and o.full_scan is None and finished
-                        and not o.uncertain):
-                    ok = await group.commit_positions(
-                        {o.shard: (o.epoch, o.committed)}, self._core.member_id, release=True,
-                        start_moves={o.shard: o.start_moves})
-                else:
-                    ok = await group.release(o.shard, o.epoch)
+                # Never with a value older than what may have landed (read
+                # back first; unreadable now: without a position).
+                ok = await self._commits.release(group, o, finished=finished)
                 undecided = False
             except CoordinatorError as err:
                 log.warning("shard %d: release failed: %s", o.shard, err)

@@ -436,9 +436,10 @@ class ReadLoop:
                 await self._commit_written(o, batch, written)
                 written_committed = True
                 return
-            # Commit even if the shard was dropped meanwhile (session lost
-            # and rejoined, or abandoned by a revoke): the coordinator, not
-            # this process, decides, and it rejects a stale epoch.
+            # Commit even if the shard was lost meanwhile (session lost and
+            # rejoined): the coordinator, not this process, decides, and it
+            # rejects a stale epoch. (One abandoned by a revoke that ended is
+            # refused by the commits part: Commits.commit says why.)
             queued = True
             await self._commit_batch(lane, o, batch, step)
         finally:

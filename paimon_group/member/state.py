@@ -19,7 +19,14 @@ A held shard (:class:`OwnedShard`) moves through :class:`ShardState`::
     ACTIVE ──session lost, owner key gone, commit rejected──> LOST
 
 REVOKED and LOST are terminal: the record is out of the member's owned
-shards (a new acquisition of the shard is a new record, under a new epoch).
+shards (a new acquisition of the shard is a new record).
+
+An :class:`OwnedShard` is also the one home of its shard's positions (as
+aiokafka's ``TopicPartitionState`` is a partition's): where reading
+continues, the committed position, and what a commit of unknown outcome may
+have left (see the class). The commits part
+(:class:`~paimon_group.member.commits.Commits`) alone writes positions, and
+asks it whether a write would move the position backwards.
 
 The session gate (:class:`SessionGate`): nothing is delivered and nothing is
 committed unless the session is confirmed live (invariant 3).
@@ -29,13 +36,19 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from coordinators.protocol import Coordinator
 from paimon_group.config.member import MemberConfig
-from paimon_group.protocol.records import Assignment
+from paimon_group.protocol.records import Assignment, Position, position_order
+
+Order = tuple[int, ...]
+"""A position in the order positions advance (:func:`position_order`)."""
+
+_UNKNOWN: Order = (sys.maxsize,)  # uncertain, at a position not known: above any
 
 
 class MemberState(enum.Enum):
@@ -77,7 +90,21 @@ class ShardState(enum.Enum):
 
 @dataclass
 class OwnedShard:
-    """One ownership of one shard: its epoch, where it reads, what is committed."""
+    """One ownership of one shard: its epoch, where it reads, what is committed.
+
+    Positions never move backwards (invariant 2). Only the owner writes its
+    shard's position (every write is fenced by its epoch), so this record
+    knows a lower bound of what is stored without reading it: ``committed``
+    (with ``full_scan`` and ``start_moves``: :attr:`order`), the highest
+    position a commit of ours landed with, read at acquisition, or read back;
+    and ``unsure``, the highest position a commit of ours that raised may have
+    left (it may or may not have landed). :meth:`lowers` tells whether a
+    write would move the stored position backwards; :meth:`landed`,
+    :meth:`raised` and :meth:`take_stored` take a commit's outcome and a
+    read-back. The commits part alone calls them, under its lock (and the
+    acquisition, :meth:`take_stored` of the position it read before the
+    record is held).
+    """
 
     shard: int
     epoch: int
@@ -92,10 +119,12 @@ class OwnedShard:
     # The moves of the group start this position derives from (GroupStart.moves).
     start_moves: int = 0
     # A commit of this ownership raised: it may have landed or not, so the
-    # stored position may be ahead of ``committed``. It is read back before
-    # ``committed`` is used again (the next step, a release): committing the
-    # older value on release would move the position backwards (invariant 2).
-    uncertain: bool = False
+    # stored position may be ahead of ``committed``, up to this one. It is
+    # read back before ``committed`` is used again (the next step, a release,
+    # a lower write): committing the older value would move the position
+    # backwards (invariant 2), and reading on from it would deliver the
+    # batch that landed again. None: every commit's outcome is known.
+    unsure: Order | None = None
     state: ShardState = ShardState.ACTIVE
     # Set while no batch of this shard is in flight; a revoke waits for it.
     idle: asyncio.Event = field(default_factory=asyncio.Event)
@@ -117,6 +146,66 @@ class OwnedShard:
         coordinator (a pending full scan's snapshot, else the next snapshot),
         or None before its first commit."""
         return self.full_scan if (self.full_scan is not None and self.committed) else self.committed
+
+    @property
+    def uncertain(self) -> bool:
+        """A commit of this ownership raised and was not read back yet
+        (``unsure``); set True, it is taken as of a position not known."""
+        return self.unsure is not None
+
+    @uncertain.setter
+    def uncertain(self, value: bool) -> None:
+        self.unsure = _UNKNOWN if value else None
+
+    @property
+    def order(self) -> Order | None:
+        """``committed`` in the order positions advance; None before the first."""
+        if self.committed is None:
+            return None
+        return position_order(self.committed, self.full_scan, self.start_moves)
+
+    def lowers(self, order: Order) -> bool | None:
+        """Whether writing ``order`` would move the stored position backwards:
+        True (below ``committed``), False, or None when only the stored
+        position can tell (below what a commit that raised may have left)."""
+        known = self.order
+        if known is not None and order < known:
+            return True
+        if self.unsure is not None and order < self.unsure:
+            return None
+        return False
+
+    def landed(self, next_snapshot: int, full_scan: int | None, start_moves: int) -> None:
+        """A commit of this position was accepted (it is not below ``committed``:
+        the commits part asked :meth:`lowers` first). A commit that raised
+        before it, if it lands at all, lands before it (see
+        :meth:`~paimon_group.member.commits.Commits.read_back`): no longer
+        unsure at or below it."""
+        if self.unsure is not None and position_order(
+                next_snapshot, full_scan, start_moves) >= self.unsure:
+            self.unsure = None
+        self.next_snapshot = self.committed = next_snapshot
+        self.full_scan = full_scan
+        self.start_moves = start_moves
+
+    def raised(self, order: Order) -> None:
+        """A commit of ``order`` raised: it may have landed or not."""
+        if self.unsure is None or order > self.unsure:
+            self.unsure = order
+
+    def take_stored(self, stored: Position | None, start_moves: int) -> None:
+        """The stored position, read back (None: none stored, a pin that did
+        not land: the shard stays unresolved). Taken if it is ahead of
+        ``committed``, reading continues from it; ``start_moves``: the moves
+        of a position stored without them (an operator's reset)."""
+        self.unsure = None
+        if stored is None:
+            return
+        known = self.order
+        if known is None or stored.order > known:
+            self.next_snapshot = self.committed = stored.next_snapshot
+            self.full_scan = stored.full_scan
+            self.start_moves = start_moves if stored.start_moves is None else stored.start_moves
 
     @property
     def revoking(self) -> bool:

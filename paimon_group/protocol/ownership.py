@@ -9,43 +9,31 @@
   position never moves backwards (invariant 2): a new owner reads the
   position *after* creating its owner key, so it sees every commit the
   previous owner made (those commits either happened before the key was
-  re-created, or failed their check), and an owner's own commits never
-  lower the stored position either: :meth:`OwnershipWrites.commit_positions`
-  leaves out the write of a position lower than one this client already
-  committed, or may have committed (a commit that raised), under the same
-  epoch (see there).
+  re-created, or failed their check); that an owner's own commits never
+  lower the stored position is the owner's to keep (the member's
+  :class:`~paimon_group.member.state.OwnedShard`, written through
+  :class:`~paimon_group.member.commits.Commits`, which leaves out, as
+  ``unwritten``, a position lower than one it stored or may have stored).
 
 A part of the member's :class:`~paimon_group.protocol.group.GroupClient`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
-from coordinators.protocol import Check, Coordinator, Delete, Put
+from coordinators.protocol import Check, Delete, Put
 from paimon_group.errors import CoordinatorUnavailable
 from paimon_group.protocol import commit_size
 from paimon_group.protocol.group_reads import GroupReads
-from paimon_group.protocol.position_marks import PositionMarks
-from paimon_group.protocol.records import Owner, Position, position_order
+from paimon_group.protocol.records import Owner, Position
 
 __all__ = ["OwnershipWrites"]
 
 
 class OwnershipWrites(GroupReads):
     """Owner keys and positions of one group over one coordinator session."""
-
-    def __init__(self, coordinator: Coordinator, group: str) -> None:
-        super().__init__(coordinator, group)
-        self._marks = PositionMarks()  # what our commits of positions may have left
-        # One position commit at a time: deciding that a position does not
-        # lower the stored one (which may read it back) and sending it must
-        # not interleave with another commit of this client, or a release
-        # decided before a step's commit landed writes its older position
-        # over it (a step commits 9, then the release writes its 6).
-        self._commit_lock = asyncio.Lock()
 
     # -- ownership -----------------------------------------------------
 
@@ -103,6 +91,7 @@ class OwnershipWrites(GroupReads):
         release: bool = False,
         full_scan: Mapping[int, int] | None = None,
         start_moves: Mapping[int, int] | None = None,
+        unwritten: Collection[int] = (),
     ) -> bool:
         """Fenced commit of ``{shard: (epoch, next_snapshot)}`` in one atomic commit.
 
@@ -111,22 +100,17 @@ class OwnershipWrites(GroupReads):
         commit (a graceful handoff: the position and the release land together,
         so the next owner always starts from the final position).
 
-        Positions never move backwards (invariant 2). A shard's position lower
-        (in :func:`~paimon_group.protocol.records.position_order`) than one this client
-        committed under the same epoch, or read back, is **not written**: the
-        rest of the commit (the epoch check, the release) still applies, and
-        the result is True. It is a no-op rather than a rejection because a
-        rejection means "stale epoch" to the caller, which would drop a shard
-        it still owns. A position lower than one of our commits that *raised*
-        (it may have landed) is first compared with the stored one, read back.
-        This client's position commits run one at a time. ``start_moves``:
-        the moves of the group start each shard's position derives from.
+        The positions are written as given, except those of ``unwritten``:
+        their epoch is checked, their position left as stored (the caller
+        found it lower than one it stored: positions never move backwards,
+        invariant 2, and the owner keeps that; see the module docstring).
+        ``start_moves``: the moves of the group start each shard's position
+        derives from.
         """
         if not updates:
             return True
-        async with self._commit_lock:
-            return await self._commit_positions(updates, member_id, release, full_scan,
-                                                start_moves=start_moves)
+        return await self._commit_positions(updates, member_id, release, full_scan,
+                                            start_moves=start_moves, unwritten=unwritten)
 
     async def release_many(self, positions: Mapping[int, tuple[int, int]],
                            bare: Mapping[int, int], member_id: str,
@@ -139,55 +123,29 @@ class OwnershipWrites(GroupReads):
         At most :data:`~paimon_group.protocol.commit_size.SHARDS_PER_COMMIT` shards."""
         if len(positions) + len(bare) > commit_size.SHARDS_PER_COMMIT:
             raise ValueError(f"at most {commit_size.SHARDS_PER_COMMIT} shards in one commit")
-        async with self._commit_lock:
-            return await self._commit_positions(positions, member_id, True, None, bare,
-                                                start_moves=start_moves)
+        return await self._commit_positions(positions, member_id, True, None, bare,
+                                            start_moves=start_moves)
 
     async def _commit_positions(self, updates: Mapping[int, tuple[int, int]], member_id: str,
                                 release: bool, full_scan: Mapping[int, int] | None,
                                 bare: Mapping[int, int] | None = None, *,
-                                start_moves: Mapping[int, int] | None = None) -> bool:
+                                start_moves: Mapping[int, int] | None = None,
+                                unwritten: Collection[int] = ()) -> bool:
         now = time.time()
         scans, moves = full_scan or {}, start_moves or {}
         checks: list[Check] = []
         ops: list[Put | Delete] = []
-        written: dict[int, tuple[int, tuple[int, ...]]] = {}
         for shard, (epoch, next_snapshot) in sorted(updates.items()):
             checks.append(Check.created_at(self.keys.owner(shard), epoch))
-            order = position_order(next_snapshot, scans.get(shard), moves.get(shard, 0))
-            if not await self._lowers(shard, epoch, order):
+            if shard not in unwritten:
                 pos = Position(
                     next_snapshot=next_snapshot, epoch=epoch, member_id=member_id,
                     committed_at=now, full_scan=scans.get(shard), start_moves=moves.get(shard),
                 )
                 ops.append(Put(self.keys.position(shard), pos.encode()))
-                written[shard] = (epoch, order)
             if release:
                 ops.append(Delete(self.keys.owner(shard)))
         for shard, epoch in sorted((bare or {}).items()):
             checks.append(Check.created_at(self.keys.owner(shard), epoch))
             ops.append(Delete(self.keys.owner(shard)))
-        try:
-            ok = await self.coordinator.commit(checks, ops)
-        except BaseException:
-            for shard, mark in written.items():
-                self._marks.raise_unsure(shard, mark)
-            raise
-        if ok:
-            for shard, mark in written.items():
-                self._marks.raise_floor(shard, mark)
-        return ok
-
-    async def _lowers(self, shard: int, epoch: int, order: tuple[int, ...]) -> bool:
-        """Whether writing ``order`` under ``epoch`` would lower the stored position."""
-        known = self._marks.lowers(shard, epoch, order)
-        if known is not None:
-            return known
-        # A commit of ours that raised may have landed above ``order``: read
-        # the stored position back (rare; the common path reads nothing). A
-        # commit still in flight on the server lands before anything we send
-        # later on the same session (ZooKeeper orders a session's requests),
-        # so a later landing of it only moves the position forwards.
-        stored, _ = await self.position(shard)
-        return self._marks.read_back(shard, epoch, order,
-                                     None if stored is None else stored.order)
+        return await self.coordinator.commit(checks, ops)
