@@ -49,7 +49,8 @@ ADDED_PARAMETERS = {"ShardBatch": ", incarnation: 'str' = '', start_moves: 'int'
 # Keyword parameters added to methods since, each with a default: the end of
 # ShardedTable.open's not-found line (the Spark source names its options there).
 ADDED_METHOD_PARAMETERS = {
-    ("ShardedTable", "open"): ", *, check: 'str' = 'check --warehouse and --table'"}
+    ("ShardedTable", "open"): ", *, check: 'str' = 'check --warehouse and --table'",
+    ("GroupClient", "commit_positions"): ", unwritten: 'Collection[int]' = ()"}
 
 
 def test_the_public_api_is_the_snapshot_with_the_names_added_since() -> None:
