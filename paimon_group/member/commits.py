@@ -21,7 +21,7 @@ from typing import Any
 from coordinators.errors import CoordinatorError, SessionLost
 from paimon_group.member.core import MemberCore
 from paimon_group.member.state import OwnedShard, OwnedShards, Stop
-from paimon_group.protocol.commit_size import commit_chunks
+from paimon_group.protocol.commit_size import SHARDS_PER_COMMIT, commit_chunks
 from paimon_group.protocol.records import position_order
 
 log = logging.getLogger("paimon_group.member")
@@ -151,6 +151,10 @@ class Commits:
         self._core = core
         self._owned = owned  # the ownership part's: only forget() a rejected shard here
         self.lanes: set[CommitLane] = set()  # commit lanes of steps being delivered
+        # The most shards one coordinator commit of this member carries
+        # (positions and releases alike); fewer than the default only to
+        # exercise the split commits (the simulation draws it).
+        self.shards_per_commit = SHARDS_PER_COMMIT
 
     async def commit(
         self, owned: dict[int, OwnedShard], next_snapshot: int, *, full_scan: int | None = None,
@@ -164,7 +168,8 @@ class Commits:
         """
         if not owned:
             return
-        chunks, pin = commit_chunks(owned), {"full_scan": full_scan, "start_moves": start_moves}
+        chunks = commit_chunks(owned, self.shards_per_commit)
+        pin = {"full_scan": full_scan, "start_moves": start_moves}
         if len(chunks) > 1:
             # More than one transaction may carry (etcd): several commits, in
             # turn, each fenced shard by shard. One that raises ends the
