@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from coordinators.errors import CoordinatorError, SessionLost
@@ -156,6 +156,10 @@ class Commits:
         # exercise the split commits (the simulation draws it).
         self.shards_per_commit = SHARDS_PER_COMMIT
 
+    def chunks(self, shards: Iterable[int]) -> list[list[int]]:
+        """``shards`` cut into this member's commits (ascending)."""
+        return commit_chunks(shards, self.shards_per_commit)
+
     async def commit(
         self, owned: dict[int, OwnedShard], next_snapshot: int, *, full_scan: int | None = None,
         start_moves: int | None = None,
@@ -168,8 +172,7 @@ class Commits:
         """
         if not owned:
             return
-        chunks = commit_chunks(owned, self.shards_per_commit)
-        pin = {"full_scan": full_scan, "start_moves": start_moves}
+        chunks, pin = self.chunks(owned), {"full_scan": full_scan, "start_moves": start_moves}
         if len(chunks) > 1:
             # More than one transaction may carry (etcd): several commits, in
             # turn, each fenced shard by shard. One that raises ends the

@@ -268,7 +268,8 @@ class Control:
             # Forget a goodbye once an assignment without that member is out.
             if previous is None or not previous.shards.get(gone):
                 await group.forget_leaving(gone)
-        basis, home, away = sticky_basis(previous, members, self._core.num_shards)
+        basis, home, away = sticky_basis(previous, members, self._core.num_shards,
+                                         now=self._core.clock.wall())
         wanted, loads = await self._assignment_for(group, members, basis, previous)
         if previous is not None and same_assignment(previous.shards, wanted):
             return

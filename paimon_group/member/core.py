@@ -147,10 +147,8 @@ class MemberCore:
         auto_commit: bool = True,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        self.config = config
-        # The one clock of every loop, deadline, lease and history line of
-        # this member (paimon_group/config/clock.py).
-        self.clock = clock
+        # The clock of every loop, deadline, lease check and history line.
+        self.config, self.clock = config, clock
         # Every timing derived from the session timeout, built once.
         self.timing = config.timing
         self.member_id = config.id

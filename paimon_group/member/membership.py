@@ -340,6 +340,10 @@ class Membership:
         self._core.set_state(MemberState.REJOINING)
         self._core.joined.clear()
         await self.close_coordinator()
+        # Given up on the member's clock (tenacity's stop_after_delay would
+        # read time.monotonic, not the clock the member's lease is judged on).
+        clock = self._core.clock
+        give_up_at = clock.monotonic() + self._core.timing.rejoin_give_up_s
         retry = tenacity.AsyncRetrying(
             # A new session lost before the join ended (expired while its
             # keys were created) needs only another new session: retried too.
@@ -348,7 +352,7 @@ class Membership:
                 or (isinstance(e, PaimonGroupError) and e.retriable)
             ),
             wait=tenacity.wait_exponential(multiplier=0.2, max=5),
-            stop=tenacity.stop_after_delay(self._core.timing.rejoin_give_up_s),
+            stop=lambda _: clock.monotonic() >= give_up_at,
             reraise=True,
         )
         async for attempt in retry:

@@ -23,7 +23,6 @@ from coordinators.errors import CoordinatorError
 from paimon_group.member.commits import Commits
 from paimon_group.member.core import MemberCore
 from paimon_group.member.state import OwnedShard, OwnedShards
-from paimon_group.protocol.commit_size import commit_chunks
 from paimon_group.protocol.group import GroupClient
 from paimon_group.protocol.group_start import group_start
 from paimon_group.protocol.records import GroupStart
@@ -356,8 +355,7 @@ class ShardOwnership:
         (docs/benchmarks.md (14), the start of 200 members)."""
         by_shard = {o.shard: (o, finished) for o, finished in releasing}
         alone = [o.shard for o, _ in releasing if o.uncertain]
-        together = commit_chunks((s for s in by_shard if s not in set(alone)),
-                                 self._commits.shards_per_commit)
+        together = self._commits.chunks(s for s in by_shard if s not in set(alone))
         done: list[tuple[int, bool]] = []
         for chunk in [*together, *([s] for s in alone)]:
             pairs = [by_shard[s] for s in chunk]
