@@ -301,11 +301,13 @@ class Session(abc.ABC):
         """
         self._deadline = max(self._deadline, sent_at + self.timeout_s)
 
-    def is_live(self, margin_s: float = 0.0) -> bool:
-        """CONNECTED and the local deadline minus ``margin_s`` not yet passed."""
+    def is_live(self, margin_s: float = 0.0, *, now: float | None = None) -> bool:
+        """CONNECTED and the local deadline minus ``margin_s`` not yet passed
+        at ``now`` (default: ``time.monotonic()``; a member passes its own
+        clock's, the clock its loops read)."""
         return (
             self._state is SessionState.CONNECTED
-            and time.monotonic() < self._deadline - margin_s
+            and (time.monotonic() if now is None else now) < self._deadline - margin_s
         )
 
     def add_listener(self, listener: SessionListener) -> None:

@@ -554,7 +554,7 @@ async def test_a_revoke_while_the_session_is_not_confirmed_live_releases_later(
             assert self._core.coordinator is not None
             session = self._core.coordinator.session
             real_is_live = session.is_live
-            session.is_live = lambda margin_s=0.0: False  # type: ignore[method-assign]
+            session.is_live = lambda margin_s=0.0, now=None: False  # type: ignore[method-assign]
             try:
                 await real_revoke(self, shards, reason=reason)
             finally:

@@ -41,10 +41,12 @@ ADDED = {"GroupMember": {"read_loop": "data", "host_reads": "data", "core": "dat
                                   "'check --warehouse and --table') -> 'tuple[Any, str]'"}}
 # Keyword parameters added since, each with a default (old calls still work);
 # GroupMember's ``handle_signals``: SIGTERM and SIGINT stop a member used as
-# ``async with`` gracefully (True), or are left alone (False).
+# ``async with`` gracefully (True), or are left alone (False); its ``clock``:
+# the clock its loops, deadlines and lease check read (None: the system's).
 ADDED_PARAMETERS = {"ShardBatch": ", incarnation: 'str' = '', start_moves: 'int' = 0, "
                                   "table_id: 'str' = '', sinks: 'SinkRegistry | None' = None",
-                    "GroupMember": ", handle_signals: 'bool' = True",
+                    "GroupMember": ", handle_signals: 'bool' = True, "
+                                   "clock: 'Clock | None' = None",
                     "MemberConfig": ", forming_wait_s: 'float' = 1.0"}
 # Keyword parameters added to methods since, each with a default: the end of
 # ShardedTable.open's not-found line (the Spark source names its options there).

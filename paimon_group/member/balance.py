@@ -43,7 +43,9 @@ REFRESH_S = 30.0
 class LeaderLoads:
     """The leader's last measurement of the shards' loads (see the module docstring)."""
 
-    def __init__(self, *, refresh_s: float = REFRESH_S) -> None:
+    def __init__(self, *, refresh_s: float = REFRESH_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
         self.refresh_s = refresh_s
         self.measured: MeasuredLoad | None = None
         # Shards whose full scan was ahead when the loads were measured
@@ -57,7 +59,7 @@ class LeaderLoads:
     ) -> None:
         """Measure again (the loads, and the shards whose full scan is ahead)
         if the last try is older than ``refresh_s``."""
-        now = time.monotonic()
+        now = self._clock()
         if now - self._tried_at < self.refresh_s:
             return
         self._tried_at = now

@@ -20,13 +20,13 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from coordinators.errors import CoordinatorError, SessionLost
 from paimon_group.member.core import MemberCore
 from paimon_group.member.state import Order, OwnedShard, OwnedShards, ShardState, Stop
-from paimon_group.protocol.commit_size import commit_chunks
+from paimon_group.protocol.commit_size import SHARDS_PER_COMMIT, commit_chunks
 from paimon_group.protocol.group import GroupClient
 from paimon_group.protocol.records import position_order
 
@@ -168,6 +168,14 @@ class Commits:
         self._owned = owned  # the ownership part's: only forget() a rejected shard here
         self.lanes: set[CommitLane] = set()  # commit lanes of steps being delivered
         self._lock = asyncio.Lock()  # one position write (or read-back) at a time
+        # The most shards one coordinator commit of this member carries
+        # (positions and releases alike); fewer than the default only to
+        # exercise the split commits (the simulation draws it).
+        self.shards_per_commit = SHARDS_PER_COMMIT
+
+    def chunks(self, shards: Iterable[int]) -> list[list[int]]:
+        """``shards`` cut into this member's commits (ascending)."""
+        return commit_chunks(shards, self.shards_per_commit)
 
     async def commit(
         self, owned: dict[int, OwnedShard], next_snapshot: int, *, full_scan: int | None = None,
@@ -185,7 +193,7 @@ class Commits:
         """
         if not owned:
             return
-        chunks, pin = commit_chunks(owned), {"full_scan": full_scan, "start_moves": start_moves}
+        chunks, pin = self.chunks(owned), {"full_scan": full_scan, "start_moves": start_moves}
         if len(chunks) > 1:
             # More than one transaction may carry (etcd): several commits, in
             # turn, each fenced shard by shard. One that raises ends the

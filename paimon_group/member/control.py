@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import functools
 import logging
-import time
 
 from coordinators.errors import CoordinatorError, PaimonGroupError, SessionLost
 from coordinators.protocol import SessionState
@@ -54,7 +53,7 @@ class Control:
         self._state = leadership
         self._vanished = VanishedMembers()
         self._full_round_at = -1e18
-        self._loads = LeaderLoads()
+        self._loads = LeaderLoads(clock=core.clock.monotonic)
         self._arrivals = ArrivalSettle(forming_quiet_s=core.config.forming_wait_s)
         # The sinks published in this session (protocol/sinks.py).
         self._published_sinks: set[str] = set()
@@ -68,7 +67,7 @@ class Control:
                 raise SessionLost("no session")
             if coord.session.state is SessionState.LOST:
                 raise SessionLost(f"session {coord.session.id} lost")
-            if coord.session.is_live(self._core.timing.margin_s):
+            if coord.session.is_live(self._core.timing.margin_s, now=self._core.clock.monotonic()):
                 try:
                     await self.reconcile(fired)
                 except PaimonGroupError as err:
@@ -116,10 +115,10 @@ class Control:
                 self._core.log.info("owner keys of shards %s released on retry", released)
         if self._owners_only(fired):
             await self._acquire(group, self._ownership.pending_acquisitions())
-            if time.monotonic() - self._ownership.checked_at > self._ownership.check_s:
+            if self._core.clock.monotonic() - self._ownership.checked_at > self._ownership.check_s:
                 await self._ownership.check_ownership(group)
             return
-        self._full_round_at = time.monotonic()
+        self._full_round_at = self._core.clock.monotonic()
         view = await read_round(group, self._core.member_id,
                                 with_start=self._core.sharding is ShardRule.FILE)
         self._core.observe_start(view.start)
@@ -141,7 +140,8 @@ class Control:
         # Owner changes can fire without pause in a large group; a full round
         # still runs at least once per tick, so nothing waits on a missed
         # wake-up for longer than that.
-        recent = time.monotonic() - self._full_round_at < self._core.timing.control_tick_s
+        now = self._core.clock.monotonic()
+        recent = now - self._full_round_at < self._core.timing.control_tick_s
         # A change of the member list cannot wake a follower: the members
         # watch is the leader's alone (member/watches.py), so a join or leave
         # costs a group of N members one full round, not N.
@@ -186,7 +186,7 @@ class Control:
                 assignment.shards_of(self._core.member_id),
                 extra={"generation": assignment.generation},
                 )
-        if time.monotonic() - self._ownership.checked_at > self._ownership.check_s:
+        if self._core.clock.monotonic() - self._ownership.checked_at > self._ownership.check_s:
             await self._ownership.check_ownership(group)
         current = self._state.assignment
         target = set(current.shards_of(self._core.member_id)) if current else set()
@@ -211,9 +211,9 @@ class Control:
         if leading and self._arrivals.holding:
             return
         interrupt = None
-        if leading and self._arrivals.young(time.monotonic()):
+        if leading and self._arrivals.young(self._core.clock.monotonic()):
             async def arrived() -> bool:
-                return (self._arrivals.young(time.monotonic())
+                return (self._arrivals.young(self._core.clock.monotonic())
                         and bool(set(await group.members()) - self._arrivals.members))
             interrupt = arrived
         await self._ownership.acquire(shards, assignment.generation, interrupt=interrupt)
@@ -259,7 +259,7 @@ class Control:
         # Forming: no live member holds shards of the published assignment
         # (or none is published), so nobody reads and nobody's rows wait.
         forming = previous is None or not any(previous.shards.get(m) for m in live)
-        wait = self._arrivals.delay(members, now=time.monotonic(), forming=forming)
+        wait = self._arrivals.delay(members, now=self._core.clock.monotonic(), forming=forming)
         if wait > 0:
             # A burst of joins or leaves, or a forming group: one publication
             # once it settles (:mod:`paimon_group.member.settle`).
@@ -269,7 +269,8 @@ class Control:
             # Forget a goodbye once an assignment without that member is out.
             if previous is None or not previous.shards.get(gone):
                 await group.forget_leaving(gone)
-        basis, home, away = sticky_basis(previous, members, self._core.num_shards)
+        basis, home, away = sticky_basis(previous, members, self._core.num_shards,
+                                         now=self._core.clock.wall())
         wanted, loads = await self._assignment_for(group, members, basis, previous)
         if previous is not None and same_assignment(previous.shards, wanted):
             return
@@ -318,7 +319,8 @@ class Control:
             return None
         sharding = Sharding(self._core.sharding, self._core.num_shards)
         measured: MeasuredLoad | None = await self._core.in_io(functools.partial(
-            measure, table, sharding, known=self._loads.measured))
+            measure, table, sharding, known=self._loads.measured,
+            clock=self._core.clock.monotonic))
         if measured is None:
             return None
         positions = await group.positions()
@@ -334,7 +336,7 @@ class Control:
         ``rebalance_delay_s``; the round is re-run when a delay runs out."""
         reserved, recheck_after = self._vanished.reserved(
             live, previous, leaving, delay=self._core.config.rebalance_delay_s,
-            now=time.monotonic())
+            now=self._core.clock.monotonic())
         for after in recheck_after:
             asyncio.get_running_loop().call_later(after, self._core.wake.set)
         return reserved

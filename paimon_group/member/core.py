@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable, Mapping, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -27,6 +26,7 @@ from typing import Any, Protocol
 
 from coordinators.protocol import Coordinator
 from coordinators.registry import redact_url
+from paimon_group.config.clock import SYSTEM_CLOCK, Clock
 from paimon_group.config.member import MemberConfig
 from paimon_group.member.head import HeadView
 from paimon_group.member.history import HistoryRecorder, NullRecorder
@@ -145,8 +145,10 @@ class MemberCore:
         *,
         listener: RebalanceListener | None = None,
         auto_commit: bool = True,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        self.config = config
+        # The clock of every loop, deadline, lease check and history line.
+        self.config, self.clock = config, clock
         # Every timing derived from the session timeout, built once.
         self.timing = config.timing
         self.member_id = config.id
@@ -158,7 +160,7 @@ class MemberCore:
         self.stats = MemberStats()
         self.error: BaseException | None = None
         self.history: HistoryRecorder = (
-            HistoryRecorder(config.history_path, self.member_id)
+            HistoryRecorder(config.history_path, self.member_id, clock)
             if config.history_path
             else NullRecorder()
         )
@@ -175,7 +177,7 @@ class MemberCore:
         self.session_changed = asyncio.Event()
         # The table head the leader publishes (member/head.py), and the event
         # that wakes the read loop when it shows a new snapshot.
-        self.head = HeadView()
+        self.head = HeadView(clock=clock.monotonic)
         self.head_woken = asyncio.Event()
         # The sinks this member's batches were written to (handed to them
         # with each batch; the control part publishes them, for describe).
@@ -185,10 +187,10 @@ class MemberCore:
         # moved one (member/read_loop.py, ReadLoop.settle).
         self.group_start: GroupStart | None = None
         # Also the wake-up and joined events.
-        self._gate = SessionGate(config, lambda: self.coordinator)
+        self._gate = SessionGate(config, lambda: self.coordinator, clock.monotonic)
         self._tasks: list[asyncio.Task[Any]] = []
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pg-plan")
-        self._last_loop_tick = time.monotonic()
+        self._last_loop_tick = self.clock.monotonic()
         # Batches whose caller waits until their position is committed
         # (``commit(batch)`` in iterator mode), by ``id(batch)``; resolved by
         # the read loop once the batch's commit is done (see ReadLoop).
@@ -211,6 +213,7 @@ class MemberCore:
 
     def opened(self, table: ShardedTable, start: StartPosition) -> None:
         """The member's table, opened by its start, and the start it was given."""
+        table.clock = self.clock.monotonic
         self.table = table
         self.start_position = start
 
@@ -330,7 +333,7 @@ class MemberCore:
 
     def loop_ticked(self) -> None:
         """The control loop runs (:meth:`loop_lag` measures from here)."""
-        self._last_loop_tick = time.monotonic()
+        self._last_loop_tick = self.clock.monotonic()
 
     def take_durable(self, batch: ShardBatch) -> asyncio.Future[None] | None:
         """The future of a caller waiting until ``batch``'s commit is done, if any."""
@@ -435,7 +438,7 @@ class MemberCore:
         return None if record is None else record.latest
 
     def loop_lag(self) -> float:
-        return time.monotonic() - self._last_loop_tick
+        return self.clock.monotonic() - self._last_loop_tick
 
     # -- services --------------------------------------------------------
 

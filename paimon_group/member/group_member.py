@@ -15,6 +15,7 @@ from typing import Generic, Never, Self, TypeVar, overload
 import tenacity
 
 from coordinators.errors import CoordinatorError
+from paimon_group.config.clock import SYSTEM_CLOCK, Clock
 from paimon_group.config.member import MemberConfig
 from paimon_group.config.projection import check_columns
 from paimon_group.errors import AlreadyWritten, StaleEpoch
@@ -82,6 +83,7 @@ class GroupMember:
         auto_commit: bool = True,
         table: ShardedTable | None = None,
         handle_signals: bool = True,
+        clock: Clock | None = None,
     ) -> None:
         """``table``: the config's table, already opened (a check made before
         the start, as ``paimon-group run`` makes): the first start uses it
@@ -89,10 +91,14 @@ class GroupMember:
         None: the start opens it. ``handle_signals``: as ``async with``,
         SIGTERM and SIGINT stop the member gracefully (its shards handed off,
         :meth:`batches` ends) while they have their default handlers
-        (:mod:`paimon_group.member.signals`); False: leave them alone."""
+        (:mod:`paimon_group.member.signals`); False: leave them alone.
+        ``clock``: the monotonic and wall clock every loop, deadline, lease
+        and history line of this member reads (for tests and simulations;
+        None: the system's, :mod:`paimon_group.config.clock`)."""
         # The core: the state every part reads and the services they share.
         # Private: a member's user sees the read-only views below.
-        self._core = core = MemberCore(config, listener=listener, auto_commit=auto_commit)
+        self._core = core = MemberCore(config, listener=listener, auto_commit=auto_commit,
+                                             clock=clock or SYSTEM_CLOCK)
         # The parts, each built with the core, the state it owns (the shards
         # held: ownership's, which commits may forget; the leadership:
         # control's) and the sibling parts it calls.

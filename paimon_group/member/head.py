@@ -103,12 +103,6 @@ every HEAD_BEAT_S plus at most one poll interval: with a poll interval up to
 2.5 s the vouching never lapses; beyond it members check now and then."""
 
 
-def _monotonic() -> float:
-    # Looked up at each call, not bound once: the seeded simulation runs
-    # members on a virtual clock it installs as ``time.monotonic``.
-    return time.monotonic()
-
-
 @dataclass(frozen=True)
 class TablePoll:
     """What the leader found polling the table: the latest snapshot id (None:
@@ -167,7 +161,7 @@ class HeadView:
                  clock: Callable[[], float] | None = None) -> None:
         self._stale_after_s = HEAD_STALE_S if stale_after_s is None else stale_after_s
         self._vouch_s = min(self._stale_after_s, HEAD_VOUCH_S if vouch_s is None else vouch_s)
-        self._clock = clock or _monotonic
+        self.clock = clock or time.monotonic
         self.record: HeadRecord | None = None
         self._beat_seen_at = -1e18
 
@@ -183,7 +177,7 @@ class HeadView:
             return False  # the same publication read again: not a beat
         self.record = record
         if beat:
-            self._beat_seen_at = self._clock()
+            self._beat_seen_at = self.clock()
         old = -1 if known is None or known.latest is None else known.latest
         return record.latest is not None and record.latest > old
 
@@ -195,7 +189,7 @@ class HeadView:
     @property
     def fresh(self) -> bool:
         return self.record is not None and \
-            self._clock() - self._beat_seen_at < self._stale_after_s
+            self.clock() - self._beat_seen_at < self._stale_after_s
 
     def nothing_new_at(self, position: int) -> bool:
         """Whether a shard whose next snapshot is ``position`` may skip asking
@@ -210,7 +204,7 @@ class HeadView:
         leader's last check found the group's table (``table_id``; ``""``: a
         group of an older version, which knows no identity: any table that
         exists) in place: then a member need not check it itself."""
-        if self.record is None or self._clock() - self._beat_seen_at >= self._vouch_s:
+        if self.record is None or self.clock() - self._beat_seen_at >= self._vouch_s:
             return False
         assert self.record is not None
         found = self.record.table_id
@@ -235,7 +229,7 @@ class TablePoller:
         self._files = files
         self._files_of: tuple[int | None, Mapping[str, bytes] | None] = (None, None)
         self._check_every_s = check_every_s
-        self._clock = clock or _monotonic
+        self._clock = clock or time.monotonic
         self._text_of: tuple[int | None, str | None] = (None, None)
         self._table_id: str | None = None
         self._checked_at = -1e18
@@ -279,7 +273,7 @@ class HeadPublisher:
     def __init__(self, *, beat_s: float | None = None,
                  clock: Callable[[], float] | None = None) -> None:
         self._beat_s = HEAD_BEAT_S if beat_s is None else beat_s
-        self._clock = clock or _monotonic
+        self._clock = clock or time.monotonic
         self.published: HeadRecord | None = None
         self._published_at = -1e18
 
@@ -327,7 +321,7 @@ class HeadLoop:
         self._poll_s = poll_s
         self._poll, self._leader_epoch, self._woken = poll, leader_epoch, woken
         self._learned = learned
-        self._publisher = HeadPublisher()
+        self._publisher = HeadPublisher(clock=view.clock)  # the member's clock
         self._stopped = False
 
     def stop(self) -> None:

@@ -28,9 +28,9 @@ import errno
 import json
 import os
 import threading
-import time
 from typing import Any
 
+from paimon_group.config.clock import SYSTEM_CLOCK, Clock
 from paimon_group.errors import ConfigError
 
 HISTORY_MODE = 0o600
@@ -60,17 +60,18 @@ def open_history(path: str) -> int:
 class HistoryRecorder:
     """Appends events to a JSONL file; each write is one ``O_APPEND`` line."""
 
-    def __init__(self, path: str, member_id: str) -> None:
+    def __init__(self, path: str, member_id: str, clock: Clock = SYSTEM_CLOCK) -> None:
         self.path = path
         self.member_id = member_id
+        self._clock = clock
         self._lock = threading.Lock()
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         self._fd = open_history(path)
 
     def record(self, event: str, **fields: Any) -> None:
         line = {
-            "t": time.monotonic(),
-            "wall": time.time(),
+            "t": self._clock.monotonic(),
+            "wall": self._clock.wall(),
             "event": event,
             "member": self.member_id,
             "pid": os.getpid(),

@@ -22,7 +22,6 @@ Example (on the member's loop)::
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -115,7 +114,7 @@ class HostReads:
         not there yet, until it is (then the old positions would be read on
         the new table). Every ``TABLE_CHECK_S`` (start checked the table):
         the member fails with TableNotFound or TableReplaced, raised here."""
-        now = time.monotonic()
+        now = self._core.clock.monotonic()
         if self._driven_table_checked is None:
             self._driven_table_checked = now
         if now - self._driven_table_checked < TABLE_CHECK_S:

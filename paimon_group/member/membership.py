@@ -18,7 +18,6 @@ import functools
 import logging
 import os
 import socket
-import time
 import uuid
 
 import tenacity
@@ -74,8 +73,8 @@ class Membership:
         self._core.session_changed.set()
         self._core.wake.set()
         coord = self._core.coordinator
-        deadline = coord.session.deadline if coord is not None else time.monotonic()
-        line = self._core.reachability.on_state(state.value, now=time.monotonic(),
+        deadline = coord.session.deadline if coord is not None else self._core.clock.monotonic()
+        line = self._core.reachability.on_state(state.value, now=self._core.clock.monotonic(),
                                                  deadline=deadline)
         if line is not None and self._core.state in (MemberState.LEAVING, MemberState.STOPPED,
                                                MemberState.FAILED):
@@ -102,7 +101,7 @@ class Membership:
                 host=socket.gethostname(),
                 pid=os.getpid(),
                 version=VERSION,
-                started_at=time.time(),
+                started_at=self._core.clock.wall(),
                 session=coord.session.id,
                 features=tuple(sorted(FEATURES)),
             )
@@ -138,6 +137,7 @@ class Membership:
                 table.table_path,
                 self._core.group_name,
                 mirror_interval(self._core.config.mirror_interval_s, table.table.file_io),
+                clock=self._core.clock.monotonic,
             )
         return JoinedSession(meta=meta, planner=planner, mirror=mirror, coordinator=coord,
                              group=group, watches=ControlWatches.of_group(coord, group.keys))
@@ -217,7 +217,8 @@ class Membership:
         table = self._core.table
         incarnation = uuid.uuid4().hex
         origin = ConsumerFilesOrigin(self._core.group_name, incarnation, num_shards, sharding)
-        mirror = ConsumerMirror(table.table.file_io, table.table_path, self._core.group_name)
+        mirror = ConsumerMirror(table.table.file_io, table.table_path, self._core.group_name,
+                                clock=self._core.clock.monotonic)
         try:
             note = await self._core.in_io(functools.partial(
                 prepare_new_group, mirror, table.table.file_io, table.table_path, origin))
@@ -238,7 +239,7 @@ class Membership:
         out; a restart with the same id (static membership) waits that long.
         A key still held after that belongs to a *live* process: refuse.
         """
-        deadline = time.monotonic() + self._core.timing.register_wait_s
+        deadline = self._core.clock.monotonic() + self._core.timing.register_wait_s
         while True:
             if await group.register(info) is not None:
                 # Back after a goodbye: we are a member again, not leaving. A
@@ -246,7 +247,7 @@ class Membership:
                 await group.forget_leaving(self._core.member_id)
                 await group.forget_removed(self._core.member_id)
                 return
-            if time.monotonic() > deadline:
+            if self._core.clock.monotonic() > deadline:
                 raise MemberIdInUse(
                     f"member id {self._core.member_id!r} is held by another live process in group "
                     f"{self._core.group_name!r}; stop it or choose another --member-id"
@@ -300,7 +301,7 @@ class Membership:
         self._core.head.forget()
         poller = TablePoller(latest=table.latest_snapshot_id, snapshot_text=table.snapshot_text,
                              identity=functools.partial(table_identity, table.table),
-                             files=table.follow_up_files)
+                             files=table.follow_up_files, clock=self._core.clock.monotonic)
 
         def learned(record: HeadRecord) -> None:
             # Only a text the leader read from the group's own table (as its
@@ -342,6 +343,10 @@ class Membership:
         self._core.set_state(MemberState.REJOINING)
         self._core.joined.clear()
         await self.close_coordinator()
+        # Given up on the member's clock (tenacity's stop_after_delay would
+        # read time.monotonic, not the clock the member's lease is judged on).
+        clock = self._core.clock
+        give_up_at = clock.monotonic() + self._core.timing.rejoin_give_up_s
         retry = tenacity.AsyncRetrying(
             # A new session lost before the join ended (expired while its
             # keys were created) needs only another new session: retried too.
@@ -350,7 +355,7 @@ class Membership:
                 or (isinstance(e, PaimonGroupError) and e.retriable)
             ),
             wait=tenacity.wait_exponential(multiplier=0.2, max=5),
-            stop=tenacity.stop_after_delay(self._core.timing.rejoin_give_up_s),
+            stop=lambda _: clock.monotonic() >= give_up_at,
             reraise=True,
         )
         async for attempt in retry:

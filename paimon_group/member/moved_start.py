@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import time
 
 from coordinators.errors import SessionLost
 from paimon_group.member.commits import Commits
@@ -77,7 +76,7 @@ async def move_start(core: MemberCore, lost: LostRange, lineage: int) -> GroupSt
     known = core.group_start
     proposed = GroupStart(next_snapshot=latest + 1, full_scan=latest,
                           start=known.start if known is not None else str(core.config.start),
-                          resolved_at=time.time(), resolved_by=core.member_id,
+                          resolved_at=core.clock.wall(), resolved_by=core.member_id,
                           moves=lineage + 1, moved_from=lost.first)
     moved = await move_group_start(group, lineage, proposed)
     core.observe_start(moved)

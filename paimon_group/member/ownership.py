@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
@@ -23,7 +22,6 @@ from coordinators.errors import CoordinatorError
 from paimon_group.member.commits import Commits
 from paimon_group.member.core import MemberCore
 from paimon_group.member.state import OwnedShard, OwnedShards
-from paimon_group.protocol.commit_size import commit_chunks
 from paimon_group.protocol.group import GroupClient
 from paimon_group.protocol.group_start import group_start
 from paimon_group.protocol.records import GroupStart
@@ -140,13 +138,13 @@ class ShardOwnership:
     async def _acquire_in_turn(self, shards: list[int], generation: int,
                                interrupt: Callable[[], Awaitable[bool]] | None) -> None:
         """:meth:`acquire`, under way."""
-        last_look = time.monotonic()
+        last_look = self._core.clock.monotonic()
 
         async def superseded() -> bool:
             nonlocal last_look
             if self._closed or self._core.stopping:
                 return True  # the member leaves: what was acquired is told below
-            if time.monotonic() - last_look < RECHECK_S:
+            if self._core.clock.monotonic() - last_look < RECHECK_S:
                 return False
             if interrupt is not None and await interrupt():
                 self._core.wake.set()
@@ -154,7 +152,7 @@ class ShardOwnership:
             group = self._core.group
             assert group is not None
             assignment, _ = await group.read_assignment()
-            last_look = time.monotonic()
+            last_look = self._core.clock.monotonic()
             if assignment is None or assignment.generation == generation:
                 return False
             self._core.wake.set()  # the next round follows it at once
@@ -179,9 +177,10 @@ class ShardOwnership:
         group = self._core.group
         assert group is not None and self._core.mirror is not None
         coord = self._core.coordinator
-        if not coord or not coord.session.is_live(self._core.timing.margin_s):
+        if not coord or not coord.session.is_live(self._core.timing.margin_s,
+                                                  now=self._core.clock.monotonic()):
             return None
-        sent = time.monotonic()  # the history's lower bound of when the create went out
+        sent = self._core.clock.monotonic()  # the history's lower bound of when the create went out
         epoch = await group.acquire(shard, self._core.member_id, generation)
         if epoch is None:
             return None  # the previous owner has not released yet: its release wakes us
@@ -337,10 +336,10 @@ class ShardOwnership:
                            releasing: list[tuple[OwnedShard, bool]], *, reason: str
                            ) -> tuple[list[tuple[int, bool]], BaseException | None]:
         """Release ``releasing`` (each shard with whether its batch finished):
-        :data:`~paimon_group.protocol.commit_size.SHARDS_PER_COMMIT` shards per
-        commit, and a commit that is refused or raises is done again shard by
-        shard (:meth:`_release`), which tells which shards were not ours and
-        leaves a release of unknown outcome to be retried. A shard whose
+        ``commits.shards_per_commit`` shards per commit, and a commit that is
+        refused or raises is done again shard by shard (:meth:`_release`),
+        which tells which shards were not ours and leaves a release of
+        unknown outcome to be retried. A shard whose
         last commit had an unknown outcome is released alone (its position is
         read back first). ``(shard, released)`` for each shard tried, and the
         error that ended the releases, if any.
@@ -351,7 +350,7 @@ class ShardOwnership:
         (docs/benchmarks.md (14), the start of 200 members)."""
         by_shard = {o.shard: (o, finished) for o, finished in releasing}
         alone = [o.shard for o, _ in releasing if o.uncertain]
-        together = commit_chunks(s for s in by_shard if s not in set(alone))
+        together = self._commits.chunks(s for s in by_shard if s not in set(alone))
         done: list[tuple[int, bool]] = []
         for chunk in [*together, *([s] for s in alone)]:
             pairs = [by_shard[s] for s in chunk]
@@ -375,7 +374,8 @@ class ShardOwnership:
         caller releases them one by one)."""
         coord = self._core.coordinator
         margin_s = self._core.timing.margin_s
-        if group is None or coord is None or not coord.session.is_live(margin_s):
+        if group is None or coord is None or not coord.session.is_live(
+                margin_s, now=self._core.clock.monotonic()):
             return False
         try:
             if not await self._commits.release_many(group, pairs):
@@ -415,7 +415,7 @@ class ShardOwnership:
         undecided = True
         coord = self._core.coordinator
         if group is not None and coord is not None and coord.session.is_live(
-            self._core.timing.margin_s
+            self._core.timing.margin_s, now=self._core.clock.monotonic()
         ):
             try:
                 # Never with a value older than what may have landed (read
@@ -452,7 +452,7 @@ class ShardOwnership:
         sweep is due (see ``sweep_due``) it lists every owner key instead and
         also releases those that are ours but not owned
         (:mod:`paimon_group.protocol.releasing`)."""
-        self.checked_at = time.monotonic()
+        self.checked_at = self._core.clock.monotonic()
         held = [o for o in self._owned.values() if o.active]
         if self.sweep_due:
             owners = await group.owners()

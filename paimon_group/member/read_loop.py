@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn
@@ -119,7 +118,7 @@ class ReadLoop:
 
     async def _read_loop(self, process: Process) -> None:
         poll = self._core.config.poll_interval_ms / 1000.0
-        table_checked = time.monotonic()
+        table_checked = self._core.clock.monotonic()
         while True:
             try:
                 # Not asyncio.wait_for: on Python 3.11 it runs the gate in a
@@ -137,19 +136,19 @@ class ReadLoop:
                 # the warehouse itself, so a dropped or re-created table
                 # stops the member within its bound whatever the coordinator
                 # does meanwhile.
-                table_checked = time.monotonic()
+                table_checked = self._core.clock.monotonic()
                 await self._core.in_io(self.check_table_in_place)
                 continue
             self._core.raise_if_failed()
             progressed = await self._read_round(process)
-            if time.monotonic() - table_checked > TABLE_CHECK_S:
+            if self._core.clock.monotonic() - table_checked > TABLE_CHECK_S:
                 # An idle table and a dropped table look alike to the planner
                 # (no new snapshot), and a re-created one looks like a table
                 # whose next snapshot is not there yet, until it gets there:
                 # check now and then, busy or idle, that the table exists and
                 # is the one the group was created on (TableNotFound,
                 # TableReplaced), so neither is an endless wait or a skip.
-                table_checked = time.monotonic()
+                table_checked = self._core.clock.monotonic()
                 await self._core.in_io(self.check_table)
             if not progressed:
                 await self._idle_wait(poll)
@@ -523,7 +522,7 @@ class ReadLoop:
                       process: Process, slot: HandlerSlot) -> None:
         """Run the handler on one batch (nothing is committed here)."""
         await self._core.wait_live()
-        started = time.monotonic()
+        started = self._core.clock.monotonic()
         try:
             await process(batch, slot)
         except Exception:
@@ -533,7 +532,7 @@ class ReadLoop:
             # Its files are gone (raised by its read, whatever the handler
             # did with the error): never a handler failure, never retried.
             await self._files_gone(batch.lost)
-        self._core.stats.handler_seconds.append(time.monotonic() - started)
+        self._core.stats.handler_seconds.append(self._core.clock.monotonic() - started)
         if len(self._core.stats.handler_seconds) > 10_000:
             # Bounded: readers (metrics) start over on a new list.
             self._core.stats.handler_seconds = []
@@ -543,7 +542,7 @@ class ReadLoop:
         self._core.log.debug(
             "delivered shard %d %s snapshots %s..%d: %d rows in %.3f s", o.shard,
             step.kind.value, getattr(batch, "first_snapshot", "?"), step.snapshot_id,
-            rows, time.monotonic() - started,
+            rows, self._core.clock.monotonic() - started,
             extra={"shard": o.shard, "epoch": o.epoch})
         self._core.history.record("deliver", shard=o.shard, epoch=o.epoch,
                             snapshot=step.snapshot_id, next_snapshot=step.next_snapshot,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import time
 
 from coordinators.errors import SessionLost
 from paimon_group.member.commits import Commits
@@ -51,7 +50,7 @@ async def pin_start(core: MemberCore, commits: Commits, owned: list[OwnedShard])
             found = await core.in_io(lambda: table.resolve_start(core.start_position))
             return GroupStart(next_snapshot=found.next_snapshot,
                               full_scan=found.full_scan_snapshot,
-                              start=str(core.start_position), resolved_at=time.time(),
+                              start=str(core.start_position), resolved_at=core.clock.wall(),
                               resolved_by=core.member_id)
 
         # One start for the whole group: resolved once, by the

@@ -276,8 +276,10 @@ class SessionGate:
     """
 
     def __init__(self, config: MemberConfig,
-                 coordinator: Callable[[], Coordinator | None]) -> None:
+                 coordinator: Callable[[], Coordinator | None],
+                 monotonic: Callable[[], float]) -> None:
         self._margin_s = config.timing.margin_s
+        self._monotonic = monotonic  # the member's clock: its lease is judged on it
         self._coordinator = coordinator
         self.stopping = False
         self.joined = asyncio.Event()
@@ -296,7 +298,7 @@ class SessionGate:
             coord = self._coordinator()
             if for_commit and coord is None and self.stopping:
                 raise Stop()
-            if coord is not None and coord.session.is_live(self._margin_s):
+            if coord is not None and coord.session.is_live(self._margin_s, now=self._monotonic()):
                 return
             if not self.joined.is_set() or coord is None:
                 # Rejoining: the control loop, which clears the wake-up event,

@@ -66,13 +66,15 @@ class VanishedMembers:
 
 
 def sticky_basis(
-    previous: Assignment | None, members: list[str], num_shards: int
+    previous: Assignment | None, members: list[str], num_shards: int, *,
+    now: float | None = None,
 ) -> tuple[dict[str, list[int]], dict[str, list[int]], dict[str, float]]:
     """The "previous" assignment handed to the assignor, with static members'
-    homes; and the homes and away times to publish with the new one."""
+    homes; and the homes and away times to publish with the new one.
+    ``now``: the leader's wall clock (default ``time.time()``)."""
     if previous is None:
         return {}, {}, {}
-    now = time.time()
+    now = time.time() if now is None else now
     basis = {m: list(s) for m, s in previous.shards.items()}
     home = {m: list(s) for m, s in previous.home.items()}
     away = dict(previous.away_since)

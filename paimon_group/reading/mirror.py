@@ -58,7 +58,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -145,7 +145,9 @@ def _position_text(next_snapshot: int, full_scan_pending: bool, start_moves: int
 
 
 class ConsumerMirror:
-    def __init__(self, file_io: Any, table_path: str, group: str, interval_s: float = 1.0) -> None:
+    def __init__(self, file_io: Any, table_path: str, group: str, interval_s: float = 1.0,
+                 *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock  # the member's monotonic clock: paces the writes
         self._manager = ConsumerManager(file_io, table_path)
         self._file_io = file_io
         self._table_path = table_path
@@ -197,7 +199,7 @@ class ConsumerMirror:
         that a caller can skip handing a write that does nothing to an I/O thread."""
         with self._lock:
             return self._due(shard, (next_snapshot, full_scan_pending, start_moves), False,
-                             time.monotonic())
+                             self._clock())
 
     def _due(self, shard: int, value: tuple[int, bool, int | None], force: bool,
              now: float) -> bool:
@@ -218,7 +220,7 @@ class ConsumerMirror:
             shard_lock = self._shard_locks.setdefault(shard, threading.Lock())
         with shard_lock:
             with self._lock:
-                now = time.monotonic()
+                now = self._clock()
                 if not self._due(shard, value, force, now):
                     return False
             content = _position_text(next_snapshot, full_scan_pending, start_moves)

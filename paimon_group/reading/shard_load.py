@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,14 +67,15 @@ def shard_loads(measured: MeasuredLoad, full_scan_pending: Collection[int]) -> d
 
 def measure(table: Any, sharding: Sharding, *, recent: int = RECENT_SNAPSHOTS,
             changelog: bool | None = None, known: MeasuredLoad | None = None,
-            ) -> MeasuredLoad | None:
+            clock: Callable[[], float] = time.monotonic) -> MeasuredLoad | None:
     """Rows per shard of ``table`` (a :class:`~paimon_group.reading.table.ShardedTable`)
     at its latest snapshot; None when the table has no snapshot yet.
 
     ``changelog`` (default: whether the table has a changelog producer) picks
     the manifests a follow-up step reads, as the planner does. ``known`` is
     the last measurement: while the table has no newer snapshot it is
-    returned again, re-stamped, without reading a manifest."""
+    returned again, re-stamped, without reading a manifest. ``clock``: the
+    measuring member's monotonic clock, which stamps it."""
     from pypaimon.manifest.manifest_file_manager import ManifestFileManager
     from pypaimon.manifest.manifest_list_manager import ManifestListManager
 
@@ -84,7 +85,7 @@ def measure(table: Any, sharding: Sharding, *, recent: int = RECENT_SNAPSHOTS,
         return None
     if known is not None and known.snapshot_id == latest and (
             len(known.live) == sharding.num_shards):
-        return dataclasses.replace(known, measured_at=time.monotonic())
+        return dataclasses.replace(known, measured_at=clock())
     if changelog is None:
         changelog = table.changelog_producer != "none"
     lists = ManifestListManager(table.table)
@@ -101,7 +102,7 @@ def measure(table: Any, sharding: Sharding, *, recent: int = RECENT_SNAPSHOTS,
         entries = files.read_entries_parallel(manifests, max_workers=2)
         for shard, rows in enumerate(_rows_by_shard(entries, sharding)):
             added[shard] += rows
-    return MeasuredLoad(latest, tuple(live), tuple(added), time.monotonic())
+    return MeasuredLoad(latest, tuple(live), tuple(added), clock())
 
 
 def _rows_by_shard(entries: Iterable[Any], sharding: Sharding) -> list[int]:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from coordinators.credentials import scrub, secret_values
@@ -155,6 +155,9 @@ class ShardedTable:
         # The identity the group was created on (set by the member when it
         # joins; "" unknown): see raise_if_dropped.
         self.expected_identity = ""
+        # The monotonic clock of the rechecks below: the member's once it
+        # opened the table (MemberCore.opened).
+        self.clock: Callable[[], float] = time.monotonic
         # (latest snapshot id, monotonic time of the full read that found it)
         self._latest_known: tuple[int | None, float] = (None, 0.0)
         # Snapshot files' texts handed over by the group's head (member/head.py),
@@ -293,7 +296,7 @@ class ShardedTable:
         which asks ``fresh`` when a snapshot at or below this id is missing).
         """
         known, checked = self._latest_known
-        if not fresh and known is not None and time.monotonic() - checked < LATEST_RECHECK_S:
+        if not fresh and known is not None and self.clock() - checked < LATEST_RECHECK_S:
             # Probe forward from the known latest, as Paimon's findLatest
             # does after its hint: one request per new snapshot and one more.
             probe = known + 1
@@ -308,7 +311,7 @@ class ShardedTable:
         else:
             ids = self._list_snapshot_ids()
             latest = ids[-1] if ids else None
-        self._latest_known = (latest, time.monotonic())
+        self._latest_known = (latest, self.clock())
         return latest
 
     def earliest_snapshot_id(self) -> int | None:

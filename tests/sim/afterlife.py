@@ -67,7 +67,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from paimon_group import GroupMember, MemberConfig
+from paimon_group import MemberConfig
 from paimon_group.errors import AlreadyWritten, StaleSinkWrite
 from tests.sim.sink import CommitHooks, SimSink, kind_column
 from tests.sim.table import ROW_KIND_KINDS
@@ -288,7 +288,7 @@ class Afterlife:
                 shutdown_timeout_s=run.timeout_s * 5, max_handler_attempts=5,
                 handler_backoff_s=0.1, max_parallel_shards=2, mirror_interval_s=1.0,
                 include_row_kind=self.row_kinds)
-            inc = Incarnation(member_id, n, GroupMember(cfg))
+            inc = Incarnation(member_id, n, run.member(cfg))
             proc.incs.append(inc)
             try:
                 await inc.member.start()

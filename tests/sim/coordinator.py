@@ -270,9 +270,14 @@ class SimStore:
 
 
 class SimSession(Session):
-    def __init__(self, sid: str, timeout_s: float, sent_at: float) -> None:
+    def __init__(self, sid: str, timeout_s: float, sent_at: float,
+                 clock: Callable[[], float]) -> None:
         super().__init__(timeout_s, sent_at=sent_at)
         self._id = sid
+        self._clock = clock  # the loop's virtual clock, the deadline's too
+
+    def is_live(self, margin_s: float = 0.0, *, now: float | None = None) -> bool:
+        return super().is_live(margin_s, now=self._clock() if now is None else now)
 
     @property
     def id(self) -> str:
@@ -307,9 +312,10 @@ class SimCoordinator(Coordinator):
         return self._url
 
     async def connect(self) -> None:
-        sent_at = asyncio.get_running_loop().time()
+        loop = asyncio.get_running_loop()
+        sent_at = loop.time()
         sid = self.store.open_session(self._timeout_s)
-        self._session = SimSession(sid, self._timeout_s, sent_at)
+        self._session = SimSession(sid, self._timeout_s, sent_at, loop.time)
         self._keepalive = asyncio.create_task(self._renew_loop(), name=f"sim-keepalive-{sid}")
 
     async def _renew_loop(self) -> None:

@@ -11,12 +11,13 @@ Two more things make a run a pure function of its seed:
 * ``run_in_executor`` (``asyncio.to_thread`` too) runs the function inline, on
   the loop's thread: a plan or a read of the table takes no virtual time and
   finishes in the same order every time (no thread scheduling decides it);
-* while a run is active, ``time.monotonic`` and ``time.time`` read the
-  virtual clock (the member, the sessions and the history recorder all use
-  them), and every read on the loop's thread advances it by one microsecond,
-  so two events are never recorded at the same instant and the history
-  checker's strict orderings are decidable. Reads from other threads (a
-  pool inside pyarrow, if any) do not advance it.
+* the virtual clock (:class:`SimClock`) is handed to whatever reads time:
+  each member gets it as its ``clock=`` (its loops, deadlines, lease checks
+  and history read it), the simulated coordinator and sink read the loop's
+  ``time()``; ``time.monotonic`` and ``time.time`` are never replaced. Every
+  read on the loop's thread advances it by one microsecond, so two events
+  are never recorded at the same instant and the history checker's strict
+  orderings are decidable. Reads from other threads do not advance it.
 
 String hashing must be fixed as well (``PYTHONHASHSEED=0``): the member
 iterates over sets of member ids in places, and that order decides the order
@@ -26,19 +27,17 @@ seeds in processes started with it.
 Example::
 
     loop = SimLoop()
-    with virtual_time(loop.clock):
-        loop.run_until_complete(asyncio.sleep(3600))   # returns at once
+    loop.run_until_complete(asyncio.sleep(3600))   # returns at once
     assert loop.clock.now >= 3600
+    member = GroupMember(config, clock=loop.clock)  # the member on that clock
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import selectors
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 TICK_S = 1e-6
@@ -113,15 +112,3 @@ class SimLoop(asyncio.SelectorEventLoop):
                 raise
             future.set_exception(err)
         return future
-
-
-@contextlib.contextmanager
-def virtual_time(clock: SimClock) -> Iterator[None]:
-    """``time.monotonic`` and ``time.time`` read ``clock`` inside the block."""
-    real_monotonic, real_time = time.monotonic, time.time
-    time.monotonic = clock.monotonic
-    time.time = clock.wall
-    try:
-        yield
-    finally:
-        time.monotonic, time.time = real_monotonic, real_time

@@ -30,7 +30,7 @@ def _worker_init() -> None:
     parent = os.getppid()
 
     def watch() -> None:
-        stop = threading.Event()  # waits on a lock, not on the patched clock
+        stop = threading.Event()
         while not stop.wait(1.0):
             if os.getppid() != parent:
                 os._exit(0)

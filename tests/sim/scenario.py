@@ -65,7 +65,6 @@ from paimon_group.errors import (
     TableNotFound,
     TableReplaced,
 )
-from paimon_group.protocol import commit_size
 from paimon_group.protocol.records import position_order
 from tests.sim.afterlife import Afterlife, AfterPlan
 from tests.sim.coordinator import (
@@ -82,7 +81,7 @@ from tests.sim.expiry import (
     data_loss_stop,
     named_snapshot,
 )
-from tests.sim.loop import START, SimDeadlock, SimLoop, SimSpin, virtual_time
+from tests.sim.loop import START, SimClock, SimDeadlock, SimLoop, SimSpin
 from tests.sim.sink import SINK_PLANTS, SinkPlan, SinkWorld, writes_all
 from tests.sim.table import (
     ALTER_BEFORE,
@@ -200,8 +199,11 @@ class Incarnation:
 
 
 class Run:
-    def __init__(self, seed: int, root: Path, plant: str | None) -> None:
+    def __init__(self, seed: int, root: Path, plant: str | None, clock: SimClock) -> None:
         self.seed = seed
+        # The run's virtual clock, handed to each member and read by the
+        # scenario's own records (nothing process-wide is replaced).
+        self.clock = clock
         self.rng = random.Random(f"scenario:{seed}")
         self.root = root
         self.plant = plant
@@ -305,7 +307,7 @@ class Run:
     def _expire(self, why: str) -> None:
         if not self.expiry.on:
             return
-        gone = self.wh.expire(self.expiry.retain, time.monotonic(),
+        gone = self.wh.expire(self.expiry.retain, self.clock.monotonic(),
                               consumer_expiration_s=self.expiry.consumer_expiration_s,
                               pending=None if self.tears is None else self.tears.texts())
         if gone:
@@ -354,7 +356,7 @@ class Run:
             self.dropped_delivery = True  # planted: a delivered batch goes unrecorded
             return table, None
         record = {
-            "t": time.monotonic(), "member": inc.member_id, "pid": inc.number,
+            "t": self.clock.monotonic(), "member": inc.member_id, "pid": inc.number,
             "shard": batch.shard, "epoch": batch.epoch, "snapshot": batch.snapshot_id,
             "first": batch.first_snapshot, "next_snapshot": batch.next_snapshot,
             "kind": batch.kind.value, "ids": ids, "extra": extra, "vs": values,
@@ -444,7 +446,7 @@ class Run:
         def record(d: dict[str, Any]) -> None:
             if inc.crashed:
                 return
-            d.update(t=time.monotonic(), member=inc.member_id, pid=inc.number)
+            d.update(t=self.clock.monotonic(), member=inc.member_id, pid=inc.number)
             self.deliveries.append(d)
 
         try:
@@ -463,6 +465,12 @@ class Run:
             inc.stopped = True
             await inc.member.stop()
 
+    def member(self, cfg: MemberConfig, *, auto_commit: bool = True) -> GroupMember:
+        """A member of this run: on its virtual clock, with its commit size."""
+        member = GroupMember(cfg, auto_commit=auto_commit, clock=self.clock)
+        member.commits.shards_per_commit = self.shards_per_commit
+        return member
+
     async def start_member(self, member_id: str) -> Incarnation:
         number = len(self.incarnations)
         cfg = self._config(member_id, number)
@@ -470,8 +478,9 @@ class Run:
         # own draw: the other draws of a seed stay).
         driven = random.Random(f"driver:{self.seed}:{number}").random() < 0.2 \
             and self.sink is None
-        inc = Incarnation(member_id, number, GroupMember(cfg, auto_commit=not driven),
-                          history_path=cfg.history_path or "", started_at=time.monotonic(),
+        inc = Incarnation(member_id, number, self.member(cfg, auto_commit=not driven),
+                          history_path=cfg.history_path or "",
+                          started_at=self.clock.monotonic(),
                           driven=driven)
         self.incarnations.append(inc)
         self.stats["member_starts"] += 1
@@ -666,7 +675,7 @@ class Run:
         mirrored = {k for k in range(self.shards)
                     if (consumer_dir / f"consumer-pg-{GROUP}-shard-{k}").exists()}
         self.eras.append((self.store, mirrored, len(self.incarnations)))
-        self.era_ends.append(time.monotonic())
+        self.era_ends.append(self.clock.monotonic())
         self.store = SimStore()
         self.store.plant_stale_accept = self.eras[0][0].plant_stale_accept
         self.store.on_position = self._on_position
@@ -1191,16 +1200,6 @@ async def _main(run: Run) -> None:
 
 
 @contextlib.contextmanager
-def _shards_per_commit(size: int) -> Iterator[None]:
-    real = commit_size.SHARDS_PER_COMMIT
-    commit_size.SHARDS_PER_COMMIT = size
-    try:
-        yield
-    finally:
-        commit_size.SHARDS_PER_COMMIT = real
-
-
-@contextlib.contextmanager
 def _no_repin(on: bool) -> Iterator[None]:
     """Planted (``no_repin``): a shard of an earlier start is taken as of the
     moved start where it stands, not re-pinned at its full scan (issue 52,
@@ -1246,26 +1245,24 @@ def run_seed(seed: int, *, plant: str | None = None, keep: bool = False,
     loop = SimLoop()
     run: Run | None = None
     try:
-        with virtual_time(loop.clock):
-            asyncio.set_event_loop(loop)
-            run = Run(seed, root, plant)
-            run.tears = Tears(seed, loop.clock, loop)
-            with _sim_scheme(run.world), _shards_per_commit(run.shards_per_commit), \
-                    torn_consumer_writes(run.tears), writes_all(plant == "sink_writes_all"), \
-                    _no_repin(plant == "no_repin"):
-                try:
-                    loop.run_until_complete(asyncio.wait_for(_main(run), RUN_LIMIT_S))
-                except SimSpin as err:
-                    run.violations["busy_loop"].append(str(err))
-                except SimDeadlock as err:
-                    run.violations["hang"].append(f"simulation deadlock: {err}")
-                except TimeoutError:
-                    run.violations["hang"].append(f"run exceeded {RUN_LIMIT_S:.0f}s virtual")
-                except Exception as err:
-                    run.violations["driver_error"].append(
-                        f"{type(err).__name__}: {err}\n{traceback.format_exc()}")
-                run.check()
-                _cancel_all(loop)
+        asyncio.set_event_loop(loop)
+        run = Run(seed, root, plant, loop.clock)
+        run.tears = Tears(seed, loop.clock, loop)
+        with _sim_scheme(run.world), torn_consumer_writes(run.tears), \
+                writes_all(plant == "sink_writes_all"), _no_repin(plant == "no_repin"):
+            try:
+                loop.run_until_complete(asyncio.wait_for(_main(run), RUN_LIMIT_S))
+            except SimSpin as err:
+                run.violations["busy_loop"].append(str(err))
+            except SimDeadlock as err:
+                run.violations["hang"].append(f"simulation deadlock: {err}")
+            except TimeoutError:
+                run.violations["hang"].append(f"run exceeded {RUN_LIMIT_S:.0f}s virtual")
+            except Exception as err:
+                run.violations["driver_error"].append(
+                    f"{type(err).__name__}: {err}\n{traceback.format_exc()}")
+            run.check()
+            _cancel_all(loop)
         virtual = loop.clock.now - START
     finally:
         asyncio.set_event_loop(None)

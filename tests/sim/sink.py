@@ -45,7 +45,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-import time
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
@@ -312,16 +311,18 @@ class SimSink(PaimonSink):
             await asyncio.wait_for(self._changed.wait(), timeout)
 
     async def _commit_loop_on_the_loop(self) -> None:
-        """``PaimonSink._commit_loop`` and its ``_wait_due``, on virtual time."""
+        """``PaimonSink._commit_loop`` and its ``_wait_due``, on virtual time
+        (the loop's clock)."""
+        clock = asyncio.get_running_loop().time
         while True:
             while not self._queue and not self._closed:
                 await self._changes(None)
             if not self._queue:
                 return
-            first = time.monotonic()
+            first = clock()
             while not self._closed:
                 rows = sum(p.rows for p in self._queue)
-                now = time.monotonic()
+                now = clock()
                 short = 1.0 - self._credit_at(now)
                 due = max(now + short * self.commit_interval_s if short > 0 else now,
                           first + GATHER_S)
@@ -337,7 +338,7 @@ class SimSink(PaimonSink):
                 return
             pending, self._queue = self._queue, []
             self._commit_reporting(pending)
-            now = time.monotonic()
+            now = clock()
             self._credit = self._credit_at(now) - 1.0
             self._last_commit = now
 

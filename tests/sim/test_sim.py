@@ -11,14 +11,20 @@ expired snapshot carried to a shard that had not read it.
 
 from __future__ import annotations
 
+import asyncio
 import os
+import random
 import shutil
 import tempfile
+import time
+import types
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from paimon_group.protocol import commit_size
+from tests.sim import scenario
 from tests.sim.afterlife import AfterPlan
 from tests.sim.coordinator import FAULT_KINDS, PositionWrite
 from tests.sim.expiry import ExpiryPlan, LossOracle
@@ -335,3 +341,34 @@ def test_a_moved_start_without_its_re_pin_is_reported() -> None:
     for r in runs:
         assert r.violations.get("hang") or r.violations.get("lost"), r.summary()
     assert all(r.ok for r in results([84, 263], jobs=JOBS))
+
+
+def test_a_run_leaves_the_process_clocks_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The members run on the run's virtual clock handed to them (``clock=``),
+    the commit size is their commits part's: while a seed runs,
+    ``time.monotonic`` and ``time.time`` are the interpreter's own and the
+    module constant is untouched."""
+    seen: list[tuple[bool, bool, int]] = []
+    real_main = scenario._main
+
+    async def watched(run: scenario.Run) -> None:
+        async def watch() -> None:
+            while True:
+                seen.append((isinstance(time.monotonic, types.BuiltinFunctionType),
+                             isinstance(time.time, types.BuiltinFunctionType),
+                             commit_size.SHARDS_PER_COMMIT))
+                await asyncio.sleep(0.5)
+
+        watcher = asyncio.ensure_future(watch())
+        try:
+            await real_main(run)
+        finally:
+            watcher.cancel()
+
+    monkeypatch.setattr(scenario, "_main", watched)
+    seed = next(s for s in range(100) if random.Random(f"commit:{s}").choice([2, 32]) == 2)
+    result = scenario.run_seed(seed)
+    assert result.stats["shards_per_commit"] == 2
+    assert len(seen) > 10
+    assert set(seen) == {(True, True, 32)}
+    assert result.stats["member_starts"] > 0
