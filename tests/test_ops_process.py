@@ -122,9 +122,11 @@ def test_metrics_show_lag_falling_to_zero_and_a_rebalance(harness: GroupHarness)
     port1, port2 = free_port(), free_port()
     # A slow handler, one shard at a time, so that the lag is seen before it is
     # worked off: the 12 snapshots are one catch-up step, read in 4 x 1 s,
-    # several times the metrics' 1 s lag refresh.
-    h.start("m1", "--metrics-port", str(port1), "--max-parallel-shards", "1",
-            env={"PG_TEST_SLEEP_M1": "1.0"})
+    # several times the metrics' 1 s lag refresh. Slow until then only
+    # (tests/support/handlers.py: while the file exists).
+    slow = h.out / "slow-m1"
+    slow.write_text("1.0")
+    h.start("m1", "--metrics-port", str(port1), "--max-parallel-shards", "1")
     lags: list[float] = []
 
     def m1_caught_up() -> bool:
@@ -138,6 +140,7 @@ def test_metrics_show_lag_falling_to_zero_and_a_rebalance(harness: GroupHarness)
 
     poll(m1_caught_up, "m1's lag to rise and fall to 0", h)
     assert max(lags) > 0 and lags[-1] == 0
+    slow.unlink()
     first = scrape(port1)
     assert first is not None and first["paimon_group_rebalances_total"] == 0
     assert first["paimon_group_batches_total"] >= BUCKETS

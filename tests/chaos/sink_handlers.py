@@ -19,7 +19,9 @@ takes the file (an atomic rename, so one process dies per arm), writes
 kind, first and next snapshot) and SIGKILLs itself. The points:
 
 ``files``
-    the batch's data files are written into the target (nothing committed);
+    the batch's data files are written into the target (nothing committed):
+    a batch written whole once its files are, a member's batch (written in
+    parts by one writer) once the member sealed it and its writer wrote them;
 ``commit``
     the target commit holding the batch (and the others queued with it) is
     made, in the sink's committer thread; no handler has returned yet;
@@ -76,11 +78,28 @@ def _the_sink() -> PaimonSink:
                                                                      "0.2")))
             target = sink.target
             write_files, commit_once = target.write_files, target.commit_once
+            open_writer = target.open_writer
 
             def files_then_die(*args: Any, **kwargs: Any) -> Any:
                 messages = write_files(*args, **kwargs)
                 _die_if_armed("files", getattr(_local, "batch", None))
                 return messages
+
+            def writer_dying_once_its_files_are_written(*args: Any, **kwargs: Any) -> Any:
+                # A member's batch is written in parts by one writer, opened
+                # in the handler's thread; its files are written when the
+                # member seals the batch (PartsWriter.prepare), before the
+                # target commit.
+                writer = open_writer(*args, **kwargs)
+                batch, prepare = getattr(_local, "batch", None), writer.prepare
+
+                def prepare_then_die() -> Any:
+                    messages = prepare()
+                    _die_if_armed("files", batch)
+                    return messages
+
+                writer.prepare = prepare_then_die
+                return writer
 
             def commit_then_die(*args: Any, **kwargs: Any) -> Any:
                 done = commit_once(*args, **kwargs)
@@ -98,6 +117,7 @@ def _the_sink() -> PaimonSink:
                 return future
 
             target.write_files = files_then_die  # type: ignore[method-assign]
+            target.open_writer = writer_dying_once_its_files_are_written  # type: ignore[method-assign]
             target.commit_once = commit_then_die  # type: ignore[method-assign]
             sink.seal = seal_then_die_once_written  # type: ignore[method-assign]
             _sink = sink

@@ -14,6 +14,9 @@ from a recorded run of the whole suite on 2 cores. Two options use it:
     keep their recorded figure). The full suite records them in CI's lane so
     the fast lane follows the suite as it changes.
 
+On xdist workers the record also orders the run: the slow tests first,
+shared between the workers (:func:`slow_first`).
+
 The record is data, not a verdict: a test's figure varies by a factor of 2
 with the machine's load, so the fast lane's limit leaves room.
 """
@@ -28,6 +31,7 @@ import pytest
 
 DURATIONS = Path(__file__).resolve().parents[1] / "durations.json"
 FAST_LIMIT_S = 1.0
+SLOW_FIRST_S = 10.0
 LANES = ("fast", "full")
 
 
@@ -55,14 +59,61 @@ def in_fast_lane(item: pytest.Item, durations: dict[str, float]) -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if config.getoption("--lane") != "fast":
-        return
     durations = recorded()
-    keep = [item for item in items if in_fast_lane(item, durations)]
-    left = [item for item in items if not in_fast_lane(item, durations)]
-    if left:
-        config.hook.pytest_deselected(items=left)
-        items[:] = keep
+    if config.getoption("--lane") == "fast":
+        keep = [item for item in items if in_fast_lane(item, durations)]
+        left = [item for item in items if not in_fast_lane(item, durations)]
+        if left:
+            config.hook.pytest_deselected(items=left)
+            items[:] = keep
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        items[:] = slow_first(items, durations, int(workerinput["workercount"]))
+
+
+def slow_first(items: list[pytest.Item], durations: dict[str, float],
+               workers: int) -> list[pytest.Item]:
+    """``items`` ordered so that each of ``workers`` xdist workers starts
+    with its share of the slow tests, longest first.
+
+    ``--dist worksteal`` hands each worker a contiguous slice of the
+    collection (the first ``len // workers`` items to one, and so on) and
+    an idle worker steals the tail of another's queue: a long test left
+    late in a slice starts late and stretches the run's end. Here the tests
+    the record shows at least ``SLOW_FIRST_S`` long are grouped by module
+    (a module's slow tests stay together, so a module-scoped fixture is
+    set up once for them), the groups dealt to the slices longest first,
+    each to the slice with the least recorded time so far; the other tests
+    fill the slices in collection order. Every worker collects the same
+    order (the record is the same file), as xdist requires."""
+    if workers < 2:
+        return items
+    modules: dict[str, list[pytest.Item]] = defaultdict(list)
+    rest: list[pytest.Item] = []
+    for item in items:
+        if durations.get(item.nodeid, 0.0) >= SLOW_FIRST_S:
+            modules[item.nodeid.split("::")[0]].append(item)
+        else:
+            rest.append(item)
+
+    def seconds(group: list[pytest.Item]) -> float:
+        return sum(durations[item.nodeid] for item in group)
+
+    slices: list[list[pytest.Item]] = [[] for _ in range(workers)]
+    loads = [0.0] * workers
+    for group in sorted(modules.values(), key=seconds, reverse=True):
+        k = loads.index(min(loads))
+        slices[k].extend(sorted(group, key=lambda item: durations[item.nodeid], reverse=True))
+        loads[k] += seconds(group)
+    ordered: list[pytest.Item] = []
+    left = len(items)
+    for k in range(workers):
+        size = max(left // (workers - k), len(slices[k]))
+        fill = size - len(slices[k])
+        ordered += slices[k] + rest[:fill]
+        del rest[:fill]
+        left -= size
+    return ordered + rest
 
 
 class DurationRecorder:
