@@ -161,6 +161,12 @@ class ConsumerMirror:
         self._shard_locks: dict[int, threading.Lock] = {}
         self.writes = 0
 
+    @property
+    def file_io(self) -> Any:
+        """The file system the consumer files are written through (the
+        simulation's torn-write faults key on it)."""
+        return self._file_io
+
     def read(self, shard: int) -> int | None:
         consumer = self._manager.consumer(consumer_id(self._group, shard))
         return None if consumer is None else int(consumer.next_snapshot)

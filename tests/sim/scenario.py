@@ -533,9 +533,9 @@ class Run:
         self.kill(inc)
 
     def kill(self, inc: Incarnation) -> None:
-        mirror = getattr(inc.member, "_mirror", None)
+        mirror = inc.member.core.mirror
         if self.tears is not None and mirror is not None:
-            self.tears.abandon(mirror._file_io)
+            self.tears.abandon(mirror.file_io)
         inc.member.history.record = lambda *a, **k: None  # type: ignore[method-assign]
         # A killed process's files are closed by the system: without this a
         # worker running thousands of seeds ran out of descriptors (seed 19902
@@ -544,8 +544,9 @@ class Run:
         for coord in self.world.coords.get(f"{inc.member_id}/{inc.number}", []):
             coord.crash()
         member = inc.member
-        tasks = [inc.task, getattr(member, "_supervisor", None),
-                 *getattr(member, "_tasks", [])]
+        # As a SIGKILL: the supervisor and the session's loops (control,
+        # head) end with the process, not only the consuming task.
+        tasks = [inc.task, getattr(member, "_supervisor", None), *member.core.tasks]
         for t in tasks:
             if t is not None:
                 t.cancel()
