@@ -2,7 +2,7 @@
 into its own group, are assigned with no forming wait.
 
 Real members on sqlite, etcd and ZooKeeper, and a real table. The checks are
-on what the leader decided (:class:`~paimon_group.member.settle.ArrivalSettle`
+on what the leader decided (:class:`~paimon_group.member.publish_delay.PublishDelay`
 gave 0 s for every list it saw, and the first generation named the lone
 member), not on wall-clock thresholds: the time from ``running`` to the
 first batch is printed, for the record.
@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from paimon_group import GroupMember, MemberConfig
-from paimon_group.member import settle as settle_module
-from paimon_group.member.settle import ArrivalSettle
+from paimon_group.member import publish_delay as publish_delay_module
+from paimon_group.member.publish_delay import PublishDelay
 from tests.support.tables import make_append_table, write_rows
 
 Decision = tuple[int, bool, float]
@@ -30,14 +30,14 @@ Decision = tuple[int, bool, float]
 def decisions(monkeypatch: pytest.MonkeyPatch) -> list[Decision]:
     """Each call of the leader's settle: (members, forming, wait)."""
     seen: list[Decision] = []
-    real_delay = ArrivalSettle.delay
+    real_delay = PublishDelay.delay
 
-    def delay(self: ArrivalSettle, members: Any, *, now: float, forming: bool = False) -> float:
+    def delay(self: PublishDelay, members: Any, *, now: float, forming: bool = False) -> float:
         wait = real_delay(self, members, now=now, forming=forming)
         seen.append((len(frozenset(members)), forming, wait))
         return wait
 
-    monkeypatch.setattr(settle_module.ArrivalSettle, "delay", delay)
+    monkeypatch.setattr(publish_delay_module.PublishDelay, "delay", delay)
     return seen
 
 

@@ -1,4 +1,4 @@
-"""A starting group is published once (:mod:`paimon_group.member.settle`,
+"""A starting group is published once (:mod:`paimon_group.member.publish_delay`,
 ``forming``), and a group that reads is not held by it.
 
 Real members on the in-memory coordinator and a real table.
@@ -17,15 +17,15 @@ import pytest
 
 from coordinators import open_coordinator
 from paimon_group import GroupMember, MemberConfig
-from paimon_group.member import settle as settle_module
-from paimon_group.member.settle import ArrivalSettle
+from paimon_group.member import publish_delay as publish_delay_module
+from paimon_group.member.publish_delay import PublishDelay
 from paimon_group.protocol.group import GroupClient
 from paimon_group.protocol.records import Assignment
 from tests.support.tables import make_append_table
 
 
 def test_a_forming_group_waits_for_arrivals_to_pause() -> None:
-    s = ArrivalSettle(forming_quiet_s=1.0, forming_max_s=10.0)
+    s = PublishDelay(forming_quiet_s=1.0, forming_max_s=10.0)
     assert s.delay({"a", "m0"}, now=0.0, forming=True) == 1.0  # two at once wait
     members = {"a", "m0"}
     for i in range(1, 8):  # an arrival every 0.5 s: never quiet for 1 s
@@ -38,7 +38,7 @@ def test_a_forming_group_waits_for_arrivals_to_pause() -> None:
 def test_a_lone_member_is_published_at_once_and_an_arrival_then_held() -> None:
     """Issue 53: a forming group's lone member waits for nothing; an arrival
     within the forming quiet of it is a burst (one generation more at most)."""
-    s = ArrivalSettle(forming_quiet_s=1.0, forming_max_s=10.0)
+    s = PublishDelay(forming_quiet_s=1.0, forming_max_s=10.0)
     assert s.delay({"a"}, now=0.0, forming=True) == 0.0  # published at once
     assert s.young(0.5) and not s.young(1.0)
     # Published: the group is no longer forming, but young.
@@ -52,15 +52,15 @@ def test_a_lone_member_is_published_at_once_and_an_arrival_then_held() -> None:
 
 
 def test_a_lone_member_then_a_join_after_the_quiet_is_at_once() -> None:
-    s = ArrivalSettle(forming_quiet_s=1.0)
+    s = PublishDelay(forming_quiet_s=1.0)
     assert s.delay({"a"}, now=0.0, forming=True) == 0.0
     assert s.delay({"a", "b"}, now=1.5) == 0.0  # a join into a running group
-    t = ArrivalSettle(forming_quiet_s=0.0)  # the wait switched off
+    t = PublishDelay(forming_quiet_s=0.0)  # the wait switched off
     assert t.delay({"a", "b"}, now=0.0, forming=True) == 0.0
 
 
 def test_a_forming_group_is_published_by_its_longest_wait() -> None:
-    s = ArrivalSettle(forming_quiet_s=1.0, forming_max_s=10.0)
+    s = PublishDelay(forming_quiet_s=1.0, forming_max_s=10.0)
     published = []
     members: set[str] = set()
     for i in range(200):  # an arrival every 0.1 s for 20 s
@@ -73,7 +73,7 @@ def test_a_forming_group_is_published_by_its_longest_wait() -> None:
 
 
 def test_a_group_that_is_not_forming_publishes_a_lone_change_at_once() -> None:
-    s = ArrivalSettle()
+    s = PublishDelay()
     assert s.delay({"a"}, now=0.0, forming=False) == 0.0  # a leader taking over
     assert s.delay({"a", "b"}, now=5.0, forming=False) == 0.0  # a join
     assert s.delay({"a"}, now=10.0, forming=False) == 0.0  # a leave
@@ -159,14 +159,14 @@ async def test_a_join_into_a_stable_group_is_not_held(table: str,
     """The forming wait is for a group nobody reads in: a join into a stable
     group (and a leave) is published at once."""
     decisions: list[tuple[int, bool, float]] = []
-    real_delay = ArrivalSettle.delay
+    real_delay = PublishDelay.delay
 
-    def delay(self: ArrivalSettle, members: Any, *, now: float, forming: bool = False) -> float:
+    def delay(self: PublishDelay, members: Any, *, now: float, forming: bool = False) -> float:
         wait = real_delay(self, members, now=now, forming=forming)
         decisions.append((len(frozenset(members)), forming, wait))
         return wait
 
-    monkeypatch.setattr(settle_module.ArrivalSettle, "delay", delay)
+    monkeypatch.setattr(publish_delay_module.PublishDelay, "delay", delay)
     url = f"memory://stable-{uuid.uuid4().hex}"
     members = [GroupMember(_config(table, url, f"m{i}", 8), auto_commit=False)
                for i in range(3)]

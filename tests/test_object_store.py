@@ -41,7 +41,7 @@ def test_clean_run_on_s3_delivers_exactly_once(tmp_path: Path, s3_warehouse: S3W
         for m in ("a", "b"):
             h.start(m)
         # Read the initial plan first (a forming group is assigned once its
-        # arrivals pause: member/settle.py), so the next snapshots are deltas.
+        # arrivals pause: member/publish_delay.py), so the next snapshots are deltas.
         h.wait_caught_up({"a", "b"})
         for i in range(2, 5):
             h.write(range(i * 50, (i + 1) * 50))

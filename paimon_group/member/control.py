@@ -22,8 +22,8 @@ from paimon_group.errors import MemberRemoved
 from paimon_group.member.balance import LeaderLoads, full_scan_pending
 from paimon_group.member.core import MemberCore
 from paimon_group.member.ownership import ShardOwnership
+from paimon_group.member.publish_delay import PublishDelay
 from paimon_group.member.round_view import RoundView, read_round
-from paimon_group.member.settle import ArrivalSettle
 from paimon_group.member.state import Leadership
 from paimon_group.protocol.assignors import assignor_named
 from paimon_group.protocol.group import GroupClient
@@ -54,7 +54,7 @@ class Control:
         self._vanished = VanishedMembers()
         self._full_round_at = -1e18
         self._loads = LeaderLoads(clock=core.clock.monotonic)
-        self._arrivals = ArrivalSettle(forming_quiet_s=core.config.forming_wait_s)
+        self._arrivals = PublishDelay(forming_quiet_s=core.config.forming_wait_s)
         # The sinks published in this session (protocol/sinks.py).
         self._published_sinks: set[str] = set()
 
@@ -202,7 +202,7 @@ class Control:
     async def _acquire(self, group: GroupClient, shards: list[int]) -> None:
         """Acquire ``shards`` of the assignment followed; a leader whose forming
         burst is held acquires none, and a young group's leader stops once a
-        member arrives (:mod:`paimon_group.member.settle`): the next generation
+        member arrives (:mod:`paimon_group.member.publish_delay`): the next generation
         moves most of what a lone first member was given."""
         assignment = self._state.assignment
         if not shards or assignment is None:
@@ -262,7 +262,7 @@ class Control:
         wait = self._arrivals.delay(members, now=self._core.clock.monotonic(), forming=forming)
         if wait > 0:
             # A burst of joins or leaves, or a forming group: one publication
-            # once it settles (:mod:`paimon_group.member.settle`).
+            # once its arrivals pause (:mod:`paimon_group.member.publish_delay`).
             asyncio.get_running_loop().call_later(wait, self._core.wake.set)
             return
         for gone in leaving - live:

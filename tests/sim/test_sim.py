@@ -128,7 +128,7 @@ def test_a_sink_that_writes_every_replay_is_reported() -> None:
     target's commit and the position's is written twice, and reported.
 
     In how many seeds depends on when their crashes fall: since a forming
-    group's leader waits for arrivals to pause (member/settle.py), 14 of the
+    group's leader waits for arrivals to pause (member/publish_delay.py), 14 of the
     first 36 such seeds find it (21 before), 8 of the first 24, 3 of the
     first 12; hence 24 seeds and a quarter."""
     seeds = [s for s in range(300) if SinkPlan.draw(s).on

@@ -1,21 +1,21 @@
-"""The leader's coalescing of member-list bursts (:mod:`paimon_group.member.settle`)."""
+"""The leader's coalescing of member-list bursts (:mod:`paimon_group.member.publish_delay`)."""
 
 from __future__ import annotations
 
 import doctest
 import itertools
 
-from paimon_group.member import settle
-from paimon_group.member.settle import ArrivalSettle
+from paimon_group.member import publish_delay
+from paimon_group.member.publish_delay import PublishDelay
 
 
 def test_worked_examples() -> None:
-    failures, tried = doctest.testmod(settle, raise_on_error=False)
+    failures, tried = doctest.testmod(publish_delay, raise_on_error=False)
     assert tried >= 5 and failures == 0
 
 
 def test_a_lone_change_is_published_at_once() -> None:
-    s = ArrivalSettle(quiet_s=0.2, max_wait_s=2.0)
+    s = PublishDelay(quiet_s=0.2, max_wait_s=2.0)
     assert s.delay({"a"}, now=0.0) == 0.0
     for i, now in enumerate((1.0, 2.0, 2.5, 10.0)):  # each change well apart
         assert s.delay({"a", *(f"m{j}" for j in range(i + 1))}, now=now) == 0.0
@@ -24,7 +24,7 @@ def test_a_lone_change_is_published_at_once() -> None:
 
 
 def test_a_burst_that_never_pauses_is_published_after_max_wait() -> None:
-    s = ArrivalSettle(quiet_s=0.2, max_wait_s=2.0)
+    s = PublishDelay(quiet_s=0.2, max_wait_s=2.0)
     members: set[str] = set()
     published_at = []
     now = 0.0
@@ -42,7 +42,7 @@ def test_a_burst_that_never_pauses_is_published_after_max_wait() -> None:
 
 
 def test_the_same_list_again_is_no_change() -> None:
-    s = ArrivalSettle(quiet_s=0.2, max_wait_s=2.0)
+    s = PublishDelay(quiet_s=0.2, max_wait_s=2.0)
     assert s.delay(["a", "b"], now=0.0) == 0.0
     assert s.delay(["b", "a"], now=0.05) == 0.0  # same members, another order
 
@@ -51,7 +51,7 @@ def test_a_departure_is_published_at_once_even_in_a_burst() -> None:
     """A member that left has stopped reading: its shards wait for the
     publication. A member leaving 0.15 s after another joined (the handoff
     benchmark's cycle) is not delayed."""
-    s = ArrivalSettle(quiet_s=0.2, max_wait_s=2.0)
+    s = PublishDelay(quiet_s=0.2, max_wait_s=2.0)
     assert s.delay({"a", "b"}, now=0.0) == 0.0
     assert s.delay({"a", "b", "c"}, now=5.0) == 0.0  # a lone join
     assert s.delay({"a", "b"}, now=5.15) == 0.0  # c leaves right after

@@ -27,7 +27,7 @@ quiet for ``forming_quiet_s``, but never later than ``forming_max_s`` after
 the burst began: Kafka's ``group.initial.rebalance.delay.ms`` (3 s, each
 join extending it up to the rebalance timeout), paid by a burst only, at
 the cost of one generation more when its first member was seen alone.
-While a young group's burst is held (:attr:`ArrivalSettle.holding`), its
+While a young group's burst is held (:attr:`PublishDelay.holding`), its
 leader acquires no more of the shards it was given alone
 (:mod:`paimon_group.member.control`): the next generation moves most of
 them. Without the forming wait the leader published at once for the first
@@ -44,7 +44,7 @@ An I/O-free timing object (the clock is passed in), as aiokafka's heartbeat.
 
 Example (quiet 0.2 s, at most 2 s)::
 
-    >>> s = ArrivalSettle(quiet_s=0.2, max_wait_s=2.0)
+    >>> s = PublishDelay(quiet_s=0.2, max_wait_s=2.0)
     >>> s.delay({"a"}, now=10.0)             # the first list: publish
     0.0
     >>> s.delay({"a", "b"}, now=20.0)        # a lone join: publish
@@ -64,7 +64,7 @@ Example (quiet 0.2 s, at most 2 s)::
 
 A forming group (quiet 1 s, at most 60 s)::
 
-    >>> f = ArrivalSettle()
+    >>> f = PublishDelay()
     >>> f.delay({"a"}, now=0.0, forming=True)       # a lone member: at once
     0.0
     >>> f.delay({"a", "b"}, now=0.6)                # young: an arrival holds
@@ -73,7 +73,7 @@ A forming group (quiet 1 s, at most 60 s)::
     True
     >>> f.delay({"a", "b"}, now=1.6)                # quiet for 1 s: publish
     0.0
-    >>> g = ArrivalSettle()
+    >>> g = PublishDelay()
     >>> g.delay({"a", "b"}, now=0.0, forming=True)  # two at once: a burst
     1.0
 """
@@ -88,7 +88,7 @@ FORMING_QUIET_S = 1.0
 FORMING_MAX_S = 60.0
 
 
-class ArrivalSettle:
+class PublishDelay:
     """See the module docstring."""
 
     def __init__(self, quiet_s: float = QUIET_S, max_wait_s: float = MAX_WAIT_S,
