@@ -70,7 +70,7 @@ special for that case; the caller decides who counts as a member.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from coordinators.errors import ConfigError
 
@@ -100,6 +100,8 @@ def assign(
     num_shards: int,
     members: Iterable[str],
     previous: Mapping[str, Collection[int]] | None = None,
+    *,
+    order: Sequence[int] | None = None,
 ) -> dict[str, list[int]]:
     """Assign shards ``0..num_shards-1`` to ``members``, sticking to ``previous``.
 
@@ -116,8 +118,21 @@ def assign(
         {'a': [0, 1], 'b': [3, 4], 'c': [2]}
         >>> assign(2, ["a", "b", "c"])
         {'a': [0], 'b': [1], 'c': []}
+
+    ``order`` is the order shards are dealt in (None: ascending): the free
+    shards go to members in that order, and a member over its quota keeps
+    the ones earliest in it. It lists distinct shards of ``0..num_shards-1``;
+    shards it leaves out come after it, ascending. A group of several tables
+    passes :meth:`~paimon_group.protocol.table_map.TableMap.spread_order`, so
+    that every member gets a share of every table. The number of moves is
+    :func:`minimum_moves` whatever the order.
+
+        >>> assign(4, ["a", "b"], order=[0, 2, 1, 3])
+        {'a': [0, 2], 'b': [1, 3]}
+        >>> assign(4, ["a", "b"], {"a": [0, 1, 2, 3]}, order=[0, 2, 1, 3])
+        {'a': [0, 2], 'b': [1, 3]}
     """
-    plan = _Plan(num_shards, members, previous)
+    plan = _Plan(num_shards, members, previous, order)
     result: dict[str, list[int]] = {}
     if not plan.members:
         return result
@@ -239,6 +254,7 @@ class _Plan:
         num_shards: int,
         members: Iterable[str],
         previous: Mapping[str, Collection[int]] | None,
+        order: Sequence[int] | None = None,
     ) -> None:
         if isinstance(num_shards, bool) or not isinstance(num_shards, int) or num_shards < 0:
             raise ConfigError(f"invalid shard count {num_shards!r}: use an integer >= 0")
@@ -254,6 +270,13 @@ class _Plan:
             own = {s for s in previous.get(member, ()) if 0 <= s < num_shards} - claimed
             claimed |= own
             self.candidates[member] = sorted(own)
+        # Each shard's place in the dealing order; None: ascending (the
+        # candidates and free shards are already in that order).
+        self.rank = _ranks(num_shards, order)
+        if self.rank is not None:
+            ranks = self.rank
+            for member in self.members:
+                self.candidates[member].sort(key=ranks.__getitem__)
 
         self.quota: dict[str, int] = {}
         if self.members:
@@ -263,10 +286,33 @@ class _Plan:
                 self.quota[member] = base + 1 if rank < extra else base
 
     def kept(self, member: str) -> list[int]:
-        """The shards ``member`` keeps: its lowest candidates, up to its quota."""
+        """The shards ``member`` keeps: its candidates earliest in the dealing
+        order (the lowest, by default), up to its quota."""
         return self.candidates[member][: self.quota[member]]
 
     def free_shards(self) -> list[int]:
-        """Shards no member keeps, in shard order: they are the ones that move."""
+        """Shards no member keeps, in dealing order: they are the ones that move."""
         kept = {s for m in self.members for s in self.kept(m)}
-        return [s for s in range(self.num_shards) if s not in kept]
+        free = [s for s in range(self.num_shards) if s not in kept]
+        if self.rank is not None:
+            free.sort(key=self.rank.__getitem__)
+        return free
+
+
+def _ranks(num_shards: int, order: Sequence[int] | None) -> dict[int, int] | None:
+    """Each shard's place in ``order``, the shards it leaves out after it in
+    shard order; None for no order. Raises :class:`ConfigError` on a shard
+    out of range or listed twice."""
+    if order is None:
+        return None
+    rank: dict[int, int] = {}
+    for shard in order:
+        if isinstance(shard, bool) or not isinstance(shard, int) or not 0 <= shard < num_shards:
+            raise ConfigError(f"invalid shard order: {shard!r} is not a shard of "
+                              f"0..{num_shards - 1}")
+        if shard in rank:
+            raise ConfigError(f"invalid shard order: shard {shard} is listed twice")
+        rank[shard] = len(rank)
+    for shard in range(num_shards):
+        rank.setdefault(shard, len(rank))
+    return rank
