@@ -20,6 +20,7 @@ from typing import Any, Self
 
 from coordinators.errors import CorruptValue
 from paimon_group.errors import IncompatibleVersion
+from paimon_group.protocol.table_map import TableMap
 from paimon_group.version import __version__
 
 FORMAT_VERSION = 1
@@ -40,7 +41,12 @@ FEATURES: frozenset[str] = frozenset()
 cannot follow is named in the group record (:attr:`GroupMeta.features`) only
 once every live member lists it in its :attr:`MemberInfo.features`
 (:func:`unable_to_follow`); a member that finds a feature it does not know in
-use refuses to join (:func:`check_can_follow`)."""
+use refuses to join (:func:`check_can_follow`).
+
+``tables`` (a group of several tables, :attr:`GroupMeta.tables`) is not among
+them: this version decodes a table map but its member reads one table, so it
+must refuse a group that uses one, and lists the feature only once the member
+plans, reads and commits over the map."""
 
 
 def check_format(key: str, data: dict[str, Any]) -> None:
@@ -116,6 +122,11 @@ class GroupMeta(_Record):
     take part (:data:`FEATURES`; empty in every group of 0.1.0 and 0.2.0), and
     ``written_by`` the version that wrote the record (this one's when
     created here; empty in 0.1.0's).
+
+    ``tables`` is the table map of a group of several tables
+    (:class:`~paimon_group.protocol.table_map.TableMap`: each table's range of the
+    group's shards); None for a group of one table, whose record is encoded
+    without it, byte for byte as before it existed.
     """
 
     num_shards: int
@@ -129,9 +140,17 @@ class GroupMeta(_Record):
     assignor: str = "count"
     features: tuple[str, ...] = ()
     written_by: str = __version__
+    tables: TableMap | None = None
+
+    def encode(self) -> bytes:
+        data = {f: getattr(self, f) for f in self.__dataclass_fields__ if f != "tables"}
+        if self.tables is not None:
+            data["tables"] = self.tables.encode()
+        return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
 
     @classmethod
     def _from_dict(cls, data: dict[str, Any]) -> GroupMeta:
+        tables = data.get("tables")
         meta = GroupMeta(
             num_shards=int(data["num_shards"]),
             table=str(data["table"]),
@@ -144,6 +163,7 @@ class GroupMeta(_Record):
             assignor=str(data.get("assignor") or "count"),
             features=tuple(str(f) for f in data.get("features") or ()),
             written_by=str(data.get("written_by") or ""),
+            tables=None if tables is None else TableMap.decode(tables),
         )
         from paimon_group.protocol.assignor import ASSIGNORS
         from paimon_group.protocol.sharding import ShardRule
