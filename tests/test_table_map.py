@@ -15,9 +15,10 @@ from hypothesis import strategies as st
 
 from coordinators.errors import ConfigError, CorruptValue
 from coordinators.zookeeper.limits import JUTE_MAXBUFFER
+from paimon_group.errors import IncompatibleVersion
 from paimon_group.protocol import table_map
 from paimon_group.protocol.assignor import assign, minimum_moves, moves
-from paimon_group.protocol.records import FEATURES, GroupMeta
+from paimon_group.protocol.records import FEATURES, GroupMeta, check_can_follow
 from paimon_group.protocol.table_map import (
     MAX_ENCODED_BYTES,
     NotInMap,
@@ -265,6 +266,11 @@ def test_a_group_record_with_a_bad_table_map_is_corrupt() -> None:
 
 def test_this_version_does_not_follow_groups_of_several_tables_yet() -> None:
     assert "tables" not in FEATURES
+    meta = GroupMeta(num_shards=8, table="shop.*", created_at=1.0, features=("tables",),
+                     tables=tables_of(8), written_by="9.9.9")
+    decoded = GroupMeta.decode("groups/g", meta.encode())  # read (describe shows it)
+    with pytest.raises(IncompatibleVersion, match="uses feature tables"):
+        check_can_follow(decoded, "g")  # but not joined
 
 
 # --------------------------------------------------------------------------
