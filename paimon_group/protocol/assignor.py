@@ -142,7 +142,7 @@ def assign(
         kept = plan.kept(member)
         need = plan.quota[member] - len(kept)
         # Members fill their deficit in member id order from the free shards in
-        # shard order; the total deficit equals the number of free shards.
+        # dealing order; the total deficit equals the number of free shards.
         result[member] = sorted(kept + free[taken : taken + need])
         taken += need
     return result

@@ -16,8 +16,11 @@ The invariants, kept by every operation and checked on every decode:
   (:meth:`TableMap.append`), a dropped one keeps its range, marked
   (:meth:`TableMap.drop`), and a table re-created under its name is a new range. So
   a position key never changes table;
-* at most one live range per name;
-* the encoded map fits :data:`MAX_ENCODED_BYTES` (the group record is one value).
+* at most one live range per name.
+
+An append that would make the encoded map longer than :data:`MAX_ENCODED_BYTES` is
+refused (the group record is one coordinator value); a stored map is read whatever
+its length.
 
 Examples::
 
