@@ -39,6 +39,7 @@ __all__ = [
     "ENV_PREFIX",
     "LOG_LEVELS",
     "MEMBER_SETTINGS",
+    "PENDING_SETTINGS",
     "RUN_SETTINGS",
     "SETTINGS",
     "SPARK_SETTINGS",
@@ -238,8 +239,20 @@ SPARK_MASTER = Setting(
 RUN_SETTINGS = (PROGRESS_INTERVAL_S, LOG_FORMAT, LOG_LEVEL, SPARK_MASTER)
 """The settings of ``paimon-group run`` that are not the member's."""
 
+# -- declared, not yet taken by an entry point ------------------------------------
+
+TABLES_REFRESH_S = Setting(
+    "tables_refresh_s", float, 30.0, unit="s", bound="positive",
+    help="How often a group of several tables lists the catalog again: a table its "
+         "patterns match that was created meanwhile joins the group, one dropped or "
+         "re-created is found (docs/many-tables.md).")
+
+PENDING_SETTINGS = (TABLES_REFRESH_S,)
+"""Settings of a slice not yet wired into the member: no ``run`` flag, no Spark
+option, no ``MemberConfig`` field until it is (docs/many-tables.md)."""
+
 SETTINGS = (*MEMBER_SETTINGS, *(s for s in SPARK_SETTINGS if s not in MEMBER_SETTINGS),
-            *RUN_SETTINGS)
+            *RUN_SETTINGS, *PENDING_SETTINGS)
 """Every setting, each once."""
 
 _BY_NAME = {s.name: s for s in SETTINGS}
