@@ -47,7 +47,7 @@ def test_faults_lose_nothing_and_fence_the_zombie(tmp_path: Path, group_coordina
         h.kill("m2")  # crash: its shards move after the session timeout
 
         h.wait_busy("m1")
-        h.signal("m1", signal.SIGSTOP)  # a zombie, paused in the middle of a batch
+        h.pause("m1")  # a zombie, paused in the middle of a batch
         stopped_at = time.monotonic()
         # Wait until the others have taken m1's shards over.
         h.wait_for(lambda d: live_members(d) == {"m0"}

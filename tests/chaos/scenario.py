@@ -221,7 +221,7 @@ def stop_past_takeover(h: GroupHarness, run: Run, victim: str, kind: str,
     import signal
 
     fault = run.fault(kind, victim, h.procs[victim].pid)
-    h.signal(victim, signal.SIGSTOP)
+    h.pause(victim)
     h.wait_for(lambda d: not any(s["owner"] == victim for s in d["shards"])
                and d["state"] == "stable", what=f"{victim}'s shards to move")
     time.sleep(max(0.0, hold_s - (time.monotonic() - fault.t)))

@@ -38,7 +38,7 @@ def test_pause_sweep(tmp_path: Path, chaos_backend: Backend) -> None:
             before = h.wait_for(lambda d: d["state"] == "stable", what="a stable group")
             victim = run.rng.choice([s["owner"] for s in before["shards"] if s["owner"]])
             run.fault(f"sigstop {factor}x", None)  # no takeover expected: no recovery time
-            h.signal(victim, signal.SIGSTOP)
+            h.pause(victim)
             time.sleep(factor * SESSION_TIMEOUT_S)
             h.signal(victim, signal.SIGCONT)
             time.sleep(SESSION_TIMEOUT_S)  # any expiry would show by now
@@ -51,7 +51,7 @@ def test_pause_sweep(tmp_path: Path, chaos_backend: Backend) -> None:
             h.wait_caught_up(set(MEMBERS))
             victim = run.rng.choice(MEMBERS)
             run.fault(f"sigstop {factor}x", victim, h.procs[victim].pid)
-            h.signal(victim, signal.SIGSTOP)
+            h.pause(victim)
             time.sleep(factor * SESSION_TIMEOUT_S)
             h.signal(victim, signal.SIGCONT)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -188,6 +189,28 @@ class GroupHarness:
     def signal(self, member: str, sig: int) -> None:
         self.procs[member].send_signal(sig)
 
+    def pause(self, member: str, *, tries: int = 50) -> None:
+        """SIGSTOP ``member`` outside a write of its own to the embedded
+        coordinator. A process stopped inside one of those (a heartbeat, a
+        commit: milliseconds each) keeps the SQLite file's write lock, and
+        every other process's writes wait until it resumes or dies
+        (docs/operations.md, "Embedded coordinator: a paused process"): not the zombie a
+        test means, whose peers go on without it. On etcd and ZooKeeper any
+        moment will do."""
+        self.signal(member, signal.SIGSTOP)
+        from paimon_group.config.member import resolve_coordinator
+
+        path = _sqlite_file(resolve_coordinator(self.warehouse, self.coordinator))
+        if path is None:
+            return
+        for _ in range(tries):
+            if not _write_lock_stuck(path):
+                return
+            self.signal(member, signal.SIGCONT)
+            time.sleep(0.02)
+            self.signal(member, signal.SIGSTOP)
+        raise AssertionError(f"{member} held the coordinator's write lock at {tries} stops")
+
     def kill(self, member: str) -> None:
         self.signal(member, signal.SIGKILL)
         self.exit_codes.setdefault(member, []).append(self.procs[member].wait(timeout=30))
@@ -270,3 +293,29 @@ class GroupHarness:
 
     def history(self) -> History:
         return History.load(self.out)
+
+
+def _sqlite_file(url: str) -> str | None:
+    """The file of an embedded coordinator's URL; None for another backend."""
+    if not url.startswith("sqlite:"):
+        return None
+    from coordinators.sqlite.url import parse_url
+
+    target = parse_url(url)
+    return target.location if target.kind == "file" else None
+
+
+def _write_lock_stuck(path: str) -> bool:
+    """Whether the SQLite file's write lock stays taken for 0.2 s (a live
+    member's write holds it for milliseconds)."""
+    conn = sqlite3.connect(path, timeout=0.2, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("ROLLBACK")
+        return False
+    except sqlite3.OperationalError as err:
+        if "locked" in str(err) or "busy" in str(err):
+            return True
+        raise
+    finally:
+        conn.close()
