@@ -24,6 +24,7 @@ from paimon_group.config.clock import SYSTEM_CLOCK, ManualClock
 from paimon_group.member.core import JoinedSession, MemberCore
 from paimon_group.protocol.commit_size import SHARDS_PER_COMMIT, commit_chunks
 from paimon_group.protocol.group import GroupClient
+from tests.test_member_parts import NoTables
 
 
 def _config(**kw: object) -> MemberConfig:
@@ -44,7 +45,7 @@ async def coordinator() -> AsyncIterator[Coordinator]:
 
 def _joined(core: MemberCore, coord: Coordinator) -> MemberCore:
     core.replace_session(JoinedSession(
-        meta=None, planner=None, mirror=None,  # type: ignore[arg-type]
+        meta=None, tables=NoTables(),  # type: ignore[arg-type]
         coordinator=coord, group=GroupClient(coord, "g")))
     core.joined.set()
     return core

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 
 import pytest
 import pytest_asyncio
@@ -30,6 +30,7 @@ from paimon_group.member.read_loop import ReadLoop
 from paimon_group.member.state import OwnedShard
 from paimon_group.protocol.group import GroupClient
 from paimon_group.protocol.records import Assignment, GroupMeta, MemberInfo
+from paimon_group.protocol.table_map import TableRange
 
 
 class Listener:
@@ -52,6 +53,43 @@ class NoMirror:
     def due(self, shard: int, n: int, *, full_scan_pending: bool,
             start_moves: int | None = None) -> bool:
         return False
+
+    def read_position(self, shard: int) -> None:
+        return None
+
+
+class NoTable:
+    """The one table of a core joined with no table: every shard its own."""
+
+    index = None
+    gone = None
+    single = True
+    range = TableRange(name="db.t", table_id="", first=0, shards=1 << 20)
+
+    def local(self, shard: int) -> int:
+        return shard
+
+
+class NoTables:
+    """The tables of a core joined with no table (:class:`NoTable` for every shard)."""
+
+    single = True
+
+    def __init__(self) -> None:
+        self.mirror = NoMirror()
+        self._table = NoTable()
+
+    def get(self, shard: int) -> NoTable:
+        return self._table
+
+    of = get
+
+    def by_table(self, shards: Iterable[int]) -> dict[NoTable, list[int]]:
+        listed = list(shards)
+        return {self._table: listed} if listed else {}
+
+    def __iter__(self) -> Iterator[NoTable]:
+        return iter(())
 
 
 @pytest.fixture
@@ -92,7 +130,7 @@ def make_core(coord: Coordinator, member: str = "m", listener: Listener | None =
     core.replace_session(JoinedSession(
         meta=None if shards is None else GroupMeta(num_shards=shards, table="db.t",
                                                    created_at=0.0),
-        planner=None, mirror=NoMirror(),  # type: ignore[arg-type]
+        tables=NoTables(),  # type: ignore[arg-type]
         coordinator=coord, group=GroupClient(coord, "g")))
     core.joined.set()
     return core

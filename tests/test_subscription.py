@@ -8,12 +8,11 @@ import doctest
 
 import pytest
 
-from paimon_group.cli import run
 from paimon_group.config import subscription
-from paimon_group.config.settings import PENDING_SETTINGS, setting
+from paimon_group.config.member import MemberConfig
+from paimon_group.config.settings import MEMBER_SETTINGS, PENDING_SETTINGS, setting
 from paimon_group.config.subscription import TableSubscription, is_pattern
 from paimon_group.errors import ConfigError
-from paimon_group.spark.source.options import _KNOWN
 
 
 def test_the_module_examples_hold() -> None:
@@ -93,9 +92,26 @@ def test_the_databases_a_listing_looks_into() -> None:
     assert TableSubscription.parse(["*.*"]).might_hold("anything")
 
 
-def test_the_refresh_setting_is_declared_but_no_entry_point_takes_it_yet() -> None:
+def test_the_refresh_setting_is_a_member_setting() -> None:
     s = setting("tables_refresh_s")
-    assert s in PENDING_SETTINGS
-    assert (s.default, s.unit, s.type, s.flag, s.spark) == (30.0, "s", float, None, None)
-    flags = {opt for p in run.params for opt in p.opts}
-    assert "--tables-refresh-s" not in flags and "tables_refresh_s" not in _KNOWN
+    assert s in MEMBER_SETTINGS and not PENDING_SETTINGS
+    assert (s.default, s.unit, s.type) == (30.0, "s", float)
+    with pytest.raises(ConfigError, match="--tables-refresh-s must be positive"):
+        MemberConfig(group="g", warehouse="/tmp/wh", table="db.t", tables_refresh_s=0)
+
+
+def test_member_config_takes_tables_and_patterns() -> None:
+    one = MemberConfig(group="g", warehouse="/tmp/wh", table="db.t")
+    assert one.single_table and one.table == "db.t" and one.tables == ()
+    same = MemberConfig(group="g", warehouse="/tmp/wh", tables=("db.t",))
+    assert same.single_table and same.table == "db.t"
+    many = MemberConfig(group="g", warehouse="/tmp/wh", table="db.a", tables=("db.b", "x.*"))
+    assert not many.single_table
+    assert many.subscription.plain_names == ("db.a", "db.b")
+    assert many.subscription.patterns == ("x.*",)
+    pattern = MemberConfig(group="g", warehouse="/tmp/wh", table="shop.*")
+    assert not pattern.single_table
+    with pytest.raises(ConfigError, match="bad --table 'orders'"):
+        MemberConfig(group="g", warehouse="/tmp/wh", table="orders")
+    with pytest.raises(ConfigError, match="no table given"):
+        MemberConfig(group="g", warehouse="/tmp/wh")

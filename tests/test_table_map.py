@@ -264,13 +264,22 @@ def test_a_group_record_with_a_bad_table_map_is_corrupt() -> None:
         GroupMeta.decode("groups/g", json.dumps(stored).encode())
 
 
-def test_this_version_does_not_follow_groups_of_several_tables_yet() -> None:
-    assert "tables" not in FEATURES
+def test_this_version_follows_groups_of_several_tables() -> None:
+    assert "tables" in FEATURES
     meta = GroupMeta(num_shards=8, table="shop.*", created_at=1.0, features=("tables",),
                      tables=tables_of(8), written_by="9.9.9")
-    decoded = GroupMeta.decode("groups/g", meta.encode())  # read (describe shows it)
-    with pytest.raises(IncompatibleVersion, match="uses feature tables"):
-        check_can_follow(decoded, "g")  # but not joined
+    check_can_follow(GroupMeta.decode("groups/g", meta.encode()), "g")
+    older = dataclasses.replace(meta, features=("tables", "later"))
+    with pytest.raises(IncompatibleVersion, match="uses feature later"):
+        check_can_follow(older, "g")
+
+
+def test_a_record_whose_shard_count_is_not_its_map_s_is_corrupt() -> None:
+    stored = json.loads(GroupMeta(num_shards=8, table="shop.*", created_at=1.0,
+                                  tables=tables_of(8)).encode())
+    stored["num_shards"] = 9
+    with pytest.raises(CorruptValue, match="not the table map's 8"):
+        GroupMeta.decode("groups/g", json.dumps(stored).encode())
 
 
 # --------------------------------------------------------------------------

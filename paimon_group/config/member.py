@@ -23,6 +23,7 @@ from paimon_group.config import settings as S
 from paimon_group.config.projection import parse_columns
 from paimon_group.config.settings import DEFAULT_PARALLEL_SHARDS as DEFAULT_PARALLEL_SHARDS
 from paimon_group.config.start import StartPosition, parse_start
+from paimon_group.config.subscription import TableSubscription
 from paimon_group.config.timing import MemberTiming, default_margin_s
 from paimon_group.config.warehouses import (
     LOCAL_COORDINATOR,
@@ -130,7 +131,9 @@ class MemberConfig:
 
     group: str
     warehouse: str
-    table: str
+    # One table (``DATABASE.TABLE``), or a pattern over ``database.table``
+    # (docs/many-tables.md); "" when ``tables`` names them all.
+    table: str = ""
     # A coordinator URL, or "local" (this host's embedded file); None: the
     # embedded file of a local warehouse (a remote one has no default).
     coordinator: str | None = None
@@ -171,6 +174,11 @@ class MemberConfig:
     # long (at most 60 s); a lone member is published at once. 0: no wait.
     # (Last: a field added after 0.2 keeps the positional order.)
     forming_wait_s: float = S.FORMING_WAIT_S.default
+    # More tables: plain names and patterns, read with ``table`` as one group
+    # (docs/many-tables.md). One plain name in all is the single-table group.
+    tables: tuple[str, ...] = ()
+    # How often a group of several tables lists the catalog again.
+    tables_refresh_s: float = S.TABLES_REFRESH_S.default
 
     def __post_init__(self) -> None:
         validate_group(self.group)
@@ -183,8 +191,7 @@ class MemberConfig:
         if self.assignor is not None:
             self.assignor = parse_assignor(self.assignor)
         self.columns = parse_columns(self.columns)
-        if "." not in self.table:
-            raise ConfigError(f"--table must be DATABASE.TABLE, got {self.table!r}")
+        self._subscription = self._subscribe()
         self.coordinator = resolve_coordinator(self.warehouse, self.coordinator,
                                                option='coordinator="{}"',
                                                catalog=LIBRARY_CATALOG)
@@ -192,6 +199,30 @@ class MemberConfig:
             self.safety_margin_s = default_margin_s(self.session_timeout_s)
         if self.safety_margin_s >= self.session_timeout_s:
             raise ConfigError("the safety margin must be below the session timeout")
+
+    def _subscribe(self) -> TableSubscription:
+        """The subscription of ``table`` and ``tables`` (one line for a bad value)."""
+        if isinstance(self.tables, str):
+            self.tables = (self.tables,)
+        self.tables = tuple(self.tables)
+        values = ((self.table,) if self.table else ()) + self.tables
+        if not values:
+            raise ConfigError("no table given: give --table DATABASE.TABLE (or a pattern)")
+        subscription = TableSubscription.parse(values)
+        if subscription.is_single:
+            self.table, self.tables = subscription.plain_names[0], ()
+        return subscription
+
+    @property
+    def subscription(self) -> TableSubscription:
+        """The tables this member reads (:mod:`paimon_group.config.subscription`)."""
+        return self._subscription
+
+    @property
+    def single_table(self) -> bool:
+        """Whether the group reads one table named plainly: today's group,
+        records and consumer files unchanged (docs/many-tables.md)."""
+        return self._subscription.is_single
 
     def _check_numbers(self) -> None:
         """Refuse numbers no member can run with (one line, before anything is joined)."""
@@ -214,6 +245,8 @@ class MemberConfig:
             raise ConfigError("--rebalance-delay-s must not be negative")
         if self.forming_wait_s < 0:
             raise ConfigError("--forming-wait-s must not be negative")
+        if self.tables_refresh_s <= 0:
+            raise ConfigError("--tables-refresh-s must be positive")
         if self.on_data_loss not in ("fail", "skip"):
             raise ConfigError(f"--on-data-loss must be fail or skip, got {self.on_data_loss!r}")
 

@@ -184,11 +184,17 @@ FORMING_WAIT_S = Setting(
          "seconds (at most 60 s); a lone member is assigned at once. 0: never wait "
          "(Kafka's group.initial.rebalance.delay.ms).")
 
+TABLES_REFRESH_S = Setting(
+    "tables_refresh_s", float, 30.0, unit="s", flag="--tables-refresh-s", bound="positive",
+    help="How often a group of several tables lists the catalog again: a table its "
+         "patterns match that was created meanwhile joins the group, one dropped or "
+         "re-created is found (docs/many-tables.md).")
+
 MEMBER_SETTINGS = (
     MEMBER_ID, SHARDS, ASSIGNOR, START, POLL_INTERVAL_MS, SESSION_TIMEOUT_S,
     REVOKE_TIMEOUT_S, SHUTDOWN_TIMEOUT_S, REBALANCE_DELAY_S, INCLUDE_ROW_KIND, COLUMNS,
     MAX_HANDLER_ATTEMPTS, MAX_PARALLEL_SHARDS, HANDLER_BACKOFF_S, SAFETY_MARGIN_S,
-    MIRROR_INTERVAL_S, HISTORY_PATH, ON_DATA_LOSS, FORMING_WAIT_S,
+    MIRROR_INTERVAL_S, HISTORY_PATH, ON_DATA_LOSS, FORMING_WAIT_S, TABLES_REFRESH_S,
 )
 """The member's settings, in ``MemberConfig``'s field order."""
 
@@ -239,15 +245,7 @@ SPARK_MASTER = Setting(
 RUN_SETTINGS = (PROGRESS_INTERVAL_S, LOG_FORMAT, LOG_LEVEL, SPARK_MASTER)
 """The settings of ``paimon-group run`` that are not the member's."""
 
-# -- declared, not yet taken by an entry point ------------------------------------
-
-TABLES_REFRESH_S = Setting(
-    "tables_refresh_s", float, 30.0, unit="s", bound="positive",
-    help="How often a group of several tables lists the catalog again: a table its "
-         "patterns match that was created meanwhile joins the group, one dropped or "
-         "re-created is found (docs/many-tables.md).")
-
-PENDING_SETTINGS = (TABLES_REFRESH_S,)
+PENDING_SETTINGS: tuple[Setting, ...] = ()
 """Settings of a slice not yet wired into the member: no ``run`` flag, no Spark
 option, no ``MemberConfig`` field until it is (docs/many-tables.md)."""
 

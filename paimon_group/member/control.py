@@ -25,7 +25,7 @@ from paimon_group.member.ownership import ShardOwnership
 from paimon_group.member.publish_delay import PublishDelay
 from paimon_group.member.round_view import RoundView, read_round
 from paimon_group.member.state import Leadership
-from paimon_group.protocol.assignors import assignor_named
+from paimon_group.protocol.assignors import COUNT, assign_over, assignor_named
 from paimon_group.protocol.group import GroupClient
 from paimon_group.protocol.group_start import read_group_start
 from paimon_group.protocol.records import Assignment
@@ -304,8 +304,13 @@ class Control:
     ) -> tuple[dict[str, list[int]], dict[int, int]]:
         """The next assignment by the group's assignor, and the shard loads it
         used (``{}`` for the count assignor); see :mod:`paimon_group.member.balance`."""
-        assignor = assignor_named(
-            self._core.meta.assignor if self._core.meta is not None else None)
+        meta = self._core.meta
+        assignor = assignor_named(meta.assignor if meta is not None else None)
+        if meta is not None and meta.tables is not None:
+            # A group of several tables: its live tables' shards, in spread
+            # order (docs/many-tables.md); by count for now whatever the
+            # group's assignor (its loads are measured one table at a time).
+            return assign_over(COUNT, meta.tables.spread_order(), members, basis), {}
         if not assignor.needs_loads or not members:
             return assignor.assign(self._core.num_shards, members, basis), {}
         await self._loads.refresh(functools.partial(self._measure_loads, group))
@@ -315,7 +320,8 @@ class Control:
         """The shards' rows (from the manifests) and which of them still have
         their full scan ahead (from the positions and the group's start)."""
         table = self._core.table
-        if table is None:
+        tables = self._core.tables
+        if table is None or tables is None or not tables.single:
             return None
         sharding = Sharding(self._core.sharding, self._core.num_shards)
         measured: MeasuredLoad | None = await self._core.in_io(functools.partial(

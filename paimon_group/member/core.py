@@ -39,14 +39,13 @@ from paimon_group.member.state import (
     SessionGate,
     may_move,
 )
+from paimon_group.member.tables import MemberTable, MemberTables, RoutedMirror
 from paimon_group.member.watches import ControlWatches
 from paimon_group.protocol.group import GroupClient
 from paimon_group.protocol.records import Assignment, GroupMeta, GroupStart
 from paimon_group.protocol.sharding import ShardRule
 from paimon_group.protocol.sinks import SinkRegistry
 from paimon_group.reading.batch import ShardBatch
-from paimon_group.reading.mirror import ConsumerMirror
-from paimon_group.reading.planner import ShardPlanner
 from paimon_group.reading.start import StartPosition
 from paimon_group.reading.table import ShardedTable
 from paimon_group.version import __version__
@@ -115,16 +114,15 @@ class JoinedSession:
     close, so that no part ever sees the coordinator of one session with the
     group client or watches of another.
 
-    ``meta``, ``planner`` and ``mirror`` outlive the session they were made
-    in: a closed session (``coordinator``, ``group`` and ``watches`` None,
-    while the member rejoins or after it left) keeps them, so the table is
-    still checked against the group's identity while the coordinator is
-    unreachable, and the planner and the consumer files' mirror are made once
-    per member."""
+    ``meta`` and ``tables`` (each table's planner and consumer files' mirror,
+    :mod:`paimon_group.member.tables`) outlive the session they were made in:
+    a closed session (``coordinator``, ``group`` and ``watches`` None, while
+    the member rejoins or after it left) keeps them, so the tables are still
+    checked against the group's identities while the coordinator is
+    unreachable, and each table's planner and mirror are made once per member."""
 
     meta: GroupMeta
-    planner: ShardPlanner
-    mirror: ConsumerMirror
+    tables: MemberTables
     coordinator: Coordinator | None = None
     group: GroupClient | None = None
     watches: ControlWatches | None = None
@@ -185,7 +183,9 @@ class MemberCore:
         # The group's start as last read (None: none stored, or not read):
         # a shard whose position derives from a start it moved past scans the
         # moved one (member/read_loop.py, ReadLoop.settle).
-        self.group_start: GroupStart | None = None
+        # By table: None for a group of one table, else the table's position
+        # in the group's map (member/tables.py).
+        self._starts: dict[int | None, GroupStart] = {}
         # Also the wake-up and joined events.
         self._gate = SessionGate(config, lambda: self.coordinator, clock.monotonic)
         self._tasks: list[asyncio.Task[Any]] = []
@@ -227,7 +227,7 @@ class MemberCore:
     def replace_session(self, session: JoinedSession | None) -> None:
         """Put ``session`` in place of the current one, whole. Called by
         membership alone (join, rejoin, close): every part reads the session's
-        coordinator, group client, meta, planner and mirror through the
+        coordinator, group client, meta and tables through the
         read-only views below, which all see the same record."""
         self._session = session
 
@@ -269,13 +269,22 @@ class MemberCore:
         return meta.incarnation if meta is not None else ""
 
     @property
-    def planner(self) -> ShardPlanner | None:
-        return None if self._session is None else self._session.planner
+    def tables(self) -> MemberTables | None:
+        """The tables read, by range (:mod:`paimon_group.member.tables`);
+        None before the first join."""
+        return None if self._session is None else self._session.tables
+
+    def table_of(self, shard: int) -> MemberTable:
+        """The table holding group shard ``shard`` (joined: the session's tables)."""
+        tables = self.tables
+        assert tables is not None, "not joined"
+        return tables.of(shard)
 
     @property
-    def mirror(self) -> ConsumerMirror | None:
-        """The consumer files' mirror (positions written beside the table)."""
-        return None if self._session is None else self._session.mirror
+    def mirror(self) -> RoutedMirror | None:
+        """The consumer files' mirror (positions written beside each table),
+        in group shard numbers."""
+        return None if self._session is None else self._session.tables.mirror
 
     # The session gate holds the stopping flag, and the joined and wake-up
     # events it waits on; the parts read them here.
@@ -365,25 +374,40 @@ class MemberCore:
             raise self.error
 
     def forget_start(self) -> None:
-        """A new session reads the group's start again (a group re-created
+        """A new session reads the group's starts again (a group re-created
         meanwhile starts over)."""
-        self.group_start = None
+        self._starts.clear()
 
-    def observe_start(self, start: GroupStart | None) -> None:
-        """The group's start as just read; wakes the read loop when it moved
+    def observe_start(self, start: GroupStart | None, table: int | None = None) -> None:
+        """The start of the group (``table`` None), or of the table at that
+        position of its map, as just read; wakes the read loop when it moved
         further than the start known so far (its shards of the earlier one
         scan the moved one)."""
-        known = self.group_start
+        known = self._starts.get(table)
         if start is None or (known is not None and start.moves < known.moves):
             return
-        self.group_start = start
+        self._starts[table] = start
         if known is None or start.moves > known.moves:
             self._gate.wake.set()
+
+    def start_of(self, table: int | None = None) -> GroupStart | None:
+        """The start last read of the group (``table`` None) or of one of its tables."""
+        return self._starts.get(table)
+
+    @property
+    def group_start(self) -> GroupStart | None:
+        """The group's start as last read (a group of one table; None: none read)."""
+        return self._starts.get(None)
+
+    def start_moves_of(self, table: int | None = None) -> int:
+        """The moves of a start as last read (0: none read)."""
+        start = self._starts.get(table)
+        return 0 if start is None else start.moves
 
     @property
     def start_moves(self) -> int:
         """The moves of the group's start as last read (0: none read)."""
-        return 0 if self.group_start is None else self.group_start.moves
+        return self.start_moves_of(None)
 
     # -- views -----------------------------------------------------------
 

@@ -55,10 +55,11 @@ class LostRange:
                 f"(earliest retained: {self.earliest})")
 
 
-def reset_command(config: MemberConfig, shards: Sequence[int]) -> str:
-    """The ``paimon-group reset`` that resumes ``shards`` from the earliest snapshot."""
+def reset_command(config: MemberConfig, shards: Sequence[int], table: str | None = None) -> str:
+    """The ``paimon-group reset`` that resumes ``shards`` from the earliest
+    snapshot (``table``: the table they are of, in a group of several)."""
     words = ["paimon-group", "reset", "--group", config.group, "--warehouse", config.warehouse,
-             "--table", config.table]
+             "--table", table or config.table]
     url = config.coordinator_url
     if url != local_coordinator_url(config.warehouse):
         words += ["--coordinator", redact_url(url)]
@@ -69,21 +70,25 @@ def reset_command(config: MemberConfig, shards: Sequence[int]) -> str:
     return " ".join(shlex.quote(w) for w in words)
 
 
-def data_loss_error(config: MemberConfig, lost: LostRange) -> SnapshotExpired:
-    """The one line a member stops with (``--on-data-loss fail``)."""
+def data_loss_error(config: MemberConfig, lost: LostRange,
+                    table: str | None = None) -> SnapshotExpired:
+    """The one line a member stops with (``--on-data-loss fail``); ``table``:
+    the table of ``lost`` in a group of several."""
     return SnapshotExpired(
-        f"{lost.shards_text()}: {lost.what(config.table)}: their rows are lost to group "
+        f"{lost.shards_text()}: {lost.what(table or config.table)}: their rows are lost to group "
         f"{config.group}, so reading stops and nothing is committed past them (members run "
         "with --on-data-loss skip skip such gaps; docs/operations.md, time to data loss, "
         "says how to keep snapshots from expiring); to resume from the earliest retained "
-        f"snapshot, stop the group's members and run: {reset_command(config, lost.shards)}")
+        f"snapshot, stop the group's members and run: "
+        f"{reset_command(config, lost.shards, table)}")
 
 
-def skip_warning(config: MemberConfig, lost: LostRange) -> str:
+def skip_warning(config: MemberConfig, lost: LostRange, table: str | None = None) -> str:
     """The WARNING line of a skip (``--on-data-loss skip``)."""
+    name = table or config.table
     if lost.full_scan:
-        return (f"{lost.shards_text()}: {lost.what(config.table)}: scanning snapshot "
+        return (f"{lost.shards_text()}: {lost.what(name)}: scanning snapshot "
                 f"{lost.earliest} in full instead (--on-data-loss skip)")
-    return (f"{lost.shards_text()}: {lost.what(config.table)}: skipping to snapshot "
+    return (f"{lost.shards_text()}: {lost.what(name)}: skipping to snapshot "
             f"{lost.earliest} (--on-data-loss skip); the rows of {lost.count} snapshots are "
             f"lost to group {config.group}")

@@ -177,7 +177,8 @@ class HostReads:
         moved: GroupStart | None = None
         try:
             for lost in losts:
-                moved = await move_start(self._core, lost, lineage)
+                moved = await move_start(self._core, self._core.table_of(lost.shards[0]),
+                                         lost, lineage)
         except CoordinatorError as err:
             self._core.log.warning(
                 "the group's start was not moved this time (%s): the shards wait for "

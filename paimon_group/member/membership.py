@@ -32,13 +32,16 @@ from paimon_group.member.core import VERSION, JoinedSession, MemberCore
 from paimon_group.member.head import HeadLoop, HeadRecord, TablePoller
 from paimon_group.member.ownership import ShardOwnership
 from paimon_group.member.state import MemberState
+from paimon_group.member.tables import MemberTable, MemberTables
 from paimon_group.member.watches import ControlWatches
 from paimon_group.protocol.group import GroupClient
 from paimon_group.protocol.identity import check_table_identity, table_identity
 from paimon_group.protocol.records import FEATURES, GroupMeta, MemberInfo
 from paimon_group.protocol.sharding import Sharding, ShardRule, idle_shards_note, plan_new_group
+from paimon_group.protocol.table_map import TableRange
 from paimon_group.reading.consumer_meta import ConsumerFilesOrigin, adopt_winner, prepare_new_group
 from paimon_group.reading.mirror import ConsumerMirror, mirror_interval
+from paimon_group.reading.table import ShardedTable
 
 log = logging.getLogger("paimon_group.member")
 
@@ -120,27 +123,34 @@ class Membership:
 
     def _joined_session(self, meta: GroupMeta, coord: Coordinator,
                         group: GroupClient) -> JoinedSession:
-        """The session just joined; the planner and the mirror are the
-        member's first (made at its first join, kept by every rejoin)."""
+        """The session just joined; the tables (each with its planner and
+        mirror) are the member's first (made at its first join, kept by every
+        rejoin)."""
+        known = self._core.session
+        tables = known.tables if known is not None else self._single_table(meta)
+        tables.rebind(meta)
+        return JoinedSession(meta=meta, tables=tables, coordinator=coord,
+                             group=group, watches=ControlWatches.of_group(coord, group.keys))
+
+    def _single_table(self, meta: GroupMeta) -> MemberTables:
+        """The one table of a group of one table, its range every shard."""
         table = self._core.table
         assert table is not None
-        known = self._core.session
-        if known is not None:
-            planner, mirror = known.planner, known.mirror
-        else:
-            planner = table.planner(
-                meta.num_shards, include_row_kind=self._core.config.include_row_kind,
-                rule=ShardRule.parse(meta.sharding), projection=self._core.config.columns,
-            )
-            mirror = ConsumerMirror(
-                table.table.file_io,
-                table.table_path,
-                self._core.group_name,
-                mirror_interval(self._core.config.mirror_interval_s, table.table.file_io),
-                clock=self._core.clock.monotonic,
-            )
-        return JoinedSession(meta=meta, planner=planner, mirror=mirror, coordinator=coord,
-                             group=group, watches=ControlWatches.of_group(coord, group.keys))
+        rng = TableRange(name=table.identifier, table_id=meta.table_id, first=0,
+                         shards=meta.num_shards, sharding=meta.sharding)
+        return MemberTables([self._member_table(None, rng, meta, table)], single=True)
+
+    def _member_table(self, index: int | None, rng: TableRange, meta: GroupMeta,
+                      table: ShardedTable) -> MemberTable:
+        """One table of the group, its planner and mirror in its own shard numbers."""
+        config = self._core.config
+        planner = table.planner(rng.shards, include_row_kind=config.include_row_kind,
+                                rule=ShardRule.parse(rng.sharding), projection=config.columns)
+        mirror = ConsumerMirror(table.table.file_io, table.table_path, self._core.group_name,
+                                mirror_interval(config.mirror_interval_s, table.table.file_io),
+                                clock=self._core.clock.monotonic)
+        return MemberTable(index=index, range=rng, group_meta=meta, table=table,
+                           planner=planner, mirror=mirror)
 
     async def _ensure_meta(self, group: GroupClient, *, first: bool) -> GroupMeta:
         """The group's metadata; a new group gets the shard count and sharding

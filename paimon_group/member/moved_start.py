@@ -44,6 +44,7 @@ from paimon_group.member.commits import Commits
 from paimon_group.member.core import MemberCore
 from paimon_group.member.data_loss import LostRange
 from paimon_group.member.state import OwnedShard
+from paimon_group.member.tables import MemberTable
 from paimon_group.protocol.group_start import move_group_start
 from paimon_group.protocol.records import GroupStart
 from paimon_group.protocol.sharding import ShardRule
@@ -52,12 +53,14 @@ from paimon_group.reading.consumer_meta import record_start
 log = logging.getLogger("paimon_group.member")
 
 
-def moves_group_wide(core: MemberCore) -> bool:
-    """Whether a skipped full scan moves the group's start (the file rule)."""
-    return core.sharding is ShardRule.FILE
+def moves_group_wide(table: MemberTable) -> bool:
+    """Whether a skipped full scan of ``table`` moves its start, for every
+    shard of it (the file rule)."""
+    return ShardRule.parse(table.range.sharding) is ShardRule.FILE
 
 
-async def move_start(core: MemberCore, lost: LostRange, lineage: int) -> GroupStart:
+async def move_start(core: MemberCore, member_table: MemberTable, lost: LostRange,
+                     lineage: int) -> GroupStart:
     """The pinned full scan ``lost.first`` of ``lost.shards`` expired: move the group's
     start to a full scan of the latest snapshot (or take the move a
     concurrent member made) and say so in one WARNING line. The shards held
@@ -66,41 +69,40 @@ async def move_start(core: MemberCore, lost: LostRange, lineage: int) -> GroupSt
     a step's commit lane re-pinned now would then be committed at the step's
     end (a full scan that expired while its batch was held).
     ``lineage``: the moves of the start the lost full scan derives from.
-    Returns the start as moved."""
-    group, table = core.group, core.table
-    assert table is not None
+    Returns the start as moved. ``member_table``: the table of ``lost``
+    (a group of several tables moves that table's start)."""
+    group, table, index = core.group, member_table.table, member_table.index
     if group is None:
         raise SessionLost("no session")
     latest = max(lost.earliest, await core.in_io(functools.partial(
         table.latest_snapshot_id, fresh=True)) or 0)
-    known = core.group_start
+    known = core.start_of(index)
     proposed = GroupStart(next_snapshot=latest + 1, full_scan=latest,
                           start=known.start if known is not None else str(core.config.start),
                           resolved_at=core.clock.wall(), resolved_by=core.member_id,
                           moves=lineage + 1, moved_from=lost.first)
-    moved = await move_group_start(group, lineage, proposed)
-    core.observe_start(moved)
+    moved = await move_group_start(group, lineage, proposed, index)
+    core.observe_start(moved, index)
     extra = {"group": core.group_name, "member": core.member_id}
     how = ("moves to" if moved == proposed
            else f"moved already (by member {moved.resolved_by}) to")
     log.warning("%s: %s: the group's start %s a full scan of snapshot %s for every shard "
                 "(--on-data-loss skip; a bucket-unaware table's shards all read from one full "
                 "scan, so those that read the earlier one read their rows again)",
-                lost.shards_text(), lost.what(core.config.table), how, moved.full_scan,
+                lost.shards_text(), lost.what(member_table.name), how, moved.full_scan,
                 extra=extra)
     core.history.record("skip", shards=list(lost.shards), first=lost.first,
                         earliest=lost.earliest, full_scan=True, moved_to=moved.full_scan,
                         start_moves=moved.moves, moved=moved == proposed)
-    await record_moved_start(core, moved)
+    await record_moved_start(core, member_table, moved)
     return moved
 
 
-async def record_moved_start(core: MemberCore, start: GroupStart) -> None:
+async def record_moved_start(core: MemberCore, member_table: MemberTable,
+                             start: GroupStart) -> None:
     """Copy a moved start beside the consumer files (the origin), as the
     first one was: a group re-created over them carries it."""
-    table, meta = core.table, core.meta
-    if table is None or meta is None:
-        return
+    table, meta = member_table.table, member_table.meta
     try:
         await core.in_io(functools.partial(record_start, table.table.file_io, table.table_path,
                                             core.group_name, meta, start))
@@ -109,11 +111,22 @@ async def record_moved_start(core: MemberCore, start: GroupStart) -> None:
 
 
 async def repin_stale(core: MemberCore, commits: Commits, held: list[OwnedShard]) -> None:
-    """Re-pin, at a full scan of the group's start, the held shards whose
+    """Re-pin, at a full scan of its table's start, each held shard whose
     position derives from an earlier start (and no batch of which is in
-    flight); one fenced commit."""
-    start = core.group_start
-    if not moves_group_wide(core) or start is None or start.full_scan is None:
+    flight); one fenced commit a table."""
+    tables = core.tables
+    if tables is None:
+        return
+    by_table = tables.by_table(o.shard for o in held)
+    for table, shards in by_table.items():
+        await _repin_table(core, commits, table,
+                           [o for o in held if o.shard in set(shards)])
+
+
+async def _repin_table(core: MemberCore, commits: Commits, table: MemberTable,
+                       held: list[OwnedShard]) -> None:
+    start = core.start_of(table.index)
+    if not moves_group_wide(table) or start is None or start.full_scan is None:
         return
     stale = {o.shard: o for o in held
              if o.active and not o.uncertain and o.idle.is_set() and o.next_snapshot is not None

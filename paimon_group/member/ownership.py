@@ -174,8 +174,13 @@ class ShardOwnership:
     async def _acquire_one(self, shard: int, generation: int) -> int | None:
         """The shard if we acquired it; None if its previous owner still holds
         it (its release wakes us) or our session may be about to expire."""
-        group = self._core.group
-        assert group is not None and self._core.mirror is not None
+        group, tables = self._core.group, self._core.tables
+        assert group is not None and tables is not None
+        table = tables.get(shard)
+        if table is None or table.gone is not None:
+            # Of a table this member has not opened yet (the map grew since
+            # it read it: it opens the table first), or one found gone.
+            return None
         coord = self._core.coordinator
         if not coord or not coord.session.is_live(self._core.timing.margin_s,
                                                   now=self._core.clock.monotonic()):
@@ -191,7 +196,7 @@ class ShardOwnership:
         position, _ = await group.position(shard)
         if position is not None:
             # A position an operator wrote (reset) is taken as of the current start.
-            owned.take_stored(position, self._core.start_moves)
+            owned.take_stored(position, self._core.start_moves_of(table.index))
         else:
             resumed = await self._core.in_io(functools.partial(self._resume_from_file, shard))
             mirrored = None if resumed is None else resumed[0]
@@ -204,13 +209,14 @@ class ShardOwnership:
                 owned.next_snapshot = mirrored.next_snapshot
             if resumed is not None:
                 owned.start_moves = resumed[1]
-                await self._carry_moved_start(group, resumed[2])
+                await self._carry_moved_start(group, resumed[2], table.index)
         self._owned[shard] = owned
         self._core.history.record("acquire", shard=shard, epoch=epoch, generation=generation,
                             next_snapshot=owned.next_snapshot, sent=sent)
         return shard
 
-    async def _carry_moved_start(self, group: GroupClient, carried: GroupStart | None) -> None:
+    async def _carry_moved_start(self, group: GroupClient, carried: GroupStart | None,
+                                 index: int | None) -> None:
         """A group re-created over its consumer files whose start had moved
         (``carried``, beside the files): store it, unless a start is stored
         already, and learn it. A shard resumed from a file of the start
@@ -223,7 +229,7 @@ class ShardOwnership:
         async def resolve() -> GroupStart:
             return carried
 
-        self._core.observe_start(await group_start(group, resolve))
+        self._core.observe_start(await group_start(group, resolve, index), index)
 
     def _resume_from_file(self, shard: int
                           ) -> tuple[MirroredPosition, int, GroupStart | None] | None:
@@ -234,19 +240,20 @@ class ShardOwnership:
         (:func:`file_start_moves`) and that start; else None, and the shard
         starts as configured."""
         core = self._core
-        assert core.mirror is not None and core.table is not None and core.meta is not None
+        assert core.mirror is not None
+        table = core.table_of(shard)
         mirrored = core.mirror.read_position(shard)
         if mirrored is None:
             return None
-        origin = ConsumerFilesOrigin.read(core.table.table.file_io, core.table.table_path,
+        origin = ConsumerFilesOrigin.read(table.table.table.file_io, table.table.table_path,
                                           core.group_name)
-        if resume_allowed(core.meta, origin):
+        if resume_allowed(table.meta, origin):
             carried = None if origin is None else origin.start
             return mirrored, file_start_moves(mirrored, carried), carried
         core.log.warning(
             "shard %d: consumer file (next snapshot %d) not resumed from: it was not "
             "written under this group's %d shards by this group; starting as "
-            "configured (%s)", shard, mirrored.next_snapshot, self._core.num_shards,
+            "configured (%s)", shard, mirrored.next_snapshot, table.range.shards,
             self._core.config.start,
             extra={"shard": shard})
         return None

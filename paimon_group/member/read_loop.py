@@ -38,6 +38,7 @@ from paimon_group.member.moved_start import move_start, moves_group_wide, repin_
 from paimon_group.member.sink_holds import check_held
 from paimon_group.member.start_pin import pin_start
 from paimon_group.member.state import OwnedShard, Stop
+from paimon_group.member.tables import MemberTable
 from paimon_group.member.watches import first_of
 from paimon_group.protocol.identity import check_table_identity, table_identity
 from paimon_group.reading.batch import ShardBatch
@@ -164,14 +165,24 @@ class ReadLoop:
         """Raise TableNotFound if the table is gone, TableReplaced if it was
         dropped and re-created since the group was created. Skipped while the
         group's fresh head says its leader found the table in place moments
-        ago (member/head.py: one check per group, not one per member)."""
+        ago (member/head.py: one check per group, not one per member). In a
+        group of several tables each is checked, and one found gone stops
+        being read (:meth:`check_tables_in_place`)."""
         meta = self._core.meta
+        tables = self._core.tables
+        if tables is not None and not tables.single:
+            self.check_tables_in_place()
+            return
         if self._core.head.vouches_for(meta.table_id if meta is not None else ""):
             return
         self.check_table_in_place()
 
     def check_table_in_place(self) -> None:
         """:meth:`check_table`, whatever the head says."""
+        tables = self._core.tables
+        if tables is not None and not tables.single:
+            self.check_tables_in_place()
+            return
         cfg = self._core.config
         current = table_identity(self._core.table.table) if self._core.table is not None else ""
         if not current:
@@ -181,6 +192,29 @@ class ReadLoop:
                 ShardedTable.open(cfg.warehouse, cfg.table, cfg.catalog_options).table)
         if self._core.meta is not None:
             check_table_identity(self._core.meta, self._core.group_name, current)
+
+    def check_tables_in_place(self) -> None:
+        """Each table of a group of several: one dropped or re-created under
+        its name is no longer read (its shards stay where they are until the
+        leader marks its range dropped and they are revoked), with one
+        WARNING; the group goes on with the others (docs/many-tables.md)."""
+        tables = self._core.tables
+        assert tables is not None
+        for table in tables:
+            if table.gone is not None:
+                continue
+            try:
+                current = table_identity(table.table.table)
+            except Exception as err:  # the store: checked again next time
+                log.debug("table %s not checked: %s", table.name, err)
+                continue
+            if current == table.range.table_id:
+                continue
+            table.gone = "dropped" if not current else "re-created"
+            self._core.log.warning(
+                "table %s was %s: its shards %d..%d are not read any more (the group's "
+                "leader takes it out of the group)", table.name, table.gone,
+                table.range.first, table.range.end - 1)
 
     async def _read_round(self, process: Process) -> bool:
         active = [o for o in self._core.owned.values() if o.active]
@@ -214,29 +248,32 @@ class ReadLoop:
 
     async def _read_groups(self, active: list[OwnedShard], prefetched: Prefetched,
                            process: Process) -> bool:
-        """One step for every group of active shards at the same position."""
-        planner = self._core.planner
-        assert planner is not None
+        """One step for every group of active shards of one table at the same position."""
+        tables = self._core.tables
+        assert tables is not None
         await self.settle(active)
-        by_position: dict[tuple[int, int | None], list[OwnedShard]] = defaultdict(list)
+        by_position: dict[tuple[int, int, int | None], list[OwnedShard]] = defaultdict(list)
         for o in active:
             if o.next_snapshot is not None and not o.dropped:
-                by_position[(o.next_snapshot, o.full_scan)].append(o)
+                table = tables.of(o.shard)
+                if table.gone is None:
+                    by_position[(table.first, o.next_snapshot, o.full_scan)].append(o)
         progressed = False
-        for (position, full_scan), owned in sorted(by_position.items(),
-                                                   key=lambda kv: (kv[0][0], kv[0][1] or 0)):
+        for (first, position, full_scan), owned in sorted(
+                by_position.items(), key=lambda kv: (kv[0][1], kv[0][2] or 0, kv[0][0])):
+            table = tables.of(first)
             shards = [o.shard for o in owned]
-            if full_scan is None and self._core.head.nothing_new_at(position):
+            if full_scan is None and tables.single and self._core.head.nothing_new_at(position):
                 # The leader polled the table moments ago: nothing at
                 # `position` yet (member/head.py); no request to the store.
                 continue
             await self._core.wait_live()
             try:
                 if full_scan is not None:
-                    step: StepPlan | None = await self._core.in_io(
-                        functools.partial(planner.plan_full, shards, full_scan))
+                    step: StepPlan | None = await self._core.in_io(functools.partial(
+                        table.planner.plan_full, [table.local(s) for s in shards], full_scan))
                 else:
-                    step = await self._plan_next(shards, position, prefetched)
+                    step = await self._plan_next(table, shards, position, prefetched)
             except SnapshotExpired as err:
                 await self._on_expired(owned, full_scan or position, full_scan is not None, err)
                 progressed = True
@@ -246,8 +283,8 @@ class ReadLoop:
             progressed = True
             # Plan the step after this one while this one's batches are in the
             # handler, so that the next step starts as soon as this one ends.
-            self._prefetch_plan(shards, step.next_snapshot)
-            deliveries, empty = self._batches(owned, step)
+            self._prefetch_plan(table, shards, step.next_snapshot)
+            deliveries, empty = self._batches(table, owned, step)
             await self._deliver_all(deliveries, empty, step, process)
         return progressed
 
@@ -256,22 +293,21 @@ class ReadLoop:
         """Shards whose next snapshot ``first`` expired: stop with one line
         (``--on-data-loss fail``), or move them on to the earliest retained
         snapshot (``skip``); see :mod:`paimon_group.member.data_loss`."""
-        table = self._core.table
-        assert table is not None
-        earliest = await self._core.in_io(table.earliest_snapshot_id)
+        table = self._core.table_of(owned[0].shard)
+        earliest = await self._core.in_io(table.table.earliest_snapshot_id)
         if earliest is None or earliest <= first:
             raise err  # not a gap this member can name (the table changed under it)
         lost = LostRange(tuple(sorted(o.shard for o in owned)), first, earliest, full_scan)
         extra = {"group": self._core.group_name, "member": self._core.member_id}
         if self._core.config.on_data_loss != "skip":
-            raise data_loss_error(self._core.config, lost) from None
-        if full_scan and moves_group_wide(self._core):
+            raise data_loss_error(self._core.config, lost, table.name) from None
+        if full_scan and moves_group_wide(table):
             # Bucket-unaware: the group's start moves, once for every shard
             # (member/moved_start.py); under the bucket rules a shard alone
             # re-pinned at the earliest snapshot is consistent with the rest.
-            await move_start(self._core, lost, min(o.start_moves for o in owned))
+            await move_start(self._core, table, lost, min(o.start_moves for o in owned))
             return
-        log.warning(skip_warning(self._core.config, lost), extra=extra)
+        log.warning(skip_warning(self._core.config, lost, table.name), extra=extra)
         self._core.history.record("skip", shards=list(lost.shards), first=first, earliest=earliest,
                             full_scan=full_scan)
         if full_scan:
@@ -284,59 +320,61 @@ class ReadLoop:
         await self._commits.commit({o.shard: o for o in owned}, earliest)
         self._core.stats.skipped_snapshots += lost.count * len(lost.shards)
 
-    def _batches(self, owned: list[OwnedShard], step: StepPlan
+    def _batches(self, table: MemberTable, owned: list[OwnedShard], step: StepPlan
                  ) -> tuple[list[tuple[OwnedShard, ShardBatch]], dict[int, OwnedShard]]:
         """The step's batch of each shard still active and ours, and the
-        shards without rows in the step."""
-        planner = self._core.planner
-        assert planner is not None
+        shards without rows in the step. ``step`` is in ``table``'s shard
+        numbers; a batch says its table's shard (``shard``) and the group's
+        (``group_shard``)."""
         empty: dict[int, OwnedShard] = {}
         deliveries: list[tuple[OwnedShard, ShardBatch]] = []
         for o in owned:
             if not o.active or self._core.owned.get(o.shard) is not o:
                 continue
-            splits = step.splits.get(o.shard, ())
+            local = table.local(o.shard)
+            splits = step.splits.get(local, ())
             if not splits:
                 empty[o.shard] = o
                 continue
             deliveries.append((o, ShardBatch(
                 group=self._core.group_name,
                 member_id=self._core.member_id,
-                shard=o.shard,
-                num_shards=self._core.num_shards,
+                shard=local,
+                num_shards=table.range.shards,
                 epoch=o.epoch,
                 plan=step,
-                planner=planner,
+                planner=table.planner,
                 incarnation=self._core.incarnation,
                 start_moves=o.start_moves,
-                table_id=self._core.meta.table_id if self._core.meta is not None else "",
+                table_id=table.range.table_id,
                 sinks=self._core.sinks,
+                table=table.name,
+                group_shard=o.shard,
             )))
         return deliveries, empty
 
-    def _prefetch_plan(self, shards: list[int], position: int) -> None:
+    def _prefetch_plan(self, table: MemberTable, shards: list[int], position: int) -> None:
         """Start planning ``plan_next(shards, position)`` in the planning thread."""
-        planner = self._core.planner
-        assert planner is not None
-        if self._paced or self._core.head.nothing_new_at(position):
+        if self._paced or (table.index is None and self._core.head.nothing_new_at(position)):
             return  # the published head wakes the read loop when it is there
         self._prefetched[(tuple(shards), position)] = self._core.start_in_io(
-            functools.partial(planner.plan_next, shards, position))
+            functools.partial(table.planner.plan_next, [table.local(s) for s in shards],
+                              position))
 
     async def _plan_next(
         self,
+        table: MemberTable,
         shards: list[int],
         position: int,
         prefetched: Prefetched,
     ) -> StepPlan | None:
-        """The next step, from the prefetched plan when it is the one asked for.
+        """The next step of ``table``'s ``shards`` (group numbers; the plan in
+        the table's), from the prefetched plan when it is the one asked for.
 
         A prefetched None (the snapshot did not exist yet then) or error is
         not trusted: the step is planned again now, so an error is raised
         fresh and a snapshot committed since is seen.
         """
-        planner = self._core.planner
-        assert planner is not None
         future = prefetched.pop((tuple(shards), position), None)
         if future is not None:
             try:
@@ -345,9 +383,9 @@ class ReadLoop:
                 step = None
             if step is not None:
                 return step
-        head = self._core.head.record if self._core.head.fresh else None
+        head = self._core.head.record if self._core.head.fresh and table.index is None else None
         planned: StepPlan | None = await self._core.in_io(functools.partial(
-            planner.plan_next, shards, position,
+            table.planner.plan_next, [table.local(s) for s in shards], position,
             known_latest=None if head is None else head.latest,
             catch_up_threshold=1 if self._paced else None))
         return planned

@@ -24,7 +24,7 @@ from paimon_group.reading.batch import ShardBatch
 async def check_held(core: MemberCore, o: OwnedShard, batch: ShardBatch,
                      written: AlreadyWritten) -> None:
     """Raise unless shard ``o`` may commit ``written.next_snapshot`` for ``batch``."""
-    if written.shard != o.shard or (written.next_snapshot <= (o.next_snapshot or 0)
+    if written.shard != batch.shard or (written.next_snapshot <= (o.next_snapshot or 0)
                                     and o.full_scan is None):
         raise AlreadyWritten(f"shard {o.shard}: a sink says {written} of the batch at "
                              f"snapshot {batch.snapshot_id}, which is not ahead of the "
@@ -32,8 +32,7 @@ async def check_held(core: MemberCore, o: OwnedShard, batch: ShardBatch,
                              next_snapshot=written.next_snapshot) from written
     if written.next_snapshot <= batch.next_snapshot:
         return  # within the batch: not past the latest snapshot
-    table = core.table
-    assert table is not None
+    table = core.table_of(o.shard).table
     latest = await core.in_io(functools.partial(table.latest_snapshot_id, fresh=True))
     if latest is None or written.next_snapshot > latest + 1:
         raise AlreadyWritten(

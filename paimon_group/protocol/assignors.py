@@ -24,14 +24,14 @@ decides.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from paimon_group.protocol.assignor import ASSIGNORS, assign, parse_assignor
 from paimon_group.protocol.load_assignor import DEFAULT_MAX_MOVE_SHARE, assign_by_load
 
-__all__ = ["COUNT", "LOAD", "Assignor", "assignor_named"]
+__all__ = ["COUNT", "LOAD", "Assignor", "assign_over", "assignor_named"]
 
 
 class Assignor(Protocol):
@@ -93,6 +93,28 @@ COUNT: Assignor = CountAssignor()
 LOAD: Assignor = LoadAssignor()
 _BY_NAME: Mapping[str, Assignor] = {a.name: a for a in (COUNT, LOAD)}
 assert tuple(_BY_NAME) == ASSIGNORS
+
+
+def assign_over(
+    assignor: Assignor, shards: Sequence[int], members: Iterable[str],
+    previous: Mapping[str, Collection[int]] | None, *,
+    loads: Mapping[int, float] | None = None,
+    max_move_share: float = DEFAULT_MAX_MOVE_SHARE,
+) -> dict[str, list[int]]:
+    """``assignor``'s assignment of ``shards`` alone, dealt in their order
+    (a group of several tables: the live tables' shards in spread order,
+    :meth:`~paimon_group.protocol.table_map.TableMap.spread_order`; a dropped
+    table's shards are in no member's share). The assignor sees positions
+    ``0..len(shards)-1``: its balance and minimum moves hold over them, and
+    the count assignor deals them ascending, so in ``shards``' order."""
+    at = {shard: i for i, shard in enumerate(shards)}
+    before = None if previous is None else {
+        m: [at[s] for s in held if s in at] for m, held in previous.items()}
+    by_position = None if loads is None else {
+        at[s]: load for s, load in loads.items() if s in at}
+    out = assignor.assign(len(shards), members, before, loads=by_position,
+                          max_move_share=max_move_share)
+    return {m: sorted(shards[i] for i in held) for m, held in out.items()}
 
 
 def assignor_named(name: str | None) -> Assignor:

@@ -30,37 +30,43 @@ from paimon_group.protocol.records import GroupStart
 __all__ = ["group_start", "move_group_start", "read_group_start"]
 
 
-async def read_group_start(client: GroupClient) -> GroupStart | None:
-    """The group's stored start, or None."""
-    entry = await client.coordinator.get(client.keys.start)
+async def read_group_start(client: GroupClient, table: int | None = None) -> GroupStart | None:
+    """The group's stored start, or None. ``table``: the position in a group of
+    several tables' map of the table whose start is read (None: the group's
+    one table; :meth:`~paimon_group.protocol.names.GroupKeys.start_of`)."""
+    entry = await client.coordinator.get(client.keys.start_of(table))
     return GroupStart.decode(entry.key, entry.value) if entry else None
 
 
 async def group_start(client: GroupClient,
-                      resolve: Callable[[], Awaitable[GroupStart]]) -> GroupStart:
+                      resolve: Callable[[], Awaitable[GroupStart]],
+                      table: int | None = None) -> GroupStart:
     """The stored start, else ``resolve()``'s, created if absent (a concurrent
-    creator's wins, and is returned instead)."""
-    stored = await read_group_start(client)
+    creator's wins, and is returned instead). ``table``: as :func:`read_group_start`."""
+    stored = await read_group_start(client, table)
     if stored is not None:
         return stored
     proposed = await resolve()
-    if await client.coordinator.create(client.keys.start, proposed.encode()) is not None:
+    if await client.coordinator.create(client.keys.start_of(table),
+                                       proposed.encode()) is not None:
         return proposed
-    stored = await read_group_start(client)
+    stored = await read_group_start(client, table)
     if stored is None:  # created and deleted meanwhile (the group was deleted)
         raise CoordinatorUnavailable(f"group {client.group!r}: its start vanished; retry",
                                      retriable=True)
     return stored
 
 
-async def move_group_start(client: GroupClient, moves: int, proposed: GroupStart) -> GroupStart:
+async def move_group_start(client: GroupClient, moves: int, proposed: GroupStart,
+                           table: int | None = None) -> GroupStart:
     """Move the group's start forward to ``proposed`` (whose ``moves`` is
     ``moves + 1``) if the stored one is still the one of ``moves`` moves (or
     none is stored); the stored start afterwards: ``proposed``, or the start a
     concurrent mover stored first (then ``proposed`` is dropped). One
     compare-and-set on the start's version: of two members that find the
-    start expired at once, one moves it and both use that move."""
-    key = client.keys.start
+    start expired at once, one moves it and both use that move. ``table``: as
+    :func:`read_group_start`."""
+    key = client.keys.start_of(table)
     for _ in range(3):
         entry = await client.coordinator.get(key)
         stored = GroupStart.decode(entry.key, entry.value) if entry else None

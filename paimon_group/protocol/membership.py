@@ -17,6 +17,7 @@ A part of the member's :class:`~paimon_group.protocol.group.GroupClient`.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Mapping
 
@@ -31,12 +32,14 @@ from paimon_group.protocol.identity import (
 )
 from paimon_group.protocol.names import validate_member_id
 from paimon_group.protocol.records import (
+    TABLES_FEATURE,
     Assignment,
     GroupMeta,
     MemberInfo,
     Owner,
     check_can_follow,
 )
+from paimon_group.protocol.table_map import TableMap
 
 __all__ = ["MembershipWrites"]
 
@@ -100,6 +103,55 @@ class MembershipWrites(GroupReads):
         if table_id:
             check_table_identity(meta, self.group, table_id)
         return meta
+
+    async def ensure_tables_meta(
+        self, subscription: str, tables: TableMap, *, incarnation: str = "",
+        warehouse: str = "", assignor: str | None = None,
+    ) -> GroupMeta:
+        """The record of a group of several tables (docs/many-tables.md),
+        created with the map ``tables`` (the tables found, each in its range)
+        if the group is new; the stored record otherwise, whose map may differ
+        (its leader keeps it: :meth:`update_table_map`). ``subscription`` is
+        what the group reads (its ``--table`` values), stored as the record's
+        ``table``: a member of another subscription, or a group of one table,
+        is refused in one line."""
+        meta = await self.read_meta()
+        if meta is None:
+            check_shard_bound(self.coordinator, self.group, tables.total_shards)
+            new = GroupMeta(num_shards=tables.total_shards, table=subscription,
+                            created_at=time.time(), incarnation=incarnation,
+                            warehouse=warehouse, assignor=assignor or "count",
+                            features=(TABLES_FEATURE,), tables=tables)
+            if await self.coordinator.create(self.keys.meta, new.encode()) is not None:
+                return new
+            meta = await self.read_meta()
+            assert meta is not None  # created concurrently by another member
+        check_can_follow(meta, self.group)
+        check_group_warehouse(meta, self.group, warehouse)
+        check_group_assignor(meta, self.group, assignor)
+        if meta.tables is None or meta.table != subscription:
+            raise ShardCountMismatch(
+                f"group {self.group!r} reads {meta.table!r}, not {subscription!r}: give the "
+                "same --table values as its other members, or use another group name")
+        check_shard_bound(self.coordinator, self.group, meta.num_shards)
+        return meta
+
+    async def update_table_map(self, before: GroupMeta, tables: TableMap,
+                               leader_epoch: int) -> GroupMeta | None:
+        """The record ``before`` with the map ``tables`` (tables appended or
+        marked dropped), written only if the record is still ``before`` and
+        ``leader_epoch`` still leads (one guarded commit: a deposed leader, or
+        one that read an older record, writes nothing); None when it did not."""
+        entry = await self.coordinator.get(self.keys.meta)
+        if entry is None or GroupMeta.decode(entry.key, entry.value) != before:
+            return None
+        check_shard_bound(self.coordinator, self.group, tables.total_shards)
+        new = dataclasses.replace(before, tables=tables, num_shards=tables.total_shards)
+        ok = await self.coordinator.commit(
+            [Check.created_at(self.keys.leader, leader_epoch),
+             Check.at_version(self.keys.meta, entry.version)],
+            [Put(self.keys.meta, new.encode())])
+        return new if ok else None
 
     # -- membership -----------------------------------------------------
 

@@ -36,17 +36,20 @@ format above its own refuses in one line naming both versions
 docs/design.md, "Versions and compatibility".
 """
 
-FEATURES: frozenset[str] = frozenset()
-"""The group features this version follows (none yet). A feature older members
+TABLES_FEATURE = "tables"
+"""The feature of a group of several tables (its record has a table map,
+docs/many-tables.md): a member of a release without it cannot follow one."""
+
+FEATURES: frozenset[str] = frozenset({TABLES_FEATURE})
+"""The group features this version follows. A feature older members
 cannot follow is named in the group record (:attr:`GroupMeta.features`) only
 once every live member lists it in its :attr:`MemberInfo.features`
 (:func:`unable_to_follow`); a member that finds a feature it does not know in
 use refuses to join (:func:`check_can_follow`).
 
-``tables`` (a group of several tables, :attr:`GroupMeta.tables`) is not among
-them: this version decodes a table map but its member reads one table, so it
-must refuse a group that uses one, and lists the feature only once the member
-plans, reads and commits over the map."""
+``tables`` is named by a group of several tables from its creation (no older
+member can be in it then: its record is new); a group of one table never
+names it, so it meets 0.1.0 and 0.2.0 members as before."""
 
 
 def check_format(key: str, data: dict[str, Any]) -> None:
@@ -173,6 +176,9 @@ class GroupMeta(_Record):
         ShardRule.parse(meta.sharding)  # an unknown rule is a corrupt value
         if meta.num_shards < 1:
             raise ValueError("num_shards < 1")
+        if meta.tables is not None and meta.tables.total_shards != meta.num_shards:
+            raise ValueError(f"num_shards {meta.num_shards} is not the table map's "
+                             f"{meta.tables.total_shards}")
         return meta
 
 

@@ -52,6 +52,21 @@ class HeldOutput(Protocol):
         ...
 
 
+def _checked_splits(plan: StepPlan, planner: ShardPlanner, shard: int,
+                    num_shards: int) -> tuple[Any, ...]:
+    """``plan``'s splits of ``shard``, each checked to belong to it."""
+    if planner.num_shards != num_shards:
+        raise PlanInvariantViolated(
+            f"planner plans {planner.num_shards} shards but the batch is for shard "
+            f"{shard} of {num_shards}"
+        )
+    if shard not in plan.splits:
+        raise PlanInvariantViolated(f"the step was not planned for shard {shard}")
+    splits = tuple(plan.splits[shard])
+    check_routing({shard: splits}, num_shards, planner.rule)
+    return splits
+
+
 class ShardBatch:
     """Shard ``shard`` of ``num_shards``: its rows for one step, read on demand.
 
@@ -78,7 +93,11 @@ class ShardBatch:
     :mod:`paimon_group.sink.kinds`), ``sinks`` (the delivering member's
     :class:`~paimon_group.protocol.sinks.SinkRegistry`, where a sink that
     writes the batch's output registers for ``describe``; None for a batch
-    built outside a member).
+    built outside a member), ``table`` (the table read, ``database.table``;
+    empty for a batch built without it) and ``group_shard`` (the group's
+    number of the shard: ``shard`` itself in a group of one table; in a group
+    of several, ``shard`` is the table's own shard and ``group_shard`` the
+    group's, docs/many-tables.md).
 
     A file of the batch found missing when it is read means data loss if
     Paimon's expiry deleted it (snapshot ``first_snapshot`` expired while the
@@ -110,6 +129,7 @@ class ShardBatch:
         "epoch",
         "first_snapshot",
         "group",
+        "group_shard",
         "incarnation",
         "kind",
         "lost",
@@ -124,6 +144,7 @@ class ShardBatch:
         "snapshot_id",
         "splits",
         "start_moves",
+        "table",
         "table_id",
     )
 
@@ -141,16 +162,10 @@ class ShardBatch:
         start_moves: int = 0,
         table_id: str = "",
         sinks: SinkRegistry | None = None,
+        table: str = "",
+        group_shard: int | None = None,
     ) -> None:
-        if planner.num_shards != num_shards:
-            raise PlanInvariantViolated(
-                f"planner plans {planner.num_shards} shards but the batch is for shard "
-                f"{shard} of {num_shards}"
-            )
-        if shard not in plan.splits:
-            raise PlanInvariantViolated(f"the step was not planned for shard {shard}")
-        splits = tuple(plan.splits[shard])
-        check_routing({shard: splits}, num_shards, planner.rule)
+        splits = _checked_splits(plan, planner, shard, num_shards)
         self.group = group
         self.member_id = member_id
         self.shard = shard
@@ -159,6 +174,8 @@ class ShardBatch:
         self.incarnation = incarnation
         self.start_moves = start_moves
         self.table_id = table_id
+        self.table = table
+        self.group_shard = shard if group_shard is None else group_shard
         self.kind: BatchKind = plan.kind
         self.snapshot_id = plan.snapshot_id
         self.first_snapshot = (

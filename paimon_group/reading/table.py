@@ -203,7 +203,6 @@ class ShardedTable:
         :func:`~paimon_group.reading.engine_reads.install_engine_reads` makes
         pypaimon's reader, in this process, read as the engine reads (once;
         docs/design.md, "What we deliver equals what Paimon's engine reads")."""
-        from pypaimon import CatalogFactory
         from pypaimon.catalog.catalog_exception import (
             DatabaseNotExistException,
             TableNotExistException,
@@ -211,6 +210,31 @@ class ShardedTable:
 
         if not _TABLE_NAME_RE.fullmatch(table):
             raise ConfigError(f"bad table name {table!r}: expected DATABASE.TABLE, e.g. db.orders")
+        catalog, location, options = ShardedTable.open_catalog(warehouse, catalog_options,
+                                                               for_table=table)
+        try:
+            loaded = catalog.get_table(table)
+        except (TableNotExistException, DatabaseNotExistException, FileNotFoundError) as err:
+            raise TableNotFound(
+                f"table {table} not found in warehouse {redact_url(location)}: {check}"
+            ) from err
+        except PaimonGroupError:
+            raise  # ours, one line already (an endpoint carrying credentials)
+        except Exception as err:  # never a raw traceback quoting the warehouse
+            raise _open_failure(err, table, location, options) \
+                from _cause(err, location, options)
+        return loaded, location
+
+    @staticmethod
+    def open_catalog(warehouse: str, catalog_options: Mapping[str, str] | None = None, *,
+                     for_table: str = "tables") -> tuple[Any, str, dict[str, str]]:
+        """The pypaimon catalog of ``warehouse`` (``catalog_options`` as
+        :meth:`open` takes them), its location and the options it was made
+        with: :meth:`load` opens one table in it, a group of several tables
+        lists and opens all of its tables in one (:meth:`in_catalog`).
+        Errors as :meth:`open`'s, in one line, naming ``for_table``."""
+        from pypaimon import CatalogFactory
+
         from paimon_group.config.member import refuse_credentials_in_warehouse
         from paimon_group.reading.engine_reads import install_engine_reads
 
@@ -223,17 +247,28 @@ class ShardedTable:
             catalog = CatalogFactory.create(options)
             # Before the first request: pypaimon's S3 timeouts hang a wrong endpoint.
             object_store.bound_requests(catalog.file_io, location, options)
+        except PaimonGroupError:
+            raise
+        except Exception as err:  # never a raw traceback quoting the warehouse
+            raise _open_failure(err, for_table, location, options) \
+                from _cause(err, location, options)
+        return catalog, location, options
+
+    @classmethod
+    def in_catalog(cls, catalog: Any, location: str, table: str) -> ShardedTable:
+        """Table ``table`` of an open catalog (:meth:`open_catalog`);
+        TableNotFound if it is not there (dropped since it was listed)."""
+        from pypaimon.catalog.catalog_exception import (
+            DatabaseNotExistException,
+            TableNotExistException,
+        )
+
+        try:
             loaded = catalog.get_table(table)
         except (TableNotExistException, DatabaseNotExistException, FileNotFoundError) as err:
             raise TableNotFound(
-                f"table {table} not found in warehouse {redact_url(location)}: {check}"
-            ) from err
-        except PaimonGroupError:
-            raise  # ours, one line already (an endpoint carrying credentials)
-        except Exception as err:  # never a raw traceback quoting the warehouse
-            raise _open_failure(err, table, location, options) \
-                from _cause(err, location, options)
-        return loaded, location
+                f"table {table} not found in warehouse {redact_url(location)}") from err
+        return cls(loaded, warehouse=location, identifier=table)
 
     @property
     def partitioned(self) -> bool:
