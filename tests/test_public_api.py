@@ -35,6 +35,9 @@ ADDED = {"GroupMember": {"read_loop": "data", "host_reads": "data", "core": "dat
              "update_table_map": "method(self, before: 'GroupMeta', tables: 'TableMap', "
                                  "leader_epoch: 'int') -> 'GroupMeta | None'"},
          "ShardedTable": {
+             "load": "method(warehouse: 'str', table: 'str', catalog_options: "
+                     "'Mapping[str, str] | None' = None, *, check: 'str' = "
+                     "'check --warehouse and --table') -> 'tuple[Any, str]'",
              "open_catalog": "method(warehouse: 'str', catalog_options: "
                              "'Mapping[str, str] | None' = None, *, for_table: 'str' = "
                              "'tables') -> 'tuple[Any, str, dict[str, str]]'",
@@ -51,9 +54,7 @@ ADDED = {"GroupMember": {"read_loop": "data", "host_reads": "data", "core": "dat
                         "retractions": "data", "output_sealed": "data",
                         "table_id": "data", "sharding": "data", "sinks": "data",
                         "table": "data", "group_shard": "data"},
-         "ShardedTable": {"load": "method(warehouse: 'str', table: 'str', catalog_options: "
-                                  "'Mapping[str, str] | None' = None, *, check: 'str' = "
-                                  "'check --warehouse and --table') -> 'tuple[Any, str]'"}}
+}
 # Keyword parameters added since, each with a default (old calls still work);
 # GroupMember's ``handle_signals``: SIGTERM and SIGINT stop a member used as
 # ``async with`` gracefully (True), or are left alone (False); its ``clock``:
