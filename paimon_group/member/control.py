@@ -25,6 +25,7 @@ from paimon_group.member.ownership import ShardOwnership
 from paimon_group.member.publish_delay import PublishDelay
 from paimon_group.member.round_view import RoundView, read_round
 from paimon_group.member.state import Leadership
+from paimon_group.member.table_refresh import TableWatch, follow_map
 from paimon_group.protocol.assignors import COUNT, assign_over, assignor_named
 from paimon_group.protocol.group import GroupClient
 from paimon_group.protocol.group_start import read_group_start
@@ -57,6 +58,8 @@ class Control:
         self._arrivals = PublishDelay(forming_quiet_s=core.config.forming_wait_s)
         # The sinks published in this session (protocol/sinks.py).
         self._published_sinks: set[str] = set()
+        # A group of several tables: the leader's listing of the catalog.
+        self._table_watch = TableWatch(core)
 
     async def run(self) -> None:
         fired: set[str] = {"start"}
@@ -119,9 +122,13 @@ class Control:
                 await self._ownership.check_ownership(group)
             return
         self._full_round_at = self._core.clock.monotonic()
+        several = self._core.meta is not None and self._core.meta.tables is not None
         view = await read_round(group, self._core.member_id,
-                                with_start=self._core.sharding is ShardRule.FILE)
+                                with_start=self._core.sharding is ShardRule.FILE and not several,
+                                with_meta=several)
         self._core.observe_start(view.start)
+        if view.meta is not None:
+            await follow_map(self._core, view.meta)
         await self._check_member_key(group, view)
         await self._maybe_lead(group, view)
         await self._follow_assignment(group, view)
@@ -252,6 +259,9 @@ class Control:
             self._state.leader_epoch = None
 
     async def _lead(self, group: GroupClient, leader_epoch: int) -> None:
+        # A group of several tables: tables created or dropped join or leave
+        # its map first (member/table_refresh.py), so this round assigns them.
+        await self._table_watch.refresh(group, leader_epoch)
         live = set(await group.members())
         previous, version = await group.read_assignment()
         leaving = await group.leaving()

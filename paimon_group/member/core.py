@@ -46,6 +46,7 @@ from paimon_group.protocol.records import Assignment, GroupMeta, GroupStart
 from paimon_group.protocol.sharding import ShardRule
 from paimon_group.protocol.sinks import SinkRegistry
 from paimon_group.reading.batch import ShardBatch
+from paimon_group.reading.discovery import TableListing
 from paimon_group.reading.start import StartPosition
 from paimon_group.reading.table import ShardedTable
 from paimon_group.version import __version__
@@ -163,6 +164,9 @@ class MemberCore:
             else NullRecorder()
         )
         self.table: ShardedTable | None = None
+        # A group of several tables: their catalog and the listing the start made.
+        self._catalog: tuple[Any, str] | None = None
+        self.listing: TableListing | None = None
         # The joined session (None before the first join), replaced whole by
         # membership alone (replace_session).
         self._session: JoinedSession | None = None
@@ -216,6 +220,26 @@ class MemberCore:
         table.clock = self.clock.monotonic
         self.table = table
         self.start_position = start
+
+    def opened_catalog(self, catalog: Any, location: str, listing: TableListing,
+                       start: StartPosition) -> None:
+        """A group of several tables: the catalog they are in (opened by the
+        member's start, which listed ``listing``), and the start given."""
+        self._catalog = (catalog, location)
+        self.listing = listing
+        self.start_position = start
+
+    def catalog(self) -> Any:
+        """The catalog of a group of several tables (:meth:`opened_catalog`)."""
+        assert self._catalog is not None, "not a group of several tables"
+        return self._catalog[0]
+
+    def open_table(self, name: str) -> ShardedTable:
+        """Table ``name`` of the catalog (TableNotFound if it is not there);
+        on the planning thread."""
+        catalog = self.catalog()
+        assert self._catalog is not None
+        return ShardedTable.in_catalog(catalog, self._catalog[1], name)
 
     # -- the joined session (membership replaces it whole) -------------------
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import logging
 import signal
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
@@ -31,6 +32,7 @@ from paimon_group.member.ownership import ShardOwnership
 from paimon_group.member.read_loop import Process, ReadLoop
 from paimon_group.member.signals import subscribe as subscribe_stop_signals
 from paimon_group.member.state import MemberState, Stop
+from paimon_group.member.table_refresh import open_subscription
 from paimon_group.protocol.records import GroupStart
 from paimon_group.reading.batch import ShardBatch
 from paimon_group.reading.table import ShardedTable
@@ -178,12 +180,15 @@ class GroupMember:
         core.set_state(MemberState.JOINING)
         cfg = core.config
         try:
-            table, self._opened_table = self._opened_table, None
-            if table is None:
-                table = await core.in_io(
-                    lambda: ShardedTable.open(cfg.warehouse, cfg.table, cfg.catalog_options))
-            check_columns(table.table.field_names, cfg.columns)
-            core.opened(table, cfg.start_position)
+            if cfg.single_table:
+                table, self._opened_table = self._opened_table, None
+                if table is None:
+                    table = await core.in_io(
+                        lambda: ShardedTable.open(cfg.warehouse, cfg.table, cfg.catalog_options))
+                check_columns(table.table.field_names, cfg.columns)
+                core.opened(table, cfg.start_position)
+            else:
+                await core.in_io(functools.partial(open_subscription, core))
             await self.membership.join(first=True)
         except BaseException:
             # A start that fails keeps nothing open for a caller that never

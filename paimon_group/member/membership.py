@@ -26,21 +26,23 @@ from coordinators.errors import CoordinatorError, PaimonGroupError, SessionLost
 from coordinators.protocol import Coordinator, SessionState
 from coordinators.registry import open_coordinator
 from paimon_group.config.warehouses import normalised_warehouse
-from paimon_group.errors import MemberIdInUse
+from paimon_group.errors import MemberIdInUse, TableNotFound
 from paimon_group.member.control import Control
 from paimon_group.member.core import VERSION, JoinedSession, MemberCore
 from paimon_group.member.head import HeadLoop, HeadRecord, TablePoller
 from paimon_group.member.ownership import ShardOwnership
 from paimon_group.member.state import MemberState
-from paimon_group.member.tables import MemberTable, MemberTables
+from paimon_group.member.table_refresh import make_member_table, open_tables, planned_map
+from paimon_group.member.tables import MemberTables, table_meta
 from paimon_group.member.watches import ControlWatches
 from paimon_group.protocol.group import GroupClient
 from paimon_group.protocol.identity import check_table_identity, table_identity
 from paimon_group.protocol.records import FEATURES, GroupMeta, MemberInfo
 from paimon_group.protocol.sharding import Sharding, ShardRule, idle_shards_note, plan_new_group
-from paimon_group.protocol.table_map import TableRange
+from paimon_group.protocol.table_map import TableMap, TableRange
 from paimon_group.reading.consumer_meta import ConsumerFilesOrigin, adopt_winner, prepare_new_group
-from paimon_group.reading.mirror import ConsumerMirror, mirror_interval
+from paimon_group.reading.discovery import list_subscribed
+from paimon_group.reading.mirror import ConsumerMirror
 from paimon_group.reading.table import ShardedTable
 
 log = logging.getLogger("paimon_group.member")
@@ -90,14 +92,17 @@ class Membership:
 
     async def join(self, *, first: bool) -> None:
         """Connect, create or check the group, register our member key."""
-        assert self._core.table is not None
         coord = await self.connect_coordinator()
         group = GroupClient(coord, self._core.group_name)
         try:
-            meta = await self._ensure_meta(group, first=first)
+            if self._core.config.single_table:
+                meta = await self._ensure_meta(group, first=first)
+            else:
+                meta = await self._ensure_tables_meta(group)
+            tables = await self._tables_for(meta)
             known = self._core.session
             if known is not None:
-                self._core.replace_session(dataclasses.replace(known, meta=meta))
+                self._core.replace_session(dataclasses.replace(known, meta=meta, tables=tables))
             self._core.forget_start()
             info = MemberInfo(
                 member_id=self._core.member_id,
@@ -115,22 +120,84 @@ class Membership:
             with contextlib.suppress(Exception):
                 await coord.close()
             raise
-        self._core.replace_session(self._joined_session(meta, coord, group))
+        self._core.replace_session(JoinedSession(
+            meta=meta, tables=tables, coordinator=coord, group=group,
+            watches=ControlWatches.of_group(coord, group.keys)))
         self._control.forget_leadership()
         self._core.set_state(MemberState.RUNNING)
         self._core.joined.set()
         self._core.wake.set()
 
-    def _joined_session(self, meta: GroupMeta, coord: Coordinator,
-                        group: GroupClient) -> JoinedSession:
-        """The session just joined; the tables (each with its planner and
-        mirror) are the member's first (made at its first join, kept by every
-        rejoin)."""
+    async def _tables_for(self, meta: GroupMeta) -> MemberTables:
+        """The tables of the session joined: the member's first (made at its
+        first join, kept by every rejoin), following ``meta``; a group of
+        several tables opens the tables its map added since."""
         known = self._core.session
+        if meta.tables is not None:
+            return await open_tables(self._core, meta, known.tables if known else None)
         tables = known.tables if known is not None else self._single_table(meta)
         tables.rebind(meta)
-        return JoinedSession(meta=meta, tables=tables, coordinator=coord,
-                             group=group, watches=ControlWatches.of_group(coord, group.keys))
+        return tables
+
+    async def _ensure_tables_meta(self, group: GroupClient) -> GroupMeta:
+        """The record of a group of several tables; a new group's map has the
+        tables listed now, each in its range (member/table_refresh.py), their
+        consumer files vetted as a new group of one table vets them."""
+        core, config = self._core, self._core.config
+        warehouse = normalised_warehouse(config.warehouse)
+        subscription = str(config.subscription)
+        existing = await group.read_meta()
+        if existing is not None:
+            return await group.ensure_tables_meta(
+                subscription, existing.tables or TableMap(), warehouse=warehouse,
+                assignor=config.assignor)
+        listing = await core.in_io(functools.partial(
+            list_subscribed, core.catalog(), config.subscription, core.listing))
+        opened = {}
+        for listed in listing.tables:
+            with contextlib.suppress(TableNotFound):
+                opened[listed.name] = await core.in_io(
+                    functools.partial(core.open_table, listed.name))
+        tables = planned_map(listing, opened)
+        if not len(tables):
+            raise TableNotFound(f"--table {subscription} matches no table that can be read "
+                                f"in warehouse {warehouse}: create one first")
+        incarnation = uuid.uuid4().hex
+        for rng in tables.ranges:
+            await self._vet_table_files(opened[rng.name], rng, incarnation)
+        meta = await group.ensure_tables_meta(subscription, tables, incarnation=incarnation,
+                                              warehouse=warehouse, assignor=config.assignor)
+        if meta.incarnation != incarnation and meta.tables is not None:
+            for rng in meta.tables.live():
+                table = opened.get(rng.name)
+                if table is None:
+                    continue
+                origin = ConsumerFilesOrigin(core.group_name, incarnation, rng.shards,
+                                             rng.sharding)
+                with contextlib.suppress(Exception):
+                    await core.in_io(functools.partial(
+                        adopt_winner, table.table.file_io, table.table_path, origin,
+                        table_meta(meta, rng)))
+        return meta
+
+    async def _vet_table_files(self, table: ShardedTable, rng: TableRange,
+                               incarnation: str) -> None:
+        """A new group's consumer files in ``table``'s directory, vetted
+        (:func:`paimon_group.reading.consumer_meta.prepare_new_group`)."""
+        origin = ConsumerFilesOrigin(self._core.group_name, incarnation, rng.shards,
+                                     rng.sharding)
+        mirror = ConsumerMirror(table.table.file_io, table.table_path, self._core.group_name,
+                                clock=self._core.clock.monotonic)
+        try:
+            note = await self._core.in_io(functools.partial(
+                prepare_new_group, mirror, table.table.file_io, table.table_path, origin))
+        except Exception as err:
+            log.warning("group %s, table %s: consumer files not vetted (%s): its shards "
+                        "without a coordinator position start as configured",
+                        self._core.group_name, rng.name, err)
+            return
+        if note:
+            log.warning("table %s: %s", rng.name, note)
 
     def _single_table(self, meta: GroupMeta) -> MemberTables:
         """The one table of a group of one table, its range every shard."""
@@ -138,19 +205,8 @@ class Membership:
         assert table is not None
         rng = TableRange(name=table.identifier, table_id=meta.table_id, first=0,
                          shards=meta.num_shards, sharding=meta.sharding)
-        return MemberTables([self._member_table(None, rng, meta, table)], single=True)
-
-    def _member_table(self, index: int | None, rng: TableRange, meta: GroupMeta,
-                      table: ShardedTable) -> MemberTable:
-        """One table of the group, its planner and mirror in its own shard numbers."""
-        config = self._core.config
-        planner = table.planner(rng.shards, include_row_kind=config.include_row_kind,
-                                rule=ShardRule.parse(rng.sharding), projection=config.columns)
-        mirror = ConsumerMirror(table.table.file_io, table.table_path, self._core.group_name,
-                                mirror_interval(config.mirror_interval_s, table.table.file_io),
-                                clock=self._core.clock.monotonic)
-        return MemberTable(index=index, range=rng, group_meta=meta, table=table,
-                           planner=planner, mirror=mirror)
+        return MemberTables([make_member_table(self._core, None, rng, meta, table)],
+                            single=True)
 
     async def _ensure_meta(self, group: GroupClient, *, first: bool) -> GroupMeta:
         """The group's metadata; a new group gets the shard count and sharding

@@ -21,6 +21,10 @@ that the start moved (``--on-data-loss skip``), even on an idle table. One
 more key in the same request: nothing more on etcd and SQLite (one
 transaction), two more reads in the pipeline on ZooKeeper (a key is two
 znodes there).
+
+A member of a group of several tables reads the group record in the same
+request (``with_meta``): that is how it learns that the leader added a table
+to the map (member/table_refresh.py) before it is assigned one of its shards.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from dataclasses import dataclass
 from coordinators.protocol import Entry
 from paimon_group.protocol.group import GroupClient
 from paimon_group.protocol.group_views import leader_of
-from paimon_group.protocol.records import Assignment, GroupStart
+from paimon_group.protocol.records import Assignment, GroupMeta, GroupStart
 
 
 @dataclass(frozen=True)
@@ -40,16 +44,20 @@ class RoundView:
     assignment: Assignment | None
     assignment_version: int | None
     start: GroupStart | None = None  # read only ``with_start``
+    meta: GroupMeta | None = None  # read only ``with_meta``
 
 
 async def read_round(group: GroupClient, member_id: str, *,
-                     with_start: bool = False) -> RoundView:
+                     with_start: bool = False, with_meta: bool = False) -> RoundView:
     keys = group.keys
     wanted = (keys.member(member_id), keys.leader, keys.assignment)
-    got = await group.coordinator.get_many(wanted + ((keys.start,) if with_start else ()))
+    extra = ((keys.start,) if with_start else ()) + ((keys.meta,) if with_meta else ())
+    got = await group.coordinator.get_many(wanted + extra)
     member_key, leader, assignment = (got.get(k) for k in wanted)
     decoded, version = group.assignment_of(assignment)
     start = got.get(keys.start) if with_start else None
+    meta = got.get(keys.meta) if with_meta else None
     return RoundView(member_key=member_key, leader=leader_of(leader), assignment=decoded,
                      assignment_version=version,
-                     start=None if start is None else GroupStart.decode(start.key, start.value))
+                     start=None if start is None else GroupStart.decode(start.key, start.value),
+                     meta=None if meta is None else GroupMeta.decode(meta.key, meta.value))

@@ -1,0 +1,171 @@
+"""One group, many tables: real members read several real tables as one group.
+
+Each table keeps its own shards (a range of the group's), its own consumer
+files and start; every row of every table is delivered once, in its table's
+shard by that table's rule; tables created later join, dropped ones leave.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from paimon_group import GroupMember, MemberConfig
+from paimon_group.errors import ConfigError, TableNotFound
+from paimon_group.reading.batch import ShardBatch
+from tests.support.tables import (
+    bucket_of,
+    catalog,
+    make_append_table,
+    make_pk_table,
+    write_rows,
+)
+from tests.support.waiting import eventually
+
+Seen = dict[str, list[tuple[int, int, int]]]  # table -> (id, shard, group shard)
+
+
+def _coordinator(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    if backend == "etcd":
+        return str(request.getfixturevalue("etcd_url"))
+    if backend == "zookeeper":
+        return str(request.getfixturevalue("zk_url"))
+    return f"sqlite://{tmp_path}/c.sqlite"
+
+
+def _config(wh: Path, url: str, group: str, member: str, *tables: str, **kw: Any) -> MemberConfig:
+    return MemberConfig(group=group, warehouse=str(wh), table=tables[0], tables=tables[1:],
+                        coordinator=url, member_id=member, start="earliest",
+                        poll_interval_ms=50, session_timeout_s=6, forming_wait_s=0, **kw)
+
+
+def _collector(seen: Seen) -> Any:
+    def handle(batch: ShardBatch) -> None:
+        for row in batch.to_arrow().to_pylist():
+            seen[batch.table].append((row["id"], batch.shard, batch.group_shard))
+    return handle
+
+
+def _rows(seen: Seen, table: str) -> list[int]:
+    return sorted(r[0] for r in seen.get(table, []))
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("backend", ["sqlite", "etcd", "zookeeper"])
+async def test_two_members_read_three_tables_each_row_once_in_its_shard(
+        tmp_path: Path, request: pytest.FixtureRequest, backend: str) -> None:
+    wh = tmp_path / "wh"
+    orders = make_pk_table(wh, "shop.orders", buckets=4)
+    items = make_pk_table(wh, "shop.items", buckets=2)
+    events = make_append_table(wh, "shop.events", buckets=3)
+    make_pk_table(wh, "other.t", buckets=2)  # not subscribed
+    write_rows(wh, "shop.orders", range(0, 40))
+    write_rows(wh, "shop.items", range(100, 120))
+    write_rows(wh, "shop.events", range(200, 230))
+    url = _coordinator(backend, tmp_path, request)
+    group = f"g{uuid.uuid4().hex[:8]}"
+    seen: Seen = defaultdict(list)
+    a = GroupMember(_config(wh, url, group, "a", "shop.*"), handle_signals=False)
+    b = GroupMember(_config(wh, url, group, "b", "shop.*"), handle_signals=False)
+    async with a, b:
+        runs = [asyncio.create_task(m.run(_collector(seen))) for m in (a, b)]
+        try:
+            await eventually(lambda: len(_rows(seen, "shop.orders")) >= 40
+                             and len(_rows(seen, "shop.items")) >= 20
+                             and len(_rows(seen, "shop.events")) >= 30, limit_s=60)
+            write_rows(wh, "shop.orders", range(40, 50))
+            write_rows(wh, "shop.items", range(120, 125))
+            await eventually(lambda: len(_rows(seen, "shop.orders")) >= 50
+                             and len(_rows(seen, "shop.items")) >= 25, limit_s=60)
+            meta = a.core.meta
+            assert meta is not None and meta.tables is not None
+            assert [(t.name, t.first, t.shards) for t in meta.tables.ranges] == [
+                ("shop.events", 0, 3), ("shop.items", 3, 2), ("shop.orders", 5, 4)]
+            assert meta.num_shards == 9 and meta.features == ("tables",)
+            # Both members hold shards, in spread order: the widest table's
+            # shards over both, each member some of two tables or more.
+            await eventually(lambda: a.owned_shards and b.owned_shards
+                             and len(a.owned_shards) + len(b.owned_shards) == 9, limit_s=30)
+            for m in (a, b):
+                held = {meta.tables.locate(k)[0].name for k in m.owned_shards}
+                assert len(held) >= 2 and "shop.orders" in held, (m.member_id, m.owned_shards)
+        finally:
+            for r in runs:
+                r.cancel()
+            await asyncio.gather(*runs, return_exceptions=True)
+    assert _rows(seen, "shop.orders") == list(range(50))
+    assert _rows(seen, "shop.items") == list(range(100, 125))
+    assert _rows(seen, "shop.events") == list(range(200, 230))
+    assert "other.t" not in seen
+    firsts = {"shop.events": 0, "shop.items": 3, "shop.orders": 5}
+    for name, table, shards in (("shop.orders", orders, 4), ("shop.items", items, 2)):
+        for key, shard, group_shard in seen[name]:
+            assert shard == bucket_of(table, key) % shards, (name, key)
+            assert group_shard == firsts[name] + shard
+    for _key, shard, group_shard in seen["shop.events"]:
+        assert 0 <= shard < 3 and group_shard == shard
+    # Each table's consumer files are its own, named as a group of that table alone.
+    for name, shards in (("shop.events", 3), ("shop.items", 2), ("shop.orders", 4)):
+        database, table_name = name.split(".")
+        files = sorted(p.name for p in (wh / f"{database}.db" / table_name / "consumer").iterdir()
+                       if p.name.startswith("consumer-"))
+        assert files == [f"consumer-pg-{group}-shard-{k}" for k in range(shards)], name
+
+
+@pytest.mark.asyncio
+async def test_a_table_created_later_joins_and_a_dropped_one_leaves(tmp_path: Path) -> None:
+    wh = tmp_path / "wh"
+    first = make_pk_table(wh, "shop.a", buckets=2)
+    gone = make_pk_table(wh, "shop.b", buckets=2)
+    write_rows(wh, "shop.a", range(10))
+    write_rows(wh, "shop.b", range(100, 110))
+    url = f"sqlite://{tmp_path}/c.sqlite"
+    seen: Seen = defaultdict(list)
+    member = GroupMember(_config(wh, url, "g", "a", "shop.*", tables_refresh_s=0.5),
+                         handle_signals=False)
+    async with member:
+        run = asyncio.create_task(member.run(_collector(seen)))
+        try:
+            await eventually(lambda: len(_rows(seen, "shop.a")) >= 10
+                             and len(_rows(seen, "shop.b")) >= 10, limit_s=60)
+            late = make_pk_table(wh, "shop.c", buckets=3)
+            write_rows(wh, "shop.c", range(300, 312))
+            await eventually(lambda: len(_rows(seen, "shop.c")) >= 12, limit_s=60)
+            catalog(wh).drop_table("shop.b")
+            await eventually(lambda: member.core.meta is not None
+                             and member.core.meta.tables is not None
+                             and not any(t.name == "shop.b" for t in
+                                         member.core.meta.tables.live()), limit_s=60)
+            tables = member.core.meta.tables if member.core.meta else None
+            assert tables is not None
+            await eventually(lambda: not set(member.owned_shards) & {2, 3}, limit_s=30)
+            write_rows(wh, "shop.a", range(10, 15))
+            await eventually(lambda: len(_rows(seen, "shop.a")) >= 15, limit_s=60)
+            assert not run.done()
+        finally:
+            run.cancel()
+            await asyncio.gather(run, return_exceptions=True)
+    assert _rows(seen, "shop.a") == list(range(15))
+    assert _rows(seen, "shop.b") == list(range(100, 110))
+    assert _rows(seen, "shop.c") == list(range(300, 312))
+
+
+@pytest.mark.asyncio
+async def test_bad_subscriptions_are_one_line_before_anything_is_joined(tmp_path: Path) -> None:
+    wh = tmp_path / "wh"
+    make_pk_table(wh, "shop.a", buckets=2)
+    url = f"sqlite://{tmp_path}/c.sqlite"
+    with pytest.raises(ConfigError, match="bad --table 'shop'"):
+        _config(wh, url, "g", "a", "shop.a", "shop")
+    member = GroupMember(_config(wh, url, "g", "a", "shop.a", "shop.missing"),
+                         handle_signals=False)
+    with pytest.raises(TableNotFound, match="shop.missing not found"):
+        await member.start()
+    member = GroupMember(_config(wh, url, "g", "a", "none.*"), handle_signals=False)
+    with pytest.raises(TableNotFound, match="matches no table"):
+        await member.start()
