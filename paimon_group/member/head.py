@@ -64,6 +64,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from coordinators.errors import CoordinatorError
 from coordinators.protocol import Coordinator
@@ -114,6 +115,9 @@ class TablePoll:
     snapshot: str | None = None
     table_id: str | None = None
     files: Mapping[str, bytes] | None = None
+    # A group of several tables: each table's latest snapshot id by the
+    # first group shard of its range (a table not polled is left out).
+    tables: Mapping[int, int | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -127,12 +131,17 @@ class HeadRecord:
     snapshot: str | None = None
     table_id: str | None = None
     files: Mapping[str, bytes] | None = None
+    tables: Mapping[int, int | None] | None = None  # as TablePoll's
 
     def encode(self) -> bytes:
         files = None if self.files is None else \
             {name: base64.b64encode(data).decode() for name, data in self.files.items()}
-        return json.dumps({"latest": self.latest, "beat": self.beat, "snapshot": self.snapshot,
-                           "table_id": self.table_id, "files": files}).encode()
+        doc: dict[str, Any] = {"latest": self.latest, "beat": self.beat,
+                               "snapshot": self.snapshot, "table_id": self.table_id,
+                               "files": files}
+        if self.tables is not None:
+            doc["tables"] = {str(first): latest for first, latest in self.tables.items()}
+        return json.dumps(doc).encode()
 
     @classmethod
     def decode(cls, data: bytes | None) -> HeadRecord | None:
@@ -143,12 +152,14 @@ class HeadRecord:
             doc = json.loads(data)
             latest = doc["latest"]
             snapshot, table_id = doc.get("snapshot"), doc.get("table_id")
-            files = doc.get("files")
+            files, tables = doc.get("files"), doc.get("tables")
             return cls(None if latest is None else int(latest), int(doc["beat"]),
                        snapshot if isinstance(snapshot, str) else None,
                        table_id if isinstance(table_id, str) else None,
                        {str(k): base64.b64decode(v) for k, v in files.items()}
-                       if isinstance(files, dict) else None)
+                       if isinstance(files, dict) else None,
+                       {int(k): None if v is None else int(v) for k, v in tables.items()}
+                       if isinstance(tables, dict) else None)
         except (ValueError, KeyError, TypeError, AttributeError, binascii.Error):
             return None
 
@@ -178,6 +189,10 @@ class HeadView:
         self.record = record
         if beat:
             self._beat_seen_at = self.clock()
+        if record.tables is not None:
+            before = known.tables if known is not None and known.tables is not None else {}
+            return any(latest is not None and latest > (before.get(first) or -1)
+                       for first, latest in record.tables.items())
         old = -1 if known is None or known.latest is None else known.latest
         return record.latest is not None and record.latest > old
 
@@ -198,6 +213,18 @@ class HeadView:
             return False
         assert self.record is not None
         return self.record.latest is None or position > self.record.latest
+
+    def nothing_new_in(self, first: int, position: int) -> bool:
+        """:meth:`nothing_new_at` for the table of a group of several tables
+        whose range starts at group shard ``first``."""
+        if not self.fresh:
+            return False
+        assert self.record is not None
+        tables = self.record.tables
+        if tables is None or first not in tables:
+            return False
+        latest = tables[first]
+        return latest is None or position > latest
 
     def vouches_for(self, table_id: str) -> bool:
         """Whether a beat was seen in the last :data:`HEAD_VOUCH_S` and its
@@ -284,14 +311,15 @@ class HeadPublisher:
             poll = TablePoll(poll)
         last = self.published
         if last is not None and last.latest == poll.latest and \
-                last.table_id == poll.table_id and \
+                last.table_id == poll.table_id and last.tables == poll.tables and \
                 self._clock() - self._published_at < self._beat_s:
             return None
         # The files go with the publication of a new latest only: the beats
         # that follow, sent to every member every few seconds, stay small.
         new_latest = last is None or last.latest != poll.latest
         return HeadRecord(poll.latest, (last.beat + 1) if last is not None else 1,
-                          poll.snapshot, poll.table_id, poll.files if new_latest else None)
+                          poll.snapshot, poll.table_id, poll.files if new_latest else None,
+                          None if poll.tables is None else dict(poll.tables))
 
     def done(self, record: HeadRecord) -> None:
         self.published = record

@@ -32,7 +32,12 @@ from paimon_group.member.core import VERSION, JoinedSession, MemberCore
 from paimon_group.member.head import HeadLoop, HeadRecord, TablePoller
 from paimon_group.member.ownership import ShardOwnership
 from paimon_group.member.state import MemberState
-from paimon_group.member.table_refresh import make_member_table, open_tables, planned_map
+from paimon_group.member.table_refresh import (
+    make_member_table,
+    open_tables,
+    planned_map,
+    poll_tables,
+)
 from paimon_group.member.tables import MemberTables, table_meta
 from paimon_group.member.watches import ControlWatches
 from paimon_group.protocol.group import GroupClient
@@ -362,7 +367,16 @@ class Membership:
     def _new_head_loop(self) -> HeadLoop | None:
         """This session's part in one poll per group (member/head.py)."""
         coord, group, table = self._core.coordinator, self._core.group, self._core.table
-        if coord is None or group is None or table is None:
+        if coord is None or group is None:
+            return None
+        if not self._core.config.single_table:
+            self._core.head.forget()
+            return HeadLoop(coord, group.keys, self._core.head,
+                            poll_s=self._core.config.poll_interval_ms / 1000.0,
+                            poll=lambda: asyncio.to_thread(poll_tables, self._core),
+                            leader_epoch=lambda: self._core.leader_epoch,
+                            woken=self._core.head_woken.set)
+        if table is None:
             return None
         self._core.head.forget()
         poller = TablePoller(latest=table.latest_snapshot_id, snapshot_text=table.snapshot_text,

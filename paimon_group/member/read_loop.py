@@ -194,15 +194,17 @@ class ReadLoop:
             check_table_identity(self._core.meta, self._core.group_name, current)
 
     def check_tables_in_place(self) -> None:
-        """Each table of a group of several: one dropped or re-created under
-        its name is no longer read (its shards stay where they are until the
-        leader marks its range dropped and they are revoked), with one
-        WARNING; the group goes on with the others (docs/many-tables.md)."""
+        """Each table of a group of several whose shards the member holds: one
+        dropped or re-created under its name is no longer read (its shards
+        stay where they are until the leader marks its range dropped and they
+        are revoked), with one WARNING; the group goes on with the others
+        (docs/many-tables.md)."""
         tables = self._core.tables
         assert tables is not None
+        held = {tables.of(s).first for s in self._core.owned if tables.get(s) is not None}
         for table in tables:
-            if table.gone is not None:
-                continue
+            if table.gone is not None or table.first not in held:
+                continue  # a table none of whose shards is held: its readers check it
             try:
                 current = table_identity(table.table.table)
             except Exception as err:  # the store: checked again next time
@@ -263,7 +265,7 @@ class ReadLoop:
                 by_position.items(), key=lambda kv: (kv[0][1], kv[0][2] or 0, kv[0][0])):
             table = tables.of(first)
             shards = [o.shard for o in owned]
-            if full_scan is None and tables.single and self._core.head.nothing_new_at(position):
+            if full_scan is None and self._nothing_new(table, position):
                 # The leader polled the table moments ago: nothing at
                 # `position` yet (member/head.py); no request to the store.
                 continue
@@ -353,9 +355,16 @@ class ReadLoop:
             )))
         return deliveries, empty
 
+    def _nothing_new(self, table: MemberTable, position: int) -> bool:
+        """Whether the group's fresh head says ``table`` has no snapshot
+        ``position`` yet (member/head.py): no request to the store."""
+        if table.index is None:
+            return self._core.head.nothing_new_at(position)
+        return self._core.head.nothing_new_in(table.first, position)
+
     def _prefetch_plan(self, table: MemberTable, shards: list[int], position: int) -> None:
         """Start planning ``plan_next(shards, position)`` in the planning thread."""
-        if self._paced or (table.index is None and self._core.head.nothing_new_at(position)):
+        if self._paced or self._nothing_new(table, position):
             return  # the published head wakes the read loop when it is there
         self._prefetched[(tuple(shards), position)] = self._core.start_in_io(
             functools.partial(table.planner.plan_next, [table.local(s) for s in shards],

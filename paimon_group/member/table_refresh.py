@@ -28,6 +28,7 @@ import logging
 from coordinators.registry import redact_url
 from paimon_group.errors import TableNotFound
 from paimon_group.member.core import MemberCore
+from paimon_group.member.head import TablePoll
 from paimon_group.member.tables import MemberTable, MemberTables
 from paimon_group.protocol.group import GroupClient
 from paimon_group.protocol.identity import table_identity
@@ -41,7 +42,7 @@ from paimon_group.reading.table import ShardedTable
 log = logging.getLogger("paimon_group.member")
 
 __all__ = ["TableWatch", "follow_map", "make_member_table", "open_subscription", "open_tables",
-           "planned_map"]
+           "planned_map", "poll_tables"]
 
 
 def open_subscription(core: MemberCore) -> None:
@@ -134,6 +135,23 @@ async def follow_map(core: MemberCore, meta: GroupMeta) -> None:
     if current is not None:
         core.replace_session(dataclasses.replace(current, meta=meta, tables=tables))
     core.wake.set()
+
+
+def poll_tables(core: MemberCore) -> TablePoll:
+    """The leader's poll of a group of several tables (blocking: off the
+    event loop): each live table's latest snapshot id, for the group's head
+    (member/head.py), so that members ask the store only about tables that
+    moved. A table that fails to answer is left out (its readers poll it)."""
+    tables = core.tables
+    latest: dict[int, int | None] = {}
+    for table in tables or ():
+        if table.gone is not None:
+            continue
+        try:
+            latest[table.first] = table.table.latest_snapshot_id()
+        except Exception as err:  # its members poll it themselves
+            log.debug("table %s not polled for the head: %s", table.name, err)
+    return TablePoll(None, tables=latest)
 
 
 class TableWatch:
