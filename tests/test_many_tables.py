@@ -39,9 +39,10 @@ def _coordinator(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -
 
 
 def _config(wh: Path, url: str, group: str, member: str, *tables: str, **kw: Any) -> MemberConfig:
+    settings: dict[str, Any] = {"start": "earliest", "poll_interval_ms": 50,
+                                "session_timeout_s": 6, "forming_wait_s": 0, **kw}
     return MemberConfig(group=group, warehouse=str(wh), table=tables[0], tables=tables[1:],
-                        coordinator=url, member_id=member, start="earliest",
-                        poll_interval_ms=50, session_timeout_s=6, forming_wait_s=0, **kw)
+                        coordinator=url, member_id=member, **settings)
 
 
 def _collector(seen: Seen) -> Any:
@@ -169,3 +170,49 @@ async def test_bad_subscriptions_are_one_line_before_anything_is_joined(tmp_path
     member = GroupMember(_config(wh, url, "g", "a", "none.*"), handle_signals=False)
     with pytest.raises(TableNotFound, match="matches no table"):
         await member.start()
+
+
+@pytest.mark.asyncio
+async def test_the_load_assignor_spreads_a_busy_table_and_packs_quiet_ones(
+        tmp_path: Path) -> None:
+    wh = tmp_path / "wh"
+    make_pk_table(wh, "shop.busy", buckets=4)
+    for name in ("shop.q1", "shop.q2", "shop.q3"):
+        make_pk_table(wh, name, buckets=2)
+        write_rows(wh, name, range(2))
+    write_rows(wh, "shop.busy", range(4000))
+    url = f"sqlite://{tmp_path}/c.sqlite"
+    seen: Seen = defaultdict(list)
+    members = [GroupMember(_config(wh, url, "g", m, "shop.*", assignor="load",
+                                   forming_wait_s=1.0),
+                           handle_signals=False) for m in ("a", "b", "c", "d")]
+    await asyncio.gather(*(m.start() for m in members))
+    runs = [asyncio.create_task(m.run(_collector(seen))) for m in members]
+    try:
+        await eventually(lambda: len(_rows(seen, "shop.busy")) >= 4000, limit_s=90)
+        await eventually(lambda: all(m.owned_shards for m in members), limit_s=30)
+        meta = members[0].core.meta
+        assert meta is not None and meta.tables is not None
+        busy = meta.tables.ranges[meta.tables.index_of("shop.busy")]
+        assignment = members[0].core.assignment
+        assert assignment is not None
+        # The busy table's shards measured (its full scan was ahead), and
+        # each on its own member: no member holds two of them.
+        holders = [m for k in busy_shards(busy) for m, held in assignment.shards.items()
+                   if k in held]
+        assert sorted(holders) == ["a", "b", "c", "d"], assignment.shards
+        # Measured across the tables: a load for every shard of the group,
+        # the busy table's far above the quiet ones'.
+        assert len(assignment.loads) == meta.num_shards == 10
+        quiet = [assignment.loads[k] for k in range(meta.num_shards) if k not in busy_shards(busy)]
+        assert min(assignment.loads[k] for k in busy_shards(busy)) > 10 * max(quiet)
+    finally:
+        for r in runs:
+            r.cancel()
+        await asyncio.gather(*runs, return_exceptions=True)
+        for m in members:
+            await m.stop()
+
+
+def busy_shards(table: Any) -> range:
+    return range(table.first, table.end)

@@ -28,7 +28,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
-from paimon_group.protocol.assignors import Assignor
+from paimon_group.protocol.assignors import Assignor, assign_over
 from paimon_group.protocol.load_assignor import DEFAULT_MAX_MOVE_SHARE
 from paimon_group.protocol.records import Assignment, GroupStart, Position
 from paimon_group.reading.shard_load import MeasuredLoad, shard_loads
@@ -74,22 +74,26 @@ class LeaderLoads:
     def assign(
         self, assignor: Assignor, num_shards: int, members: Sequence[str],
         basis: Mapping[str, list[int]], previous: Assignment | None,
+        shards: Sequence[int] | None = None,
     ) -> tuple[dict[str, list[int]], dict[int, int]]:
         """The assignment by ``assignor`` with the last measurement (and the
         loads it was given; ``{}``: none, when not every shard was measured,
-        and the load assignor assigns by count)."""
+        and the load assignor assigns by count). ``shards``: the shards to
+        assign, in dealing order (a group of several tables: its live
+        tables' shards in spread order; None: ``0..num_shards-1``)."""
+        order = list(range(num_shards)) if shards is None else list(shards)
         covered = self.measured is not None and len(self.measured.live) == num_shards
         if not covered:
-            return assignor.assign(num_shards, members, basis, loads=None), {}
+            return assign_over(assignor, order, members, basis, loads=None), {}
         assert self.measured is not None  # covered
         loads = shard_loads(self.measured, self.pending)
         held = {s for m in members for s in basis.get(m, ())}
         only_balance = (previous is not None and set(previous.shards) == set(members)
-                        and held >= set(range(num_shards)))
+                        and held >= set(order))
         fresh = self.measured.measured_at > self._published_at
         share = DEFAULT_MAX_MOVE_SHARE if fresh or not only_balance else 0.0
-        return assignor.assign(num_shards, members, basis, loads=loads,
-                               max_move_share=share), loads
+        return assign_over(assignor, order, members, basis, loads=loads,
+                           max_move_share=share), loads
 
     def published(self) -> None:
         """The last measurement went out with a published assignment."""
@@ -114,3 +118,20 @@ def full_scan_pending(
                                              and position.full_scan is not None):
             pending.add(shard)
     return pending
+
+
+def merged_loads(parts: Sequence[tuple[int, MeasuredLoad | None]], total: int,
+                 measured_at: float) -> MeasuredLoad:
+    """One measurement of a group of several tables from its tables' own
+    (``(first, measured)``, each in its table's shard numbers, placed at its
+    range): shards of a table not measured (empty, dropped) weigh 0."""
+    live, recent = [0] * total, [0] * total
+    for first, measured in parts:
+        if measured is None:
+            continue
+        for local, rows in enumerate(measured.live):
+            live[first + local] = rows
+        for local, rows in enumerate(measured.recent):
+            recent[first + local] = rows
+    return MeasuredLoad(-1, tuple(live), tuple(recent), measured_at)
+

@@ -19,14 +19,15 @@ import logging
 from coordinators.errors import CoordinatorError, PaimonGroupError, SessionLost
 from coordinators.protocol import SessionState
 from paimon_group.errors import MemberRemoved
-from paimon_group.member.balance import LeaderLoads, full_scan_pending
+from paimon_group.member.balance import LeaderLoads, full_scan_pending, merged_loads
 from paimon_group.member.core import MemberCore
 from paimon_group.member.ownership import ShardOwnership
 from paimon_group.member.publish_delay import PublishDelay
 from paimon_group.member.round_view import RoundView, read_round
 from paimon_group.member.state import Leadership
 from paimon_group.member.table_refresh import TableWatch, follow_map
-from paimon_group.protocol.assignors import COUNT, assign_over, assignor_named
+from paimon_group.member.tables import MemberTables
+from paimon_group.protocol.assignors import assign_over, assignor_named
 from paimon_group.protocol.group import GroupClient
 from paimon_group.protocol.group_start import read_group_start
 from paimon_group.protocol.records import Assignment
@@ -58,8 +59,10 @@ class Control:
         self._arrivals = PublishDelay(forming_quiet_s=core.config.forming_wait_s)
         # The sinks published in this session (protocol/sinks.py).
         self._published_sinks: set[str] = set()
-        # A group of several tables: the leader's listing of the catalog.
+        # A group of several tables: the leader's listing of the catalog,
+        # and each table's last load measurement (by the first shard of its range).
         self._table_watch = TableWatch(core)
+        self._table_loads: dict[int, MeasuredLoad] = {}
 
     async def run(self) -> None:
         fired: set[str] = {"start"}
@@ -316,22 +319,24 @@ class Control:
         used (``{}`` for the count assignor); see :mod:`paimon_group.member.balance`."""
         meta = self._core.meta
         assignor = assignor_named(meta.assignor if meta is not None else None)
-        if meta is not None and meta.tables is not None:
-            # A group of several tables: its live tables' shards, in spread
-            # order (docs/many-tables.md); by count for now whatever the
-            # group's assignor (its loads are measured one table at a time).
-            return assign_over(COUNT, meta.tables.spread_order(), members, basis), {}
+        # A group of several tables deals its live tables' shards in spread
+        # order (docs/many-tables.md); a dropped table's are nobody's.
+        order = None if meta is None or meta.tables is None else meta.tables.spread_order()
         if not assignor.needs_loads or not members:
-            return assignor.assign(self._core.num_shards, members, basis), {}
+            return assign_over(assignor, order if order is not None
+                               else range(self._core.num_shards), members, basis), {}
         await self._loads.refresh(functools.partial(self._measure_loads, group))
-        return self._loads.assign(assignor, self._core.num_shards, members, basis, previous)
+        return self._loads.assign(assignor, self._core.num_shards, members, basis, previous,
+                                  order)
 
     async def _measure_loads(self, group: GroupClient) -> tuple[MeasuredLoad, set[int]] | None:
         """The shards' rows (from the manifests) and which of them still have
         their full scan ahead (from the positions and the group's start)."""
         table = self._core.table
         tables = self._core.tables
-        if table is None or tables is None or not tables.single:
+        if tables is not None and not tables.single:
+            return await self._measure_tables(group, tables)
+        if table is None:
             return None
         sharding = Sharding(self._core.sharding, self._core.num_shards)
         measured: MeasuredLoad | None = await self._core.in_io(functools.partial(
@@ -343,6 +348,28 @@ class Control:
         start = await read_group_start(group)
         return measured, full_scan_pending(self._core.num_shards, positions, start,
                                            self._core.config.start_position)
+
+    async def _measure_tables(self, group: GroupClient, tables: MemberTables
+                              ) -> tuple[MeasuredLoad, set[int]] | None:
+        """:meth:`_measure_loads` for a group of several tables: each live
+        table measured in its own shard numbers (its last measurement kept
+        while it has no new snapshot), placed at its range."""
+        parts: list[tuple[int, MeasuredLoad | None]] = []
+        for table in tables:
+            if table.gone is not None:
+                continue
+            sharding = Sharding(ShardRule.parse(table.range.sharding), table.range.shards)
+            known = self._table_loads.get(table.first)
+            measured = await self._core.in_io(functools.partial(
+                measure, table.table, sharding, known=known, clock=self._core.clock.monotonic))
+            if measured is not None:
+                self._table_loads[table.first] = measured
+            parts.append((table.first, measured))
+        positions = await group.positions()
+        now = self._core.clock.monotonic()
+        return (merged_loads(parts, self._core.num_shards, now),
+                full_scan_pending(self._core.num_shards, positions, None,
+                                  self._core.config.start_position))
 
     def _reserved_members(
         self, live: set[str], previous: Assignment | None, leaving: set[str]
