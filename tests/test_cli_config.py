@@ -207,7 +207,7 @@ def test_config_file_with_everything_and_catalog_options_as_a_table(
     )
     invoke(["--config", str(path)])
     got = parsed[-1]
-    assert (got["group"], got["warehouse"], got["table"]) == ("orders", "/data/wh", "db.orders")
+    assert (got["group"], got["warehouse"], got["table"]) == ("orders", "/data/wh", ("db.orders",))
     assert got["metrics_port"] == 9400 and got["log_format"] == "json"
     assert sorted(got["catalog_option"]) == ["s3.endpoint=http://minio:9000", "s3.region=eu"]
 

@@ -43,7 +43,7 @@ from paimon_group.cli.options import (
     group_option,
     param_name,
     setting_options,
-    table_options,
+    subscription_options,
 )
 from paimon_group.cli.version import version_option
 from paimon_group.config.member import (
@@ -53,7 +53,7 @@ from paimon_group.config.member import (
 )
 from paimon_group.config.settings import MEMBER_SETTINGS, RUN_SETTINGS
 
-__all__ = ["build_connect_options", "main", "run", "setup_logging"]
+__all__ = ["build_connect_options", "main", "run", "run_config", "setup_logging"]
 
 
 def setup_logging(fmt: str, level: str) -> None:
@@ -73,7 +73,7 @@ def main() -> None:
 @main.command(cls=SettingsCommand)
 @config_option
 @group_option
-@table_options
+@subscription_options
 @click.option("--handler", envvar=env("handler"), metavar="MODULE:CALLABLE",
               help="Called with each ShardBatch.")
 @click.option("--spark-handler", envvar=env("spark-handler"), metavar="MODULE:CALLABLE",
@@ -92,18 +92,7 @@ def run(**kw: Any) -> None:
     setup_logging(kw["log_format"], kw["log_level"])
     if bool(kw["handler"]) == bool(kw["spark_handler"]):
         raise ConfigError("give exactly one of --handler or --spark-handler")
-    member_id = kw["member_id"] or _kubernetes_pod_name()
-    settings = member_settings(kw, member_id=member_id)
-    cfg = MemberConfig(
-        group=kw["group"],
-        warehouse=kw["warehouse"],
-        table=kw["table"],
-        # "local" or none at all resolved here, so that a refusal names the flag.
-        coordinator=resolve_coordinator(kw["warehouse"], kw["coordinator"]),
-        catalog_options=catalog_options(kw["catalog_option"]),
-        connect=build_connect_options(kw, settings["session_timeout_s"]),
-        **settings,
-    )
+    cfg = run_config(kw)
     from paimon_group.process.preflight import check_coordinator_target
     # Bad coordinator options (a password over plaintext) fail here, in one
     # line, before the table is opened or anything is joined.
@@ -113,8 +102,13 @@ def run(**kw: Any) -> None:
     from paimon_group.process import preflight
     from paimon_group.process.handlers import load_callable
 
-    table = preflight.check_table(cfg.warehouse, cfg.table, cfg.catalog_options, cfg.columns,
-                                  shards=cfg.shards)
+    table = None
+    if cfg.single_table:
+        table = preflight.check_table(cfg.warehouse, cfg.table, cfg.catalog_options,
+                                      cfg.columns, shards=cfg.shards)
+    else:  # the member opens the catalog and lists its tables itself
+        preflight.check_tables(cfg.warehouse, cfg.subscription, cfg.catalog_options,
+                               cfg.columns, shards=cfg.shards)
     preflight.check_history_path(cfg.history_path)
     preflight.check_metrics_port(kw["metrics_port"])
     from paimon_group.process.runner import run_until_signalled
@@ -130,6 +124,30 @@ def run(**kw: Any) -> None:
     preflight.probe_coordinator(cfg.coordinator_url, cfg.connect_options())
     run_until_signalled(cfg, handler, metrics_port=kw["metrics_port"],
                         progress_interval_s=kw["progress_interval_s"], table=table)
+
+
+def run_config(kw: dict[str, Any]) -> MemberConfig:
+    """The member's config of ``run``'s parameters. The ``--table`` values
+    (names and patterns) go in as given: the first as ``table``, the others
+    as ``tables``, so that one plain name is the single-table group."""
+    member_id = kw["member_id"] or _kubernetes_pod_name()
+    settings = member_settings(kw, member_id=member_id)
+    values = (kw["table"],) if isinstance(kw["table"], str) else tuple(kw["table"] or ())
+    for value in values:
+        if "," in value and value.count(".") > 1:
+            raise ConfigError(f"bad --table {value!r}: one table or pattern per --table, "
+                              "given once for each (PAIMON_GROUP_TABLE: space-separated)")
+    return MemberConfig(
+        group=kw["group"],
+        warehouse=kw["warehouse"],
+        table=values[0] if values else "",
+        tables=values[1:],
+        # "local" or none at all resolved here, so that a refusal names the flag.
+        coordinator=resolve_coordinator(kw["warehouse"], kw["coordinator"]),
+        catalog_options=catalog_options(kw["catalog_option"]),
+        connect=build_connect_options(kw, settings["session_timeout_s"]),
+        **settings,
+    )
 
 
 def member_settings(kw: dict[str, Any], **given: Any) -> dict[str, Any]:

@@ -156,9 +156,17 @@ def load_config_file(ctx: click.Context, _param: click.Parameter, path: str | No
             raise click.BadParameter(f"config file {path}: unknown option {key!r}")
         if name == "catalog_option" and isinstance(value, dict):
             value = [f"{k}={v}" for k, v in value.items()]
+        elif isinstance(value, str) and _is_multiple(ctx, name):
+            value = [value]  # table = "db.orders": one value of a repeatable option
         defaults[name] = value
     ctx.default_map = {**(ctx.default_map or {}), **defaults}
     return path
+
+
+def _is_multiple(ctx: click.Context, name: str) -> bool:
+    """Whether the command's option ``name`` is repeatable (a list of values)."""
+    return any(isinstance(p, click.Option) and p.multiple and p.name == name
+               for p in ctx.command.params)
 
 
 def _parse_error(err: Exception) -> str:
@@ -315,12 +323,23 @@ def warn_of_secrets_on_the_command_line(ctx: click.Context, param: click.Paramet
     return pairs
 
 
-def _table_options(fn: F, *, table_required: bool) -> F:
+_SUBSCRIPTION_HELP = (
+    "A table, DATABASE.TABLE, or a pattern of them ('shop.*', '*.orders': shell-style "
+    "* ? [...] over database.table). Repeatable: the group reads every table named or "
+    "matched, and a pattern's new tables join it (--tables-refresh-s). One plain name: a "
+    "group of that one table. PAIMON_GROUP_TABLE may hold several, space-separated.")
+
+
+def _table_options(fn: F, *, table_required: bool, repeatable: bool = False) -> F:
     fn = catalog_option(fn)
     table_help = "The table, DATABASE.TABLE." if table_required else (
         "The table, DATABASE.TABLE. Default: the one the group was created on.")
-    fn = click.option("--table", required=table_required, envvar=env("table"),
-                      help=table_help)(fn)
+    if repeatable:
+        fn = click.option("--table", required=True, multiple=True, envvar=env("table"),
+                          metavar="DATABASE.TABLE", help=_SUBSCRIPTION_HELP)(fn)
+    else:
+        fn = click.option("--table", required=table_required, envvar=env("table"),
+                          help=table_help)(fn)
     return click.option("--warehouse", required=True, envvar=env("warehouse"),
                         help=_WAREHOUSE_HELP)(fn)
 
@@ -328,6 +347,12 @@ def _table_options(fn: F, *, table_required: bool) -> F:
 def table_options(fn: F) -> F:
     """``--warehouse``, ``--table`` (required) and ``--catalog-option``."""
     return _table_options(fn, table_required=True)
+
+
+def subscription_options(fn: F) -> F:
+    """``--warehouse``, ``--table`` (required, repeatable, names and patterns:
+    a tuple of values) and ``--catalog-option`` (``run``)."""
+    return _table_options(fn, table_required=True, repeatable=True)
 
 
 def stored_table_options(fn: F) -> F:

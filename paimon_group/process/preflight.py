@@ -4,7 +4,9 @@ Bad input must give one line and a non-zero exit *before* a member joins a
 group or a file appears. So ``paimon-group run`` checks, in this order: the
 options (click), the coordinator URL (:func:`check_coordinator_target`; an
 etcd or ZooKeeper address where nothing listens is refused there, at once:
-:func:`check_not_refused`), the table (opened once), the handler (imported), and finally that the
+:func:`check_not_refused`), the table (opened once: :func:`check_table`; the
+tables of a group of several, listed from the catalog opened once:
+:func:`check_tables`), the handler (imported), and finally that the
 coordinator answers (:func:`probe_coordinator`), saying "connecting to URL
 (timeout N s)" first for network coordinators, which may keep a user waiting.
 
@@ -32,14 +34,17 @@ import logging
 import os
 import stat
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from coordinators.errors import ConfigError, CoordinatorUnavailable
+from coordinators.errors import ConfigError, CoordinatorUnavailable, PaimonGroupError
 from coordinators.protocol import ConnectOptions
 from coordinators.registry import network_hosts, open_coordinator, redact_url, scheme_of
 from coordinators.urls import host_string
+from paimon_group.errors import TableNotFound, UnsupportedTable
 
 if TYPE_CHECKING:
+    from paimon_group.config.subscription import TableSubscription
+    from paimon_group.reading.discovery import ListedTable, TableListing
     from paimon_group.reading.table import ShardedTable
 
 log = logging.getLogger("paimon_group.cli")
@@ -106,6 +111,79 @@ def check_table(warehouse: str, identifier: str, catalog_options: dict[str, str]
     if shards is not None:
         plan_new_group(table, shards)
     return table
+
+
+def check_tables(warehouse: str, subscription: TableSubscription,
+                 catalog_options: dict[str, str], columns: Sequence[str] | None, *,
+                 shards: int | None = None) -> TableListing:
+    """The checks of :func:`check_table` for a group of several tables (names
+    and patterns, docs/many-tables.md), each refusal one line: ``--shards``
+    (each table's shard count is its own), the catalog opened once and the
+    subscription listed, a plain name missing, no table matched at all, a
+    table no group can read shard by shard, and ``--columns`` against every
+    table listed. The listing, for what it found (the member lists again)."""
+    from paimon_group.reading.discovery import list_subscribed, raise_if_missing
+    from paimon_group.reading.table import ShardedTable
+    from paimon_group.store.object_store import store_failure
+
+    if shards is not None:
+        raise ConfigError(
+            f"--shards {shards} is for a group of one table: with several tables "
+            f"(--table {subscription}) each table has its own shards (a fixed-bucket "
+            "table's bucket count, 4 for others); leave --shards out")
+    catalog, location, options = ShardedTable.open_catalog(
+        warehouse, catalog_options, for_table=str(subscription))
+    shown = redact_url(location)
+    try:
+        listing = list_subscribed(catalog, subscription)
+    except Exception as err:
+        failure = None if isinstance(err, PaimonGroupError) else store_failure(
+            err, str(subscription), location, options)
+        if failure is not None:
+            raise failure from err
+        raise
+    raise_if_missing(listing, shown)
+    if not listing.tables:
+        raise TableNotFound(f"--table {subscription} matches no table in warehouse {shown}: "
+                            "create one first (or check --warehouse and --table)")
+    unsupported = [t for t in listing.tables if t.unsupported]
+    if unsupported:
+        raise _unsupported(unsupported)
+    if columns is not None:
+        for listed in listing.tables:
+            _check_columns_of(catalog, listed.name, columns)
+    return listing
+
+
+def _unsupported(tables: Sequence[ListedTable]) -> UnsupportedTable:
+    """The one line refusing ``tables`` (listed, none readable shard by shard):
+    one table's reason; several tables' reason once when they share it."""
+    if len(tables) == 1:
+        return UnsupportedTable(tables[0].unsupported)
+    names = ", ".join(t.name for t in tables)
+    reasons = list(dict.fromkeys(t.unsupported.replace(f"table {t.name} ", "", 1)
+                                 for t in tables))
+    why = f"each {reasons[0]}" if len(reasons) == 1 else "; ".join(
+        t.unsupported for t in tables)
+    return UnsupportedTable(f"tables {names} cannot be read shard by shard: {why}")
+
+
+def _check_columns_of(catalog: Any, name: str, columns: Sequence[str]) -> None:
+    """Refuse ``--columns`` that table ``name`` of ``catalog`` does not have
+    (one line naming it); a table dropped since it was listed is passed over."""
+    from pypaimon.catalog.catalog_exception import (
+        DatabaseNotExistException,
+        TableNotExistException,
+    )
+
+    try:
+        fields = list(catalog.get_table(name).field_names)
+    except (TableNotExistException, DatabaseNotExistException, FileNotFoundError):
+        return
+    missing = [c for c in columns if c not in fields]
+    if missing:
+        raise ConfigError(f"--columns {missing} are not columns of table {name} (it has "
+                          f"{fields}): every table of the group must have them")
 
 
 def check_history_path(path: str | None) -> None:
