@@ -214,7 +214,7 @@ HANDLER = ("def handle(*args):\n    batch = args[-1]\n"
 # What a ``...`` stands for when the block's lines do not say.
 DEFAULTS = {"--group": "orders", "--warehouse": "/data/wh", "--table": "db.orders",
             "--handler": "my_jobs:handle"}
-TABLES = {"db.orders": 12, "dw.orders": 4, "shop.orders": 4}
+TABLES = {"db.orders": 12, "dw.orders": 4, "shop.orders": 4, "shop.items": 2}
 ETCD_PASSWORD = "pg-Pa55word"
 
 
