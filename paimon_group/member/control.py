@@ -128,14 +128,26 @@ class Control:
         several = self._core.meta is not None and self._core.meta.tables is not None
         view = await read_round(group, self._core.member_id,
                                 with_start=self._core.sharding is ShardRule.FILE and not several,
-                                with_meta=several)
-        self._core.observe_start(view.start)
+                                with_meta=several, starts=self._moving_starts() if several else ())
+        for table, start in view.starts.items():
+            self._core.observe_start(start, table)
         if view.meta is not None:
             await follow_map(self._core, view.meta)
         await self._check_member_key(group, view)
         await self._maybe_lead(group, view)
         await self._follow_assignment(group, view)
         await self._publish_sinks(group)
+
+    def _moving_starts(self) -> list[int]:
+        """The positions in the map of the bucket-unaware tables whose shards
+        this member holds: their starts may move (member/moved_start.py)."""
+        tables = self._core.tables
+        if tables is None:
+            return []
+        found = {t.index for s in self._core.owned if (t := tables.get(s)) is not None
+                 and t.index is not None and t.gone is None
+                 and ShardRule.parse(t.range.sharding) is ShardRule.FILE}
+        return sorted(i for i in found if i is not None)
 
     async def _publish_sinks(self, group: GroupClient) -> None:
         """Publish the sinks this member's batches were written to, each

@@ -240,8 +240,12 @@ class ReadLoop:
 
     async def settle(self, held: list[OwnedShard]) -> None:
         """Read back positions of uncertain commits, and resolve and pin the
-        start of shards without a position (before anything is planned)."""
+        start of shards without a position (before anything is planned); the
+        shards of a table found gone are left as they are (nothing of it is read)."""
         await self._commits.read_back([o for o in held if o.uncertain and not o.dropped])
+        tables = self._core.tables
+        if tables is not None and not tables.single:
+            held = [o for o in held if (t := tables.get(o.shard)) is not None and t.gone is None]
         # Shards of a start the group moved past scan the moved one (file rule).
         await repin_stale(self._core, self._commits, held)
         unresolved = [o for o in held if o.next_snapshot is None and not o.dropped]

@@ -24,12 +24,15 @@ znodes there).
 
 A member of a group of several tables reads the group record in the same
 request (``with_meta``): that is how it learns that the leader added a table
-to the map (member/table_refresh.py) before it is assigned one of its shards.
+to the map (member/table_refresh.py) before it is assigned one of its shards;
+and the starts of the bucket-unaware tables whose shards it holds (``starts``),
+as a member of a group of one such table reads the group's.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from coordinators.protocol import Entry
 from paimon_group.protocol.group import GroupClient
@@ -43,21 +46,38 @@ class RoundView:
     leader: tuple[str, int] | None  # (member id, leader epoch)
     assignment: Assignment | None
     assignment_version: int | None
-    start: GroupStart | None = None  # read only ``with_start``
+    # The starts read (``starts``), by table: None for a group of one table,
+    # else the table's position in the map.
+    starts: Mapping[int | None, GroupStart] = field(default_factory=dict)
     meta: GroupMeta | None = None  # read only ``with_meta``
+
+    @property
+    def start(self) -> GroupStart | None:
+        """The start of a group of one table, if read."""
+        return self.starts.get(None)
 
 
 async def read_round(group: GroupClient, member_id: str, *,
-                     with_start: bool = False, with_meta: bool = False) -> RoundView:
+                     with_start: bool = False, with_meta: bool = False,
+                     starts: Sequence[int] = ()) -> RoundView:
+    """The round's keys in one request; ``with_start``: the start of a group
+    of one table, ``starts``: those of the tables at these positions of a
+    group of several tables' map (its bucket-unaware tables the member reads)."""
     keys = group.keys
     wanted = (keys.member(member_id), keys.leader, keys.assignment)
-    extra = ((keys.start,) if with_start else ()) + ((keys.meta,) if with_meta else ())
-    got = await group.coordinator.get_many(wanted + extra)
+    tables: list[int | None] = [None] if with_start else []
+    tables += list(starts)
+    start_keys = [keys.start_of(t) for t in tables]
+    extra = (*start_keys, *((keys.meta,) if with_meta else ()))
+    got = await group.coordinator.get_many(wanted + tuple(extra))
     member_key, leader, assignment = (got.get(k) for k in wanted)
     decoded, version = group.assignment_of(assignment)
-    start = got.get(keys.start) if with_start else None
+    found: dict[int | None, GroupStart] = {}
+    for table, key in zip(tables, start_keys, strict=True):
+        entry = got.get(key)
+        if entry is not None:
+            found[table] = GroupStart.decode(entry.key, entry.value)
     meta = got.get(keys.meta) if with_meta else None
     return RoundView(member_key=member_key, leader=leader_of(leader), assignment=decoded,
-                     assignment_version=version,
-                     start=None if start is None else GroupStart.decode(start.key, start.value),
+                     assignment_version=version, starts=found,
                      meta=None if meta is None else GroupMeta.decode(meta.key, meta.value))

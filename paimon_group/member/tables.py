@@ -181,12 +181,16 @@ class RoutedMirror:
 
     def due(self, shard: int, next_snapshot: int, *, full_scan_pending: bool = False,
             start_moves: int | None = None) -> bool:
+        if self._tables.of(shard).gone is not None:
+            return False
         mirror, local = self._at(shard)
         return mirror.due(local, next_snapshot, full_scan_pending=full_scan_pending,
                           start_moves=start_moves)
 
     def write(self, shard: int, next_snapshot: int, *, force: bool = False,
               full_scan_pending: bool = False, start_moves: int | None = None) -> bool:
+        if self._tables.of(shard).gone is not None:
+            return False  # no file into a dropped table's directory (it would make it again)
         mirror, local = self._at(shard)
         return mirror.write(local, next_snapshot, force=force,
                             full_scan_pending=full_scan_pending, start_moves=start_moves)
@@ -198,6 +202,8 @@ class RoutedMirror:
         moves = start_moves or {}
         failed: dict[int, BaseException] = {}
         for table, group_shards in self._tables.by_table(shards).items():
+            if table.gone is not None:
+                continue  # as write()
             locals_ = [table.local(s) for s in group_shards]
             errors = table.mirror.write_many(
                 locals_, next_snapshot, full_scan_pending=full_scan_pending,
