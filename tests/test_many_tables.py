@@ -16,11 +16,12 @@ from typing import Any
 import pytest
 
 from paimon_group import GroupMember, MemberConfig
-from paimon_group.errors import ConfigError, TableNotFound
+from paimon_group.errors import ConfigError, SnapshotExpired, TableNotFound
 from paimon_group.reading.batch import ShardBatch
 from tests.support.tables import (
     bucket_of,
     catalog,
+    expire_snapshots,
     make_append_table,
     make_pk_table,
     write_rows,
@@ -216,3 +217,50 @@ async def test_the_load_assignor_spreads_a_busy_table_and_packs_quiet_ones(
 
 def busy_shards(table: Any) -> range:
     return range(table.first, table.end)
+
+
+async def _read_all(member: GroupMember, seen: Seen, wanted: dict[str, int]) -> None:
+    """Run ``member`` until ``seen`` holds ``wanted`` rows of each table, then stop it."""
+    async with member:
+        run = asyncio.create_task(member.run(_collector(seen)))
+        try:
+            await eventually(lambda: all(len(_rows(seen, t)) >= n for t, n in wanted.items())
+                             or run.done(), limit_s=60)
+            assert not run.done()
+        finally:
+            run.cancel()
+            await asyncio.gather(run, return_exceptions=True)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("on_data_loss", ["fail", "skip"])
+async def test_data_loss_is_one_table_s_and_names_it(tmp_path: Path, on_data_loss: str) -> None:
+    wh = tmp_path / "wh"
+    make_pk_table(wh, "shop.a", buckets=2)
+    make_pk_table(wh, "shop.b", buckets=2)
+    write_rows(wh, "shop.a", range(10))
+    write_rows(wh, "shop.b", range(100, 110))
+    url = f"sqlite://{tmp_path}/c.sqlite"
+    seen: Seen = defaultdict(list)
+    await _read_all(GroupMember(_config(wh, url, "g", "a", "shop.*"), handle_signals=False),
+                    seen, {"shop.a": 10, "shop.b": 10})
+    # While no member runs: table b commits three snapshots and expires two of them.
+    for first in (110, 120, 130):
+        write_rows(wh, "shop.b", range(first, first + 10))
+    expire_snapshots(wh, "shop.b", keep_from=4)
+    write_rows(wh, "shop.a", range(10, 20))
+    member = GroupMember(_config(wh, url, "g", "a", "shop.*", on_data_loss=on_data_loss),
+                         handle_signals=False)
+    if on_data_loss == "fail":
+        async with member:
+            run = asyncio.create_task(member.run(_collector(seen)))
+            with pytest.raises(SnapshotExpired) as failed:
+                await asyncio.wait_for(run, timeout=60)
+        line = str(failed.value)
+        assert "snapshots 2..3 of table shop.b expired" in line, line
+        assert "--table shop.b" in line and "\n" not in line
+        return
+    await _read_all(member, seen, {"shop.a": 20, "shop.b": 20})
+    assert _rows(seen, "shop.a") == list(range(20))
+    # b's rows of the expired snapshots are lost, said in one line; the rest read.
+    assert _rows(seen, "shop.b") == [*range(100, 110), *range(130, 140)]
