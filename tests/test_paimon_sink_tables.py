@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -314,3 +315,63 @@ def test_a_former_owner_of_one_table_s_shard_is_refused_by_its_own_marks(
             _deliver(sink, stale)
     assert _read(tmp_path, "db.out") == [
         r for r in _expected("db.src_a", "db.src_b") if r[1] == 1]
+
+
+
+def _page_handler(wh: Path, name: str) -> tuple[Any, PaimonSink | PaimonSinks]:
+    """docs/paimon-sink.md's ``name`` as written (its warehouse the test's):
+    its ``handle`` and the sink it made."""
+    from tests.test_docs_paimon_sink import page_files
+
+    namespace: dict[str, Any] = {"__name__": name.removesuffix(".py")}
+    exec(page_files()[name].replace("/data/wh", str(wh)), namespace)
+    sinks = [v for v in namespace.values() if isinstance(v, PaimonSink | PaimonSinks)]
+    assert len(sinks) == 1
+    return namespace["handle"], sinks[0]
+
+
+def _ids(wh: Path, name: str, *columns: str) -> list[tuple[Any, ...]]:
+    table = open_table(wh, name)
+    builder = table.new_read_builder()
+    rows = builder.new_read().to_arrow(builder.new_scan().plan().splits())
+    return sorted(zip(*(rows.column(c).to_pylist() for c in columns), strict=True))
+
+
+@pytest.mark.parametrize("name", ["copy_tables.py", "merge_tables.py"])
+def test_the_page_s_handlers_write_each_table_once(tmp_path: Path, name: str) -> None:
+    """The handlers of docs/paimon-sink.md, "A group of several tables", as
+    written, on a group of two tables (``db.src_a`` and ``db.src_b``, their
+    batches named as the page's tables): each batch once, each replay
+    (a new owner's) found."""
+    copy = name == "copy_tables.py"
+    names = {"db.src_a": "shop.orders", "db.src_b": "shop.items" if copy else "shop.returns"}
+    _sources(tmp_path)
+    fields = [pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.int64()),
+              pa.field("payload", pa.string())]
+    for target in ["shop.orders_copy", "shop.items_copy"] if copy else ["shop.movements"]:
+        extra = [] if copy else [pa.field("source_table", pa.string())]
+        _create(tmp_path, target, pa.schema(fields + extra), primary_keys=[],
+                options={"bucket": "-1"})
+    handle, sink = _page_handler(tmp_path, name)
+    with sink:
+        for epoch in (1, 2):
+            for delta in (False, True):
+                for ours, page_name in names.items():
+                    for batch in _batches(tmp_path, ours, delta=delta, epoch=epoch):
+                        batch.table = page_name
+                        try:
+                            handle(batch)
+                            for sealed in batch.seal_output():
+                                sealed.result(60)
+                            assert epoch == 1, "a replay was written"
+                        except AlreadyWritten:
+                            assert epoch == 2
+                        finally:
+                            batch.close_output()
+    if copy:
+        assert _ids(tmp_path, "shop.orders_copy", "id") == [(i,) for i in range(20)]
+        assert _ids(tmp_path, "shop.items_copy", "id") == [(i,) for i in range(100, 120)]
+    else:
+        assert _ids(tmp_path, "shop.movements", "id", "source_table") == sorted(
+            [(i, "shop.orders") for i in range(20)] + [(i, "shop.returns")
+                                                      for i in range(100, 120)])
