@@ -110,7 +110,11 @@ Example::
     >>> old.for_batch(Source("schema-0@1", 2, "bucket"))  # another shard count
     {}
     >>> old.written(Source("schema-0@2", 4, "bucket"), {1: ShardMark(1, 3)}).shards
-    {1: ShardMark(epoch=1, next_snapshot=3, incarnation='', start_moves=0)}
+    {1: ShardMark(epoch=1, next_snapshot=3, incarnation='', start_moves=0, scan=None)}
+    >>> marks_key("cdc"), marks_key("cdc", "shop.items")  # a group's, a source table's
+    ('cdc', 'cdc@shop.items')
+    >>> split_key("cdc@shop.items")
+    ('cdc', 'shop.items')
 """
 
 from __future__ import annotations
