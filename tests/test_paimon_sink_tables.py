@@ -375,3 +375,26 @@ def test_the_page_s_handlers_write_each_table_once(tmp_path: Path, name: str) ->
         assert _ids(tmp_path, "shop.movements", "id", "source_table") == sorted(
             [(i, "shop.orders") for i in range(20)] + [(i, "shop.returns")
                                                       for i in range(100, 120)])
+
+
+def test_write_many_commits_each_target_s_items_once(tmp_path: Path) -> None:
+    """``PaimonSinks.write_many``: each target's items in one commit of that
+    target, the verdicts in the items' order; the same items again are all
+    found written."""
+    _sources(tmp_path)
+    _target(tmp_path, "db.out_a")
+    _target(tmp_path, "db.out_b")
+
+    def items() -> list[tuple[pa.Table, ShardBatch]]:
+        batches = [b for delta in (False, True) for t in ("db.src_b", "db.src_a")
+                   for b in _batches(tmp_path, t, delta=delta)]
+        return [(_output(b), b) for b in batches]
+
+    with PaimonSinks(str(tmp_path), {"db.src_a": "db.out_a", "db.src_b": "db.out_b"},
+                     commit_interval_s=0) as sinks:
+        assert [v.kind for v in sinks.write_many(items())] == ["write"] * 8
+        assert {t: s.commits for t, s in sinks.sinks.items()} == {"db.out_a": 1, "db.out_b": 1}
+        again = sinks.write_many(items())
+        assert [(v.kind, v.next_snapshot) for v in again] == [("already", 3)] * 8
+    assert _read(tmp_path, "db.out_a") == _expected("db.src_a")
+    assert _read(tmp_path, "db.out_b") == _expected("db.src_b")
