@@ -19,6 +19,17 @@ may have reached; :func:`paimon_group.protocol.records.position_order`). The mar
 are cumulative (each commit carries those of the commit before, with its own
 shards' replaced), so the newest snapshot that has them says everything.
 
+A group of several tables (docs/many-tables.md) numbers each table's shards
+from 0: its marks are kept per source table, under
+``paimon-group.sink.<group>@<database.table>`` (:func:`marks_key`), for
+every table but the one whose range of the group's shards starts at 0. That
+one's shard numbers are the group's, so its marks stay under
+``paimon-group.sink.<group>``, where a group of that table alone keeps them
+(:func:`paimon_group.sink.pending.marks_table_of` says which key a batch's
+marks are under). A group of one table keeps its marks as before, byte for
+byte; a release before this one carries the per-table properties as another
+group's.
+
 A group's marks hold for batches of their source only. A batch of another
 source (a table dropped and re-created under the same name, a group deleted
 and started again with another shard count or sharding rule: its shard
@@ -99,7 +110,11 @@ Example::
     >>> old.for_batch(Source("schema-0@1", 2, "bucket"))  # another shard count
     {}
     >>> old.written(Source("schema-0@2", 4, "bucket"), {1: ShardMark(1, 3)}).shards
-    {1: ShardMark(epoch=1, next_snapshot=3, incarnation='', start_moves=0)}
+    {1: ShardMark(epoch=1, next_snapshot=3, incarnation='', start_moves=0, scan=None)}
+    >>> marks_key("cdc"), marks_key("cdc", "shop.items")  # a group's, a source table's
+    ('cdc', 'cdc@shop.items')
+    >>> split_key("cdc@shop.items")
+    ('cdc', 'shop.items')
 """
 
 from __future__ import annotations
@@ -123,13 +138,33 @@ named ``commit``)."""
 _FORMER_NONCE = re.compile(r"[0-9a-f]{32}")
 
 
-def property_key(group: str) -> str:
-    """The snapshot property holding ``group``'s marks."""
-    return PROPERTY_PREFIX + group
+TABLE_SEPARATOR = "@"
+"""Between a group and a source table in a marks key (no group name has it)."""
+
+
+def marks_key(group: str, table: str = "") -> str:
+    """The key ``group``'s marks are kept under: the group's name (a group of
+    one table, and the table of a group of several whose shard numbers are
+    the group's), or ``<group>@<database.table>`` for the source ``table``
+    of a group of several tables (:func:`paimon_group.sink.pending.marks_table_of`)."""
+    return f"{group}{TABLE_SEPARATOR}{table}" if table else group
+
+
+def split_key(key: str) -> tuple[str, str]:
+    """The group and the source table ("": the group's own marks) of a marks key."""
+    group, _, table = key.partition(TABLE_SEPARATOR)
+    return group, table
+
+
+def property_key(key: str) -> str:
+    """The snapshot property holding the marks kept under ``key`` (a group's
+    name, or :func:`marks_key`'s of a group and a source table)."""
+    return PROPERTY_PREFIX + key
 
 
 def group_of(key: str, value: str) -> str | None:
-    """The group whose marks the snapshot property ``key`` holds, or None.
+    """The marks key (:func:`marks_key`: a group, or a group and a source
+    table) whose marks the snapshot property ``key`` holds, or None.
     Snapshots committed before the commit's nonce had a property of its own
     hold it under ``paimon-group.sink.commit``: a hex nonce there is not a
     group's marks."""

@@ -72,6 +72,7 @@ from paimon_group.sink.marks import (
     ShardMark,
     Verdict,
     encode,
+    marks_key,
     property_key,
 )
 from paimon_group.sink.pending import Pending as _Pending
@@ -357,9 +358,9 @@ class PaimonSink:
         for the others until :meth:`seal`)."""
         table = self.target.conform(_as_arrow(rows), batch)
         pending = _Pending.of(batch, table.num_rows)
-        verdict, _ = judge_step(self.target.group_marks(batch.group), pending)
+        verdict, _ = judge_step(self.target.group_marks(pending.key), pending)
         _tell_batch(batch, verdict)
-        _raise_unless_write(verdict, batch.group, batch.shard, batch.epoch)
+        _raise_unless_write(verdict, batch.group, batch.shard, batch.epoch, pending.table)
         writer: PartsWriter | None = None
         if parts:
             writer = self.target.open_writer(table)
@@ -394,9 +395,11 @@ class PaimonSink:
             self._queue.append(pending)
             self._cond.notify_all()
 
-    def marks(self, group: str) -> dict[int, ShardMark]:
-        """Each shard's mark in the target for ``group`` (read now)."""
-        return dict(self.target.marks(group, fresh=True))
+    def marks(self, group: str, table: str = "") -> dict[int, ShardMark]:
+        """Each shard's mark in the target for ``group`` (read now); with
+        ``table``, those kept for that source table of a group of several
+        tables (docs/paimon-sink.md, "A group of several tables")."""
+        return dict(self.target.marks(marks_key(group, table), fresh=True))
 
     def close(self, timeout: float | None = None) -> None:
         """Commit what is queued and stop the committer. Idempotent."""
@@ -499,7 +502,7 @@ class PaimonSink:
                 continue
             _tell_batch(p.batch, verdict)
             try:
-                _raise_unless_write(verdict, p.group, p.shard, p.epoch)
+                _raise_unless_write(verdict, p.group, p.shard, p.epoch, p.table)
             except PaimonGroupError as err:
                 p.finish(err)
             p.finish()
@@ -532,22 +535,24 @@ class PaimonSink:
                        ) -> tuple[list[_Pending], dict[str, GroupMarks]]:
         """``pending`` judged in order against the marks ``stored`` (each
         against those the ones before it leave): the batches to write, and
-        each group's marks once they are in. ``verdicts`` gets the others."""
+        the marks of each key (a group's, or a group's source table's) once
+        they are in. ``verdicts`` gets the others."""
         current: dict[str, GroupMarks] = {}
         unreadable: dict[str, PaimonGroupError] = {}
         writes: list[_Pending] = []
         verdicts.clear()
         for p in pending:
-            if p.group not in current and p.group not in unreadable:
+            key = p.key  # the group's, or its source table's (a group of several)
+            if key not in current and key not in unreadable:
                 try:
-                    current[p.group] = self.target.decoded(p.group, stored[p.group]) \
-                        if p.group in stored else GroupMarks()
+                    current[key] = self.target.decoded(key, stored[key]) \
+                        if key in stored else GroupMarks()
                 except PaimonGroupError as err:
-                    unreadable[p.group] = err
-            if p.group in unreadable:
-                verdicts.append((p, unreadable[p.group]))
+                    unreadable[key] = err
+            if key in unreadable:
+                verdicts.append((p, unreadable[key]))
                 continue
-            verdict, current[p.group] = judge_step(current[p.group], p)
+            verdict, current[key] = judge_step(current[key], p)
             if verdict.kind != "write":
                 verdicts.append((p, verdict))
             else:
@@ -574,10 +579,10 @@ class PaimonSink:
         with every group's marks: ``current``'s for the groups written,
         the others as ``stored``. False: another writer took the id first."""
         nonce = uuid.uuid4().hex
-        properties = {property_key(group): value for group, value in stored.items()}
-        for group in {p.group for p in writes}:
-            marks = current[group]
-            properties[property_key(group)] = encode(marks.shards, marks.source)
+        properties = {property_key(key): value for key, value in stored.items()}
+        for key in {p.key for p in writes}:
+            marks = current[key]
+            properties[property_key(key)] = encode(marks.shards, marks.source)
         properties[NONCE_PROPERTY] = nonce
         if not self.target.commit_once(messages, latest, properties, self.commit_user,
                                        next(self._identifiers), nonce):

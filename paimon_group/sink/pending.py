@@ -16,9 +16,9 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
-from paimon_group.errors import AlreadyWritten, StaleSinkWrite
+from paimon_group.errors import AlreadyWritten, PaimonGroupError, StaleSinkWrite
 from paimon_group.reading.planner import BatchKind
-from paimon_group.sink.marks import GroupMarks, Source, Verdict, judge, mark_after
+from paimon_group.sink.marks import GroupMarks, Source, Verdict, judge, mark_after, marks_key
 from paimon_group.sink.target import PartsWriter
 
 
@@ -39,6 +39,7 @@ class Pending:
     rows: int
     batch: Any = None
     source: Source = field(default_factory=Source)
+    table: str = ""  # the source table its marks are kept for ("": the group's own)
     future: concurrent.futures.Future[None] = field(default_factory=concurrent.futures.Future)
     # A member's batch written in parts: their one writer, until sealed.
     writer: PartsWriter | None = None
@@ -49,7 +50,13 @@ class Pending:
         """``batch``'s entry (``rows`` of output), its files still to come."""
         return cls(batch.group, batch.shard, batch.epoch, incarnation_of(batch),
                    start_moves_of(batch), first_of(batch), full_scan_of(batch),
-                   batch.next_snapshot, batch.snapshot_id, [], rows, batch, source_of(batch))
+                   batch.next_snapshot, batch.snapshot_id, [], rows, batch, source_of(batch),
+                   marks_table_of(batch))
+
+    @property
+    def key(self) -> str:
+        """The key its marks are kept under (:func:`~paimon_group.sink.marks.marks_key`)."""
+        return marks_key(self.group, self.table)
 
     def finish(self, error: BaseException | None = None) -> None:
         """Answer the batch's waiter (once): committed, or ``error``."""
@@ -84,6 +91,30 @@ def source_of(batch: Any) -> Source:
                   str(getattr(batch, "sharding", "") or ""))
 
 
+def marks_table_of(batch: Any) -> str:
+    """The source table whose own marks the batch is judged against and
+    moves, or "" for its group's marks (docs/paimon-sink.md, "A group of
+    several tables"). A batch whose ``shard`` is not its ``group_shard`` is
+    of a table of a group of several tables, numbered from 0 in that table
+    (its range of the group's shards does not start at 0): its marks are
+    its source table's. Any other batch's are the group's, as ever: a group
+    of one table, and the table of a group of several whose range starts at
+    0 (its shard numbers are the group's, its marks where a group of that
+    table alone keeps them). A table's range never moves, so its batches
+    always use the same marks. One line for a batch of a group of several
+    tables that does not name its table."""
+    group_shard = getattr(batch, "group_shard", None)
+    if group_shard is None or group_shard == batch.shard:
+        return ""
+    table = str(getattr(batch, "table", "") or "")
+    if not table:
+        raise PaimonGroupError(
+            f"group {batch.group} shard {group_shard}: the batch is of a table's shard "
+            f"{batch.shard} and does not say which table (ShardBatch(table=...)): the sink "
+            "keeps a group's marks per source table")
+    return table
+
+
 def full_scan_of(batch: Any) -> int | None:
     """The snapshot an initial full scan reads (None: a delta batch)."""
     return batch.snapshot_id if batch.kind is BatchKind.INITIAL else None
@@ -97,14 +128,17 @@ def tell_batch(batch: Any, verdict: Verdict) -> None:
         batch.sink_holds = verdict.next_snapshot
 
 
-def raise_unless_write(verdict: Verdict, group: str, shard: int, epoch: int) -> None:
+def raise_unless_write(verdict: Verdict, group: str, shard: int, epoch: int,
+                       table: str = "") -> None:
+    where = f"group {group} table {table} shard {shard}" if table else \
+        f"group {group} shard {shard}"
     if verdict.kind == "stale":
-        raise StaleSinkWrite(f"group {group} shard {shard}: a newer owner than epoch {epoch} "
+        raise StaleSinkWrite(f"{where}: a newer owner than epoch {epoch} "
                              "has written to the target; nothing was written")
     if verdict.kind == "already":
         assert verdict.next_snapshot is not None
         raise AlreadyWritten(
-            f"group {group} shard {shard}: the target already holds this batch, up to "
+            f"{where}: the target already holds this batch, up to "
             f"snapshot {verdict.next_snapshot - 1}", shard=shard,
             next_snapshot=verdict.next_snapshot)
 

@@ -305,7 +305,9 @@ class TargetTable:
 
     def group_marks(self, group: str, *, fresh: bool = True) -> GroupMarks:
         """``group``'s marks (with their source) as of the newest snapshot
-        (``fresh``) or as last read; one line if they cannot be read."""
+        (``fresh``) or as last read; one line if they cannot be read.
+        ``group`` is a marks key (:func:`~paimon_group.sink.marks.marks_key`):
+        a group's name, or a group's and a source table's."""
         if fresh:
             value = self.marks_at_latest()[1].get(group)
         else:
