@@ -30,6 +30,7 @@ from paimon_group.version import __version__
 from tests.support.checker import check_all
 from tests.support.group_procs import REPO, GroupHarness, live_members
 from tests.support.releases import install_release, previous_release
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -182,3 +183,22 @@ def test_member_refuses_a_feature_it_cannot_follow(tmp_path: Path) -> None:
     d = h.describe()  # it held nothing and left nothing: no member, no owner
     assert d["members"] == [] and all(s["owner"] is None for s in d["shards"]), d
     assert all(s["next_snapshot"] == 2 for s in d["shards"]), d  # nothing committed
+
+
+def test_the_previous_release_refuses_a_group_of_several_tables(
+        tmp_path: Path, previous_release_script: Path) -> None:
+    h = MixedGroup(tmp_path, f"sqlite://{tmp_path}/coordinator.sqlite", previous_release_script)
+    try:
+        h.write(range(10))
+        h.table = "db.*"  # main creates a group of several tables (here one, by a pattern)
+        h.start_as("m0", "main")
+        wait_for("m0 holds its shards", lambda: "acquired shards" in h.log("m0"), timeout=60,
+                 alive={"m0": h.procs["m0"]})
+        assert h.terminate("m0") == 0, h.log("m0")
+        h.table = "db.t"  # the previous release names the table itself
+        code = h.start_as("m1", "previous").wait(timeout=60)
+        lines = [line for line in h.log("m1").splitlines() if "error" in line.lower()]
+    finally:
+        h.cleanup()
+    assert code != 0 and len(lines) == 1, h.log("m1")
+    assert "'g'" in lines[0] and "db.*" in lines[0], lines
