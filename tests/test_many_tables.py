@@ -224,8 +224,15 @@ async def _read_all(member: GroupMember, seen: Seen, wanted: dict[str, int]) -> 
     async with member:
         run = asyncio.create_task(member.run(_collector(seen)))
         try:
-            await eventually(lambda: all(len(_rows(seen, t)) >= n for t, n in wanted.items())
-                             or run.done(), limit_s=60)
+            try:
+                await eventually(lambda: all(len(_rows(seen, t)) >= n
+                                             for t, n in wanted.items()) or run.done(),
+                                 limit_s=120)
+            except AssertionError:
+                raise AssertionError(
+                    f"rows {({t: len(_rows(seen, t)) for t in seen})}, wanted {wanted}; "
+                    f"member {member.state.value} error {member.error!r}, owned "
+                    f"{member.owned_shards}, positions {member.shard_positions()}") from None
             assert not run.done()
         finally:
             run.cancel()

@@ -137,6 +137,10 @@ class MemberCore:
     """The shared state of a member; see the module docstring."""
 
     start_position: StartPosition  # set by start()
+    # A group of several tables: their catalog and the listing its start made
+    # (set by opened_catalog).
+    _catalog: tuple[Any, str] | None = None
+    listing: TableListing | None = None
 
     def __init__(
         self,
@@ -164,9 +168,6 @@ class MemberCore:
             else NullRecorder()
         )
         self.table: ShardedTable | None = None
-        # A group of several tables: their catalog and the listing the start made.
-        self._catalog: tuple[Any, str] | None = None
-        self.listing: TableListing | None = None
         # The joined session (None before the first join), replaced whole by
         # membership alone (replace_session).
         self._session: JoinedSession | None = None
@@ -184,11 +185,9 @@ class MemberCore:
         # The sinks this member's batches were written to (handed to them
         # with each batch; the control part publishes them, for describe).
         self.sinks = SinkRegistry()
-        # The group's start as last read (None: none stored, or not read):
-        # a shard whose position derives from a start it moved past scans the
-        # moved one (member/read_loop.py, ReadLoop.settle).
-        # By table: None for a group of one table, else the table's position
-        # in the group's map (member/tables.py).
+        # The starts as last read, by table (None: a group of one table; else
+        # the table's position in the map): a shard of a start moved past
+        # scans the moved one (member/read_loop.py, ReadLoop.settle).
         self._starts: dict[int | None, GroupStart] = {}
         # Also the wake-up and joined events.
         self._gate = SessionGate(config, lambda: self.coordinator, clock.monotonic)
