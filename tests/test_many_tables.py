@@ -271,3 +271,38 @@ async def test_data_loss_is_one_table_s_and_names_it(tmp_path: Path, on_data_los
     assert _rows(seen, "shop.a") == list(range(20))
     # b's rows of the expired snapshots are lost, said in one line; the rest read.
     assert _rows(seen, "shop.b") == [*range(100, 110), *range(130, 140)]
+
+
+@pytest.mark.asyncio
+async def test_each_batch_has_its_table_s_schema_as_it_evolves(tmp_path: Path) -> None:
+    from tests.test_schema_change import _add_column, _write_with_extra
+
+    wh = tmp_path / "wh"
+    make_pk_table(wh, "shop.a", buckets=2)
+    make_pk_table(wh, "shop.b", buckets=2)
+    write_rows(wh, "shop.a", range(10))
+    write_rows(wh, "shop.b", range(100, 110))
+    url = f"sqlite://{tmp_path}/c.sqlite"
+    columns: dict[str, set[tuple[str, ...]]] = defaultdict(set)
+    seen: Seen = defaultdict(list)
+    collect = _collector(seen)
+
+    def handle(batch: ShardBatch) -> None:
+        columns[batch.table].add(tuple(batch.to_arrow().column_names))
+        collect(batch)
+
+    member = GroupMember(_config(wh, url, "g", "a", "shop.*"), handle_signals=False)
+    async with member:
+        run = asyncio.create_task(member.run(handle))
+        try:
+            await eventually(lambda: len(_rows(seen, "shop.b")) >= 10, limit_s=60)
+            _add_column(str(wh), "shop.b")  # only b evolves
+            _write_with_extra(str(wh), "shop.b", range(110, 120))
+            write_rows(wh, "shop.a", range(10, 20))
+            await eventually(lambda: len(_rows(seen, "shop.b")) >= 20
+                             and len(_rows(seen, "shop.a")) >= 20, limit_s=60)
+        finally:
+            run.cancel()
+            await asyncio.gather(run, return_exceptions=True)
+    assert columns["shop.a"] == {("id", "v", "payload")}, columns
+    assert columns["shop.b"] == {("id", "v", "payload"), ("id", "v", "payload", "extra")}
