@@ -169,7 +169,8 @@ class Membership:
                                 f"in warehouse {warehouse}: create one first")
         incarnation = uuid.uuid4().hex
         for rng in tables.ranges:
-            await self._vet_table_files(opened[rng.name], rng, incarnation)
+            await self._vet_table_files(opened[rng.name], ConsumerFilesOrigin(
+                core.group_name, incarnation, rng.shards, rng.sharding), rng.name)
         meta = await group.ensure_tables_meta(subscription, tables, incarnation=incarnation,
                                               warehouse=warehouse, assignor=config.assignor)
         if meta.incarnation != incarnation and meta.tables is not None:
@@ -185,24 +186,25 @@ class Membership:
                         table_meta(meta, rng)))
         return meta
 
-    async def _vet_table_files(self, table: ShardedTable, rng: TableRange,
-                               incarnation: str) -> None:
+    async def _vet_table_files(self, table: ShardedTable, origin: ConsumerFilesOrigin,
+                               what: str = "") -> None:
         """A new group's consumer files in ``table``'s directory, vetted
-        (:func:`paimon_group.reading.consumer_meta.prepare_new_group`)."""
-        origin = ConsumerFilesOrigin(self._core.group_name, incarnation, rng.shards,
-                                     rng.sharding)
+        (:func:`paimon_group.reading.consumer_meta.prepare_new_group`) for
+        ``origin``; ``what`` names the table of a group of several."""
         mirror = ConsumerMirror(table.table.file_io, table.table_path, self._core.group_name,
                                 clock=self._core.clock.monotonic)
         try:
             note = await self._core.in_io(functools.partial(
                 prepare_new_group, mirror, table.table.file_io, table.table_path, origin))
         except Exception as err:
-            log.warning("group %s, table %s: consumer files not vetted (%s): its shards "
-                        "without a coordinator position start as configured",
-                        self._core.group_name, rng.name, err)
+            # Then the origin does not name this incarnation: no shard resumes
+            # from a consumer file, each starts as configured.
+            log.warning("group %s%s: consumer files not vetted (%s): shards without a "
+                        "coordinator position start as configured", self._core.group_name,
+                        f", table {what}" if what else "", err)
             return
         if note:
-            log.warning("table %s: %s", rng.name, note)
+            log.warning("%s%s", f"table {what}: " if what else "", note)
 
     def _single_table(self, meta: GroupMeta) -> MemberTables:
         """The one table of a group of one table, its range every shard."""
@@ -285,22 +287,9 @@ class Membership:
         """A new group's origin (its new incarnation id), after its consumer
         files were vetted (:func:`paimon_group.reading.consumer_meta.prepare_new_group`)."""
         assert self._core.table is not None
-        table = self._core.table
-        incarnation = uuid.uuid4().hex
-        origin = ConsumerFilesOrigin(self._core.group_name, incarnation, num_shards, sharding)
-        mirror = ConsumerMirror(table.table.file_io, table.table_path, self._core.group_name,
-                                clock=self._core.clock.monotonic)
-        try:
-            note = await self._core.in_io(functools.partial(
-                prepare_new_group, mirror, table.table.file_io, table.table_path, origin))
-        except Exception as err:
-            # Then the origin does not name this incarnation: no shard resumes
-            # from a consumer file, each starts as configured.
-            log.warning("group %s: consumer files not vetted (%s): shards without a "
-                        "coordinator position start as configured", self._core.group_name, err)
-            return origin
-        if note:
-            log.warning("%s", note)
+        origin = ConsumerFilesOrigin(self._core.group_name, uuid.uuid4().hex, num_shards,
+                                     sharding)
+        await self._vet_table_files(self._core.table, origin)
         return origin
 
     async def _register(self, group: GroupClient, info: MemberInfo) -> None:
