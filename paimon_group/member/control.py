@@ -30,7 +30,7 @@ from paimon_group.member.tables import MemberTables
 from paimon_group.protocol.assignors import assign_over, assignor_named
 from paimon_group.protocol.group import GroupClient
 from paimon_group.protocol.group_start import read_group_start
-from paimon_group.protocol.records import Assignment
+from paimon_group.protocol.records import Assignment, GroupMeta
 from paimon_group.protocol.sharding import Sharding, ShardRule
 from paimon_group.protocol.sinks import publish as publish_sinks
 from paimon_group.protocol.static_membership import VanishedMembers, same_assignment, sticky_basis
@@ -63,6 +63,7 @@ class Control:
         # and each table's last load measurement (by the first shard of its range).
         self._table_watch = TableWatch(core)
         self._table_loads: dict[int, MeasuredLoad] = {}
+        self._meta_seen: bytes | None = None  # the group record's bytes, as last followed
 
     async def run(self) -> None:
         fired: set[str] = {"start"}
@@ -131,8 +132,10 @@ class Control:
                                 with_meta=several, starts=self._moving_starts() if several else ())
         for table, start in view.starts.items():
             self._core.observe_start(start, table)
-        if view.meta is not None:
-            await follow_map(self._core, view.meta)
+        if view.meta is not None and view.meta != self._meta_seen:
+            # Decoded only when its bytes changed: a map of many tables is long.
+            await follow_map(self._core, GroupMeta.decode(group.keys.meta, view.meta))
+            self._meta_seen = view.meta
         await self._check_member_key(group, view)
         await self._maybe_lead(group, view)
         await self._follow_assignment(group, view)

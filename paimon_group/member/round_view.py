@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from coordinators.protocol import Entry
 from paimon_group.protocol.group import GroupClient
 from paimon_group.protocol.group_views import leader_of
-from paimon_group.protocol.records import Assignment, GroupMeta, GroupStart
+from paimon_group.protocol.records import Assignment, GroupStart
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ class RoundView:
     # The starts read (``starts``), by table: None for a group of one table,
     # else the table's position in the map.
     starts: Mapping[int | None, GroupStart] = field(default_factory=dict)
-    meta: GroupMeta | None = None  # read only ``with_meta``
+    meta: bytes | None = None  # the group record's bytes, read only ``with_meta``
 
     @property
     def start(self) -> GroupStart | None:
@@ -80,4 +80,4 @@ async def read_round(group: GroupClient, member_id: str, *,
     meta = got.get(keys.meta) if with_meta else None
     return RoundView(member_key=member_key, leader=leader_of(leader), assignment=decoded,
                      assignment_version=version, starts=found,
-                     meta=None if meta is None else GroupMeta.decode(meta.key, meta.value))
+                     meta=None if meta is None else meta.value)
