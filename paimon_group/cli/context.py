@@ -19,6 +19,7 @@ from paimon_group.config.member import resolve_coordinator
 from paimon_group.config.settings import SESSION_TIMEOUT_S
 
 if TYPE_CHECKING:
+    from paimon_group.protocol.table_map import TableMap
     from paimon_group.reading.table import ShardedTable
 
 # The group protocol, the table and the operator tools are imported when a
@@ -85,6 +86,26 @@ def open_table(kw: dict[str, Any], identifier: str | None = None) -> ShardedTabl
     return ShardedTable.open(
         kw["warehouse"], identifier or kw["table"], catalog_options(kw.get("catalog_option", ()))
     )
+
+
+def open_map_tables(kw: dict[str, Any], tables: TableMap) -> dict[int, ShardedTable | str]:
+    """The live tables of a group of several tables' map (docs/many-tables.md),
+    by position in it, opened in one catalog of ``--warehouse`` (blocking); a
+    table that cannot be opened (dropped since the map was written) is the
+    one line that says why."""
+    from paimon_group.reading.table import ShardedTable
+
+    catalog, location, _ = ShardedTable.open_catalog(
+        kw["warehouse"], catalog_options(kw.get("catalog_option", ())),
+        for_table=", ".join(t.name for t in tables.live()))
+    out: dict[int, ShardedTable | str] = {}
+    for index, table in enumerate(tables.ranges):
+        if table.live:
+            try:
+                out[index] = ShardedTable.in_catalog(catalog, location, table.name)
+            except Exception as err:  # shown on the table's row, the others still read
+                out[index] = str(err).splitlines()[0] if str(err) else type(err).__name__
+    return out
 
 
 def echo_json(data: Any) -> None:
