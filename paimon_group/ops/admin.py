@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -140,8 +140,11 @@ class DeletedGroup:
 
 
 async def delete_group(client: GroupAdmin, table: ShardedTable | None, *,
-                       orphaned_files: bool = False) -> DeletedGroup:
-    """Delete every coordinator key of the group, then its consumer files.
+                       orphaned_files: bool = False,
+                       tables: Sequence[ShardedTable] | None = None) -> DeletedGroup:
+    """Delete every coordinator key of the group, then its consumer files
+    (a group of several tables: in each of ``tables``, its map's live tables,
+    given instead of ``table``).
 
     Refused (:class:`GroupBusy`) while any member, owner or leader key exists.
     A group this coordinator does not know keeps its consumer files unless
@@ -152,7 +155,8 @@ async def delete_group(client: GroupAdmin, table: ShardedTable | None, *,
     still has to read expire.
     """
     state = await client.state()
-    check_table(state, table, client.group)
+    if tables is None:
+        check_table(state, table, client.group)
     if state.members or state.owners or state.leader is not None:
         live = sorted(set(state.members) | {o.member_id for o in state.owners.values()})
         raise GroupBusy(
@@ -166,10 +170,11 @@ async def delete_group(client: GroupAdmin, table: ShardedTable | None, *,
             "started?); nothing was deleted"
         )
     files = 0
-    if table is not None:
-        mirror = admin_mirror(table, client.group)
+    mirrors = [admin_mirror(t, client.group)
+               for t in (tables if tables is not None else [table] if table else [])]
+    if mirrors:
         if not deleted and not orphaned_files:
-            found = len(await asyncio.to_thread(mirror.all))
+            found = sum([len(await asyncio.to_thread(m.all)) for m in mirrors])
             raise GroupNotFound(
                 f"group {client.group!r} does not exist in this coordinator" + (
                     f"; the table has {found} consumer files of a group of that name (left "
@@ -177,7 +182,7 @@ async def delete_group(client: GroupAdmin, table: ShardedTable | None, *,
                     "of a group in another coordinator: check --coordinator); add "
                     "--orphaned-files to delete them" if found else
                     " and has no consumer files in the table"))
-        files = await asyncio.to_thread(mirror.delete_all)
+        files = sum([await asyncio.to_thread(m.delete_all) for m in mirrors])
     if not deleted and not files:
         raise GroupNotFound(
             f"group {client.group!r} does not exist in this coordinator and has no consumer "

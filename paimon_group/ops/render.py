@@ -301,12 +301,18 @@ def render_list(groups: Sequence[dict[str, Any]], console: Console | None = None
 def reset_plan_renderable(plan: dict[str, Any]) -> Group:
     table = Table(title=f"reset plan of group {plan['group']} ({plan['target']})",
                   title_justify="left")
-    for col in ("shard", "owner", "current", "new", "change", "note"):
-        table.add_column(col, justify="left" if col in ("owner", "note") else "right")
+    # A group of several tables: each shard's table and its shard number there.
+    many = plan.get("tables") is not None
+    columns = ("shard", *(("table", "local") if many else ()), "owner", "current", "new",
+               "change", "note")
+    for col in columns:
+        table.add_column(col, justify="left" if col in ("owner", "note", "table") else "right")
     for row in plan["shards"]:
         current, new = row["current"], row["new"]
         change = "-" if current is None or new is None else f"{new - current:+d}"
-        table.add_row(str(row["shard"]), _num(row.get("owner")), _num(current), _num(new),
+        table.add_row(str(row["shard"]),
+                      *((_num(row.get("table")), _num(row.get("table_shard"))) if many else ()),
+                      _num(row.get("owner")), _num(current), _num(new),
                       change, row.get("note") or "")
     return Group(table, _reset_footer(plan))
 

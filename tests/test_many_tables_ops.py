@@ -1,0 +1,144 @@
+"""Operating a group of several tables (docs/many-tables.md): describe, reset and
+delete through the CLI, on real Paimon tables and a real coordinator.
+
+The group record is created as a member of several tables creates it
+(:meth:`GroupClient.ensure_tables_meta`, a table map over the real tables);
+positions are committed with the group's fenced commit under owner keys
+acquired for them, then released, as a stopped member leaves them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from coordinators import open_coordinator
+from paimon_group.cli import main
+from paimon_group.protocol.group import GroupClient
+from paimon_group.protocol.identity import table_identity
+from paimon_group.protocol.names import GroupKeys
+from paimon_group.protocol.table_map import TableMap
+from paimon_group.reading.mirror import ConsumerMirror
+from paimon_group.reading.table import ShardedTable
+from tests.support.tables import make_pk_table, open_table, write_rows
+
+GROUP = "cdc"
+# db.a: 2 shards (group shards 0..1), db.b: 3 shards (2..4), db.gone: dropped (5..6).
+TABLES = {"db.a": 2, "db.b": 3}
+SNAPSHOTS = {"db.a": 4, "db.b": 2}
+
+
+@pytest.fixture
+def warehouse(tmp_path: Path) -> str:
+    """Tables db.a (4 snapshots) and db.b (2 snapshots), each 10 rows a snapshot."""
+    wh = str(tmp_path / "wh")
+    for name, buckets in TABLES.items():
+        make_pk_table(wh, name, buckets=buckets)
+        for i in range(SNAPSHOTS[name]):
+            write_rows(wh, name, range(i * 10, (i + 1) * 10))
+    return wh
+
+
+def table_map(warehouse: str, *, dropped: bool = True) -> TableMap:
+    tables = TableMap()
+    for name, shards in TABLES.items():
+        tables = tables.append(name, table_identity(open_table(warehouse, name)), shards, "bucket")
+    if dropped:
+        tables = tables.append("db.gone", "schema-0@1", 2, "bucket").drop("db.gone", at=1.0)
+    return tables
+
+
+async def make_group(coordinator: str, warehouse: str, positions: dict[int, int]) -> None:
+    """The group record over the tables, and ``positions`` (group shards) committed."""
+    async with open_coordinator(coordinator) as coord:
+        client = GroupClient(coord, GROUP)
+        await client.ensure_tables_meta("db.a, db.b", table_map(warehouse))
+        epochs = {}
+        for shard in positions:
+            epoch = await client.acquire(shard, "m1", generation=1)
+            assert epoch is not None
+            epochs[shard] = epoch
+        assert await client.commit_positions(
+            {s: (epochs[s], n) for s, n in positions.items()}, "m1")
+        for shard, epoch in epochs.items():
+            assert await client.release(shard, epoch)
+
+
+async def cli(*args: str) -> Result:
+    def invoke() -> Result:
+        return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+    return await asyncio.to_thread(invoke)
+
+
+def common(coordinator: str, warehouse: str) -> list[str]:
+    return ["--group", GROUP, "--warehouse", warehouse, "--coordinator", coordinator]
+
+
+def one_error_line(result: Result) -> str:
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ")
+    return lines[0]
+
+
+async def positions(coordinator: str) -> dict[int, int]:
+    async with open_coordinator(coordinator) as coord:
+        found = await GroupClient(coord, GROUP).positions()
+    return {s: p.next_snapshot for s, p in found.items()}
+
+
+def consumer_files(warehouse: str, name: str) -> dict[int, int]:
+    table = ShardedTable.open(warehouse, name)
+    return ConsumerMirror(table.table.file_io, table.table_path, GROUP).all()
+
+
+def write_consumer_files(warehouse: str, name: str, values: dict[int, int]) -> None:
+    table = ShardedTable.open(warehouse, name)
+    mirror = ConsumerMirror(table.table.file_io, table.table_path, GROUP, interval_s=0.0)
+    for local, n in values.items():
+        mirror.write(local, n, force=True)
+
+
+# -- describe ------------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_describe_measures_each_shard_against_its_own_table(
+        coordinator: str, warehouse: str) -> None:
+    # db.a shard 0 read everything (next 5), shard 1 is 2 behind; db.b shard 0
+    # (group 2) read everything (next 3), shard 1 (group 3) is 1 behind, 2 never started.
+    await make_group(coordinator, warehouse, {0: 5, 1: 3, 2: 3, 3: 2})
+    write_consumer_files(warehouse, "db.b", {1: 2})
+    result = await cli("describe", *common(coordinator, warehouse), "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["table"] == "db.a, db.b" and report["num_shards"] == 7
+    shards = {s["shard"]: s for s in report["shards"]}
+    assert [(s["table"], s["table_shard"]) for s in report["shards"]] == [
+        ("db.a", 0), ("db.a", 1), ("db.b", 0), ("db.b", 1), ("db.b", 2),
+        ("db.gone", 0), ("db.gone", 1)]
+    assert [shards[k]["lag_snapshots"] for k in range(7)] == [0, 2, 0, 1, None, None, None]
+    assert shards[3]["consumer_id"] == f"pg-{GROUP}-shard-1"
+    assert shards[3]["consumer_file"] == 2 and shards[1]["consumer_file"] is None
+    tables = {t["name"]: t for t in report["tables"]}
+    assert tables["db.a"]["latest_snapshot"] == 4 and tables["db.b"]["latest_snapshot"] == 2
+    assert (tables["db.a"]["first"], tables["db.b"]["first"], tables["db.gone"]["first"]) == \
+        (0, 2, 5)
+    assert tables["db.a"]["total_lag_snapshots"] == 2
+    assert tables["db.b"]["total_lag_snapshots"] == 1
+    assert tables["db.gone"]["state"] == "dropped" and tables["db.a"]["state"] == "live"
+    assert tables["db.a"]["owned_shards"] == 0 and tables["db.a"]["owners"] == []
+    assert report["total_lag_snapshots"] == 3 and report["max_lag_snapshots"] == 2
+
+    text = await cli("describe", *common(coordinator, warehouse))
+    assert text.exit_code == 0, text.output
+    out = text.stdout
+    assert "tables 2 (1 dropped)" in out and "total lag 3 snapshots" in out
+    assert "db.gone (dropped)" in out
+    rows = [line.split() for line in out.splitlines() if "│" in line or "┃" in line]
+    assert any(r[1:4] == ["3", "│", "db.b"] for r in rows), out
