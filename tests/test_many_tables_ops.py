@@ -142,3 +142,114 @@ async def test_describe_measures_each_shard_against_its_own_table(
     assert "db.gone (dropped)" in out
     rows = [line.split() for line in out.splitlines() if "│" in line or "┃" in line]
     assert any(r[1:4] == ["3", "│", "db.b"] for r in rows), out
+
+
+# -- reset ---------------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_reset_of_one_table_moves_its_shards_and_its_consumer_files_only(
+        coordinator: str, warehouse: str) -> None:
+    await make_group(coordinator, warehouse, {0: 5, 1: 3, 2: 3, 3: 2})
+    dry = await cli("reset", *common(coordinator, warehouse), "--table", "db.b",
+                    "--to-earliest", "--json")
+    assert dry.exit_code == 0, dry.output
+    plan = json.loads(dry.stdout)
+    assert [(r["shard"], r["table"], r["table_shard"], r["new"]) for r in plan["shards"]] == [
+        (2, "db.b", 0, 1), (3, "db.b", 1, 1), (4, "db.b", 2, 1)]
+    assert [t["name"] for t in plan["tables"]] == ["db.b"]
+    assert plan["tables"][0]["latest_snapshot"] == 2
+    assert await positions(coordinator) == {0: 5, 1: 3, 2: 3, 3: 2}  # a dry run
+
+    done = await cli("reset", *common(coordinator, warehouse), "--table", "db.b",
+                     "--to-earliest", "--execute")
+    assert done.exit_code == 0, done.output
+    assert "executed" in done.stdout and "db.b" in done.stdout
+    assert await positions(coordinator) == {0: 5, 1: 3, 2: 1, 3: 1, 4: 1}
+    assert consumer_files(warehouse, "db.b") == {0: 1, 1: 1, 2: 1}  # local numbers
+    assert consumer_files(warehouse, "db.a") == {}
+
+
+@pytest.mark.asyncio
+async def test_reset_without_table_acts_on_every_live_table_each_its_own_latest(
+        coordinator: str, warehouse: str) -> None:
+    await make_group(coordinator, warehouse, {0: 1, 2: 1})
+    done = await cli("reset", *common(coordinator, warehouse), "--to-latest", "--execute",
+                     "--json")
+    assert done.exit_code == 0, done.output
+    plan = json.loads(done.stdout)
+    assert plan["executed"] and [t["name"] for t in plan["tables"]] == ["db.a", "db.b"]
+    # After each table's own latest (db.a: 4, db.b: 2); the dropped table's shards untouched.
+    assert await positions(coordinator) == {0: 5, 1: 5, 2: 3, 3: 3, 4: 3}
+    assert consumer_files(warehouse, "db.a") == {0: 5, 1: 5}
+    assert consumer_files(warehouse, "db.b") == {0: 3, 1: 3, 2: 3}
+
+
+@pytest.mark.asyncio
+async def test_reset_shards_are_group_numbers_of_the_chosen_tables(
+        coordinator: str, warehouse: str) -> None:
+    await make_group(coordinator, warehouse, {0: 5, 1: 3, 2: 3, 3: 2})
+    done = await cli("reset", *common(coordinator, warehouse), "--table", "db.*",
+                     "--shard", "3", "--to-snapshot", "2", "--execute")
+    assert done.exit_code == 0, done.output
+    assert await positions(coordinator) == {0: 5, 1: 3, 2: 3, 3: 2}
+    assert consumer_files(warehouse, "db.b") == {1: 2}
+    done = await cli("reset", *common(coordinator, warehouse), "--shard", "1",
+                     "--shift-by", "-1", "--execute")
+    assert done.exit_code == 0, done.output
+    assert (await positions(coordinator))[1] == 2
+    assert consumer_files(warehouse, "db.a") == {1: 2}
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("args, says", [
+    (["--table", "db.nope"], "--table db.nope: no table of group 'cdc' matches it "
+                             "(its tables: db.a, db.b)"),
+    (["--table", "db.gone"], "--table db.gone: no table of group 'cdc' matches it"),
+    (["--table", "db.a", "--shard", "2"], "--shard 2: not a shard of the tables reset "
+                                          "(group 'cdc': db.a 0..1)"),
+    (["--shard", "5"], "--shard 5: not a shard of the tables reset"),
+    (["--shard", "9"], "--shard 9: not a shard of the tables reset"),
+    (["--table", "db.b", "--to-snapshot", "4"], "table db.b: --to-snapshot 4: the table's "
+                                                "latest snapshot is 2"),
+])
+async def test_bad_reset_input_is_one_line_and_writes_nothing(
+        coordinator: str, warehouse: str, args: list[str], says: str) -> None:
+    await make_group(coordinator, warehouse, {0: 5, 1: 3, 2: 3, 3: 2})
+    target = [] if "--to-snapshot" in args else ["--to-earliest"]
+    result = await cli("reset", *common(coordinator, warehouse), *args, *target, "--execute")
+    assert result.exit_code == 2, result.output
+    assert says in one_error_line(result)
+    assert await positions(coordinator) == {0: 5, 1: 3, 2: 3, 3: 2}
+    assert consumer_files(warehouse, "db.a") == {} and consumer_files(warehouse, "db.b") == {}
+
+
+# -- delete --------------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_delete_removes_every_key_and_every_table_s_consumer_files(
+        coordinator: str, warehouse: str) -> None:
+    await make_group(coordinator, warehouse, {0: 5, 1: 3, 2: 3, 3: 2})
+    async with open_coordinator(coordinator) as coord:
+        keys = GroupKeys(GROUP)
+        for index in (0, 1):
+            await coord.create(keys.table_start(index), b'{"kind": "earliest"}')
+    write_consumer_files(warehouse, "db.a", {0: 5, 1: 3})
+    write_consumer_files(warehouse, "db.b", {0: 3, 1: 2})
+    refused = await cli("delete", *common(coordinator, warehouse), "--table", "db.a")
+    assert refused.exit_code == 2 and "delete removes the whole group" in \
+        one_error_line(refused)
+    assert consumer_files(warehouse, "db.a") == {0: 5, 1: 3}
+
+    result = await cli("delete", *common(coordinator, warehouse), "--json")
+    assert result.exit_code == 0, result.output
+    deleted = json.loads(result.stdout)
+    # The record, 4 positions and 2 table starts; 4 consumer files in two tables.
+    assert (deleted["deleted_keys"], deleted["deleted_consumer_files"]) == (7, 4)
+    assert consumer_files(warehouse, "db.a") == {} and consumer_files(warehouse, "db.b") == {}
+    async with open_coordinator(coordinator) as coord:
+        for index in (0, 1):
+            assert await coord.get(keys.table_start(index)) is None
+        assert await coord.get(keys.meta) is None
+        assert await coord.list(keys.positions_dir) == []
