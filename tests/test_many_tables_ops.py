@@ -253,3 +253,16 @@ async def test_delete_removes_every_key_and_every_table_s_consumer_files(
             assert await coord.get(keys.table_start(index)) is None
         assert await coord.get(keys.meta) is None
         assert await coord.list(keys.positions_dir) == []
+
+
+# -- list ----------------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_list_sums_the_lag_of_every_table(coordinator: str, warehouse: str) -> None:
+    await make_group(coordinator, warehouse, {0: 5, 1: 3, 2: 3, 3: 2})
+    result = await cli("list", "--warehouse", warehouse, "--coordinator", coordinator, "--json")
+    assert result.exit_code == 0, result.output
+    (group,) = json.loads(result.stdout)["groups"]
+    assert (group["group"], group["table"], group["num_shards"]) == (GROUP, "db.a, db.b", 7)
+    assert (group["total_lag_snapshots"], group["max_lag_snapshots"]) == (3, 2)

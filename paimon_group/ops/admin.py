@@ -104,14 +104,22 @@ async def list_groups(
             log.warning("skipping %s: %s", entry.key, err)
             continue
         state = await GroupReads(coordinator, name).state()
-        table: ShardedTable | None = None
         elsewhere = bool(warehouse and meta.warehouse and meta.warehouse != warehouse)
-        if open_table is not None and not elsewhere:
-            if meta.table not in tables:
-                tables[meta.table] = await _open_quietly(open_table, name, meta.table)
-            table = tables[meta.table]
-        report = await report_from_state(name, state, table, count_rows=False)
-        out.append(GroupSummary.of(meta, report, len(state.members), bool(table)))
+        # A group of several tables: each live table of its map.
+        names = {-1: meta.table} if meta.tables is None else {
+            i: t.name for i, t in enumerate(meta.tables.ranges) if t.live}
+        found: dict[int, ShardedTable] = {}
+        for index, identifier in names.items():
+            if open_table is None or elsewhere:
+                break
+            if identifier not in tables:
+                tables[identifier] = await _open_quietly(open_table, name, identifier)
+            opened = tables[identifier]
+            if opened is not None:
+                found[index] = opened
+        report = await report_from_state(name, state, found.get(-1), count_rows=False,
+                                         tables=None if meta.tables is None else found)
+        out.append(GroupSummary.of(meta, report, len(state.members), bool(found)))
     return out
 
 
