@@ -266,3 +266,44 @@ async def test_list_sums_the_lag_of_every_table(coordinator: str, warehouse: str
     (group,) = json.loads(result.stdout)["groups"]
     assert (group["group"], group["table"], group["num_shards"]) == (GROUP, "db.a, db.b", 7)
     assert (group["total_lag_snapshots"], group["max_lag_snapshots"]) == (3, 2)
+
+
+# -- metrics -------------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_metrics_label_each_shard_with_its_table_and_measure_it_there(
+        coordinator: str, warehouse: str) -> None:
+    from paimon_group.member.tables import MemberTable, MemberTables
+    from paimon_group.ops.metrics import serve_metrics
+    from paimon_group.reading.planner import ShardPlanner
+    from tests.test_ops_metrics import HOST, StandInMember, scrape, value
+
+    async with open_coordinator(coordinator) as coord:
+        meta = await GroupClient(coord, GROUP).ensure_tables_meta("db.a, db.b",
+                                                                  table_map(warehouse))
+    assert meta.tables is not None
+    member_tables = []
+    for index, table_range in enumerate(meta.tables.ranges):
+        if table_range.live:
+            table = ShardedTable.open(warehouse, table_range.name)
+            member_tables.append(MemberTable(
+                index, table_range, meta, table, ShardPlanner(table, table_range.shards),
+                ConsumerMirror(table.table.file_io, table.table_path, GROUP)))
+    member = StandInMember(None, num_shards=meta.num_shards)
+    member.meta = meta  # type: ignore[attr-defined]
+    member.tables = MemberTables(member_tables, single=False)  # type: ignore[attr-defined]
+    member.owned_shards = [1, 3]
+    member.positions = {1: 3, 3: 2}  # db.a shard 1: 2 behind 4; db.b shard 1: 1 behind 2
+    server = serve_metrics(member, 0, host=HOST)
+    try:
+        samples = await asyncio.to_thread(scrape, server)
+    finally:
+        server.close()
+    lag = "paimon_group_shard_lag_snapshots"
+    assert value(samples, lag, shard="1", table="db.a") == 2
+    assert value(samples, lag, shard="3", table="db.b") == 1
+    assert value(samples, "paimon_group_shard_position", shard="3", table="db.b") == 2
+    assert value(samples, "paimon_group_lag_snapshots") == 3
+    assert value(samples, "paimon_group_table_latest_snapshot", table="db.a") == 4
+    assert value(samples, "paimon_group_table_latest_snapshot", table="db.b") == 2
