@@ -307,3 +307,19 @@ async def test_metrics_label_each_shard_with_its_table_and_measure_it_there(
     assert value(samples, "paimon_group_lag_snapshots") == 3
     assert value(samples, "paimon_group_table_latest_snapshot", table="db.a") == 4
     assert value(samples, "paimon_group_table_latest_snapshot", table="db.b") == 2
+
+
+@pytest.mark.asyncio
+async def test_all_groups_describes_each_as_it_is(coordinator: str, warehouse: str) -> None:
+    await make_group(coordinator, warehouse, {0: 5})
+    async with open_coordinator(coordinator) as coord:
+        await GroupClient(coord, "one").ensure_meta(2, "db.a")
+    result = await cli("describe", "--all-groups", "--warehouse", warehouse,
+                       "--coordinator", coordinator, "--json")
+    assert result.exit_code == 0, result.output
+    reports = {r["group"]: r for r in json.loads(result.stdout)["groups"]}
+    assert [t["name"] for t in reports[GROUP]["tables"]] == ["db.a", "db.b", "db.gone"]
+    assert reports[GROUP]["latest_snapshot"] is None
+    # A group of one table: its report has no key of the tables.
+    assert "tables" not in reports["one"] and reports["one"]["latest_snapshot"] == 4
+    assert all("table" not in s and "table_shard" not in s for s in reports["one"]["shards"])

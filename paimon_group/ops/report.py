@@ -26,6 +26,14 @@ draws as rich tables:
 
 The lag columns are defined in :mod:`paimon_group.ops.lag`.
 
+A group of several tables (docs/many-tables.md) is measured shard by shard
+against each shard's own table (:mod:`paimon_group.ops.table_lag`): each shard
+also has ``table`` and ``table_shard`` (its number in its table, the one its
+consumer id names), ``tables`` lists the ranges of the group's table map with
+their totals (``state`` live, dropped or unreadable), and the group's own
+``latest_snapshot`` and ``earliest_snapshot`` are null. A group of one table
+has none of these keys.
+
 Example::
 
     report = asyncio.run(read_report(coord, "orders", table))
