@@ -422,7 +422,9 @@ class OwnedLag:
 
     def _compute(self) -> None:
         member = self.member
-        tables = getattr(member, "tables", None)
+        # A GroupMember's tables are its core's (the seam for tooling).
+        tables = getattr(member, "tables", None) or \
+            getattr(getattr(member, "core", None), "tables", None)
         if tables is not None and not getattr(tables, "single", True):
             self._compute_tables(list(tables))
             return

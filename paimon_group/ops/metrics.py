@@ -307,7 +307,9 @@ class MemberCollector(Collector):
         """A group of several tables: the name of the table holding a group
         shard (the ``table`` label of the per-shard series); None for a group
         of one table, whose series keep their labels."""
-        tables = getattr(getattr(self.member, "meta", None), "tables", None)
+        member = self.member
+        meta = getattr(member, "meta", None) or getattr(getattr(member, "core", None), "meta", None)
+        tables = getattr(meta, "tables", None)
         if not isinstance(tables, TableMap):
             return None
         known = tables
