@@ -24,7 +24,7 @@ from paimon_group.protocol.names import GroupKeys
 from paimon_group.protocol.table_map import TableMap
 from paimon_group.reading.mirror import ConsumerMirror
 from paimon_group.reading.table import ShardedTable
-from tests.support.tables import make_pk_table, open_table, write_rows
+from tests.support.tables import catalog, make_pk_table, open_table, write_rows
 
 GROUP = "cdc"
 # db.a: 2 shards (group shards 0..1), db.b: 3 shards (2..4), db.gone: dropped (5..6).
@@ -222,6 +222,49 @@ async def test_bad_reset_input_is_one_line_and_writes_nothing(
     assert says in one_error_line(result)
     assert await positions(coordinator) == {0: 5, 1: 3, 2: 3, 3: 2}
     assert consumer_files(warehouse, "db.a") == {} and consumer_files(warehouse, "db.b") == {}
+
+
+@pytest.mark.asyncio
+async def test_reset_under_an_owner_is_refused_and_force_fences_it(
+        coordinator: str, warehouse: str) -> None:
+    await make_group(coordinator, warehouse, {0: 5, 1: 3, 2: 3, 3: 2})
+    async with open_coordinator(coordinator) as coord:  # a live owner of db.b's shard 1
+        client = GroupClient(coord, GROUP)
+        epoch = await client.acquire(3, "m2", generation=2)
+        assert epoch is not None
+        refused = await cli("reset", *common(coordinator, warehouse), "--table", "db.b",
+                            "--to-earliest", "--execute")
+        assert refused.exit_code == 1 and "[3]" in one_error_line(refused)
+        assert await positions(coordinator) == {0: 5, 1: 3, 2: 3, 3: 2}
+        assert consumer_files(warehouse, "db.b") == {}
+        forced = await cli("reset", *common(coordinator, warehouse), "--table", "db.b",
+                           "--to-earliest", "--execute", "--force")
+        assert forced.exit_code == 0, forced.output
+        assert await positions(coordinator) == {0: 5, 1: 3, 2: 1, 3: 1, 4: 1}
+        assert consumer_files(warehouse, "db.b") == {0: 1, 1: 1, 2: 1}
+        # The owner is fenced: its commit is refused, its key gone.
+        assert not await client.commit_positions({3: (epoch, 2)}, "m2")
+        assert 3 not in await client.owners()
+
+
+@pytest.mark.asyncio
+async def test_a_table_not_found_is_shown_by_describe_and_refused_by_reset(
+        coordinator: str, warehouse: str) -> None:
+    await make_group(coordinator, warehouse, {0: 5, 1: 3, 2: 3, 3: 2})
+    catalog(warehouse).drop_table("db.b")  # before a leader marks it dropped
+    result = await cli("describe", *common(coordinator, warehouse), "--json")
+    assert result.exit_code == 0, result.output
+    tables = {t["name"]: t for t in json.loads(result.stdout)["tables"]}
+    assert tables["db.b"]["state"] == "unreadable" and "db.b" in tables["db.b"]["error"]
+    assert tables["db.a"]["total_lag_snapshots"] == 2
+    refused = await cli("reset", *common(coordinator, warehouse), "--to-earliest",
+                        "--execute")
+    assert refused.exit_code == 2 and "table db.b of the group" in one_error_line(refused)
+    assert await positions(coordinator) == {0: 5, 1: 3, 2: 3, 3: 2}
+    done = await cli("reset", *common(coordinator, warehouse), "--table", "db.a",
+                     "--to-earliest", "--execute")
+    assert done.exit_code == 0, done.output
+    assert consumer_files(warehouse, "db.a") == {0: 1, 1: 1}
 
 
 # -- delete --------------------------------------------------------------------------
