@@ -144,6 +144,22 @@ async def test_describe_measures_each_shard_against_its_own_table(
     assert any(r[1:4] == ["3", "│", "db.b"] for r in rows), out
 
 
+@pytest.mark.asyncio
+async def test_describe_table_shows_the_tables_it_matches(
+        coordinator: str, warehouse: str) -> None:
+    await make_group(coordinator, warehouse, {0: 5, 1: 3, 2: 3, 3: 2})
+    result = await cli("describe", *common(coordinator, warehouse), "--table", "db.b",
+                       "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert [t["name"] for t in report["tables"]] == ["db.b"]
+    assert [s["shard"] for s in report["shards"]] == [2, 3, 4]
+    assert report["total_lag_snapshots"] == 1
+    missing = await cli("describe", *common(coordinator, warehouse), "--table", "db.nope")
+    assert missing.exit_code == 2
+    assert "--table db.nope: no table of group 'cdc' matches it" in one_error_line(missing)
+
+
 # -- reset ---------------------------------------------------------------------------
 
 

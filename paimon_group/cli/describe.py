@@ -127,6 +127,7 @@ async def _describe(url: str, options: ConnectOptions, kw: dict[str, Any]) -> Gr
     from paimon_group.ops.report import GroupNotFound, read_report
 
     async with open_coordinator(url, options) as coord:
+        given = kw["table"]
         try:
             kw["table"] = await group_table(coord, kw["group"], kw["table"], kw["warehouse"])
         except GroupNotFound:
@@ -137,6 +138,8 @@ async def _describe(url: str, options: ConnectOptions, kw: dict[str, Any]) -> Gr
         opened = await _map_tables(coord, kw)
         table = None if opened is not None else await asyncio.to_thread(open_table, kw)
         report = await read_report(coord, kw["group"], table, tables=opened)
+        if opened is not None and given:  # a group of several tables: some of them
+            report = report.only_tables(given)
         report = report.with_sinks(await _sink_reports(coord, kw))
     return report.with_coordinator(redact_url(url))
 

@@ -47,6 +47,7 @@ import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from typing import Any
 
 from coordinators.errors import ConfigError
@@ -220,6 +221,20 @@ class GroupReport:
     def with_sinks(self, sinks: list[SinkReport]) -> GroupReport:
         return dataclasses.replace(self, sinks=sinks)
 
+    def only_tables(self, pattern: str) -> GroupReport:
+        """A group of several tables' report cut to the tables ``pattern`` (a
+        name or an ``fnmatch`` pattern over ``database.table``) matches, and
+        their shards (the totals follow); ConfigError if none does."""
+        if self.tables is None:
+            return self
+        kept = [t for t in self.tables if fnmatchcase(t.name, pattern)]
+        if not kept:
+            names = ", ".join(t.name for t in self.tables if t.dropped_at is None) or "none"
+            raise ConfigError(f"--table {pattern}: no table of group {self.group!r} matches "
+                              f"it (its tables: {names})")
+        return dataclasses.replace(self, tables=kept, shards=[
+            s for s in self.shards if any(t.holds(s.shard) for t in kept)])
+
     def to_dict(self) -> dict[str, Any]:
         """The report as ``describe --json`` prints it (JSON-ready values)."""
         out = dataclasses.asdict(self)
@@ -309,10 +324,11 @@ async def describe_group(
     *,
     facts: SnapshotFacts | None = None,
     max_snapshots: int = DEFAULT_MAX_SNAPSHOTS,
+    tables: OpenedTables | None = None,
 ) -> dict[str, Any]:
     """:func:`read_report` as the JSON document ``describe --json`` prints."""
     report = await read_report(coordinator, group, table, facts=facts,
-                               max_snapshots=max_snapshots)
+                               max_snapshots=max_snapshots, tables=tables)
     return report.to_dict()
 
 
