@@ -235,6 +235,8 @@ async def _watch(url: str, options: ConnectOptions, kw: dict[str, Any],
                                                     kw["warehouse"])
                     table = await asyncio.to_thread(open_table, kw)
             report = await read_report(coord, kw["group"], table, facts=facts, tables=opened)
+            if opened is not None and kw["table"]:  # a group of several tables: some of them
+                report = report.only_tables(kw["table"])
             if facts is None and table is not None and report.num_shards:
                 facts = SnapshotFacts(table, report.num_shards)
             return report.with_coordinator(redact_url(url)).to_dict()
