@@ -21,8 +21,16 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from coordinators.errors import ConfigError
 from coordinators.registry import open_coordinator, redact_url
-from paimon_group.cli.context import admin_coordinator, echo_json, group_table, open_table
+from paimon_group.cli.context import (
+    admin_coordinator,
+    echo_json,
+    group_table,
+    open_chosen_tables,
+    open_map_tables,
+    open_table,
+)
 from paimon_group.cli.errors import OneLineErrors, friendly_errors
 from paimon_group.cli.options import (
     coordinator_options,
@@ -36,6 +44,9 @@ from paimon_group.protocol.names import validate_group
 
 if TYPE_CHECKING:
     from paimon_group.ops.admin import DeletedGroup, MemberRemoved
+    from paimon_group.ops.reset import ResetPlan, ResetTarget
+    from paimon_group.protocol.admin import GroupAdmin
+    from paimon_group.protocol.records import GroupMeta
     from paimon_group.reading.table import ShardedTable
 
 # -- list -------------------------------------------------------------------
@@ -123,9 +134,13 @@ def reset(**kw: Any) -> None:
 
     async def go() -> dict[str, Any]:
         async with open_coordinator(url, options) as coord:
+            given = kw["table"]
             kw["table"] = await group_table(coord, kw["group"], kw["table"], kw["warehouse"])
-            table = await asyncio.to_thread(open_table, kw)
             client = GroupAdmin(coord, kw["group"])
+            meta = await client.read_meta()
+            if meta is not None and meta.tables is not None:
+                return (await _reset_tables(client, kw, meta, given, target)).to_dict()
+            table = await asyncio.to_thread(open_table, kw)
             plan = await plan_reset(client, table, target, parse_shards(kw["shards"]))
             if kw["execute"]:
                 plan = await execute_reset(client, table, plan, force=kw["force"])
@@ -138,6 +153,23 @@ def reset(**kw: Any) -> None:
         from paimon_group.ops.render import output_console, render_reset_plan
 
         render_reset_plan(plan, output_console(kw["wide"]))
+
+
+async def _reset_tables(client: GroupAdmin, kw: dict[str, Any], meta: GroupMeta,
+                        pattern: str | None, target: ResetTarget) -> ResetPlan:
+    """reset of a group of several tables: the tables ``pattern`` (``--table``)
+    matches, or every live one (:mod:`paimon_group.ops.reset_tables`)."""
+    from paimon_group.ops.reset import execute_reset_files, parse_shards
+    from paimon_group.ops.reset_tables import plan_reset_tables, select_tables, table_files
+
+    assert meta.tables is not None
+    chosen = select_tables(meta, client.group, pattern)
+    opened = await asyncio.to_thread(open_chosen_tables, kw, meta.tables, chosen)
+    plan = await plan_reset_tables(client, opened, target, parse_shards(kw["shards"]))
+    if kw["execute"]:
+        plan = await execute_reset_files(client, table_files(meta, opened, client.group), plan,
+                                         force=kw["force"])
+    return plan
 
 
 # -- delete ------------------------------------------------------------------
@@ -168,10 +200,14 @@ def delete(**kw: Any) -> None:
 
     async def go() -> DeletedGroup:
         async with open_coordinator(url, options) as coord:
+            given = kw["table"]
             kw["table"] = await group_table(coord, kw["group"], kw["table"], kw["warehouse"])
+            client = GroupAdmin(coord, kw["group"])
+            meta = await client.read_meta()
+            if meta is not None and meta.tables is not None:
+                return await _delete_tables(client, kw, meta, given)
             table = await asyncio.to_thread(open_table, kw)
-            return await delete_group(GroupAdmin(coord, kw["group"]), table,
-                                      orphaned_files=kw["orphaned_files"])
+            return await delete_group(client, table, orphaned_files=kw["orphaned_files"])
 
     result = asyncio.run(go())
     if kw["as_json"]:
@@ -181,6 +217,23 @@ def delete(**kw: Any) -> None:
             f"deleted group {result.group}: {result.deleted_keys} coordinator keys, "
             f"{result.deleted_consumer_files} consumer files"
         )
+
+
+async def _delete_tables(client: GroupAdmin, kw: dict[str, Any], meta: GroupMeta,
+                         given: str | None) -> DeletedGroup:
+    """delete of a group of several tables: its keys, and its consumer files
+    in each of its live tables (a table not found any more has none left)."""
+    from paimon_group.ops.admin import delete_group
+
+    assert meta.tables is not None
+    if given:
+        raise ConfigError(
+            f"group {client.group!r} reads several tables ({meta.table}): delete removes "
+            "the whole group, every table's consumer files with it; give no --table "
+            "(reset --table moves the positions of some of its tables)")
+    opened = await asyncio.to_thread(open_map_tables, kw, meta.tables)
+    tables = [t for _, t in sorted(opened.items()) if not isinstance(t, str)]
+    return await delete_group(client, None, orphaned_files=kw["orphaned_files"], tables=tables)
 
 
 # -- members -----------------------------------------------------------------

@@ -8,6 +8,7 @@ say "no coordinator at ...", not look like an empty coordinator.
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -19,6 +20,7 @@ from paimon_group.config.member import resolve_coordinator
 from paimon_group.config.settings import SESSION_TIMEOUT_S
 
 if TYPE_CHECKING:
+    from paimon_group.protocol.table_map import TableMap
     from paimon_group.reading.table import ShardedTable
 
 # The group protocol, the table and the operator tools are imported when a
@@ -85,6 +87,39 @@ def open_table(kw: dict[str, Any], identifier: str | None = None) -> ShardedTabl
     return ShardedTable.open(
         kw["warehouse"], identifier or kw["table"], catalog_options(kw.get("catalog_option", ()))
     )
+
+
+def open_map_tables(kw: dict[str, Any], tables: TableMap,
+                    only: Collection[int] | None = None) -> dict[int, ShardedTable | str]:
+    """The live tables of a group of several tables' map (docs/many-tables.md)
+    (``only``: those at these positions), by position in it, opened in one
+    catalog of ``--warehouse`` (blocking); a table that cannot be opened
+    (dropped since the map was written) is the one line that says why."""
+    from paimon_group.reading.table import ShardedTable
+
+    catalog, location, _ = ShardedTable.open_catalog(
+        kw["warehouse"], catalog_options(kw.get("catalog_option", ())),
+        for_table=", ".join(t.name for t in tables.live()))
+    out: dict[int, ShardedTable | str] = {}
+    for index, table in enumerate(tables.ranges):
+        if table.live and (only is None or index in only):
+            try:
+                out[index] = ShardedTable.in_catalog(catalog, location, table.name)
+            except Exception as err:  # shown on the table's row, the others still read
+                out[index] = str(err).splitlines()[0] if str(err) else type(err).__name__
+    return out
+
+
+def open_chosen_tables(kw: dict[str, Any], tables: TableMap,
+                       chosen: Collection[int]) -> dict[int, ShardedTable]:
+    """The tables at positions ``chosen`` of the map, opened (blocking); one
+    that cannot be opened is a one-line ConfigError naming it: a command
+    that writes its files needs it."""
+    opened = open_map_tables(kw, tables, chosen)
+    for index, table in sorted(opened.items()):
+        if isinstance(table, str):
+            raise ConfigError(f"table {tables.ranges[index].name} of the group: {table}")
+    return {i: t for i, t in opened.items() if not isinstance(t, str)}
 
 
 def echo_json(data: Any) -> None:

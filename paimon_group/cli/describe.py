@@ -13,7 +13,13 @@ import click
 from coordinators.errors import ConfigError
 from coordinators.protocol import ConnectOptions
 from coordinators.registry import open_coordinator, redact_url
-from paimon_group.cli.context import admin_coordinator, echo_json, group_table, open_table
+from paimon_group.cli.context import (
+    admin_coordinator,
+    echo_json,
+    group_table,
+    open_map_tables,
+    open_table,
+)
 from paimon_group.cli.errors import friendly_errors
 from paimon_group.cli.options import (
     catalog_options,
@@ -105,11 +111,14 @@ async def _describe_all(url: str, options: ConnectOptions,
             name = GroupKeys.last_segment(entry.key)
             meta = await GroupReads(coord, name).read_meta()
             table: ShardedTable | None = None
-            if meta is not None and meta.warehouse in ("", here):
+            opened: dict[int, ShardedTable | str] | None = None
+            if meta is not None and meta.warehouse in ("", here) and meta.tables is not None:
+                opened = await asyncio.to_thread(open_map_tables, kw, meta.tables)
+            elif meta is not None and meta.warehouse in ("", here):
                 if meta.table not in tables:
                     tables[meta.table] = await asyncio.to_thread(open_table, kw, meta.table)
                 table = tables[meta.table]
-            report = await read_report(coord, name, table)
+            report = await read_report(coord, name, table, tables=opened)
             reports.append(report.with_coordinator(redact_url(url)))
     return reports
 
@@ -118,6 +127,7 @@ async def _describe(url: str, options: ConnectOptions, kw: dict[str, Any]) -> Gr
     from paimon_group.ops.report import GroupNotFound, read_report
 
     async with open_coordinator(url, options) as coord:
+        given = kw["table"]
         try:
             kw["table"] = await group_table(coord, kw["group"], kw["table"], kw["warehouse"])
         except GroupNotFound:
@@ -125,10 +135,24 @@ async def _describe(url: str, options: ConnectOptions, kw: dict[str, Any]) -> Gr
             # as with --table; no table to open.
             return (await read_report(coord, kw["group"], None)).with_coordinator(
                 redact_url(url))
-        table = await asyncio.to_thread(open_table, kw)
-        report = await read_report(coord, kw["group"], table)
+        opened = await _map_tables(coord, kw)
+        table = None if opened is not None else await asyncio.to_thread(open_table, kw)
+        report = await read_report(coord, kw["group"], table, tables=opened)
+        if opened is not None and given:  # a group of several tables: some of them
+            report = report.only_tables(given)
         report = report.with_sinks(await _sink_reports(coord, kw))
     return report.with_coordinator(redact_url(url))
+
+
+async def _map_tables(coord: Any, kw: dict[str, Any]) -> dict[int, ShardedTable | str] | None:
+    """The live tables of a group of several tables, opened (None: a group of
+    one table, whose table ``--table`` names)."""
+    from paimon_group.protocol.group_reads import GroupReads
+
+    meta = await GroupReads(coord, kw["group"]).read_meta()
+    if meta is None or meta.tables is None:
+        return None
+    return await asyncio.to_thread(open_map_tables, kw, meta.tables)
 
 
 async def _sink_reports(coord: Any, kw: dict[str, Any]) -> list[Any]:
@@ -200,14 +224,19 @@ async def _watch(url: str, options: ConnectOptions, kw: dict[str, Any],
 
         async def refresh() -> dict[str, Any]:
             nonlocal facts, table
-            if table is None:
+            # A group of several tables: its map's tables, opened again each
+            # time (a table joins or is dropped meanwhile).
+            opened = await _map_tables(coord, kw)
+            if table is None and opened is None:
                 # A group not created yet, without --table: "does not exist"
                 # until it is, then its table.
                 with contextlib.suppress(GroupNotFound):
                     kw["table"] = await group_table(coord, kw["group"], kw["table"],
                                                     kw["warehouse"])
                     table = await asyncio.to_thread(open_table, kw)
-            report = await read_report(coord, kw["group"], table, facts=facts)
+            report = await read_report(coord, kw["group"], table, facts=facts, tables=opened)
+            if opened is not None and kw["table"]:  # a group of several tables: some of them
+                report = report.only_tables(kw["table"])
             if facts is None and table is not None and report.num_shards:
                 facts = SnapshotFacts(table, report.num_shards)
             return report.with_coordinator(redact_url(url)).to_dict()

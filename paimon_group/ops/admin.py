@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,14 +104,22 @@ async def list_groups(
             log.warning("skipping %s: %s", entry.key, err)
             continue
         state = await GroupReads(coordinator, name).state()
-        table: ShardedTable | None = None
         elsewhere = bool(warehouse and meta.warehouse and meta.warehouse != warehouse)
-        if open_table is not None and not elsewhere:
-            if meta.table not in tables:
-                tables[meta.table] = await _open_quietly(open_table, name, meta.table)
-            table = tables[meta.table]
-        report = await report_from_state(name, state, table, count_rows=False)
-        out.append(GroupSummary.of(meta, report, len(state.members), bool(table)))
+        # A group of several tables: each live table of its map.
+        names = {-1: meta.table} if meta.tables is None else {
+            i: t.name for i, t in enumerate(meta.tables.ranges) if t.live}
+        found: dict[int, ShardedTable] = {}
+        for index, identifier in names.items():
+            if open_table is None or elsewhere:
+                break
+            if identifier not in tables:
+                tables[identifier] = await _open_quietly(open_table, name, identifier)
+            opened = tables[identifier]
+            if opened is not None:
+                found[index] = opened
+        report = await report_from_state(name, state, found.get(-1), count_rows=False,
+                                         tables=None if meta.tables is None else found)
+        out.append(GroupSummary.of(meta, report, len(state.members), bool(found)))
     return out
 
 
@@ -140,8 +148,11 @@ class DeletedGroup:
 
 
 async def delete_group(client: GroupAdmin, table: ShardedTable | None, *,
-                       orphaned_files: bool = False) -> DeletedGroup:
-    """Delete every coordinator key of the group, then its consumer files.
+                       orphaned_files: bool = False,
+                       tables: Sequence[ShardedTable] | None = None) -> DeletedGroup:
+    """Delete every coordinator key of the group, then its consumer files
+    (a group of several tables: in each of ``tables``, its map's live tables,
+    given instead of ``table``).
 
     Refused (:class:`GroupBusy`) while any member, owner or leader key exists.
     A group this coordinator does not know keeps its consumer files unless
@@ -152,7 +163,8 @@ async def delete_group(client: GroupAdmin, table: ShardedTable | None, *,
     still has to read expire.
     """
     state = await client.state()
-    check_table(state, table, client.group)
+    if tables is None:
+        check_table(state, table, client.group)
     if state.members or state.owners or state.leader is not None:
         live = sorted(set(state.members) | {o.member_id for o in state.owners.values()})
         raise GroupBusy(
@@ -166,10 +178,11 @@ async def delete_group(client: GroupAdmin, table: ShardedTable | None, *,
             "started?); nothing was deleted"
         )
     files = 0
-    if table is not None:
-        mirror = admin_mirror(table, client.group)
+    mirrors = [admin_mirror(t, client.group)
+               for t in (tables if tables is not None else [table] if table else [])]
+    if mirrors:
         if not deleted and not orphaned_files:
-            found = len(await asyncio.to_thread(mirror.all))
+            found = sum([len(await asyncio.to_thread(m.all)) for m in mirrors])
             raise GroupNotFound(
                 f"group {client.group!r} does not exist in this coordinator" + (
                     f"; the table has {found} consumer files of a group of that name (left "
@@ -177,7 +190,7 @@ async def delete_group(client: GroupAdmin, table: ShardedTable | None, *,
                     "of a group in another coordinator: check --coordinator); add "
                     "--orphaned-files to delete them" if found else
                     " and has no consumer files in the table"))
-        files = await asyncio.to_thread(mirror.delete_all)
+        files = sum([await asyncio.to_thread(m.delete_all) for m in mirrors])
     if not deleted and not files:
         raise GroupNotFound(
             f"group {client.group!r} does not exist in this coordinator and has no consumer "

@@ -398,6 +398,10 @@ class OwnedLag:
         self._lag: dict[int, ShardLag] = {}
         self._latest: int | None = None
         self._at = -1e18
+        # A group of several tables: each table's facts by the first group
+        # shard of its range, and its latest snapshot by its name.
+        self._table_facts: dict[int, SnapshotFacts] = {}
+        self._latests: dict[str, int | None] = {}
         # Per shard its position over the last minute: the read rate.
         self._reads: dict[int, RateMeter] = {}
 
@@ -418,6 +422,12 @@ class OwnedLag:
 
     def _compute(self) -> None:
         member = self.member
+        # A GroupMember's tables are its core's (the seam for tooling).
+        tables = getattr(member, "tables", None) or \
+            getattr(getattr(member, "core", None), "tables", None)
+        if tables is not None and not getattr(tables, "single", True):
+            self._compute_tables(list(tables))
+            return
         table = member.table
         num_shards = int(member.num_shards or 0)
         if table is None or num_shards < 1:
@@ -449,6 +459,36 @@ class OwnedLag:
                                  p.unread_rows_complete)
                      for s, p in progress.items()}
 
+    def _compute_tables(self, tables: list[Any]) -> None:
+        """The lag of a member of a group of several tables: each owned shard
+        against its own table (``tables``: the member's
+        :class:`~paimon_group.member.tables.MemberTable` objects), in the
+        table's shard numbers."""
+        positions = dict(self.member.shard_positions())
+        rates = self._read_rates(positions)
+        lag: dict[int, ShardLag] = {}
+        latests: dict[str, int | None] = {}
+        for table in tables:
+            first, shards = int(table.range.first), int(table.range.shards)
+            mine = {s - first: n for s, n in positions.items() if first <= s < first + shards}
+            if table.gone or not mine:
+                continue
+            facts = self._table_facts.get(first)
+            if facts is None or facts.table.table is not table.table.table:
+                own = ShardedTable(table.table.table, warehouse=table.table.warehouse,
+                                   identifier=table.table.identifier)
+                facts = self._table_facts[first] = SnapshotFacts(
+                    own, shards, rule=ShardRule.parse(table.range.sharding),
+                    max_snapshots=OWNED_ROWS_SNAPSHOTS)
+            progress = facts.progress(mine, lazy=True, read_rates={
+                local: rates[first + local] for local in mine if first + local in rates})
+            latests[str(table.name)] = facts.latest
+            for local, p in progress.items():
+                s = first + local
+                lag[s] = ShardLag(positions.get(s), p.lag_snapshots, p.lag_seconds, p.data_loss,
+                                  rates.get(s, 0.0), p.unread_rows, p.unread_rows_complete)
+        self._lag, self._latests, self._latest = lag, latests, None
+
     def _read_rates(self, positions: Mapping[int, int | None]) -> dict[int, float]:
         """Snapshots/s each shard moved over the last minute (shards gone are forgotten)."""
         for shard in [s for s in self._reads if s not in positions]:
@@ -469,8 +509,15 @@ class OwnedLag:
 
     @property
     def latest(self) -> int | None:
-        """The table's latest snapshot when the lag was last computed."""
+        """The table's latest snapshot when the lag was last computed (a group
+        of several tables: None, see :attr:`latests`)."""
         return self._latest
+
+    @property
+    def latests(self) -> dict[str, int | None]:
+        """A group of several tables: the latest snapshot of each table whose
+        shards the member owned when the lag was last computed, by name."""
+        return dict(self._latests)
 
     def owned_loss(self) -> DataLossEstimate:
         """The time to data loss of the slowest shard the member owns."""

@@ -18,7 +18,11 @@ idle clients cost no thread, at most 64 connections are open, a client has
     Point the readiness probe here.
 
 Metrics (every one labelled ``group`` and ``member``; no label ever holds a
-coordinator URL or a credential):
+coordinator URL or a credential). In a group of several tables
+(docs/many-tables.md) the per-shard series (``{shard}``) are labelled ``table``
+too (the shard's table, ``database.table``; ``shard`` stays the group's
+number), and ``paimon_group_table_latest_snapshot`` is one series per
+``table`` whose shards the member owns:
 
 ==============================================  ===========================================
 ``paimon_group_shards``                         the group's shard count (once joined)
@@ -90,6 +94,7 @@ from paimon_group.member import VERSION
 from paimon_group.ops.http_server import TEXT, HttpServer, Response
 from paimon_group.ops.lag import LagSource, OwnedLag
 from paimon_group.protocol.records import Assignment
+from paimon_group.protocol.table_map import NotInMap, TableMap
 
 log = logging.getLogger("paimon_group.metrics")
 
@@ -274,7 +279,9 @@ class MemberCollector(Collector):
         yield gauge("paimon_group_owned_shards", "Shards this member owns.", len(owned))
         yield gauge("paimon_group_assigned_shards", "Shards assigned to this member.",
                     len(assigned))
-        families, total_lag, total_rows = self._per_shard([*labels, "shard"], values, owned)
+        table_of = self._table_names()
+        shard_labels = [*labels, "shard"] if table_of is None else [*labels, "shard", "table"]
+        families, total_lag, total_rows = self._per_shard(shard_labels, values, owned, table_of)
         yield from families
         yield gauge("paimon_group_time_to_data_loss_seconds",
                     "Seconds until the oldest unread snapshot of the slowest owned shard can "
@@ -287,8 +294,36 @@ class MemberCollector(Collector):
         if self.lag.latest is not None:
             yield gauge("paimon_group_table_latest_snapshot", "The table's latest snapshot id.",
                         self.lag.latest)
+        latests = {t: n for t, n in self.lag.latests.items() if n is not None}
+        if latests:  # a group of several tables: one series per table
+            family = GaugeMetricFamily("paimon_group_table_latest_snapshot",
+                                       "The table's latest snapshot id.",
+                                       labels=[*labels, "table"])
+            for name, latest in sorted(latests.items()):
+                family.add_metric([*values, name], latest)
+            yield family
 
-    def _per_shard(self, labels: list[str], values: list[str], owned: list[int]
+    def _table_names(self) -> Callable[[int], str] | None:
+        """A group of several tables: the name of the table holding a group
+        shard (the ``table`` label of the per-shard series); None for a group
+        of one table, whose series keep their labels."""
+        member = self.member
+        meta = getattr(member, "meta", None) or getattr(getattr(member, "core", None), "meta", None)
+        tables = getattr(meta, "tables", None)
+        if not isinstance(tables, TableMap):
+            return None
+        known = tables
+
+        def name(shard: int) -> str:
+            try:
+                return known.locate(shard)[0].name
+            except NotInMap:  # a range the member's record does not hold yet
+                return ""
+
+        return name
+
+    def _per_shard(self, labels: list[str], values: list[str], owned: list[int],
+                   table_of: Callable[[int], str] | None = None,
                    ) -> tuple[list[Metric], int, int]:
         """Per owned shard its position, lag and time to data loss; the sums of
         the snapshot and row lags."""
@@ -298,7 +333,8 @@ class MemberCollector(Collector):
         lags = self.lag.shards()
         for shard in sorted(s for s in lags if s in owned):
             x = lags[shard]
-            shard_values = [*values, str(shard)]
+            shard_values = [*values, str(shard)] if table_of is None else \
+                [*values, str(shard), table_of(shard)]
             found: dict[str, float | None] = {
                 "paimon_group_shard_position": x.position,
                 "paimon_group_shard_lag_snapshots": x.lag_snapshots,

@@ -80,8 +80,10 @@ def describe_renderable(report: dict[str, Any]) -> Group:
     now = report.get("described_at") or time.time()
     if not report.get("exists", True):
         return Group(Text(f"group {report['group']} does not exist (yet)", style="yellow"))
-    parts: list[Text | Table] = [*_describe_header(report, now), _members_table(report, now),
-                                 _shards_table(report, now)]
+    parts: list[Text | Table] = [*_describe_header(report, now), _members_table(report, now)]
+    if report.get("tables") is not None:
+        parts.append(_tables_table(report, now))
+    parts.append(_shards_table(report, now))
     if report.get("sinks"):
         parts.append(_sinks_table(report))
     return Group(*parts)
@@ -130,7 +132,7 @@ def _describe_header(report: dict[str, Any], now: float) -> list[Text]:
         ("  max lag ", "bold"), f"{_max_lag_snapshots(report)} snapshots, ",
         _duration(report.get("max_lag_seconds")),
         ("  unread rows ", "bold"), _num(report.get("total_unread_rows")),
-    )
+    ) if report.get("tables") is None else _tables_totals(report)
     parts = [head, totals]
     sharding = report.get("sharding")
     if sharding:
@@ -172,6 +174,46 @@ def _loss_line(report: dict[str, Any]) -> Text | None:
         "".join(f"; shard {s['shard']} {_duration(s['time_to_data_loss_s'])}" for s in rest))
 
 
+def _tables_totals(report: dict[str, Any]) -> Text:
+    """The totals line of a group of several tables: its tables, and its
+    shards' lag over every table."""
+    tables = report.get("tables") or []
+    dropped = sum(1 for t in tables if t.get("state") == "dropped")
+    return Text.assemble(
+        ("tables ", "bold"), str(len(tables) - dropped),
+        *((f" ({dropped} dropped)",) if dropped else ()),
+        ("  max lag ", "bold"), f"{_max_lag_snapshots(report)} snapshots, ",
+        _duration(report.get("max_lag_seconds")),
+        ("  total lag ", "bold"), f"{_num(report.get('total_lag_snapshots'))} snapshots",
+        ("  unread rows ", "bold"), _num(report.get("total_unread_rows")),
+    )
+
+
+def _tables_table(report: dict[str, Any], now: float) -> Table:
+    """Per table of a group of several tables: its group shards, owners,
+    latest snapshot and lag totals; a dropped or unreadable one says so."""
+    table = Table(title="tables", title_justify="left")
+    for col in ("table", "shards", "owned", "latest", "max lag", "total lag", "behind",
+                "unread", "state"):
+        table.add_column(col, justify="left" if col in ("table", "state") else "right",
+                         no_wrap=col != "table")
+    styles = {"live": "green", "dropped": "dim", "unreadable": "red"}
+    for t in report.get("tables") or []:
+        state = str(t.get("state"))
+        if state == "dropped":
+            state = f"dropped {_ago(t.get('dropped_at'), now)}"
+        elif t.get("error"):
+            state = f"unreadable: {t['error']}"
+        end = int(t["first"]) + int(t["shards"]) - 1
+        table.add_row(
+            str(t["name"]), f"{t['first']}..{end}", f"{t.get('owned_shards', 0)}/{t['shards']}",
+            _num(t.get("latest_snapshot")), _num(t.get("max_lag_snapshots")),
+            _num(t.get("total_lag_snapshots")), _duration(t.get("max_lag_seconds")),
+            _num(t.get("total_unread_rows")),
+            Text(state, style=styles.get(str(t.get("state")), "")))
+    return table
+
+
 def _members_table(report: dict[str, Any], now: float) -> Table:
     members = Table(title="members", title_justify="left")
     # The load column only for a group whose leader published shard loads.
@@ -197,10 +239,14 @@ def _shards_table(report: dict[str, Any], now: float) -> Table:
     shards = Table(title="shards", title_justify="left")
     # Short headers: the table must fit an 80-column terminal. "behind" is the
     # age of the oldest unread snapshot; "file" the Paimon consumer file.
-    columns = ("shard", "owner", "epoch", "next", "lag", "behind", "unread", "committed",
-               "file")
+    columns: tuple[str, ...] = ("shard", "owner", "epoch", "next", "lag", "behind", "unread",
+                                "committed", "file")
+    many = report.get("tables") is not None
+    if many:  # the shard's table, and its shard number there (its consumer id's)
+        columns = ("shard", "table", "local", *columns[1:])
     for col in columns:
-        shards.add_column(col, justify="left" if col == "owner" else "right", no_wrap=True)
+        shards.add_column(col, justify="left" if col in ("owner", "table") else "right",
+                          no_wrap=True)
     for s in report.get("shards", []):
         owner: Text | str = s["owner"] or Text("-", style="red")
         if s["owner"] and s.get("assigned_to") and s["owner"] != s["assigned_to"]:
@@ -209,11 +255,22 @@ def _shards_table(report: dict[str, Any], now: float) -> Table:
         if s.get("expired"):
             lag = Text(f"{s['lag_snapshots']} EXPIRED", style="bold red")
         shards.add_row(
-            str(s["shard"]), owner, _num(s["epoch"]), _num(s["next_snapshot"]), lag,
+            str(s["shard"]),
+            *((_table_cell(report, s), _num(s.get("table_shard"))) if many else ()),
+            owner, _num(s["epoch"]), _num(s["next_snapshot"]), lag,
             _duration(s.get("lag_seconds")), _rows(s), _ago(s.get("last_commit"), now),
             _num(s.get("consumer_file")),
         )
     return shards
+
+
+def _table_cell(report: dict[str, Any], shard: dict[str, Any]) -> str:
+    """The shard's table, ``(dropped)`` after the name of a dropped one."""
+    k = int(shard["shard"])
+    for t in report.get("tables") or []:
+        if int(t["first"]) <= k < int(t["first"]) + int(t["shards"]):
+            return f"{t['name']} (dropped)" if t.get("state") == "dropped" else str(t["name"])
+    return _num(shard.get("table"))
 
 
 def render_describe(report: dict[str, Any], console: Console | None = None) -> None:
@@ -244,12 +301,18 @@ def render_list(groups: Sequence[dict[str, Any]], console: Console | None = None
 def reset_plan_renderable(plan: dict[str, Any]) -> Group:
     table = Table(title=f"reset plan of group {plan['group']} ({plan['target']})",
                   title_justify="left")
-    for col in ("shard", "owner", "current", "new", "change", "note"):
-        table.add_column(col, justify="left" if col in ("owner", "note") else "right")
+    # A group of several tables: each shard's table and its shard number there.
+    many = plan.get("tables") is not None
+    columns = ("shard", *(("table", "local") if many else ()), "owner", "current", "new",
+               "change", "note")
+    for col in columns:
+        table.add_column(col, justify="left" if col in ("owner", "note", "table") else "right")
     for row in plan["shards"]:
         current, new = row["current"], row["new"]
         change = "-" if current is None or new is None else f"{new - current:+d}"
-        table.add_row(str(row["shard"]), _num(row.get("owner")), _num(current), _num(new),
+        table.add_row(str(row["shard"]),
+                      *((_num(row.get("table")), _num(row.get("table_shard"))) if many else ()),
+                      _num(row.get("owner")), _num(current), _num(new),
                       change, row.get("note") or "")
     return Group(table, _reset_footer(plan))
 

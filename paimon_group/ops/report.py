@@ -26,6 +26,14 @@ draws as rich tables:
 
 The lag columns are defined in :mod:`paimon_group.ops.lag`.
 
+A group of several tables (docs/many-tables.md) is measured shard by shard
+against each shard's own table (:mod:`paimon_group.ops.table_lag`): each shard
+also has ``table`` and ``table_shard`` (its number in its table, the one its
+consumer id names), ``tables`` lists the ranges of the group's table map with
+their totals (``state`` live, dropped or unreadable), and the group's own
+``latest_snapshot`` and ``earliest_snapshot`` are null. A group of one table
+has none of these keys.
+
 Example::
 
     report = asyncio.run(read_report(coord, "orders", table))
@@ -39,17 +47,20 @@ import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from typing import Any
 
 from coordinators.errors import ConfigError
 from coordinators.protocol import Coordinator
 from paimon_group.ops.lag import DEFAULT_MAX_SNAPSHOTS, ShardProgress, SnapshotFacts
 from paimon_group.ops.retention import DataLossEstimate, earliest_loss
+from paimon_group.ops.table_lag import OpenedTables, TableReport, TablesFacts, read_tables
 from paimon_group.protocol.group_reads import GroupReads
 from paimon_group.protocol.group_views import GroupState
 from paimon_group.protocol.names import consumer_id
 from paimon_group.protocol.records import Assignment, Position
 from paimon_group.protocol.sharding import ShardRule
+from paimon_group.protocol.table_map import TableMap
 from paimon_group.reading.mirror import ConsumerMirror
 from paimon_group.reading.table import ShardedTable
 
@@ -95,6 +106,10 @@ class ShardReport:
     # shard stalls from now on, a lower bound.
     time_to_data_loss_s: float | None = None
     data_loss: str = "caught up"
+    # A group of several tables: the shard's table and its shard number there
+    # (docs/many-tables.md); None, and not in the JSON, for a group of one table.
+    table: str | None = None
+    table_shard: int | None = None
 
 
 @dataclass(frozen=True)
@@ -162,6 +177,9 @@ class GroupReport:
     coordinator: str | None = None
     assignor: str | None = None  # "count" or "load", from the group record
     sinks: list[SinkReport] = field(default_factory=list)
+    # A group of several tables: one per range of its table map (None, and
+    # not in the JSON, for a group of one table).
+    tables: list[TableReport] | None = None
 
     @property
     def total_lag_snapshots(self) -> int:
@@ -203,11 +221,31 @@ class GroupReport:
     def with_sinks(self, sinks: list[SinkReport]) -> GroupReport:
         return dataclasses.replace(self, sinks=sinks)
 
+    def only_tables(self, pattern: str) -> GroupReport:
+        """A group of several tables' report cut to the tables ``pattern`` (a
+        name or an ``fnmatch`` pattern over ``database.table``) matches, and
+        their shards (the totals follow); ConfigError if none does."""
+        if self.tables is None:
+            return self
+        kept = [t for t in self.tables if fnmatchcase(t.name, pattern)]
+        if not kept:
+            names = ", ".join(t.name for t in self.tables if t.dropped_at is None) or "none"
+            raise ConfigError(f"--table {pattern}: no table of group {self.group!r} matches "
+                              f"it (its tables: {names})")
+        return dataclasses.replace(self, tables=kept, shards=[
+            s for s in self.shards if any(t.holds(s.shard) for t in kept)])
+
     def to_dict(self) -> dict[str, Any]:
         """The report as ``describe --json`` prints it (JSON-ready values)."""
         out = dataclasses.asdict(self)
         if self.coordinator is None:
             del out["coordinator"]
+        if self.tables is None:
+            del out["tables"]
+            for shard in out["shards"]:
+                del shard["table"], shard["table_shard"]
+        else:
+            out["tables"] = [table_summary(t, self.shards) for t in self.tables]
         out.update(
             total_lag_snapshots=self.total_lag_snapshots,
             max_lag_snapshots=self.max_lag_snapshots,
@@ -217,6 +255,25 @@ class GroupReport:
             **self.data_loss(),
         )
         return out
+
+
+def table_summary(table: TableReport, shards: list[ShardReport]) -> dict[str, Any]:
+    """One table of a group of several tables as the JSON shows it: its range
+    and snapshots, and the totals of its shards."""
+    mine = [s for s in shards if table.holds(s.shard)]
+    lags = [s.lag_seconds for s in mine if s.lag_seconds is not None]
+    unread = [s.unread_rows for s in mine if s.unread_rows is not None]
+    return {
+        **dataclasses.asdict(table),
+        "state": table.state,
+        "owned_shards": sum(1 for s in mine if s.owner is not None),
+        "owners": sorted({s.owner for s in mine if s.owner is not None}),
+        "total_lag_snapshots": sum(s.lag_snapshots or 0 for s in mine),
+        "max_lag_snapshots": max((s.lag_snapshots or 0 for s in mine), default=0),
+        "max_lag_seconds": max(lags) if lags else None,
+        "total_unread_rows": sum(unread) if unread else None,
+        "expired_shards": [s.shard for s in mine if s.expired],
+    }
 
 
 @dataclass(frozen=True)
@@ -245,15 +302,19 @@ async def read_report(
     *,
     facts: SnapshotFacts | None = None,
     max_snapshots: int = DEFAULT_MAX_SNAPSHOTS,
+    tables: OpenedTables | None = None,
 ) -> GroupReport:
     """The describe report of ``group`` (see the module docstring).
 
     ``facts`` may be passed in (and kept) by callers that describe the same
     group repeatedly, so snapshot metadata is read once. A group that does not
-    exist gives a report with ``exists`` false and no shards.
+    exist gives a report with ``exists`` false and no shards. A group of
+    several tables is measured against ``tables`` (its map's live tables by
+    position, :mod:`paimon_group.ops.table_lag`), not ``table``.
     """
     state = await GroupReads(coordinator, group).state()
-    return await report_from_state(group, state, table, facts=facts, max_snapshots=max_snapshots)
+    return await report_from_state(group, state, table, facts=facts, max_snapshots=max_snapshots,
+                                   tables=tables)
 
 
 async def describe_group(
@@ -263,10 +324,11 @@ async def describe_group(
     *,
     facts: SnapshotFacts | None = None,
     max_snapshots: int = DEFAULT_MAX_SNAPSHOTS,
+    tables: OpenedTables | None = None,
 ) -> dict[str, Any]:
     """:func:`read_report` as the JSON document ``describe --json`` prints."""
     report = await read_report(coordinator, group, table, facts=facts,
-                               max_snapshots=max_snapshots)
+                               max_snapshots=max_snapshots, tables=tables)
     return report.to_dict()
 
 
@@ -278,17 +340,27 @@ async def report_from_state(
     facts: SnapshotFacts | None = None,
     max_snapshots: int = DEFAULT_MAX_SNAPSHOTS,
     count_rows: bool = True,
+    tables: OpenedTables | None = None,
 ) -> GroupReport:
     """The describe report from an already-read :class:`GroupState`.
 
     ``count_rows`` False skips the unread-rows estimate (no manifest reads).
+    ``tables``: as :func:`read_report` takes them.
     """
     meta = state.meta
     num_shards = meta.num_shards if meta else 0
     rule = ShardRule.parse(meta.sharding if meta else None)
-    found = await _read_table(group, state, table, num_shards, rule, facts=facts,
-                              max_snapshots=max_snapshots, count_rows=count_rows)
-    shards = _shard_reports(group, state, num_shards, found)
+    table_map = meta.tables if meta is not None else None
+    many: TablesFacts | None = None
+    if table_map is not None:
+        many = await read_tables(group, state, tables or {}, max_snapshots=max_snapshots,
+                                 count_rows=count_rows)
+        found = _TableFacts(many.progress, many.consumer_files)
+        table = None
+    else:
+        found = await _read_table(group, state, table, num_shards, rule, facts=facts,
+                                  max_snapshots=max_snapshots, count_rows=count_rows)
+    shards = _shard_reports(group, state, num_shards, found, table_map)
     live = set(state.members)
     assigned = set(state.assignment.shards) if state.assignment else set()
     owners_match = all(s.owner is not None and s.owner == s.assigned_to for s in shards)
@@ -312,6 +384,7 @@ async def report_from_state(
         shards=shards,
         described_at=time.time(),
         assignor=meta.assignor if meta else None,
+        tables=many.tables if many is not None else None,
     )
 
 
@@ -358,12 +431,17 @@ def _progress_of(found: _TableFacts, shard: int, pos: Position | None) -> ShardP
 
 
 def _shard_reports(group: str, state: GroupState, num_shards: int,
-                   found: _TableFacts) -> list[ShardReport]:
+                   found: _TableFacts, table_map: TableMap | None) -> list[ShardReport]:
     shards: list[ShardReport] = []
     for shard in range(num_shards):
         owner = state.owners.get(shard)
         pos = state.positions.get(shard)
         p = _progress_of(found, shard, pos)
+        name: str | None = None
+        local: int | None = None
+        if table_map is not None:
+            in_table, local = table_map.locate(shard)
+            name = in_table.name
         shards.append(ShardReport(
             shard=shard,
             owner=owner.member_id if owner else None,
@@ -379,9 +457,11 @@ def _shard_reports(group: str, state: GroupState, num_shards: int,
             expired=p.expired,
             last_commit=pos.committed_at if pos else None,
             last_commit_by=pos.member_id if pos else None,
-            consumer_id=consumer_id(group, shard),
+            consumer_id=consumer_id(group, shard if local is None else local),
             consumer_file=found.consumer_files.get(shard),
             **p.data_loss.to_dict(),
+            table=name,
+            table_shard=local,
         ))
     return shards
 

@@ -129,6 +129,9 @@ class ShardReset:
     # The current position's pending full scan: a reset drops it, so the
     # shard changes even when its next snapshot stays the same.
     full_scan: int | None = None
+    # A group of several tables: the shard's table and its shard number there.
+    table: str | None = None
+    table_shard: int | None = None
 
     @property
     def changes(self) -> bool:
@@ -147,13 +150,16 @@ class ResetPlan:
     earliest_snapshot: int | None = None
     executed: bool = False
     forced: bool = False
+    # A group of several tables: the tables reset, each with its latest and
+    # earliest snapshot (None for a group of one table: the fields above).
+    tables: list[dict[str, Any]] | None = None
 
     @property
     def changing(self) -> list[ShardReset]:
         return [s for s in self.shards if s.changes]
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "group": self.group,
             "target": self.target,
             "latest_snapshot": self.latest_snapshot,
@@ -163,10 +169,15 @@ class ResetPlan:
             "forced": self.forced,
             "shards": [
                 {"shard": s.shard, "owner": s.owner, "epoch": s.epoch, "current": s.current,
-                 "new": s.new, "note": s.note}
+                 "new": s.new, "note": s.note,
+                 **({} if s.table is None else {"table": s.table,
+                                                 "table_shard": s.table_shard})}
                 for s in self.shards
             ],
         }
+        if self.tables is not None:
+            out["tables"] = [dict(t) for t in self.tables]
+        return out
 
 
 def _resolve(
@@ -213,6 +224,9 @@ async def plan_reset(
     if state.meta is None:
         raise GroupNotFound(f"group {client.group!r} does not exist in this coordinator")
     check_can_follow(state.meta, client.group)  # positions of a feature it does not know
+    if state.meta.tables is not None:
+        raise ConfigError(f"group {client.group!r} reads several tables ({state.meta.table}): "
+                          "plan its reset with plan_reset_tables")
     check_table(state, table, client.group)
     num_shards = state.meta.num_shards
     chosen = sorted(set(range(num_shards) if shards is None else shards))
@@ -223,19 +237,7 @@ async def plan_reset(
         )
 
     def resolve_all() -> tuple[list[ShardReset], int | None, int | None]:
-        rows: list[ShardReset] = []
-        for s in chosen:
-            pos = state.positions.get(s)
-            current = pos.next_snapshot if pos else None
-            full = pos.full_scan if pos else None
-            new, note = _resolve(table, target, current)
-            if new is not None and full is not None and not note:
-                note = f"pending full scan of snapshot {full} dropped"
-            elif new is not None and new == current and not note:
-                note = "unchanged"
-            owner = state.owners.get(s)
-            rows.append(ShardReset(s, current, new, owner.member_id if owner else None,
-                                   owner.epoch if owner else None, note, full))
+        rows = [shard_reset(state, table, target, s) for s in chosen]
         return rows, table.latest_snapshot_id(), table.earliest_snapshot_id()
 
     rows, latest, earliest = await asyncio.to_thread(resolve_all)
@@ -249,6 +251,24 @@ async def plan_reset(
     )
 
 
+def shard_reset(state: GroupState, table: ShardedTable, target: ResetTarget, shard: int, *,
+                local: int | None = None) -> ShardReset:
+    """The plan of one group shard (blocking: reads the table). ``local``: the
+    shard's number in its table, a group of several tables' ``table`` one."""
+    pos = state.positions.get(shard)
+    current = pos.next_snapshot if pos else None
+    full = pos.full_scan if pos else None
+    new, note = _resolve(table, target, current)
+    if new is not None and full is not None and not note:
+        note = f"pending full scan of snapshot {full} dropped"
+    elif new is not None and new == current and not note:
+        note = "unchanged"
+    owner = state.owners.get(shard)
+    return ShardReset(shard, current, new, owner.member_id if owner else None,
+                      owner.epoch if owner else None, note, full,
+                      None if local is None else table.identifier, local)
+
+
 def check_table(state: GroupState, table: ShardedTable | None, group: str) -> None:
     if state.meta is not None and table is not None and state.meta.table != table.identifier:
         raise ConfigError(
@@ -260,6 +280,43 @@ def check_table(state: GroupState, table: ShardedTable | None, group: str) -> No
 def admin_mirror(table: ShardedTable, group: str) -> ConsumerMirror:
     # interval 0: every write goes through (nothing is throttled here).
     return ConsumerMirror(table.table.file_io, table.table_path, group, interval_s=0.0)
+
+
+@dataclass(frozen=True)
+class TableFiles:
+    """The group's consumer files in one table, in group shard numbers: group
+    shard ``first + i`` is the table's shard ``i`` (``0 <= i < shards``), whose
+    file is ``pg-<group>-shard-<i>`` in the table's directory. A group of one
+    table: ``first`` 0 and every shard (``shards`` None)."""
+
+    table: ShardedTable
+    group: str
+    first: int = 0
+    shards: int | None = None
+
+    def holds(self, shard: int) -> bool:
+        return shard >= self.first and (self.shards is None or shard < self.first + self.shards)
+
+    def all(self) -> dict[int, int]:
+        """The files' values by group shard (blocking)."""
+        found = admin_mirror(self.table, self.group).all()
+        return {self.first + i: n for i, n in found.items()
+                if self.shards is None or i < self.shards}
+
+    def write(self, values: dict[int, int]) -> None:
+        """Write the files of the shards of ``values`` this table holds (blocking)."""
+        mirror = admin_mirror(self.table, self.group)
+        for s, n in sorted(values.items()):
+            if self.holds(s):
+                mirror.write(s - self.first, n, force=True)
+
+    def delete(self, shards: Iterable[int]) -> None:
+        from pypaimon.consumer.consumer_manager import ConsumerManager
+
+        manager = ConsumerManager(self.table.table.file_io, self.table.table_path)
+        for shard in shards:
+            if self.holds(shard):
+                manager.delete_consumer(consumer_id(self.group, shard - self.first))
 
 
 @dataclass(frozen=True)
@@ -300,23 +357,43 @@ async def execute_reset(
     Refused with :class:`GroupBusy` while the group has live members or owned
     shards, unless ``force`` (see the module docstring for what it costs).
     """
+    return await execute_reset_files(client, [TableFiles(table, client.group)], plan,
+                                     force=force, actor=actor)
+
+
+async def execute_reset_files(
+    client: GroupAdmin,
+    files: Sequence[TableFiles],
+    plan: ResetPlan,
+    *,
+    force: bool = False,
+    actor: str | None = None,
+) -> ResetPlan:
+    """:func:`execute_reset` with each shard's consumer file in the table of
+    ``files`` that holds it (a group of several tables: one each). The
+    positions of every table are one coordinator commit."""
     actor = actor or admin_actor()
-    mirror = admin_mirror(table, client.group)
-    moves = _FileMoves.of(plan, await asyncio.to_thread(mirror.all))
+    previous: dict[int, int] = {}
+    for part in files:
+        previous.update(await asyncio.to_thread(part.all))
+    moves = _FileMoves.of(plan, previous)
     new_positions = {s.shard: s.new for s in plan.changing if s.new is not None}
     if not new_positions and not moves.before and not moves.after:
         return replace(plan, executed=True, forced=force)
     if not force:
         _refuse_if_busy(client.group, await client.state(), new_positions)
-    await asyncio.to_thread(_write_files, mirror, moves.before)
+    await asyncio.to_thread(_write_files, files, moves.before)
     try:
-        await _check_rewind_retained(table, moves.before, new_positions)
+        for part in files:
+            await _check_rewind_retained(
+                part.table, {s: n for s, n in moves.before.items() if part.holds(s)},
+                new_positions)
         if new_positions:
             await _commit_positions(client, new_positions, actor, force=force)
     except BaseException:
-        await _restore_files(table, client.group, mirror, moves)
+        await _restore_files(files, moves)
         raise
-    await asyncio.to_thread(_write_files, mirror, moves.after)
+    await asyncio.to_thread(_write_files, files, moves.after)
     log.info("reset group %s (%s): %s", client.group, plan.target, new_positions,
              extra={"group": client.group})
     return replace(plan, executed=True, forced=force)
@@ -337,9 +414,9 @@ def _refuse_if_busy(group: str, state: GroupState, positions: dict[int, int]) ->
         )
 
 
-def _write_files(mirror: ConsumerMirror, values: dict[int, int]) -> None:
-    for s, n in sorted(values.items()):
-        mirror.write(s, n, force=True)
+def _write_files(files: Sequence[TableFiles], values: dict[int, int]) -> None:
+    for part in files:
+        part.write(values)
 
 
 async def _check_rewind_retained(
@@ -383,27 +460,18 @@ async def _force_positions(client: GroupAdmin, positions: dict[int, int], actor:
     )
 
 
-async def _restore_files(
-    table: ShardedTable, group: str, mirror: ConsumerMirror, moves: _FileMoves
-) -> None:
+async def _restore_files(files: Sequence[TableFiles], moves: _FileMoves) -> None:
     """Put back the files we moved before a commit that failed: they must not
     stay behind positions we did not write (harmless, it only keeps more
     snapshots, but untidy)."""
     restore = {s: moves.previous[s] for s in moves.before if s in moves.previous}
+    missing = [s for s in moves.before if s not in moves.previous]
     try:
-        await asyncio.to_thread(_write_files, mirror, restore)
-        missing = [s for s in moves.before if s not in moves.previous]
-        await asyncio.to_thread(_delete_consumer_files, table, group, missing)
+        await asyncio.to_thread(_write_files, files, restore)
+        for part in files:
+            await asyncio.to_thread(part.delete, missing)
     except Exception as err:
         log.warning("consumer files not restored after a failed reset: %s", err)
-
-
-def _delete_consumer_files(table: ShardedTable, group: str, shards: Iterable[int]) -> None:
-    from pypaimon.consumer.consumer_manager import ConsumerManager
-
-    manager = ConsumerManager(table.table.file_io, table.table_path)
-    for shard in shards:
-        manager.delete_consumer(consumer_id(group, shard))
 
 
 def parse_shards(values: Sequence[int] | None) -> list[int] | None:

@@ -39,6 +39,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 
+from coordinators.errors import CorruptValue
 from coordinators.protocol import Check, Delete, Put
 from paimon_group.protocol.group_reads import GroupReads
 from paimon_group.protocol.group_views import Removal
@@ -99,7 +100,8 @@ class GroupAdmin(GroupReads):
 
     async def delete_all(self) -> int | None:
         """Delete the group: its record, assignment, positions, goodbyes,
-        removal records and sinks, in one commit (so a half-deleted group cannot exist).
+        removal records, sinks and its tables' keys (a group of several
+        tables: each range's start), in one commit (so a half-deleted group cannot exist).
 
         Guarded on every deleted key being the one read, and on no member,
         owner or leader key existing. The number of keys deleted (0: the
@@ -110,7 +112,8 @@ class GroupAdmin(GroupReads):
         entries = [e for e in (await coord.get(keys.meta), await coord.get(keys.assignment),
                                await coord.get(keys.start), await coord.get(keys.head))
                    if e is not None]
-        for directory in (keys.positions_dir, keys.leaving_dir, keys.removed_dir, keys.sinks_dir):
+        for directory in (keys.positions_dir, keys.leaving_dir, keys.removed_dir, keys.sinks_dir,
+                          *await self._table_dirs()):
             entries += await coord.list(directory)
         live = [e for d in (keys.owners_dir, keys.members_dir) for e in await coord.list(d)]
         if not entries:
@@ -121,6 +124,17 @@ class GroupAdmin(GroupReads):
         if not await coord.commit(checks, [Delete(e.key) for e in entries]):
             return None
         return len(entries)
+
+    async def _table_dirs(self) -> list[str]:
+        """The key directories of the tables of a group of several tables
+        (each range's start, docs/many-tables.md); none for a group of one."""
+        try:
+            meta = await self.read_meta()
+        except (CorruptValue, ValueError):  # deleted all the same, its tables' keys left
+            return []
+        if meta is None or meta.tables is None:
+            return []
+        return [self.keys.table_dir(i) for i in range(len(meta.tables))]
 
     async def remove_member(self, member_id: str) -> Removal:
         """Force ``member_id`` out: delete its member key, its owner keys and

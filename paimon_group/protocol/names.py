@@ -170,11 +170,16 @@ class GroupKeys:
         """The group's start: where every shard without a position begins."""
         return f"{self.root}/start"
 
+    def table_dir(self, index: int) -> str:
+        """The keys of the table at position ``index`` of a group of several
+        tables' map (docs/many-tables.md)."""
+        return f"{self.root}/tables/{index}/"
+
     def table_start(self, index: int) -> str:
         """The start of the table at position ``index`` of a group of several
         tables' map (docs/many-tables.md): where its shards without a position
         begin. Ranges are never reused, so the key never changes table."""
-        return f"{self.root}/tables/{index}/start"
+        return f"{self.table_dir(index)}start"
 
     def start_of(self, index: int | None) -> str:
         """The start key of a table: the group's own (:attr:`start`) for a
