@@ -85,7 +85,9 @@ def make_tables(wh: str, count: int) -> float:
 
 async def start_group(pool: MemberPool, watcher: GroupWatcher, names: list[str]
                       ) -> dict[str, Any]:
-    """Start every member at once: seconds to stable, and to the last start()."""
+    """Start every member at once: seconds to stable, and to the last start();
+    the workers' CPU seconds until stable."""
+    cpu = await asyncio.to_thread(pool.cpu_s)
     began = time.monotonic()
     starting = asyncio.ensure_future(asyncio.to_thread(pool.start, names))
     returned: list[float] = []
@@ -95,6 +97,7 @@ async def start_group(pool: MemberPool, watcher: GroupWatcher, names: list[str]
     return {"start_s": round(stable - began, 2),
             "start_calls_returned_s": round(returned[0] - began, 2),
             "start_requests": pool.requests(),
+            "start_cpu_s": round(await asyncio.to_thread(pool.cpu_s) - cpu, 2),
             "generations": len(watcher.generations)}
 
 
