@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from coordinators.protocol import Entry
 from paimon_group.protocol.group import GroupClient
 from paimon_group.protocol.group_views import leader_of
-from paimon_group.protocol.records import Assignment, GroupMeta, GroupStart
+from paimon_group.protocol.records import Assignment, GroupMeta, GroupStart, decoded_meta
 
 
 @dataclass(frozen=True)
@@ -60,4 +60,4 @@ async def read_round(group: GroupClient, member_id: str, *,
     return RoundView(member_key=member_key, leader=leader_of(leader), assignment=decoded,
                      assignment_version=version,
                      start=None if start is None else GroupStart.decode(start.key, start.value),
-                     meta=None if meta is None else GroupMeta.decode(meta.key, meta.value))
+                     meta=None if meta is None else decoded_meta(meta.key, meta.value))
