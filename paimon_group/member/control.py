@@ -30,7 +30,7 @@ from paimon_group.member.tables import MemberTables
 from paimon_group.protocol.assignors import assign_over, assignor_named
 from paimon_group.protocol.group import GroupClient
 from paimon_group.protocol.group_start import read_group_start
-from paimon_group.protocol.records import Assignment, GroupMeta
+from paimon_group.protocol.records import Assignment, decoded_meta
 from paimon_group.protocol.sharding import Sharding, ShardRule
 from paimon_group.protocol.sinks import publish as publish_sinks
 from paimon_group.protocol.static_membership import VanishedMembers, same_assignment, sticky_basis
@@ -134,7 +134,7 @@ class Control:
             self._core.observe_start(start, table)
         if view.meta is not None and view.meta != self._meta_seen:
             # Decoded only when its bytes changed: a map of many tables is long.
-            await follow_map(self._core, GroupMeta.decode(group.keys.meta, view.meta))
+            await follow_map(self._core, decoded_meta(group.keys.meta, view.meta))
             self._meta_seen = view.meta
         await self._check_member_key(group, view)
         await self._maybe_lead(group, view)

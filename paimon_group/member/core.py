@@ -137,19 +137,13 @@ class MemberCore:
     """The shared state of a member; see the module docstring."""
 
     start_position: StartPosition  # set by start()
-    # A group of several tables: their catalog and the listing its start made
-    # (set by opened_catalog).
-    _catalog: tuple[Any, str] | None = None
+    # A group of several tables: their catalog, its location and the tables
+    # the start's listing loaded; the listing (set by opened_catalog).
+    _catalog: tuple[Any, str, dict[str, tuple[str, Any]]] | None = None
     listing: TableListing | None = None
 
-    def __init__(
-        self,
-        config: MemberConfig,
-        *,
-        listener: RebalanceListener | None = None,
-        auto_commit: bool = True,
-        clock: Clock = SYSTEM_CLOCK,
-    ) -> None:
+    def __init__(self, config: MemberConfig, *, listener: RebalanceListener | None = None,
+                 auto_commit: bool = True, clock: Clock = SYSTEM_CLOCK) -> None:
         # The clock of every loop, deadline, lease check and history line.
         self.config, self.clock = config, clock
         # Every timing derived from the session timeout, built once.
@@ -221,10 +215,12 @@ class MemberCore:
         self.start_position = start
 
     def opened_catalog(self, catalog: Any, location: str, listing: TableListing,
-                       start: StartPosition) -> None:
+                       start: StartPosition,
+                       loaded: dict[str, tuple[str, Any]] | None = None) -> None:
         """A group of several tables: the catalog they are in (opened by the
-        member's start, which listed ``listing``), and the start given."""
-        self._catalog = (catalog, location)
+        member's start, which listed ``listing``, loading the tables
+        ``loaded``), and the start given."""
+        self._catalog = (catalog, location, dict(loaded or {}))
         self.listing = listing
         self.start_position = start
 
@@ -233,11 +229,15 @@ class MemberCore:
         assert self._catalog is not None, "not a group of several tables"
         return self._catalog[0]
 
-    def open_table(self, name: str) -> ShardedTable:
+    def open_table(self, name: str, identity: str | None = None) -> ShardedTable:
         """Table ``name`` of the catalog (TableNotFound if it is not there);
-        on the planning thread."""
+        on the planning thread. The table of ``identity`` the start's listing
+        loaded is taken (once) rather than loaded again."""
         catalog = self.catalog()
         assert self._catalog is not None
+        loaded = self._catalog[2].pop(name, None)
+        if loaded is not None and identity is not None and loaded[0] == identity:
+            return ShardedTable(loaded[1], warehouse=self._catalog[1], identifier=name)
         return ShardedTable.in_catalog(catalog, self._catalog[1], name)
 
     # -- the joined session (membership replaces it whole) -------------------

@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+from typing import Any
 
 from coordinators.registry import redact_url
 from paimon_group.errors import TableNotFound
@@ -51,9 +52,10 @@ def open_subscription(core: MemberCore) -> None:
     not found is refused in one line before anything is joined."""
     config = core.config
     catalog, location, _ = ShardedTable.open_catalog(config.warehouse, config.catalog_options)
-    listing = list_subscribed(catalog, config.subscription)
+    loaded: dict[str, tuple[str, Any]] = {}
+    listing = list_subscribed(catalog, config.subscription, loaded=loaded)
     raise_if_missing(listing, redact_url(location))
-    core.opened_catalog(catalog, location, listing, config.start_position)
+    core.opened_catalog(catalog, location, listing, config.start_position, loaded)
 
 
 def make_member_table(core: MemberCore, index: int | None, rng: TableRange, meta: GroupMeta,
@@ -111,7 +113,8 @@ async def open_tables(core: MemberCore, meta: GroupMeta,
         if not rng.live:
             continue
         try:
-            table = await core.in_io(functools.partial(core.open_table, rng.name))
+            table = await core.in_io(functools.partial(core.open_table, rng.name,
+                                                       rng.table_id))
         except TableNotFound:
             continue  # dropped since: the leader marks its range, nobody reads it
         member_table = make_member_table(core, index, rng, meta, table)

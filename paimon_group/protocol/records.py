@@ -280,6 +280,17 @@ def decoded_assignment(key: str, value: bytes) -> Assignment:
     return Assignment.decode(key, value)
 
 
+@functools.lru_cache(maxsize=4)
+def decoded_meta(key: str, value: bytes) -> GroupMeta:
+    """The group record stored as ``value``, decoded once per process.
+
+    A member of a group of several tables reads it in every full control
+    round (member/round_view.py); its table map is most of it (200 tables:
+    about 2 ms to decode and check), and the members of a process read the
+    same bytes. Read-only, as :func:`decoded_assignment`'s."""
+    return GroupMeta.decode(key, value)
+
+
 @dataclass(frozen=True)
 class Owner(_Record):
     """``groups/<group>/owners/<shard>``: its create version is the shard's epoch.

@@ -121,10 +121,13 @@ def raise_if_missing(listing: TableListing, warehouse: str,
 
 
 def list_subscribed(catalog: Any, subscription: TableSubscription,
-                    previous: TableListing | None = None) -> TableListing:
+                    previous: TableListing | None = None, *,
+                    loaded: dict[str, tuple[str, Any]] | None = None) -> TableListing:
     """The tables of ``catalog`` (a pypaimon catalog) that ``subscription``
     matches, each with its identity; ``previous``, the last listing, spares
-    loading again a table whose identity is unchanged.
+    loading again a table whose identity is unchanged. ``loaded``, if given,
+    receives each table that could be read loaded, by name, with its
+    identity: a member's start opens them without loading them again.
 
     A table dropped between the listing and the read of its identity is
     left out (as if listed a moment later); a directory with no schema yet
@@ -143,7 +146,7 @@ def list_subscribed(catalog: Any, subscription: TableSubscription,
         present.add(name)
         before = known.get(name)
         entry = before if before is not None and before.identity == identity \
-            else _load(catalog, name, identity)
+            else _load(catalog, name, identity, loaded)
         if entry is not None:
             found.append(entry)
     return TableListing(
@@ -195,7 +198,8 @@ def _identity(catalog: Any, name: str) -> str:
         return ""
 
 
-def _load(catalog: Any, name: str, identity: str) -> ListedTable | None:
+def _load(catalog: Any, name: str, identity: str,
+          loaded: dict[str, tuple[str, Any]] | None = None) -> ListedTable | None:
     """Table ``name``'s entry, its kind and bucket read from the table of
     ``identity``; None when it is not that table any more.
 
@@ -217,4 +221,6 @@ def _load(catalog: Any, name: str, identity: str) -> ListedTable | None:
         kind: TableKind | None = table_kind(table, name)
     except UnsupportedTable as err:
         return ListedTable(name, identity, bucket, None, unsupported=str(err))
+    if loaded is not None:
+        loaded[name] = (identity, table)
     return ListedTable(name, identity, bucket, kind)

@@ -92,7 +92,8 @@ def _worker(conn: Connection, settings: dict[str, Any]) -> None:
     def member(name: str) -> GroupMember:
         return GroupMember(MemberConfig(
             group=settings["group"], warehouse=settings["warehouse"], table=settings["table"],
-            coordinator=settings["url"], member_id=name, shards=settings["shards"],
+            tables=tuple(settings["tables"]), coordinator=settings["url"], member_id=name,
+            shards=settings["shards"],
             session_timeout_s=settings["session_timeout_s"], mirror_interval_s=3600.0,
             history_path=f"{history}/history-{name}.jsonl" if history else None,
         ), auto_commit=False)
@@ -181,11 +182,11 @@ def _worker(conn: Connection, settings: dict[str, Any]) -> None:
 class MemberPool:
     """Worker processes running real members of one group (see the module docstring)."""
 
-    def __init__(self, *, url: str, warehouse: str, table: str, group: str, shards: int,
+    def __init__(self, *, url: str, warehouse: str, table: str, group: str, shards: int | None,
                  session_timeout_s: float = 10.0, processes: int | None = None,
-                 history_dir: Path | None = None) -> None:
+                 history_dir: Path | None = None, tables: tuple[str, ...] = ()) -> None:
         self.settings = {
-            "url": url, "warehouse": warehouse, "table": table, "group": group,
+            "url": url, "warehouse": warehouse, "table": table, "tables": tables, "group": group,
             "shards": shards, "session_timeout_s": session_timeout_s,
             "history_dir": str(history_dir) if history_dir else None,
         }
@@ -298,11 +299,12 @@ class MemberPool:
 class GroupWatcher:
     """The benchmark's own view of a group: when it is stable.
 
-    Stable: the published assignment names exactly the expected members,
-    covers every shard, and every shard's owner key is held by its assigned
-    member. Checked at every change of the group record or of the owner keys
-    (its own watches); the time returned is when the check that found the
-    group stable had finished reading (an upper bound of the moment).
+    Stable: the published assignment names exactly the expected members
+    (some with no shard when they outnumber the shards), covers every shard,
+    and every shard's owner key is held by its assigned member. Checked at
+    every change of the group record or of the owner keys (its own watches);
+    the time returned is when the check that found the group stable had
+    finished reading (an upper bound of the moment).
     """
 
     def __init__(self, url: str, group: str, shards: int) -> None:
@@ -334,8 +336,10 @@ class GroupWatcher:
         if assignment is None:
             return False
         self.generations.setdefault(assignment.generation, time.monotonic())
+        # Every member named (one may have no shard when they outnumber the shards).
         wanted = {m: s for m, s in assignment.shards.items() if s}
-        if set(wanted) != members or sum(len(s) for s in wanted.values()) != self.shards:
+        if (set(assignment.shards) != members
+                or sum(len(s) for s in wanted.values()) != self.shards):
             return False
         owners = await self.group.owners()
         return len(owners) == self.shards and all(
