@@ -306,3 +306,35 @@ async def test_each_batch_has_its_table_s_schema_as_it_evolves(tmp_path: Path) -
             await asyncio.gather(run, return_exceptions=True)
     assert columns["shop.a"] == {("id", "v", "payload")}, columns
     assert columns["shop.b"] == {("id", "v", "payload"), ("id", "v", "payload", "extra")}
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("backend", ["sqlite", "etcd"])
+async def test_members_starting_together_prepare_a_new_group_once(
+        tmp_path: Path, request: pytest.FixtureRequest, backend: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from paimon_group.member import membership
+
+    wh = tmp_path / "wh"
+    for k in range(6):
+        make_pk_table(wh, f"shop.t{k}", buckets=2)
+    url = _coordinator(backend, tmp_path, request)
+    group = f"g{uuid.uuid4().hex[:8]}"
+    vetted: list[str] = []
+    real = membership.prepare_new_group
+
+    def counting(mirror: Any, file_io: Any, path: str, origin: Any) -> Any:
+        vetted.append(path)
+        return real(mirror, file_io, path, origin)
+
+    monkeypatch.setattr(membership, "prepare_new_group", counting)
+    members = [GroupMember(_config(wh, url, group, m, "shop.*"), handle_signals=False)
+               for m in ("a", "b", "c", "d")]
+    try:
+        await asyncio.gather(*(m.start() for m in members))
+        metas = {m.core.meta for m in members}
+        assert len(metas) == 1  # one record, one incarnation
+    finally:
+        await asyncio.gather(*(m.stop() for m in members))
+    # One member listed and vetted the six tables; the others waited for its record.
+    assert len(vetted) == 6 and len(set(vetted)) == 6, vetted

@@ -29,6 +29,8 @@ SNAPSHOT = Path(__file__).parent / "support" / "public_api.json"
 # the delivering member's sink registry, where a sink registers for describe.
 ADDED = {"GroupMember": {"read_loop": "data", "host_reads": "data", "core": "data"},
          "GroupClient": {
+             "claim_creation": "method(self) -> 'bool'",
+             "end_creation": "method(self) -> 'None'",
              "ensure_tables_meta": "method(self, subscription: 'str', tables: 'TableMap', *, "
                                    "incarnation: 'str' = '', warehouse: 'str' = '', "
                                    "assignor: 'str | None' = None) -> 'GroupMeta'",

@@ -148,14 +148,39 @@ class Membership:
         """The record of a group of several tables; a new group's map has the
         tables listed now, each in its range (member/table_refresh.py), their
         consumer files vetted as a new group of one table vets them."""
-        core, config = self._core, self._core.config
+        config = self._core.config
         warehouse = normalised_warehouse(config.warehouse)
         subscription = str(config.subscription)
-        existing = await group.read_meta()
+        existing = await self._created_or_claimed(group)
         if existing is not None:
             return await group.ensure_tables_meta(
                 subscription, existing.tables or TableMap(), warehouse=warehouse,
                 assignor=config.assignor)
+        try:
+            return await self._create_tables_meta(group, subscription, warehouse)
+        finally:
+            with contextlib.suppress(CoordinatorError):
+                await group.end_creation()
+
+    async def _created_or_claimed(self, group: GroupClient) -> GroupMeta | None:
+        """The group's record; None once this member claimed its creation.
+        Members starting together into a new group wait for the one that
+        claimed it, rather than each listing, opening and vetting every table
+        (a claim dies with its session; past the register wait the member
+        prepares the group itself, and the record's create decides)."""
+        give_up_at = self._core.clock.monotonic() + self._core.timing.register_wait_s
+        while True:
+            existing = await group.read_meta()
+            if existing is not None or await group.claim_creation():
+                return existing
+            if self._core.clock.monotonic() > give_up_at:
+                return None
+            await asyncio.sleep(0.1)
+
+    async def _create_tables_meta(self, group: GroupClient, subscription: str,
+                                  warehouse: str) -> GroupMeta:
+        """A new group of several tables' record, its tables listed and vetted."""
+        core, config = self._core, self._core.config
         listing = await core.in_io(functools.partial(
             list_subscribed, core.catalog(), config.subscription, core.listing))
         opened = {}

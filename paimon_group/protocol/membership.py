@@ -136,6 +136,15 @@ class MembershipWrites(GroupReads):
         check_shard_bound(self.coordinator, self.group, meta.num_shards)
         return meta
 
+    async def claim_creation(self) -> bool:
+        """Whether this session prepares the new group (its ephemeral key
+        ``creating``, the first creator's); the others wait for the record."""
+        return await self.coordinator.create(self.keys.creating, b"", ephemeral=True) is not None
+
+    async def end_creation(self) -> None:
+        """The group is created (or its creation failed): the claim ends."""
+        await self.coordinator.delete(self.keys.creating)
+
     async def update_table_map(self, before: GroupMeta, tables: TableMap,
                                leader_epoch: int) -> GroupMeta | None:
         """The record ``before`` with the map ``tables`` (tables appended or

@@ -175,6 +175,13 @@ class GroupKeys:
         tables' map (docs/many-tables.md)."""
         return f"{self.root}/tables/{index}/"
 
+    @property
+    def creating(self) -> str:
+        """Held (ephemeral) by the member preparing a new group of several
+        tables: the others wait for its record rather than each vetting every
+        table's consumer files (member/membership.py)."""
+        return f"{self.root}/creating"
+
     def table_start(self, index: int) -> str:
         """The start of the table at position ``index`` of a group of several
         tables' map (docs/many-tables.md): where its shards without a position
