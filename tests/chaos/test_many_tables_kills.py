@@ -50,7 +50,7 @@ from typing import Any
 
 import pytest
 
-from paimon_group.protocol.records import GroupMeta
+from paimon_group.protocol.records import Assignment, GroupMeta
 from paimon_group.protocol.sharding import Sharding, ShardRule, plan_new_group
 from paimon_group.reading.table import ShardedTable
 from tests.chaos.scenario import COORDINATOR_BACKENDS
@@ -310,17 +310,40 @@ def wait_delivered(members: Members, writer: Writer, timeout: float) -> None:
         time.sleep(0.5)
 
 
-def read_meta(coordinator: str, group: str) -> GroupMeta:
+def read_group(coordinator: str, group: str) -> tuple[GroupMeta, Assignment | None, set[int]]:
+    """The group's record, its assignment and the shards with an owner key."""
     from coordinators.registry import open_coordinator
     from paimon_group.protocol.group import GroupClient
 
-    async def go() -> GroupMeta | None:
+    async def go() -> tuple[GroupMeta | None, Assignment | None, set[int]]:
         async with open_coordinator(coordinator) as coord:
-            return await GroupClient(coord, group).read_meta()
+            client = GroupClient(coord, group)
+            assignment, _ = await client.read_assignment()
+            return await client.read_meta(), assignment, set(await client.owners())
 
-    meta = asyncio.run(go())
+    meta, assignment, owned = asyncio.run(go())
     assert meta is not None and meta.tables is not None
-    return meta
+    return meta, assignment, owned
+
+
+def wait_settled(members: Members, timeout: float) -> GroupMeta:
+    """Until the assignment gives every shard of the live tables to a member
+    and none of a dropped table's, and no dropped table's shard has an owner."""
+    deadline = time.monotonic() + timeout
+    while True:
+        meta, assignment, owned = read_group(members.coordinator, members.group)
+        assert meta.tables is not None
+        live = {k for t in meta.tables.live() for k in range(t.first, t.end)}
+        gone = {k for t in meta.tables.ranges if not t.live for k in range(t.first, t.end)}
+        assigned = {k: m for m, shards in (assignment.shards if assignment else {}).items()
+                    for k in shards}
+        if set(assigned) == live and set(assigned.values()) <= set(MEMBERS) \
+                and not owned & gone:
+            return meta
+        if time.monotonic() > deadline:
+            raise AssertionError(f"assigned {assigned}, owned {sorted(owned)}, live "
+                                 f"{sorted(live)}, dropped {sorted(gone)}\n{members.explain()}")
+        time.sleep(0.5)
 
 
 @pytest.mark.parametrize("backend", COORDINATOR_BACKENDS)
@@ -348,13 +371,14 @@ def test_kills_over_twenty_tables_created_and_dropped(
         writer.join(timeout=180)
         members.check_alive()
         wait_delivered(members, writer, timeout=120)
+        meta = wait_settled(members, timeout=60)
         codes = members.stop()
     finally:
         members.cleanup()
     print(f"{backend}: {time.monotonic() - started:.1f} s, killed {members.kills}")
     assert not members.died, (members.died, members.explain())
     assert set(codes.values()) == {0}, (codes, members.explain())
-    check(writer, members.history(), read_meta(coordinator, members.group))
+    check(writer, members.history(), meta)
 
 
 def check(writer: Writer, history: History, meta: GroupMeta) -> None:
