@@ -8,7 +8,9 @@ key, append with buckets, bucket-unaware append, primary key with
 own range (``(index + 1) * 1,000,000`` on), so a row names its table. A
 writer keeps committing to the tables while a random member is SIGKILLed
 and restarted under its id every few seconds (a dozen times); meanwhile
-three tables matching the pattern are created and two are dropped.
+three tables matching the pattern are created, two are dropped and one is
+dropped and created again under its name, of another kind (a new
+incarnation: a new range of the group's shards, rows of a new id range).
 
 Afterwards, from the deliveries (each with its table, the table's shard and
 the group shard) and the group's table map read from the coordinator:
@@ -21,7 +23,10 @@ the group shard) and the group's table map read from the coordinator:
   stores: the rule and shard count a group of that table alone would have)
   and under the group shard ``first + shard`` of the table's range;
 * a dropped table's deliveries are rows written to it, routed so (its
-  routing taken just before the drop);
+  routing taken just before the drop), and a re-created table's rows are
+  delivered under its new range only, its first incarnation's under the old;
+* before the stop, the assignment gives every live table's shard to a
+  member and none of a dropped table's, which no owner holds;
 * the fencing checks of :mod:`tests.support.checker` hold in the group's
   shard numbers.
 
@@ -52,6 +57,7 @@ import pytest
 
 from paimon_group.protocol.records import Assignment, GroupMeta
 from paimon_group.protocol.sharding import Sharding, ShardRule, plan_new_group
+from paimon_group.protocol.table_map import TableRange
 from paimon_group.reading.table import ShardedTable
 from tests.chaos.scenario import COORDINATOR_BACKENDS
 from tests.support.checker import (
@@ -96,12 +102,14 @@ MAKERS: dict[str, Callable[[Path, str], Any]] = {
 CYCLE = ("pk", "pk-partitioned", "append", "append-unaware", "pk-input",
          "pk", "pk-partitioned", "append", "append-unaware", "pk-lookup")
 INITIAL = {f"shop.t{i:02d}": CYCLE[i % len(CYCLE)] for i in range(20)}
-CREATED = {"shop.n0": "pk", "shop.n1": "append-unaware", "shop.n2": "pk-partitioned"}
-DROPPED = ("shop.t00", "shop.t03")
+# The kind of each table created while the members run (shop.t05, a
+# primary-key table, comes back as a bucket-unaware append table).
+CREATED = {"shop.n0": "pk", "shop.n1": "append-unaware", "shop.n2": "pk-partitioned",
+           "shop.t05": "append-unaware"}
 # Round of the writer -> what it does to the tables before its commits.
 EVENTS: dict[int, tuple[str, str]] = {
     6: ("create", "shop.n0"), 12: ("drop", "shop.t00"), 16: ("create", "shop.n1"),
-    22: ("drop", "shop.t03"), 26: ("create", "shop.n2"),
+    20: ("recreate", "shop.t05"), 24: ("drop", "shop.t03"), 28: ("create", "shop.n2"),
 }
 UNSUBSCRIBED = "other.x"
 
@@ -118,64 +126,69 @@ class Route:
 
 @dataclass
 class Writer:
-    """The tables and every row written to them (the ids of table ``i`` of
-    :attr:`order` start at ``(i + 1) * 1,000,000``)."""
+    """The tables and every row written to them. Each incarnation of a
+    table (a table re-created under its name is a new one) has an index in
+    :attr:`order`; the ids of incarnation ``i`` start at ``(i + 1) * 1,000,000``."""
 
     wh: Path
     rng: random.Random
-    order: list[str] = field(default_factory=list)
-    kinds: dict[str, str] = field(default_factory=dict)
-    written: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
-    first_commit: dict[str, list[int]] = field(default_factory=dict)
-    live: list[str] = field(default_factory=list)
-    dropped: dict[str, Route] = field(default_factory=dict)
+    order: list[str] = field(default_factory=list)  # the name of each incarnation
+    kinds: list[str] = field(default_factory=list)
+    written: dict[int, list[int]] = field(default_factory=lambda: defaultdict(list))
+    first_commit: dict[int, list[int]] = field(default_factory=dict)
+    live: dict[str, int] = field(default_factory=dict)  # name -> its incarnation
+    dropped: dict[int, Route] = field(default_factory=dict)
     error: BaseException | None = None
     _thread: threading.Thread | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
 
     def create(self, name: str, kind: str) -> None:
         MAKERS[kind](self.wh, name)
+        self.live[name] = len(self.order)
         self.order.append(name)
-        self.kinds[name] = kind
-        self.live.append(name)
+        self.kinds.append(kind)
 
     def write(self, name: str, count: int = ROWS_PER_COMMIT) -> None:
-        base = (self.order.index(name) + 1) * 1_000_000
-        ids = list(range(base + len(self.written[name]), base + len(self.written[name]) + count))
+        i = self.live[name]
+        first = (i + 1) * 1_000_000 + len(self.written[i])
+        ids = list(range(first, first + count))
         write_rows(self.wh, name, ids)
-        self.first_commit.setdefault(name, ids)
-        self.written[name].extend(ids)
+        self.first_commit.setdefault(i, ids)
+        self.written[i].extend(ids)
 
     def drop(self, name: str) -> None:
         table = ShardedTable.open(str(self.wh), name)
         shards, rule = plan_new_group(table, None)
-        self.dropped[name] = Route(rule.value, shards,
-                                   shards_by_rule(self.wh, name, rule.value, shards))
-        self.live.remove(name)
+        self.dropped[self.live.pop(name)] = Route(
+            rule.value, shards, shards_by_rule(self.wh, name, rule.value, shards))
         catalog(self.wh).drop_table(name)
 
-    def expected(self, name: str) -> set[int]:
-        """The rows of a live table that must be delivered."""
-        if self.kinds[name] == "pk-lookup":
-            return set(self.first_commit.get(name, ()))
-        return set(self.written[name])
+    def expected(self, i: int) -> set[int]:
+        """The rows of live incarnation ``i`` that must be delivered."""
+        if self.kinds[i] == "pk-lookup":
+            return set(self.first_commit.get(i, ()))
+        return set(self.written[i])
+
+    def event(self, r: int) -> None:
+        """What round ``r`` does to the tables (:data:`EVENTS`)."""
+        what, name = EVENTS.get(r, ("", ""))
+        if what in ("drop", "recreate"):
+            self.drop(name)
+        if what in ("create", "recreate"):
+            self.create(name, CREATED[name])
+            self.write(name, 12)
 
     def start(self, rounds: int, interval_s: float) -> None:
         """Commit to random live tables, round after round, the tables
-        created and dropped at their rounds (:data:`EVENTS`), until
-        :meth:`join` and at least ``rounds`` rounds."""
+        created and dropped at their rounds, until :meth:`join` and at least
+        ``rounds`` rounds."""
         def run() -> None:
             try:
                 r = 0
                 while r < rounds or not self._stop.is_set():
-                    what, name = EVENTS.get(r, ("", ""))
-                    if what == "create":
-                        self.create(name, CREATED[name])
-                        self.write(name, 12)
-                    elif what == "drop":
-                        self.drop(name)
-                    for name in self.rng.sample(self.live, min(TABLES_PER_ROUND,
-                                                               len(self.live))):
+                    self.event(r)
+                    for name in self.rng.sample(sorted(self.live),
+                                                min(TABLES_PER_ROUND, len(self.live))):
                         self.write(name)
                     r += 1
                     time.sleep(interval_s)
@@ -284,10 +297,12 @@ class Members:
                          for m in self.procs)
 
 
-def delivered(history: History) -> dict[str, set[int]]:
-    out: dict[str, set[int]] = defaultdict(set)
+def delivered(history: History) -> dict[int, set[int]]:
+    """The rows delivered, by the incarnation their ids say."""
+    out: dict[int, set[int]] = defaultdict(set)
     for d in history.deliveries:
-        out[d["table"]].update(d["ids"])
+        for i in d["ids"]:
+            out[i // 1_000_000 - 1].add(i)
     return out
 
 
@@ -298,7 +313,8 @@ def wait_delivered(members: Members, writer: Writer, timeout: float) -> None:
     while True:
         history = members.history()
         got = delivered(history)
-        missing = {t: len(writer.expected(t) - got.get(t, set())) for t in writer.live}
+        missing = {t: len(writer.expected(i) - got.get(i, set()))
+                   for t, i in writer.live.items()}
         missing = {t: n for t, n in missing.items() if n}
         acquired = {e.get("pid") for e in history.events if e["event"] == "acquire"}
         running = {p.pid for p in members.procs.values() if p.poll() is None}
@@ -381,42 +397,62 @@ def test_kills_over_twenty_tables_created_and_dropped(
     check(writer, members.history(), meta)
 
 
-def check(writer: Writer, history: History, meta: GroupMeta) -> None:
+def routes(writer: Writer, meta: GroupMeta) -> dict[int, tuple[TableRange, Route]]:
+    """Each incarnation's range of the map (a name's ranges in the order of
+    its incarnations) and its rows' shards by the rule the range stores:
+    the rule and shard count a group of that table alone would have."""
     assert meta.tables is not None
-    ranges = {t.name: t for t in meta.tables.ranges}
-    assert sorted(ranges) == sorted(writer.order), ranges
-    assert {t.name for t in meta.tables.live()} == set(writer.live)
-    routes = dict(writer.dropped)
-    for name in writer.live:
-        rng = ranges[name]
-        shards, rule = plan_new_group(ShardedTable.open(str(writer.wh), name), None)
-        assert (rule.value, shards) == (rng.sharding, rng.shards), name
-        routes[name] = Route(rng.sharding, rng.shards,
-                             shards_by_rule(writer.wh, name, rng.sharding, rng.shards))
-    for name, route in routes.items():
-        assert (route.rule, route.shards) == (ranges[name].sharding, ranges[name].shards), name
-    owner = {(writer.order.index(n) + 1): n for n in writer.order}
+    ranges: dict[str, list[TableRange]] = defaultdict(list)
+    for rng in meta.tables.ranges:
+        ranges[rng.name].append(rng)
+    out: dict[int, tuple[TableRange, Route]] = {}
+    for i, name in enumerate(writer.order):
+        rng = ranges[name].pop(0)
+        assert rng.live == (writer.live.get(name) == i), (name, i, rng)
+        if rng.live:
+            shards, rule = plan_new_group(ShardedTable.open(str(writer.wh), name), None)
+            route = Route(rule.value, shards,
+                          shards_by_rule(writer.wh, name, rule.value, shards))
+        else:
+            route = writer.dropped[i]
+        assert (route.rule, route.shards) == (rng.sharding, rng.shards), (name, i, rng)
+        out[i] = (rng, route)
+    assert not any(ranges.values()), f"ranges of no table written: {ranges}"
+    return out
+
+
+def misrouted(writer: Writer, history: History, meta: GroupMeta) -> list[str]:
+    """Rows delivered as another table's, in another shard than their
+    table's rule says, or under a group shard not the table's."""
+    assert meta.tables is not None
+    by_range = {rng.first: (i, route) for i, (rng, route) in routes(writer, meta).items()}
     bad: list[str] = []
     for d in history.deliveries:
-        table, shard = d["table"], d["table_shard"]
-        if table not in ranges:
-            bad.append(f"delivery of {table}, not a table of the group")
-            continue
-        rng, route = ranges[table], routes[table]
-        if d["shard"] != rng.first + shard or not 0 <= shard < rng.shards:
-            bad.append(f"{table}: table shard {shard} delivered as group shard {d['shard']}")
-        for i in d["ids"]:
-            if owner.get(i // 1_000_000) != table:
-                bad.append(f"row {i} of {owner.get(i // 1_000_000)} delivered as {table}")
-            elif i not in route.of:
-                bad.append(f"row {i} of {table} delivered, never written")
-            elif route.of[i] != shard:
-                bad.append(f"row {i} of {table} delivered by shard {shard}, "
-                           f"its shard is {route.of[i]} ({route.rule})")
+        rng, shard = meta.tables.locate(d["shard"])
+        i, route = by_range[rng.first]
+        if (rng.name, shard) != (d["table"], d["table_shard"]):
+            bad.append(f"group shard {d['shard']} ({rng.name} shard {shard}) delivered as "
+                       f"{d['table']} shard {d['table_shard']}")
+        for row in d["ids"]:
+            if row // 1_000_000 - 1 != i:
+                bad.append(f"row {row} of {writer.order[row // 1_000_000 - 1]} delivered "
+                           f"as {rng.name} (group shard {d['shard']})")
+            elif row not in route.of:
+                bad.append(f"row {row} of {rng.name} delivered, never written")
+            elif route.of[row] != shard:
+                bad.append(f"row {row} of {rng.name} delivered by shard {shard}, its "
+                           f"shard is {route.of[row]} ({route.rule})")
+    return bad
+
+
+def check(writer: Writer, history: History, meta: GroupMeta) -> None:
+    assert meta.tables is not None
+    assert {t.name for t in meta.tables.live()} == set(writer.live)
     got = delivered(history)
-    lost = {t: sorted(writer.expected(t) - got.get(t, set()))[:5] for t in writer.live}
+    lost = {t: sorted(writer.expected(i) - got.get(i, set()))[:5]
+            for t, i in writer.live.items()}
     violations = {
-        "misrouted": bad[:20],
+        "misrouted": misrouted(writer, history, meta)[:20],
         "lost": [f"{t}: {ids}" for t, ids in lost.items() if ids],
         "positions_regressed": positions_regressed(history),
         "epochs_not_increasing": epochs_not_increasing(history),
@@ -426,4 +462,4 @@ def check(writer: Writer, history: History, meta: GroupMeta) -> None:
         "unexplained_duplicates": unexplained_duplicates(history),
     }
     assert violations == {k: [] for k in violations}, violations
-    assert all(got.get(t) for t in writer.dropped), "a dropped table was never read"
+    assert all(got.get(i) for i in writer.dropped), "a dropped table was never read"
