@@ -367,7 +367,8 @@ def test_kills_over_twenty_tables_created_and_dropped(
         tmp_path: Path, request: pytest.FixtureRequest, backend: str) -> None:
     coordinator = str(request.getfixturevalue(f"{backend}_url"))
     wh = tmp_path / "wh"
-    writer = Writer(wh, random.Random(f"many-tables-{backend}"))
+    seed = os.environ.get("PG_CHAOS_SEED", "0")
+    writer = Writer(wh, random.Random(f"{seed}-writes-{backend}"))
     for name, kind in INITIAL.items():
         writer.create(name, kind)
         writer.write(name, 10)
@@ -380,7 +381,7 @@ def test_kills_over_twenty_tables_created_and_dropped(
             members.start(m)
         wait_delivered(members, writer, timeout=120)
         writer.start(ROUNDS, interval_s=0.3)
-        rng = random.Random(f"kills-{backend}")
+        rng = random.Random(f"{seed}-kills-{backend}")
         for _ in range(KILLS):
             time.sleep(rng.uniform(1.5, 3.0))
             members.kill(rng.choice(members.holding()))
@@ -391,7 +392,7 @@ def test_kills_over_twenty_tables_created_and_dropped(
         codes = members.stop()
     finally:
         members.cleanup()
-    print(f"{backend}: {time.monotonic() - started:.1f} s, killed {members.kills}")
+    print(f"{backend} (seed {seed}): {time.monotonic() - started:.1f} s, killed {members.kills}")
     assert not members.died, (members.died, members.explain())
     assert set(codes.values()) == {0}, (codes, members.explain())
     check(writer, members.history(), meta)
