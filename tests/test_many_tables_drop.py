@@ -60,3 +60,49 @@ def _dropped(member: Any, name: str) -> bool:
     meta = member.core.meta
     return bool(meta is not None and meta.tables is not None
                 and not any(t.name == name for t in meta.tables.live()))
+
+
+@pytest.mark.asyncio
+async def test_a_table_dropped_under_a_step_being_planned_stops_only_that_table(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    wh = tmp_path / "wh"
+    make_pk_table(wh, "shop.a", buckets=2)
+    make_append_table(wh, "shop.b", buckets=1)
+    write_rows(wh, "shop.a", range(10))
+    write_rows(wh, "shop.b", range(100, 105))
+    config = MemberConfig(group="g", warehouse=str(wh), table="shop.*",
+                          coordinator=f"sqlite://{tmp_path}/c.sqlite", member_id="m",
+                          start="earliest", poll_interval_ms=50, forming_wait_s=0,
+                          tables_refresh_s=30)
+    seen: dict[str, list[int]] = defaultdict(list)
+
+    def handle(batch: ShardBatch) -> None:
+        seen[batch.table].extend(batch.to_arrow().column("id").to_pylist())
+
+    member = GroupMember(config, handle_signals=False)
+    async with member:
+        run = asyncio.create_task(member.run(handle))
+        try:
+            await eventually(lambda: len(seen["shop.a"]) >= 10 and len(seen["shop.b"]) >= 5,
+                             limit_s=60)
+            tables = member.core.tables
+            assert tables is not None
+            b = next(t for t in tables if t.name == "shop.b")
+
+            def missing(*args: Any, **kwargs: Any) -> Any:
+                raise FileNotFoundError("a manifest of shop.b")
+
+            # Dropped between the listing of the catalog (every 30 s here)
+            # and a plan that meets one of its files gone.
+            catalog(wh).drop_table("shop.b")
+            b.planner.plan_next = missing  # type: ignore[method-assign]
+            write_rows(wh, "shop.a", range(10, 15))
+            await eventually(lambda: len(seen["shop.a"]) >= 15 or run.done(), limit_s=60)
+            assert not run.done(), run.exception()
+            assert b.gone == "dropped"
+        finally:
+            run.cancel()
+            await asyncio.gather(run, return_exceptions=True)
+    assert sorted(seen["shop.a"]) == list(range(15))
+    assert sorted(seen["shop.b"]) == list(range(100, 105))
+    assert "table shop.b was dropped" in caplog.text
