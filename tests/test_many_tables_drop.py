@@ -1,13 +1,16 @@
 """A table of a group of several dropped while the member reads it.
 
 Its files go with it: a batch of it being read, or a step being planned,
-meets a missing file. That table is no longer read (one WARNING, its
-batch not committed); the member goes on with the group's other tables.
+meets a missing file; one re-created of another kind under its name fails
+the plan of the old one's next snapshot. That table is no longer read (one
+WARNING, its batch not committed); the member goes on with the group's
+other tables.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -106,3 +109,44 @@ async def test_a_table_dropped_under_a_step_being_planned_stops_only_that_table(
     assert sorted(seen["shop.a"]) == list(range(15))
     assert sorted(seen["shop.b"]) == list(range(100, 105))
     assert "table shop.b was dropped" in caplog.text
+
+
+@pytest.mark.asyncio
+async def test_a_table_re_created_of_another_kind_before_a_check_stops_only_that_table(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    wh = tmp_path / "wh"
+    make_pk_table(wh, "shop.a", buckets=2)
+    make_pk_table(wh, "shop.b", buckets=1)
+    write_rows(wh, "shop.a", range(10))
+    write_rows(wh, "shop.b", range(100, 105))
+    config = MemberConfig(group="g", warehouse=str(wh), table="shop.*",
+                          coordinator=f"sqlite://{tmp_path}/c.sqlite", member_id="m",
+                          start="earliest", poll_interval_ms=50, forming_wait_s=0,
+                          tables_refresh_s=30)
+    seen: dict[str, list[int]] = defaultdict(list)
+
+    def handle(batch: ShardBatch) -> None:
+        seen[batch.table].extend(batch.to_arrow().column("id").to_pylist())
+
+    member = GroupMember(config, handle_signals=False)
+    async with member:
+        run = asyncio.create_task(member.run(handle))
+        try:
+            await eventually(lambda: len(seen["shop.a"]) >= 10 and len(seen["shop.b"]) >= 5,
+                             limit_s=60)
+            # Between two listings of the catalog (every 30 s here): the
+            # member plans its old shop.b's next snapshot in the new one.
+            catalog(wh).drop_table("shop.b")
+            make_append_table(wh, "shop.b", buckets=-1)
+            for k in range(3):
+                write_rows(wh, "shop.b", range(200 + 10 * k, 205 + 10 * k))
+            write_rows(wh, "shop.a", range(10, 15))
+            await eventually(lambda: len(seen["shop.a"]) >= 15 or run.done(), limit_s=60)
+            assert not run.done(), run.exception()
+        finally:
+            run.cancel()
+            await asyncio.gather(run, return_exceptions=True)
+    assert sorted(seen["shop.a"]) == list(range(15))
+    assert sorted(seen["shop.b"]) == list(range(100, 105)), "the new shop.b read as the old"
+    # (found "dropped" by a check that came in the middle of the drop)
+    assert re.search(r"table shop\.b was (re-created|dropped)", caplog.text)

@@ -278,8 +278,8 @@ class ReadLoop:
                 await self._on_expired(owned, full_scan or position, full_scan is not None, err)
                 progressed = True
                 continue
-            except FileNotFoundError:
-                if not await self._went(first):  # else: gone, not read any more
+            except Exception:  # of several tables, one found gone stops only itself
+                if tables.single or not await self._went(first):
                     raise
                 continue
             if step is None:
