@@ -38,7 +38,7 @@ from paimon_group.member.moved_start import move_start, moves_group_wide, repin_
 from paimon_group.member.sink_holds import check_held
 from paimon_group.member.start_pin import pin_start
 from paimon_group.member.state import OwnedShard, Stop
-from paimon_group.member.tables import MemberTable
+from paimon_group.member.tables import MemberTable, TableGone
 from paimon_group.member.watches import first_of
 from paimon_group.protocol.identity import check_table_identity, table_identity
 from paimon_group.reading.batch import ShardBatch
@@ -284,6 +284,10 @@ class ReadLoop:
                 await self._on_expired(owned, full_scan or position, full_scan is not None, err)
                 progressed = True
                 continue
+            except Exception:  # of several tables, one found gone stops only itself
+                if tables.single or not await self._went(first):
+                    raise
+                continue
             if step is None:
                 continue
             progressed = True
@@ -466,6 +470,7 @@ class ReadLoop:
         o.idle.clear()
         queued = written_committed = False
         gone: BaseException | None = None
+        dropped: TableGone | None = None
         written: AlreadyWritten | None = None
         try:
             async with slot:
@@ -476,6 +481,9 @@ class ReadLoop:
                 except BatchExpired as err:
                     gone = err
                     lost.append((o, err))
+                    return
+                except TableGone as err:
+                    dropped = err  # not committed: the table is not read any more
                     return
                 except AlreadyWritten as err:
                     written = err
@@ -498,7 +506,7 @@ class ReadLoop:
             if not queued:
                 lane.skipped()
                 self._resolve_durable(batch, None if written_committed else gone or written
-                                      or NotOwner(f"shard {o.shard} was revoked"))
+                                      or dropped or NotOwner(f"shard {o.shard} was revoked"))
             if gone is None:
                 o.idle.set()
 
@@ -559,15 +567,20 @@ class ReadLoop:
             waiter.set_exception(error)
             waiter.add_done_callback(lambda f: f.exception())  # retrieved if nobody waits
 
-    async def _files_gone(self, err: BatchExpired | DataFileMissing) -> NoReturn:
+    async def _files_gone(self, err: BatchExpired | DataFileMissing, shard: int) -> NoReturn:
         """Raise what a batch whose files are gone means, once the table is
-        found in place (else TableNotFound, TableReplaced say so: the files
-        of a dropped table are gone too, and a re-created table's snapshots
-        say nothing of the old one's): data loss (BatchExpired, handled by
-        :meth:`_deliver_all`), or a file missing from a retained snapshot, in
-        one line."""
-        await self._core.in_io(self.check_table_in_place)
+        found in place (else TableNotFound, TableReplaced, or in a group of
+        several TableGone, say so: a dropped table's files are gone too, a
+        re-created one's snapshots say nothing of the old one's): data loss
+        (BatchExpired, handled by :meth:`_deliver_all`), or one line."""
+        if await self._went(shard):
+            raise TableGone(f"shard {shard}: its table is gone") from err
         raise err
+
+    async def _went(self, shard: int) -> bool:
+        """Whether the table of ``shard`` is found gone now (a group of several)."""
+        await self._core.in_io(self.check_table_in_place)
+        return self._core.tables is not None and self._core.tables.gone(shard) is not None
 
     async def _handle(self, o: OwnedShard, batch: ShardBatch, step: StepPlan,
                       process: Process, slot: HandlerSlot) -> None:
@@ -582,7 +595,7 @@ class ReadLoop:
         if batch.lost is not None:
             # Its files are gone (raised by its read, whatever the handler
             # did with the error): never a handler failure, never retried.
-            await self._files_gone(batch.lost)
+            await self._files_gone(batch.lost, o.shard)
         self._core.stats.handler_seconds.append(self._core.clock.monotonic() - started)
         if len(self._core.stats.handler_seconds) > 10_000:
             # Bounded: readers (metrics) start over on a new list.

@@ -41,7 +41,13 @@ from paimon_group.reading.mirror import ConsumerMirror, MirroredPosition
 from paimon_group.reading.planner import ShardPlanner
 from paimon_group.reading.table import ShardedTable
 
-__all__ = ["MemberTable", "MemberTables", "RoutedMirror", "table_meta"]
+__all__ = ["MemberTable", "MemberTables", "RoutedMirror", "TableGone", "table_meta"]
+
+
+class TableGone(Exception):
+    """A batch or a step of a table of a group of several found dropped or
+    re-created meanwhile (its files gone with it): not committed, and the
+    table not read any more; the member goes on with the others."""
 
 
 def table_meta(meta: GroupMeta, table: TableRange) -> GroupMeta:
@@ -132,6 +138,12 @@ class MemberTables:
             return self.of(shard)
         except NotInMap:
             return None
+
+    def gone(self, shard: int) -> MemberTable | None:
+        """The table of group shard ``shard`` if the group has several and
+        that table was found gone; None otherwise."""
+        table = None if self.single else self.get(shard)
+        return table if table is not None and table.gone is not None else None
 
     def by_table(self, shards: Iterable[int]) -> dict[MemberTable, list[int]]:
         """``shards`` grouped by their table (each list in the given order)."""
