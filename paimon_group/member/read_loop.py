@@ -38,12 +38,11 @@ from paimon_group.member.moved_start import move_start, moves_group_wide, repin_
 from paimon_group.member.sink_holds import check_held
 from paimon_group.member.start_pin import pin_start
 from paimon_group.member.state import OwnedShard, Stop
+from paimon_group.member.table_check import check_table, check_table_in_place
 from paimon_group.member.tables import MemberTable, TableGone
 from paimon_group.member.watches import first_of
-from paimon_group.protocol.identity import check_table_identity, table_identity
 from paimon_group.reading.batch import ShardBatch
 from paimon_group.reading.planner import StepPlan
-from paimon_group.reading.table import ShardedTable
 
 log = logging.getLogger("paimon_group.member")
 
@@ -162,61 +161,12 @@ class ReadLoop:
         self._core.head_woken.clear()
 
     def check_table(self) -> None:
-        """Raise TableNotFound if the table is gone, TableReplaced if it was
-        dropped and re-created since the group was created. Skipped while the
-        group's fresh head says its leader found the table in place moments
-        ago (member/head.py: one check per group, not one per member). In a
-        group of several tables each is checked, and one found gone stops
-        being read (:meth:`check_tables_in_place`)."""
-        meta = self._core.meta
-        tables = self._core.tables
-        if tables is not None and not tables.single:
-            self.check_tables_in_place()
-            return
-        if self._core.head.vouches_for(meta.table_id if meta is not None else ""):
-            return
-        self.check_table_in_place()
+        """:func:`~paimon_group.member.table_check.check_table` of this member."""
+        check_table(self._core)
 
     def check_table_in_place(self) -> None:
-        """:meth:`check_table`, whatever the head says."""
-        tables = self._core.tables
-        if tables is not None and not tables.single:
-            self.check_tables_in_place()
-            return
-        cfg = self._core.config
-        current = table_identity(self._core.table.table) if self._core.table is not None else ""
-        if not current:
-            # No first schema to read: the table is gone (TableNotFound) or
-            # of a layout read only through the catalog.
-            current = table_identity(
-                ShardedTable.open(cfg.warehouse, cfg.table, cfg.catalog_options).table)
-        if self._core.meta is not None:
-            check_table_identity(self._core.meta, self._core.group_name, current)
-
-    def check_tables_in_place(self) -> None:
-        """Each table of a group of several whose shards the member holds: one
-        dropped or re-created under its name is no longer read (its shards
-        stay where they are until the leader marks its range dropped and they
-        are revoked), with one WARNING; the group goes on with the others
-        (docs/many-tables.md)."""
-        tables = self._core.tables
-        assert tables is not None
-        held = {tables.of(s).first for s in self._core.owned if tables.get(s) is not None}
-        for table in tables:
-            if table.gone is not None or table.first not in held:
-                continue  # a table none of whose shards is held: its readers check it
-            try:
-                current = table_identity(table.table.table)
-            except Exception as err:  # the store: checked again next time
-                log.debug("table %s not checked: %s", table.name, err)
-                continue
-            if current == table.range.table_id:
-                continue
-            table.gone = "dropped" if not current else "re-created"
-            self._core.log.warning(
-                "table %s was %s: its shards %d..%d are not read any more (the group's "
-                "leader takes it out of the group)", table.name, table.gone,
-                table.range.first, table.range.end - 1)
+        """:func:`~paimon_group.member.table_check.check_table_in_place` of this member."""
+        check_table_in_place(self._core)
 
     async def _read_round(self, process: Process) -> bool:
         active = [o for o in self._core.owned.values() if o.active]
