@@ -14,6 +14,7 @@ single-table source as before.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,8 @@ from tests.support.tables import _create, make_pk_table, open_table, write_rows,
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.spark
+
+REPO = Path(__file__).resolve().parents[1]
 
 if not os.environ.get("CI"):
     require("pyspark", "pip install '.[spark]' (tests/run.sh does)")
@@ -239,3 +242,42 @@ def test_a_table_created_while_the_query_runs_joins_it(spark: Any, tmp_path: Pat
     assert df.columns == ["id", "amount", "note", "_pg_table"]
     assert {(r["amount"], r["note"]) for r in rows if r["_pg_table"] == "shop.items"} == {
         (None, None)}
+
+
+def shop_example(warehouse: Path, out: Path, checkpoint: Path) -> str:
+    """docs/spark.md's ``# shop_query.py`` block, its paths replaced by the test's."""
+    text = (REPO / "docs" / "spark.md").read_text()
+    blocks = re.findall(r"```python\n(# shop_query\.py.*?)```", text, flags=re.S)
+    assert len(blocks) == 1, "docs/spark.md: one # shop_query.py block"
+    return (blocks[0].replace('"/data/wh"', repr(str(warehouse)))
+            .replace('"/data/out/shop"', repr(str(out)))
+            .replace('"/ckpt/shop-q1"', repr(str(checkpoint))))
+
+
+def test_the_docs_example_over_several_tables_runs_as_written(
+    spark: Any, tmp_path: Path
+) -> None:
+    warehouse, out = tmp_path / "wh", tmp_path / "out"
+    shop(warehouse)
+    write(warehouse, "shop.orders", range(20))
+    write(warehouse, "shop.items", range(100, 110))
+    write(warehouse, "shop.events", range(200, 205))
+    exec(shop_example(warehouse, out, tmp_path / "ckpt"), {})
+    rows = [r.asDict() for r in spark.read.parquet(str(out)).collect()]
+    assert by_table(rows) == {"shop.orders": list(range(20)),
+                              "shop.items": list(range(100, 110)),
+                              "shop.events": list(range(200, 205))}
+
+
+def test_the_paimon_batch_sink_refuses_a_query_over_several_tables(tmp_path: Path) -> None:
+    from paimon_group.spark.source import PaimonBatchSink
+    from tests.support.tables import make_append_table
+
+    warehouse = tmp_path / "wh"
+    make_append_table(warehouse, "db.copy", buckets=2)
+    sink = PaimonBatchSink(str(warehouse), "db.copy", str(tmp_path / "ckpt"))
+    offset = {"v": 1, "shards": {"0": {"epoch": 1, "next": 1, "full": None, "to": 2}},
+              "source": {"group": "g", "tables": True}}
+    with pytest.raises(ConfigError, match="PaimonBatchSink writes a query of one table, and "
+                                          "this one reads several"):
+        sink.write(pa.table({"id": pa.array([1], pa.int64())}), offset, 0)
