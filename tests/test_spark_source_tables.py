@@ -216,10 +216,14 @@ def test_the_tables_options_make_the_members_subscription() -> None:
     assert (one.table, one.tables) == ("shop.a", ()) and one.member_config().single_table
 
 
-def test_a_table_created_while_the_query_runs_joins_it(spark: Any, tmp_path: Path) -> None:
+def test_a_table_created_while_the_query_runs_joins_it_or_stops_it(
+    spark: Any, tmp_path: Path
+) -> None:
     """A table the pattern matches, created while the query runs, joins the
     group at the leader's next listing and its rows come in the query's
-    columns (its own others not delivered, the query's it lacks null)."""
+    columns (its own others not delivered, the query's it lacks null); one
+    with a column of the query's names of another type stops the query
+    with one line."""
     warehouse, checkpoint = tmp_path / "wh", tmp_path / "ckpt"
     make_table(warehouse, "shop.orders", ORDERS, 2)
     write(warehouse, "shop.orders", range(10))
@@ -236,8 +240,21 @@ def test_a_table_created_while_the_query_runs_joins_it(spark: Any, tmp_path: Pat
         make_table(warehouse, "shop.items", ITEMS, 2)
         write(warehouse, "shop.items", range(100, 104))
         wait_for("the new table's rows", lambda: len(rows) >= 14, query=query)
+        # A table whose column of a query's name has another type stops it.
+        bad = pa.schema([pa.field("id", pa.int64(), nullable=False),
+                         pa.field("amount", pa.string())])
+        make_table(warehouse, "shop.bad", bad, 2)
+        write_table(open_table(warehouse, "shop.bad"),
+                    pa.table({"id": [1], "amount": ["x"]}, schema=bad))
+        wait_for("the query to stop", lambda: query.exception() is not None)
+        line = error_line(query.exception())
     finally:
         query.stop()
+    assert line == (
+        "table shop.bad joined the query's tables, but column 'amount' is STRING there, "
+        "BIGINT in the query: a query over several tables has one type per column name, "
+        "fixed when it starts, so it stops; read that table in a query of its own, or narrow "
+        "the query's tables (docs/spark.md, a query over several tables)")
     assert by_table(rows) == {"shop.orders": list(range(10)), "shop.items": list(range(100, 104))}
     assert df.columns == ["id", "amount", "note", "_pg_table"]
     assert {(r["amount"], r["note"]) for r in rows if r["_pg_table"] == "shop.items"} == {

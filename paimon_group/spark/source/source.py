@@ -145,7 +145,9 @@ class PaimonGroupDataSource(DataSource):
         return from_arrow_schema(self.arrow)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        extra = {"_row_kind", "_pg_table", *(name for name, _ in TABLE_METADATA_TYPES)}
+        extra = {"_row_kind", *(name for name, _ in _METADATA_TYPES)}
+        if not self.source_options.single_table:
+            extra |= {"_pg_table", *(name for name, _ in TABLE_METADATA_TYPES)}
         columns = tuple(n for n in schema.fieldNames() if n not in extra)
         defined = getattr(self, "query_schema", None)
         arrow = getattr(self, "arrow", None)
