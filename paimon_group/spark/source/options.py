@@ -9,7 +9,10 @@ same object travels to the source's driver process and to the executors.
 
 The settings among the options (names, defaults, bounds) are their
 declarations (:data:`paimon_group.config.settings.SPARK_SETTINGS`); the other
-options name the group, its table and the coordinator.
+options name the group, its tables and the coordinator. Exactly one of
+``table`` (one name), ``tables`` (comma-separated names and patterns) and
+``pattern`` (one pattern) says what the query reads; one plain name is the
+single-table source.
 """
 
 from __future__ import annotations

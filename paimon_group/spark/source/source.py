@@ -16,7 +16,8 @@ Where each piece runs:
   batches through the project's read path (``ShardPlanner.iter_batches``).
 
 Offsets, restart and commit rules: :mod:`paimon_group.spark.source.offsets`
-and docs/spark.md.
+and docs/spark.md. A query over several tables (options ``tables`` or
+``pattern``): :mod:`paimon_group.spark.source.tables`.
 """
 
 from __future__ import annotations
