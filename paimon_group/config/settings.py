@@ -185,7 +185,8 @@ FORMING_WAIT_S = Setting(
          "(Kafka's group.initial.rebalance.delay.ms).")
 
 TABLES_REFRESH_S = Setting(
-    "tables_refresh_s", float, 30.0, unit="s", flag="--tables-refresh-s", bound="positive",
+    "tables_refresh_s", float, 30.0, unit="s", flag="--tables-refresh-s",
+    spark="tables_refresh_s", bound="positive",
     help="How often a group of several tables lists the catalog again: a table its "
          "patterns match that was created meanwhile joins the group, one dropped or "
          "re-created is found (docs/many-tables.md).")

@@ -32,11 +32,12 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from typing import TypeVar
 
 from paimon_group.member import GroupMember
 from paimon_group.member.data_loss import LostRange
+from paimon_group.protocol.sharding import ShardRule
 from paimon_group.reading.planner import ShardPlanner
 from paimon_group.spark.source.offsets import (
     NO_CATCH_UP,
@@ -45,6 +46,7 @@ from paimon_group.spark.source.offsets import (
     start_move,
 )
 from paimon_group.spark.source.options import SourceOptions
+from paimon_group.spark.source.tables import TablePlanner
 
 __all__ = ["GroupDriver", "OwnedCursor"]
 
@@ -103,6 +105,8 @@ class GroupDriver:
                                         daemon=True)
         self._thread.start()
         self._planner: ShardPlanner | None = None
+        # A query over several tables: each table's planner, by its first group shard.
+        self._table_planners: dict[int, TablePlanner] = {}
         self.source: dict[str, object] = {}  # set by start()
         # shard -> the next snapshot of the batch that holds it (see hold()).
         self._busy: dict[int, int] = {}
@@ -137,8 +141,14 @@ class GroupDriver:
                         "shards it holds (%s) and takes the others when they come",
                         self.member.member_id, self.options.group, self.options.ready_timeout_s,
                         self.member.owned_shards)
+        log.info("member %s joined group %s (shards %s)", self.member.member_id,
+                 self.options.group, self.member.owned_shards)
         table = self.member.table
-        assert table is not None
+        if table is None:
+            # Several tables: planned per table (planners_of); what a Paimon
+            # sink's marks would record of one source table does not apply.
+            self.source = {"group": self.options.group, "tables": True}
+            return
         self._planner = table.planner(
             self.member.num_shards, include_row_kind=self.options.include_row_kind,
             rule=self.member.sharding, catch_up_threshold=NO_CATCH_UP)
@@ -149,8 +159,6 @@ class GroupDriver:
         self.source = {"group": self.options.group, "table_id": table_identity(table.table),
                        "num_shards": self.member.num_shards,
                        "sharding": self.member.sharding.value}
-        log.info("member %s joined group %s (shards %s)", self.member.member_id,
-                 self.options.group, self.member.owned_shards)
 
     @property
     def ready(self) -> bool:
@@ -171,6 +179,31 @@ class GroupDriver:
     def planner(self) -> ShardPlanner:
         assert self._planner is not None, "start() first"
         return self._planner
+
+    def planners_of(self, shards: Iterable[int]) -> dict[TablePlanner, list[int]]:
+        """A query over several tables: ``shards`` (group shards) by the
+        planner of their table; a shard of a table not read any more
+        (dropped or re-created) or not known yet is left out."""
+        tables = self.member.core.tables
+        out: dict[TablePlanner, list[int]] = {}
+        for shard in shards:
+            table = tables.get(shard) if tables is not None else None
+            if table is None or table.gone is not None:
+                continue
+            planner = self._table_planners.get(table.first)
+            if planner is None:
+                planner = self._table_planners[table.first] = TablePlanner(
+                    table.name, table.range.table_id, table.first, table.table.planner(
+                        table.range.shards, include_row_kind=self.options.include_row_kind,
+                        rule=ShardRule.parse(table.range.sharding),
+                        catch_up_threshold=NO_CATCH_UP))
+            out.setdefault(planner, []).append(shard)
+        return out
+
+    def all_planners(self) -> list[TablePlanner]:
+        """A query over several tables: the planner of each table read now."""
+        tables = self.member.core.tables
+        return list(self.planners_of(t.first for t in (tables or ())))
 
     def owned(self) -> dict[int, OwnedCursor]:
         """The shards owned now with their epoch and the coordinator's cursor.

@@ -56,9 +56,9 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from coordinators.errors import PaimonGroupError
 from paimon_group.config.member import MemberConfig
@@ -67,7 +67,8 @@ from paimon_group.member.data_loss import LostRange, reset_command
 from paimon_group.protocol.records import GroupStart
 from paimon_group.protocol.sharding import ShardRule
 from paimon_group.reading.expiry import missing_file_error
-from paimon_group.reading.planner import ShardPlanner
+from paimon_group.reading.planner import PlannedTable
+from paimon_group.reading.steps import StepPlan
 
 log = logging.getLogger("paimon_group.spark_source")
 
@@ -77,6 +78,7 @@ __all__ = [
     "Cursor",
     "MoveStart",
     "Piece",
+    "Planner",
     "ShardRange",
     "after_start_move",
     "at_moved_start",
@@ -100,6 +102,21 @@ NO_CATCH_UP = 2**62
 """The planners of the source never take a catch-up step (see the module docstring)."""
 
 OFFSET_VERSION = 1
+
+
+class Planner(Protocol):
+    """What plans a batch: a table's ShardPlanner, or one in the group's
+    shard numbers (a table of a query over several)."""
+
+    @property
+    def table(self) -> PlannedTable: ...
+
+    @property
+    def rule(self) -> ShardRule: ...
+
+    def plan_full(self, shards: Iterable[int], snapshot_id: int) -> StepPlan: ...
+
+    def plan_next(self, shards: Iterable[int], next_snapshot: int) -> StepPlan | None: ...
 
 
 @dataclass(frozen=True)
@@ -273,7 +290,7 @@ class Piece:
 
 
 def plan_ranges(
-    planner: ShardPlanner,
+    planner: Planner,
     cursors: Mapping[int, Cursor],
     *,
     until: Mapping[int, int] | None = None,
@@ -334,7 +351,7 @@ def plan_ranges(
     return reached, dict(pieces)
 
 
-def _plan_full_scans(planner: ShardPlanner, cursors: Mapping[int, Cursor],
+def _plan_full_scans(planner: Planner, cursors: Mapping[int, Cursor],
                      pieces: dict[int, list[Piece]], *, fail: bool,
                      config: MemberConfig | None) -> tuple[int, int]:
     """The pending full scans of ``cursors`` into ``pieces``: (steps, rows).
@@ -405,7 +422,7 @@ FULL_SCAN_ATTEMPTS = 3
 
 
 def plan_batch(
-    planner: ShardPlanner,
+    planner: Planner,
     cursors: Mapping[int, Cursor],
     *,
     fail_on_data_loss: bool = True,
@@ -434,7 +451,7 @@ def plan_batch(
     raise AssertionError("unreachable")
 
 
-def past_expired_full_scans(planner: ShardPlanner, cursors: Mapping[int, Cursor], *,
+def past_expired_full_scans(planner: Planner, cursors: Mapping[int, Cursor], *,
                             fail: bool, config: MemberConfig | None = None,
                             move_start: MoveStart | None = None) -> dict[int, Cursor]:
     """``cursors`` with each pending full scan whose snapshot expired replaced
@@ -472,7 +489,7 @@ def past_expired_full_scans(planner: ShardPlanner, cursors: Mapping[int, Cursor]
     return out
 
 
-def _past_expired(planner: ShardPlanner, positions: Mapping[int, int], limit: Mapping[int, int],
+def _past_expired(planner: Planner, positions: Mapping[int, int], limit: Mapping[int, int],
                   n: int, err: SnapshotExpired, *, fail: bool,
                   config: MemberConfig | None) -> int:
     """The earliest retained snapshot, where the shards go on after their
@@ -515,7 +532,7 @@ def query_data_loss(table: str, losts: Sequence[LostRange],
     shards = sorted({s for lost in losts for s in lost.shards})
     if config is not None:
         reset = (f"stop the group's members (this query has stopped) and run: "
-                 f"{reset_command(config, shards)}")
+                 f"{reset_command(config, shards, None if config.single_table else table)}")
     else:
         reset = "reset the group's positions (paimon-group reset --to-earliest)"
     skip = ("scans the earliest retained snapshot in full instead"

@@ -9,7 +9,10 @@ same object travels to the source's driver process and to the executors.
 
 The settings among the options (names, defaults, bounds) are their
 declarations (:data:`paimon_group.config.settings.SPARK_SETTINGS`); the other
-options name the group, its table and the coordinator.
+options name the group, its tables and the coordinator. Exactly one of
+``table`` (one name), ``tables`` (comma-separated names and patterns) and
+``pattern`` (one pattern) says what the query reads; one plain name is the
+single-table source.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from paimon_group.config.member import (
     resolve_coordinator,
 )
 from paimon_group.config.settings import MEMBER_SETTINGS, SPARK_SETTINGS, Setting
+from paimon_group.config.subscription import TableSubscription, is_pattern
 from paimon_group.protocol.names import validate_group
 
 __all__ = ["CATALOG_PREFIX", "METADATA_COLUMNS", "SourceOptions"]
@@ -45,13 +49,16 @@ committed in (the snapshot of the full scan for initial rows) and the epoch
 of the ownership that planned it."""
 
 _CONNECTION = {
-    "group", "warehouse", "table", "coordinator", "coordinator_username",
+    "group", "warehouse", "table", "tables", "pattern", "coordinator", "coordinator_username",
     "coordinator_password", "path",
     # TLS and authentication, named as the CLI's --coordinator-* options.
     "coordinator_password_file", "coordinator_ca", "coordinator_cert", "coordinator_key",
     "coordinator_server_name", "coordinator_auth", "allow_plaintext_credentials",
 }
-"""The options that name the group, its table and its coordinator."""
+"""The options that name the group, its tables and its coordinator."""
+
+_TABLE_OPTIONS = ("table", "tables", "pattern")
+"""One of them names what the query reads: one table, a list, or a pattern."""
 
 _KNOWN = _CONNECTION | {s.spark for s in SPARK_SETTINGS if s.spark}
 
@@ -141,7 +148,11 @@ class SourceOptions:
     # A shard whose next snapshot expired unread fails the query (as Spark's
     # Kafka source's failOnDataLoss=true), or is skipped past (false).
     fail_on_data_loss: bool = S.FAIL_ON_DATA_LOSS.default
+    tables_refresh_s: float = S.TABLES_REFRESH_S.default
     catalog_options: dict[str, str] = field(default_factory=dict)
+    # A query over several tables (options "tables" or "pattern"): its names
+    # and patterns, ``table`` then empty; empty for a query of one table.
+    tables: tuple[str, ...] = ()
     coordinator_username: str | None = None
     coordinator_password: Secret | None = field(default=None, repr=False)
     coordinator_ca: str | None = None
@@ -165,14 +176,13 @@ class SourceOptions:
         unknown = sorted(k for k in opts if k not in _KNOWN and not k.startswith(CATALOG_PREFIX))
         if unknown:
             raise ConfigError(unknown_options(unknown))
-        for required in ("group", "warehouse", "table"):
+        for required in ("group", "warehouse"):
             if not opts.get(required, "").strip():
                 raise ConfigError(
                     f'the paimon-group source needs option "{required}", e.g. '
                     f'.option("{required}", ...)')
         group = validate_group(opts["group"])
-        if "." not in opts["table"]:
-            raise ConfigError(f"option table={opts['table']!r} must be DATABASE.TABLE")
+        table, tables = _subscription(opts)
         coordinator = resolve_coordinator(opts["warehouse"], opts.get("coordinator"),
                                           option='.option("coordinator", "{}")',
                                           catalog=SPARK_CATALOG)
@@ -181,7 +191,8 @@ class SourceOptions:
         parsed = cls(
             group=group,
             warehouse=opts["warehouse"],
-            table=opts["table"],
+            table=table,
+            tables=tables,
             coordinator=coordinator,
             catalog_options={k[len(CATALOG_PREFIX):]: v for k, v in opts.items()
                              if k.startswith(CATALOG_PREFIX)},
@@ -198,12 +209,31 @@ class SourceOptions:
         parsed.member_config()  # the member's own checks (member id, start, ...)
         return parsed
 
+    @property
+    def single_table(self) -> bool:
+        """Whether the query reads one table named plainly (option "table",
+        or one plain name in "tables"): today's source, unchanged."""
+        return not self.tables
+
+    @property
+    def subscription(self) -> TableSubscription:
+        """The tables the query reads (:mod:`paimon_group.config.subscription`)."""
+        return TableSubscription.parse(self.tables or (self.table,))
+
+    @property
+    def names(self) -> str:
+        """The option that names the tables and its value, for lines."""
+        if self.single_table:
+            return f"table={self.table}"
+        return f"tables={','.join(self.tables)}"
+
     def member_config(self) -> MemberConfig:
         """The settings of the group member the query's driver runs."""
         return MemberConfig(
             group=self.group,
             warehouse=self.warehouse,
             table=self.table,
+            tables=self.tables,
             coordinator=self.coordinator,
             catalog_options=dict(self.catalog_options),
             connect=ConnectOptions(
@@ -219,3 +249,37 @@ class SourceOptions:
             ),
             **{s.name: getattr(self, s.name) for s in MEMBER_SETTINGS if s.spark},
         )
+
+
+def _subscription(opts: Mapping[str, str]) -> tuple[str, tuple[str, ...]]:
+    """``(table, tables)`` of the options "table", "tables" or "pattern"
+    (exactly one of them): one plain name is ``(name, ())``, today's source;
+    else ``("", values)``. One line for a bad value."""
+    given = [key for key in _TABLE_OPTIONS if opts.get(key, "").strip()]
+    if not given:
+        raise ConfigError('the paimon-group source needs option "table" (DATABASE.TABLE), '
+                          '"tables" (comma-separated names and patterns) or "pattern" '
+                          '(e.g. shop.*)')
+    if len(given) > 1:
+        raise ConfigError(f"options {' and '.join(repr(k) for k in given)} of the paimon-group "
+                          'source: give one of "table", "tables" and "pattern"')
+    key = given[0]
+    text = opts[key].strip()
+    if key == "table":
+        if "." not in text:
+            raise ConfigError(f"option table={text!r} must be DATABASE.TABLE")
+        if is_pattern(text):
+            raise ConfigError(f"option table={text!r} is a pattern: give it as option "
+                              f'"pattern" (one table: DATABASE.TABLE)')
+        return text, ()
+    values = [v.strip() for v in text.split(",")] if key == "tables" else [text]
+    if key == "pattern" and not is_pattern(text):
+        raise ConfigError(f"option pattern={text!r} has no *, ? or [: give one table as "
+                          'option "table", or a pattern such as shop.*')
+    try:
+        subscription = TableSubscription.parse(v for v in values if v)
+    except ConfigError as err:
+        raise ConfigError(str(err).replace("bad --table", f"option {key}: bad value", 1)) from None
+    if subscription.is_single:
+        return subscription.plain_names[0], ()
+    return "", (*subscription.plain_names, *subscription.patterns)

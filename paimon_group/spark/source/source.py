@@ -16,7 +16,8 @@ Where each piece runs:
   batches through the project's read path (``ShardPlanner.iter_batches``).
 
 Offsets, restart and commit rules: :mod:`paimon_group.spark.source.offsets`
-and docs/spark.md.
+and docs/spark.md. A query over several tables (options ``tables`` or
+``pattern``): :mod:`paimon_group.spark.source.tables`.
 """
 
 from __future__ import annotations
@@ -37,13 +38,13 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from paimon_group.arrowread.nullability import relaxed
 from paimon_group.errors import ConfigError, PaimonGroupError
 from paimon_group.spark.source.driver import GroupDriver
 from paimon_group.spark.source.offsets import (
     Caps,
     Cursor,
     Piece,
+    Planner,
     ShardRange,
     decode_end_moves,
     decode_ends,
@@ -56,7 +57,21 @@ from paimon_group.spark.source.offsets import (
     start_cursor,
 )
 from paimon_group.spark.source.options import SourceOptions
-from paimon_group.spark.source.schema import QuerySchema, check_schema, query_schema
+from paimon_group.spark.source.schema import (
+    QuerySchema,
+    QueryTables,
+    check_schema,
+    query_schema,
+    spark_fields,
+)
+from paimon_group.spark.source.tables import (
+    TABLE_METADATA_TYPES,
+    JoinedColumns,
+    TablePartition,
+    plan_tables,
+    read_table_partition,
+    tables_schema,
+)
 
 __all__ = ["PaimonGroupDataSource", "PaimonGroupStreamReader", "ShardPartition"]
 
@@ -78,13 +93,16 @@ CHECK_TABLE_OPTIONS = 'check the options "warehouse" and "table" of the paimon-g
 """How a table not found ends its line here: the source's options, not the CLI's flags."""
 
 
-def arrow_schema(options: SourceOptions) -> tuple[pa.Schema, QuerySchema]:
+def arrow_schema(options: SourceOptions) -> tuple[pa.Schema, QuerySchema | QueryTables]:
     """The rows' Arrow schema: the table's columns (``_row_kind`` first when asked),
     then the metadata columns when asked. Every column, and every field
     inside one, is nullable (:func:`spark_fields`). And the table's columns
-    by field id, which the running query checks its reads against."""
+    by field id, which the running query checks its reads against. A query
+    over several tables: :func:`~paimon_group.spark.source.tables.tables_schema`."""
     from paimon_group.reading.table import ShardedTable
 
+    if not options.single_table:
+        return tables_schema(options)
     table = ShardedTable.open(options.warehouse, options.table, options.catalog_options,
                               check=CHECK_TABLE_OPTIONS)
     planner = table.planner(1, include_row_kind=options.include_row_kind)
@@ -96,17 +114,6 @@ def arrow_schema(options: SourceOptions) -> tuple[pa.Schema, QuerySchema]:
 
 _METADATA_TYPES = (("_pg_shard", pa.int32()), ("_pg_snapshot", pa.int64()),
                    ("_pg_epoch", pa.int64()))
-
-
-def spark_fields(schema: pa.Schema) -> list[pa.Field]:
-    """The table's columns as Spark is told of them: nullable, and so is
-    every field inside them. Spark checks the batches a source returns
-    against the schema and trusts its NOT NULL: the read path's batches do
-    not carry Paimon's NOT NULL of a column, and a field inside a ROW made
-    NOT NULL after files were written keeps those files' nulls
-    (``arrowread/nullability.py``), which Spark would read as a NOT NULL
-    value that is not there (a NullPointerException in its executor)."""
-    return [pa.field(f.name, relaxed(f.type), True, f.metadata) for f in schema]
 
 
 class PaimonGroupDataSource(DataSource):
@@ -129,22 +136,30 @@ class PaimonGroupDataSource(DataSource):
         # The table's columns when the query was defined (Spark pickles the
         # source after schema(), for the reader): their field ids tell a
         # rename from a drop while the query runs.
-        self.query_schema: QuerySchema | None = None
+        self.query_schema: QuerySchema | QueryTables | None = None
+        self.arrow: pa.Schema | None = None
 
     def schema(self) -> StructType:
         from pyspark.sql.pandas.types import from_arrow_schema
 
-        schema, self.query_schema = arrow_schema(self.source_options)
-        return from_arrow_schema(schema)
+        self.arrow, self.query_schema = arrow_schema(self.source_options)
+        return from_arrow_schema(self.arrow)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         extra = {"_row_kind", *(name for name, _ in _METADATA_TYPES)}
+        if not self.source_options.single_table:
+            extra |= {"_pg_table", *(name for name, _ in TABLE_METADATA_TYPES)}
         columns = tuple(n for n in schema.fieldNames() if n not in extra)
         defined = getattr(self, "query_schema", None)
-        if defined is None:
+        arrow = getattr(self, "arrow", None)
+        if defined is None or arrow is None:
             # A schema given by the user: the columns as the table has them now.
-            defined = arrow_schema(self.source_options)[1]
-        return PaimonGroupStreamReader(self.source_options, columns, defined.only(columns))
+            arrow, defined = arrow_schema(self.source_options)
+        if isinstance(defined, QueryTables):
+            # A query over several tables reads into the schema Spark has.
+            arrow = pa.schema([arrow.field(n) for n in schema.fieldNames() if n in arrow.names])
+        return PaimonGroupStreamReader(self.source_options, columns, defined.only(columns),
+                                       arrow)
 
 
 class ShardPartition(InputPartition):
@@ -165,7 +180,8 @@ class PaimonGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
     """Offsets, partitions and commits of one query; see the module docstring."""
 
     def __init__(self, options: SourceOptions, columns: tuple[str, ...] | None = None,
-                 query_schema: QuerySchema | None = None) -> None:
+                 query_schema: QuerySchema | QueryTables | None = None,
+                 arrow: pa.Schema | None = None) -> None:
         self.options = options
         # The table's columns when the query was defined: a column added to
         # the table later is not read (Spark's schema of a running query is
@@ -173,16 +189,21 @@ class PaimonGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         # or of another type stops the query (paimon_group.spark.source.schema).
         self.columns = columns
         self.query_schema = query_schema
+        # A query over several tables: the rows' Arrow schema (Spark's).
+        self.arrow = arrow
         self._driver: GroupDriver | None = None
-        # Trigger.AvailableNow: no snapshot after this one is read.
+        # Trigger.AvailableNow: no snapshot after this one is read (a query
+        # over several tables: per table, by its first group shard).
         self._target: int | None = None
+        self._targets: dict[int, int] | None = None
+        self._joined: JoinedColumns | None = None
         # Pieces planned by latestOffset, for the partitions() call that follows.
         self._planned: dict[str, dict[int, list[Piece]]] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         return {"options": self.options, "columns": self.columns,
-                "query_schema": self.query_schema, "_driver": None, "_planned": {},
-                "_target": None}
+                "query_schema": self.query_schema, "arrow": self.arrow, "_driver": None,
+                "_planned": {}, "_target": None, "_targets": None, "_joined": None}
 
     # -- the group ---------------------------------------------------------
 
@@ -213,7 +234,11 @@ class PaimonGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
                 f"{self.options.ready_timeout_s:g} s, so it cannot read what is available; "
                 "the group's other members may still hold them (paimon-group describe --group "
                 f"{driver.group} ...): raise the option ready_timeout_s, or run the query again")
-        self._target = driver.planner.table.latest_snapshot_id() or 0
+        if self.options.single_table:
+            self._target = driver.planner.table.latest_snapshot_id() or 0
+        else:
+            self._targets = {p.first: p.table.latest_snapshot_id() or 0
+                             for p in driver.all_planners()}
 
     def getDefaultReadLimit(self) -> ReadLimit:
         """The options' caps, or :data:`UNCAPPED`: never Spark's ``ReadAllAvailable``,
@@ -263,16 +288,7 @@ class PaimonGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         owned = driver.owned()
         cursors = {s: start_cursor(cursor, previous.get(s), ends.get(s), end_moves.get(s, 0))
                    for s, (_, cursor) in owned.items()}
-        latest = driver.planner.table.latest_snapshot_id()
-        if self._target is not None and latest is not None:
-            latest = min(latest, self._target)
-        cursors, reached, pieces = plan_batch(
-            driver.planner, cursors, latest=latest, caps=self._caps(limit),
-            fail_on_data_loss=self.options.fail_on_data_loss, config=driver.member.config,
-            move_start=driver.move_start)
-        # Snapshots planned under a newer schema: the planner follows it.
-        check_schema(self.query_schema, driver.planner.view.pt.table_schema,
-                     driver.planner.table.identifier)
+        cursors, reached, pieces = self._plan(driver, cursors, self._caps(limit))
         ranges = {s: ShardRange(shard=s, epoch=owned[s][0], next=c.next, full=c.full,
                                 to=reached[s], moves=c.moves) for s, c in cursors.items()}
         if all(r.empty for r in ranges.values()):
@@ -283,6 +299,35 @@ class PaimonGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         driver.hold({s: r.to for s, r in ranges.items() if not r.empty})
         return end
 
+    def _plan(self, driver: GroupDriver, cursors: dict[int, Cursor], caps: Caps
+              ) -> tuple[dict[int, Cursor], dict[int, int], dict[int, list[Piece]]]:
+        """The next batch from ``cursors`` (:func:`plan_batch`; a query over
+        several tables: :func:`plan_tables`), its columns checked."""
+        if not self.options.single_table:
+            return plan_tables(
+                driver.planners_of(cursors), cursors, columns=self._columns(),
+                targets=self._targets, caps=caps,
+                fail_on_data_loss=self.options.fail_on_data_loss, config=driver.member.config,
+                move_start=driver.move_start)
+        latest = driver.planner.table.latest_snapshot_id()
+        if self._target is not None and latest is not None:
+            latest = min(latest, self._target)
+        planned = plan_batch(
+            driver.planner, cursors, latest=latest, caps=caps,
+            fail_on_data_loss=self.options.fail_on_data_loss, config=driver.member.config,
+            move_start=driver.move_start)
+        # Snapshots planned under a newer schema: the planner follows it.
+        assert not isinstance(self.query_schema, QueryTables)
+        check_schema(self.query_schema, driver.planner.view.pt.table_schema,
+                     driver.planner.table.identifier)
+        return planned
+
+    def _columns(self) -> JoinedColumns:
+        if self._joined is None:
+            assert isinstance(self.query_schema, QueryTables)
+            self._joined = JoinedColumns(self.query_schema)
+        return self._joined
+
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         """One partition per shard with rows, from the plan of ``end`` (re-planned
         from the offset itself when Spark re-runs a checkpointed batch)."""
@@ -292,6 +337,11 @@ class PaimonGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         pieces = self._planned.pop(_key(end), None)
         if pieces is None:
             pieces = self._replan(ranges)
+        if not self.options.single_table:
+            return [TablePartition(s, ranges[s].epoch, pieces[s], planner.name, planner.first,
+                                   self._columns().of(planner))
+                    for planner, shards in self.driver.planners_of(sorted(ranges)).items()
+                    for s in shards if pieces.get(s)]
         return [ShardPartition(s, ranges[s].epoch, pieces[s])
                 for s in sorted(ranges) if pieces.get(s)]
 
@@ -305,9 +355,20 @@ class PaimonGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         :func:`~paimon_group.spark.source.offsets.moved_past_gap`).
         """
         driver = self.driver
+        if self.options.single_table:
+            return self._replan_with(driver.planner, ranges)
+        pieces: dict[int, list[Piece]] = {}
+        for planner, shards in driver.planners_of(ranges).items():
+            pieces.update(self._replan_with(planner, {s: ranges[s] for s in shards}))
+        return pieces
+
+    def _replan_with(self, planner: Planner, ranges: dict[int, ShardRange]
+                     ) -> dict[int, list[Piece]]:
+        """:meth:`_replan` of one table's shards, planned by its ``planner``."""
+        driver = self.driver
         cursors = {s: Cursor(next=r.next, full=r.full, moves=r.moves) for s, r in ranges.items()}
         until = {s: r.to for s, r in ranges.items()}
-        earliest = driver.planner.table.earliest_snapshot_id()
+        earliest = planner.table.earliest_snapshot_id()
         if earliest is not None and any(c.done_before < earliest for c in cursors.values()):
             stored = driver.stored_cursors(
                 [s for s, c in cursors.items() if c.done_before < earliest])
@@ -320,8 +381,8 @@ class PaimonGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
                     "member that skipped them): it reads these shards from the group's "
                     "positions; the rows of the expired snapshots are lost to the query",
                     ", ".join(map(str, moved)), min(planned[s].done_before for s in moved),
-                    earliest - 1, driver.planner.table.identifier)
-        _, _, pieces = plan_batch(driver.planner, cursors, until=until,
+                    earliest - 1, planner.table.identifier)
+        _, _, pieces = plan_batch(planner, cursors, until=until,
                                   fail_on_data_loss=self.options.fail_on_data_loss,
                                   config=driver.member.config, move_start=driver.move_start)
         return pieces
@@ -353,7 +414,11 @@ class PaimonGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
     # -- executors -----------------------------------------------------------
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if isinstance(partition, TablePartition):
+            assert self.arrow is not None
+            return read_table_partition(self.options, partition, self.arrow)
         assert isinstance(partition, ShardPartition)
+        assert not isinstance(self.query_schema, QueryTables)
         return read_partition(self.options, partition, self.columns, self.query_schema)
 
 

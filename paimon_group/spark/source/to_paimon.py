@@ -238,6 +238,12 @@ class PaimonBatchSink:
         ranges = {s: r for s, r in decode_offset(offset).items() if not r.empty}
         group = str(offset.get("group") or "")
         known = offset.get("source") or {}
+        if known.get("tables"):
+            raise ConfigError(
+                "PaimonBatchSink writes a query of one table, and this one reads several "
+                "(option tables or pattern): its marks are per source shard of one table; run "
+                "one query per table, or key another sink by (_pg_table, _pg_shard, "
+                "_pg_snapshot) (docs/spark.md, a query over several tables)")
         source = Source(str(known.get("table_id") or ""), int(known.get("num_shards") or 0),
                         str(known.get("sharding") or ""))
         slices = _slices(rows, ranges, batch_id)
