@@ -216,6 +216,12 @@ class ReadLoop:
                 "leader takes it out of the group)", table.name, table.gone,
                 table.range.first, table.range.end - 1)
 
+    def _table_gone(self, shard: int) -> bool:
+        """Whether group shard ``shard``'s table (of several) was found gone."""
+        tables = self._core.tables
+        table = None if tables is None or tables.single else tables.get(shard)
+        return table is not None and table.gone is not None
+
     async def _read_round(self, process: Process) -> bool:
         active = [o for o in self._core.owned.values() if o.active]
         if not active:
@@ -228,8 +234,11 @@ class ReadLoop:
         except FileNotFoundError:
             # A file the plan names is gone: most likely the table was dropped
             # (or re-created) since the last check, which says so in one line
-            # (TableNotFound, TableReplaced); else the error stands.
+            # (TableNotFound, TableReplaced; one of several: read no more).
+            before = sum(self._table_gone(o.shard) for o in active)
             await self._core.in_io(self.check_table_in_place)
+            if sum(self._table_gone(o.shard) for o in active) > before:
+                return True
             raise
         finally:
             for future in prefetched.values():
@@ -460,7 +469,11 @@ class ReadLoop:
                     return  # revoked while waiting: the next owner reads it
                 try:
                     await self._handle(o, batch, step, process, slot)
-                except BatchExpired as err:
+                except FileNotFoundError as err:
+                    if self._table_gone(o.shard):
+                        return  # its table dropped or re-created: nothing to commit
+                    if not isinstance(err, BatchExpired):
+                        raise
                     gone = err
                     lost.append((o, err))
                     return
