@@ -261,11 +261,11 @@ class ManyRun(Run):
         events.sort(key=lambda e: e[0])
         for _ in range(rng.randint(1, 3)):
             await self.start_member(self._free_id() or "m0")
-        for at, what, table in events:
+        for at, what, subject in events:
             wait = t0 + at - loop.time()
             if wait > 0:
                 await asyncio.sleep(wait)
-            await self._table_event(what, table)
+            await self._table_event(what, subject)
         await asyncio.sleep(max(0.0, t0 + CHAOS_S - loop.time()))
 
     async def _table_event(self, what: str, table: SimTable | None) -> None:
@@ -324,13 +324,16 @@ class ManyRun(Run):
     def _behind(self) -> dict[str, Any]:
         """What keeps the group from settled: each live table's shards whose
         stored position is not its latest snapshot's, a live table without
-        its range, a dropped range's shards still owned."""
+        its range, a dropped table's range still live, a dropped range's
+        shards still owned."""
         tables = self.table_map()
         if tables is None:
             return {"group": "no record"}
         positions = self._stored_positions()
         out: dict[str, Any] = {}
         for table in self.tables:
+            if table.dropped_at is not None and self.live_range(table, 0, tables):
+                out[f"{table.full} (dropped)"] = "its range still live"
             life = table.live_life
             if life is None:
                 continue
