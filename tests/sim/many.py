@@ -498,6 +498,7 @@ class ManyRun(Run):
     def check(self) -> None:
         super().check()
         self.violations["table_map"].extend(self._check_map())
+        self.violations["consumer_files"].extend(self._check_consumer_files())
         for table in self.tables:
             if table.dropped_at is None:
                 continue
@@ -509,6 +510,33 @@ class ManyRun(Run):
                     f"{late[0]['member']} delivered rows of the dropped {table.full} "
                     f"t+{late[0]['t'] - table.dropped_at:.1f}s after its drop")
         self.stats["many_tables_total"] = len(self.tables)
+
+    def _check_consumer_files(self) -> list[str]:
+        """Each live table's consumer files are its own shards' (named by the
+        table's shard numbers, as a group of that table alone names them),
+        none ahead of the position its group shard has in the coordinator."""
+        tables = self.table_map()
+        positions = self._stored_positions()
+        bad = []
+        for table in self.tables:
+            life = table.live_life
+            rng = None if life is None else self.live_range(table, life, tables)
+            directory = table.wh.table_dir / "consumer"
+            if rng is None or not directory.is_dir():
+                continue
+            for path in sorted(directory.glob(f"consumer-pg-{GROUP}-shard-*")):
+                local = int(path.name.rsplit("-", 1)[1])
+                text = path.read_text()
+                if not 0 <= local < rng.shards:
+                    bad.append(f"{table.full}: {path.name} outside its {rng.shards} shards")
+                elif text:
+                    self.stats["many_consumer_files"] += 1
+                    mirrored = int(json.loads(text)["nextSnapshot"])
+                    stored = positions.get(rng.first + local)
+                    if stored is None or mirrored > stored[0]:
+                        bad.append(f"{table.full}: {path.name} at {mirrored}, the "
+                                   f"coordinator's group shard {rng.first + local} at {stored}")
+        return bad[:10]
 
     def _check_map(self) -> list[str]:
         """The group's map at the end: one live range per table there, each
