@@ -28,6 +28,8 @@ from paimon_group.errors import (
     NotOwner,
     SnapshotExpired,
     StaleEpoch,
+    TableNotFound,
+    TableReplaced,
 )
 from paimon_group.member.commits import CommitLane, Commits
 from paimon_group.member.core import MemberCore
@@ -38,7 +40,7 @@ from paimon_group.member.moved_start import move_start, moves_group_wide, repin_
 from paimon_group.member.sink_holds import check_held
 from paimon_group.member.start_pin import pin_start
 from paimon_group.member.state import OwnedShard, Stop
-from paimon_group.member.tables import MemberTable
+from paimon_group.member.tables import MemberTable, table_gone
 from paimon_group.member.watches import first_of
 from paimon_group.protocol.identity import check_table_identity, table_identity
 from paimon_group.reading.batch import ShardBatch
@@ -216,12 +218,6 @@ class ReadLoop:
                 "leader takes it out of the group)", table.name, table.gone,
                 table.range.first, table.range.end - 1)
 
-    def _table_gone(self, shard: int) -> bool:
-        """Whether group shard ``shard``'s table (of several) was found gone."""
-        tables = self._core.tables
-        table = None if tables is None or tables.single else tables.get(shard)
-        return table is not None and table.gone is not None
-
     async def _read_round(self, process: Process) -> bool:
         active = [o for o in self._core.owned.values() if o.active]
         if not active:
@@ -229,15 +225,15 @@ class ReadLoop:
         # Plans prefetched in the previous round; what this round does not use
         # is dropped at its end (the shards moved, or were re-grouped).
         prefetched, self._prefetched = self._prefetched, {}
+        before = sum(table_gone(self._core.tables, o.shard) for o in active)
         try:
             return await self._read_groups(active, prefetched, process)
-        except FileNotFoundError:
+        except (FileNotFoundError, TableNotFound, TableReplaced):
             # A file the plan names is gone: most likely the table was dropped
             # (or re-created) since the last check, which says so in one line
             # (TableNotFound, TableReplaced; one of several: read no more).
-            before = sum(self._table_gone(o.shard) for o in active)
             await self._core.in_io(self.check_table_in_place)
-            if sum(self._table_gone(o.shard) for o in active) > before:
+            if sum(table_gone(self._core.tables, o.shard) for o in active) > before:
                 return True
             raise
         finally:
@@ -470,7 +466,7 @@ class ReadLoop:
                 try:
                     await self._handle(o, batch, step, process, slot)
                 except FileNotFoundError as err:
-                    if self._table_gone(o.shard):
+                    if table_gone(self._core.tables, o.shard):
                         return  # its table dropped or re-created: nothing to commit
                     if not isinstance(err, BatchExpired):
                         raise

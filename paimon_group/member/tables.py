@@ -41,7 +41,7 @@ from paimon_group.reading.mirror import ConsumerMirror, MirroredPosition
 from paimon_group.reading.planner import ShardPlanner
 from paimon_group.reading.table import ShardedTable
 
-__all__ = ["MemberTable", "MemberTables", "RoutedMirror", "table_meta"]
+__all__ = ["MemberTable", "MemberTables", "RoutedMirror", "table_gone", "table_meta"]
 
 
 def table_meta(meta: GroupMeta, table: TableRange) -> GroupMeta:
@@ -153,6 +153,13 @@ class MemberTables:
     def with_tables(self, added: Iterable[MemberTable]) -> MemberTables:
         """These tables and ``added`` (ranges the map appended since)."""
         return MemberTables([*self._tables, *added], single=self.single)
+
+
+def table_gone(tables: MemberTables | None, shard: int) -> bool:
+    """Whether the table of group shard ``shard``, one of several, was found
+    dropped or re-created (never in a group of one table)."""
+    table = None if tables is None or tables.single else tables.get(shard)
+    return table is not None and table.gone is not None
 
 
 class RoutedMirror:
