@@ -283,8 +283,8 @@ class ReadLoop:
                 await self._on_expired(owned, full_scan or position, full_scan is not None, err)
                 progressed = True
                 continue
-            if step is None:
-                continue
+            if step is None or not (tables.single or await self._core.in_io(table.in_place)):
+                continue  # (of several tables, one re-created since is read no more)
             progressed = True
             # Plan the step after this one while this one's batches are in the
             # handler, so that the next step starts as soon as this one ends.
