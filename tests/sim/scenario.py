@@ -1226,13 +1226,20 @@ def _no_repin(on: bool) -> Iterator[None]:
     real = read_loop.repin_stale
 
     async def kept(core: Any, commits: Any, held: list[Any]) -> None:
-        start = core.group_start
-        if not moved_start.moves_group_wide(core) or start is None or start.full_scan is None:
+        tables = core.tables
+        if tables is None:
             return
-        for o in held:
-            if (o.active and not o.uncertain and o.idle.is_set() and o.next_snapshot is not None
-                    and core.owned.get(o.shard) is o and o.start_moves < start.moves):
-                await commits.commit({o.shard: o}, o.next_snapshot, start_moves=start.moves)
+        for table, shards in tables.by_table(o.shard for o in held).items():
+            start = core.start_of(table.index)
+            if not moved_start.moves_group_wide(table) or start is None \
+                    or start.full_scan is None:
+                continue
+            for o in held:
+                if (o.shard in shards and o.active and not o.uncertain and o.idle.is_set()
+                        and o.next_snapshot is not None and core.owned.get(o.shard) is o
+                        and o.start_moves < start.moves):
+                    await commits.commit({o.shard: o}, o.next_snapshot,
+                                         start_moves=start.moves)
 
     if on:
         read_loop.repin_stale = kept  # type: ignore[assignment]
