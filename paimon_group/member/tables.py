@@ -211,6 +211,10 @@ class RoutedMirror:
 
     def write(self, shard: int, next_snapshot: int, *, force: bool = False,
               full_scan_pending: bool = False, start_moves: int | None = None) -> bool:
+        """:meth:`ConsumerMirror.write`; none for a table found gone (the
+        directory of its name is a re-created table's, or none)."""
+        if self._tables.of(shard).gone is not None:
+            return False
         mirror, local = self._at(shard)
         return mirror.write(local, next_snapshot, force=force,
                             full_scan_pending=full_scan_pending, start_moves=start_moves)
@@ -222,6 +226,8 @@ class RoutedMirror:
         moves = start_moves or {}
         failed: dict[int, BaseException] = {}
         for table, group_shards in self._tables.by_table(shards).items():
+            if table.gone is not None:
+                continue  # none for a table found gone (see write)
             locals_ = [table.local(s) for s in group_shards]
             errors = table.mirror.write_many(
                 locals_, next_snapshot, full_scan_pending=full_scan_pending,
