@@ -338,3 +338,40 @@ async def test_members_starting_together_prepare_a_new_group_once(
         await asyncio.gather(*(m.stop() for m in members))
     # One member listed and vetted the six tables; the others waited for its record.
     assert len(vetted) == 6 and len(set(vetted)) == 6, vetted
+
+
+
+@pytest.mark.asyncio
+async def test_a_table_dropped_under_a_held_batch_leaves_the_others_read(tmp_path: Path) -> None:
+    """The handler holds a batch of ``shop.b`` while the table is dropped: its
+    read finds the files gone. The member does not fail: the batch is not
+    committed, ``shop.b`` is read no more, ``shop.a`` is read on (the
+    simulation's seeds 54, 66 and 98 of a group of several tables)."""
+    wh = tmp_path / "wh"
+    make_pk_table(wh, "shop.a", buckets=2)
+    make_pk_table(wh, "shop.b", buckets=2)
+    write_rows(wh, "shop.a", range(10))
+    write_rows(wh, "shop.b", range(100, 110))
+    url = f"sqlite://{tmp_path}/c.sqlite"
+    seen: Seen = defaultdict(list)
+    dropped: list[str] = []
+
+    def handle(batch: ShardBatch) -> None:
+        if batch.table == "shop.b" and not dropped:
+            catalog(wh).drop_table("shop.b")
+            dropped.append(batch.table)
+        _collector(seen)(batch)
+
+    member = GroupMember(_config(wh, url, "g", "a", "shop.*", tables_refresh_s=0.5),
+                         handle_signals=False)
+    async with member:
+        run = asyncio.create_task(member.run(handle))
+        try:
+            await eventually(lambda: dropped and len(_rows(seen, "shop.a")) >= 10, limit_s=60)
+            write_rows(wh, "shop.a", range(10, 15))
+            await eventually(lambda: len(_rows(seen, "shop.a")) >= 15, limit_s=60)
+            assert not run.done() and member.error is None
+        finally:
+            run.cancel()
+            await asyncio.gather(run, return_exceptions=True)
+    assert _rows(seen, "shop.a") == list(range(15))

@@ -143,7 +143,10 @@ async def test_a_table_re_created_of_another_kind_before_a_check_stops_only_that
             for k in range(3):
                 write_rows(wh, "shop.b", range(200 + 10 * k, 205 + 10 * k))
             write_rows(wh, "shop.a", range(10, 15))
-            await eventually(lambda: len(seen["shop.a"]) >= 15 or run.done(), limit_s=60)
+            old_b = next(t for t in member.core.tables or () if t.name == "shop.b")
+            # Planned (or checked in place within the table check's bound).
+            await eventually(lambda: (len(seen["shop.a"]) >= 15 and old_b.gone is not None)
+                             or run.done(), limit_s=60)
             assert not run.done(), run.exception()
         finally:
             run.cancel()

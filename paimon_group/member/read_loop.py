@@ -238,8 +238,8 @@ class ReadLoop:
                 if tables.single or not await self._went(first):
                     raise
                 continue
-            if step is None:
-                continue
+            if step is None or not (tables.single or await self._core.in_io(table.in_place)):
+                continue  # (of several tables, one re-created since is read no more)
             progressed = True
             # Plan the step after this one while this one's batches are in the
             # handler, so that the next step starts as soon as this one ends.

@@ -67,14 +67,6 @@ def check_tables_in_place(core: MemberCore) -> None:
         if table.gone is not None or table.first not in held:
             continue  # a table none of whose shards is held: its readers check it
         try:
-            current = table_identity(table.table.table)
+            table.in_place()  # marks it gone, with one WARNING, if it is not
         except Exception as err:  # the store: checked again next time
             log.debug("table %s not checked: %s", table.name, err)
-            continue
-        if current == table.range.table_id:
-            continue
-        table.gone = "dropped" if not current else "re-created"
-        core.log.warning(
-            "table %s was %s: its shards %d..%d are not read any more (the group's "
-            "leader takes it out of the group)", table.name, table.gone,
-            table.range.first, table.range.end - 1)

@@ -63,6 +63,8 @@ def make_member_table(core: MemberCore, index: int | None, rng: TableRange, meta
     """One table of the group, its planner and mirror in its own shard numbers."""
     config = core.config
     table.clock = core.clock.monotonic
+    if index is not None:  # a missing snapshot of a re-created table: TableReplaced
+        table.expected_identity = rng.table_id
     planner = table.planner(rng.shards, include_row_kind=config.include_row_kind,
                             rule=ShardRule.parse(rng.sharding), projection=config.columns)
     mirror = ConsumerMirror(table.table.file_io, table.table_path, core.group_name,

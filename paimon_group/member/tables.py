@@ -30,16 +30,20 @@ from __future__ import annotations
 import bisect
 import builtins
 import dataclasses
+import logging
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from paimon_group.protocol.identity import table_identity
 from paimon_group.protocol.records import GroupMeta
 from paimon_group.protocol.table_map import NotInMap, TableRange
 from paimon_group.reading.mirror import ConsumerMirror, MirroredPosition
 from paimon_group.reading.planner import ShardPlanner
 from paimon_group.reading.table import ShardedTable
+
+log = logging.getLogger("paimon_group.member")
 
 __all__ = ["MemberTable", "MemberTables", "RoutedMirror", "TableGone", "table_meta"]
 
@@ -95,6 +99,19 @@ class MemberTable:
     def group_shard(self, local: int) -> int:
         """The group shard of the table's shard ``local``."""
         return self.range.first + local
+
+    def in_place(self) -> bool:
+        """Whether the table is still the one of its range, its identity read
+        afresh (one small read); found dropped or re-created, it is marked
+        ``gone`` with one WARNING (a step planned of a table re-created under
+        its name since is of the new table: not this range's to deliver)."""
+        current = table_identity(self.table.table)
+        if self.gone is None and current != self.range.table_id:
+            self.gone = "re-created" if current else "dropped"
+            log.warning("table %s was %s: its shards %d..%d are not read any more (the "
+                        "group's leader takes it out of the group)", self.name, self.gone,
+                        self.range.first, self.range.end - 1)
+        return self.gone is None
 
     @property
     def group_shards(self) -> builtins.range:

@@ -199,6 +199,10 @@ class Incarnation:
 
 
 class Run:
+    # Members driven as the Spark source drives one, in some seeds (a group
+    # of several tables: none, tests/sim/many.py).
+    drivers = True
+
     def __init__(self, seed: int, root: Path, plant: str | None, clock: SimClock) -> None:
         self.seed = seed
         # The run's virtual clock, handed to each member and read by the
@@ -433,6 +437,12 @@ class Run:
                     # next batch, and the member stops or skips as
                     # --on-data-loss says.
                     self.stats["body_batch_expired"] += 1
+                except FileNotFoundError:
+                    if not self.table_dropped_under(batch):
+                        raise
+                    # A group of several tables: the batch's table was
+                    # dropped under it; the body goes on with the others.
+                    self.stats["body_table_dropped"] += 1
         except FileNotFoundError:
             if self.dropped_at is None:
                 raise
@@ -441,6 +451,11 @@ class Run:
             self.stats["consumer_exited_table_gone"] += 1
             inc.stopped = True
             await member.stop()
+
+    def table_dropped_under(self, batch: Any) -> bool:
+        """Whether ``batch``'s table was dropped while it was held (a group
+        of one table stops then: never)."""
+        return False
 
     async def _drive(self, inc: Incarnation) -> None:
         def record(d: dict[str, Any]) -> None:
@@ -477,7 +492,7 @@ class Run:
         # One member in five is driven as the Spark source drives one (its
         # own draw: the other draws of a seed stay).
         driven = random.Random(f"driver:{self.seed}:{number}").random() < 0.2 \
-            and self.sink is None
+            and self.sink is None and self.drivers
         inc = Incarnation(member_id, number, self.member(cfg, auto_commit=not driven),
                           history_path=cfg.history_path or "",
                           started_at=self.clock.monotonic(),
@@ -1211,13 +1226,20 @@ def _no_repin(on: bool) -> Iterator[None]:
     real = read_loop.repin_stale
 
     async def kept(core: Any, commits: Any, held: list[Any]) -> None:
-        start = core.group_start
-        if not moved_start.moves_group_wide(core) or start is None or start.full_scan is None:
+        tables = core.tables
+        if tables is None:
             return
-        for o in held:
-            if (o.active and not o.uncertain and o.idle.is_set() and o.next_snapshot is not None
-                    and core.owned.get(o.shard) is o and o.start_moves < start.moves):
-                await commits.commit({o.shard: o}, o.next_snapshot, start_moves=start.moves)
+        for table, shards in tables.by_table(o.shard for o in held).items():
+            start = core.start_of(table.index)
+            if not moved_start.moves_group_wide(table) or start is None \
+                    or start.full_scan is None:
+                continue
+            for o in held:
+                if (o.shard in shards and o.active and not o.uncertain and o.idle.is_set()
+                        and o.next_snapshot is not None and core.owned.get(o.shard) is o
+                        and o.start_moves < start.moves):
+                    await commits.commit({o.shard: o}, o.next_snapshot,
+                                         start_moves=start.moves)
 
     if on:
         read_loop.repin_stale = kept  # type: ignore[assignment]
@@ -1238,6 +1260,11 @@ def run_seed(seed: int, *, plant: str | None = None, keep: bool = False,
     templates(table_kind_of(seed))
     if AfterPlan.draw(seed, SinkPlan.draw(seed).on).on:
         successor(table_kind_of(seed))
+    from tests.sim.many import ManyPlan, ManyRun
+
+    many = ManyPlan.draw(seed, plant)
+    for kind in many.kinds():
+        templates(kind)
     root = Path(tempfile.mkdtemp(prefix=f"pg-sim-{seed}-", dir=scratch_dir()))
     logging.getLogger("paimon_group").setLevel(log_level)
     logging.getLogger("coordinators").setLevel(log_level)
@@ -1247,7 +1274,8 @@ def run_seed(seed: int, *, plant: str | None = None, keep: bool = False,
     run: Run | None = None
     try:
         asyncio.set_event_loop(loop)
-        run = Run(seed, root, plant, loop.clock)
+        run = ManyRun(seed, root, plant, loop.clock, many) if many.on \
+            else Run(seed, root, plant, loop.clock)
         run.tears = Tears(seed, loop.clock, loop)
         with _sim_scheme(run.world), torn_consumer_writes(run.tears), \
                 writes_all(plant == "sink_writes_all"), _no_repin(plant == "no_repin"):

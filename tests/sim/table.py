@@ -400,6 +400,7 @@ class ReplayWarehouse:
     root: Path
     main: Template
     recreated: Template
+    name: str = "t"  # the table's name in database ``db`` (several share one root)
     current: Template = field(init=False)
     committed: int = 0  # snapshots of ``current`` visible so far
     dropped: bool = False
@@ -417,12 +418,12 @@ class ReplayWarehouse:
 
     def __post_init__(self) -> None:
         self.current = self.main
-        (self.root / "db.db").mkdir(parents=True)
+        (self.root / "db.db").mkdir(parents=True, exist_ok=self.name != "t")
         _link_tree(self.main.table_dir, self.table_dir)
 
     @property
     def table_dir(self) -> Path:
-        return self.root / "db.db" / "t"
+        return self.root / "db.db" / self.name
 
     @property
     def remaining(self) -> int:
