@@ -171,7 +171,14 @@ class Membership:
         give_up_at = self._core.clock.monotonic() + self._core.timing.register_wait_s
         while True:
             existing = await group.read_meta()
-            if existing is not None or await group.claim_creation():
+            if existing is not None:
+                return existing
+            if await group.claim_creation():
+                # The claimer before us may have written the record and ended
+                # its claim between our read and our claim: read it again.
+                existing = await group.read_meta()
+                if existing is not None:
+                    await group.end_creation()
                 return existing
             if self._core.clock.monotonic() > give_up_at:
                 return None
