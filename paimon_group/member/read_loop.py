@@ -16,7 +16,7 @@ import asyncio
 import functools
 import logging
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, NoReturn
 
 from coordinators.errors import CoordinatorError, PaimonGroupError, SessionLost
@@ -164,9 +164,9 @@ class ReadLoop:
         """:func:`~paimon_group.member.table_check.check_table` of this member."""
         check_table(self._core)
 
-    def check_table_in_place(self) -> None:
+    def check_table_in_place(self, shards: Iterable[int] = ()) -> None:
         """:func:`~paimon_group.member.table_check.check_table_in_place` of this member."""
-        check_table_in_place(self._core)
+        check_table_in_place(self._core, shards)
 
     async def _read_round(self, process: Process) -> bool:
         active = [o for o in self._core.owned.values() if o.active]
@@ -529,7 +529,7 @@ class ReadLoop:
 
     async def _went(self, shard: int) -> bool:
         """Whether the table of ``shard`` is found gone now (a group of several)."""
-        await self._core.in_io(self.check_table_in_place)
+        await self._core.in_io(functools.partial(self.check_table_in_place, (shard,)))
         return self._core.tables is not None and self._core.tables.gone(shard) is not None
 
     async def _handle(self, o: OwnedShard, batch: ShardBatch, step: StepPlan,

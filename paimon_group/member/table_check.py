@@ -11,6 +11,7 @@ WARNING), and its leader's listing takes it out of the map.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 
 from paimon_group.member.core import MemberCore
 from paimon_group.protocol.identity import check_table_identity, table_identity
@@ -37,11 +38,12 @@ def check_table(core: MemberCore) -> None:
     check_table_in_place(core)
 
 
-def check_table_in_place(core: MemberCore) -> None:
-    """:func:`check_table`, whatever the head says."""
+def check_table_in_place(core: MemberCore, shards: Iterable[int] = ()) -> None:
+    """:func:`check_table`, whatever the head says; in a group of several
+    tables, the tables of ``shards`` too, held or not."""
     tables = core.tables
     if tables is not None and not tables.single:
-        check_tables_in_place(core)
+        check_tables_in_place(core, shards)
         return
     cfg = core.config
     current = table_identity(core.table.table) if core.table is not None else ""
@@ -54,15 +56,19 @@ def check_table_in_place(core: MemberCore) -> None:
         check_table_identity(core.meta, core.group_name, current)
 
 
-def check_tables_in_place(core: MemberCore) -> None:
-    """Each table of a group of several whose shards the member holds: one
-    dropped or re-created under its name is no longer read (its shards
-    stay where they are until the leader marks its range dropped and they
-    are revoked), with one WARNING; the group goes on with the others
-    (docs/many-tables.md)."""
+def check_tables_in_place(core: MemberCore, shards: Iterable[int] = ()) -> None:
+    """Each table of a group of several whose shards the member holds, and
+    those of ``shards``: one dropped or re-created under its name is no
+    longer read (its shards stay where they are until the leader marks its
+    range dropped and they are revoked), with one WARNING; the group goes on
+    with the others (docs/many-tables.md). ``shards`` are those of a batch
+    whose files were found gone: a batch still in the handler when the
+    session was lost is of a shard no longer held, and its table is checked
+    all the same, so that a dropped table's batch is not taken for a file
+    the storage lost."""
     tables = core.tables
     assert tables is not None
-    held = {tables.of(s).first for s in core.owned if tables.get(s) is not None}
+    held = {t.first for s in (*core.owned, *shards) if (t := tables.get(s)) is not None}
     for table in tables:
         if table.gone is not None or table.first not in held:
             continue  # a table none of whose shards is held: its readers check it

@@ -337,7 +337,7 @@ def test_the_seeds_found_beyond_the_ci_range_hold() -> None:
 
 
 MANY_TABLE_SEEDS = (54, 66, 98, 129, 174, 203, 215, 430, 453, 551, 1622, 2785, 2960, 4458,
-                    5779, 14141)
+                    5779, 14141, 925066)
 """Seeds of groups of several tables: the first nine found a member failing
 when one of its tables was dropped under a batch (its files gone:
 DataFileMissing); 203 a settle judged before a dropped table's range was
@@ -345,7 +345,9 @@ marked dropped; 1622, 2960 and 4458 a member failing when its planner found
 a table dropped that a control round had just marked so, 5779 a re-created
 table's missing snapshot taken for one still to come, 2785 a re-created
 table read through its old range, 14141 its old range's consumer files
-written into the new table's directory."""
+written into the new table's directory, 925066 a member failing on a dropped
+table's batch still in its handler when its session was lost (the shard no
+longer held, its table was not checked)."""
 
 
 def test_groups_of_several_tables_hold_every_invariant() -> None:
