@@ -10,8 +10,10 @@ other tables.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from collections import defaultdict
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,36 @@ from paimon_group.reading.batch import ShardBatch
 from tests.support.tables import catalog, make_append_table, make_pk_table, write_rows
 from tests.support.waiting import eventually
 
+Seen = dict[str, list[int]]
+
+
+def _member(tmp_path: Path, wh: Path, tables_refresh_s: float) -> GroupMember:
+    """One member of group ``g`` over ``shop.*``, on an embedded coordinator."""
+    return GroupMember(MemberConfig(
+        group="g", warehouse=str(wh), table="shop.*",
+        coordinator=f"sqlite://{tmp_path}/c.sqlite", member_id="m", start="earliest",
+        poll_interval_ms=50, forming_wait_s=0, tables_refresh_s=tables_refresh_s),
+        handle_signals=False)
+
+
+def _collecting(seen: Seen) -> Callable[[ShardBatch], None]:
+    def handle(batch: ShardBatch) -> None:
+        seen[batch.table].extend(batch.to_arrow().column("id").to_pylist())
+    return handle
+
+
+@contextlib.asynccontextmanager
+async def _running(member: GroupMember, handle: Callable[[ShardBatch], None]
+                   ) -> AsyncIterator[asyncio.Task[None]]:
+    """``member`` started and running ``handle``; its run task, stopped at the end."""
+    async with member:
+        run = asyncio.create_task(member.run(handle))
+        try:
+            yield run
+        finally:
+            run.cancel()
+            await asyncio.gather(run, return_exceptions=True)
+
 
 @pytest.mark.asyncio
 async def test_a_table_dropped_under_a_batch_being_read_stops_only_that_table(
@@ -30,30 +62,22 @@ async def test_a_table_dropped_under_a_batch_being_read_stops_only_that_table(
     make_pk_table(wh, "shop.a", buckets=2)
     make_append_table(wh, "shop.b", buckets=1)
     write_rows(wh, "shop.a", range(10))
-    config = MemberConfig(group="g", warehouse=str(wh), table="shop.*",
-                          coordinator=f"sqlite://{tmp_path}/c.sqlite", member_id="m",
-                          start="earliest", poll_interval_ms=50, forming_wait_s=0,
-                          tables_refresh_s=0.5)
-    seen: dict[str, list[int]] = defaultdict(list)
+    seen: Seen = defaultdict(list)
+    collect = _collecting(seen)
 
     def handle(batch: ShardBatch) -> None:
         if batch.table == "shop.b" and batch.splits:
             catalog(wh).drop_table("shop.b")  # before its files are read
-        seen[batch.table].extend(batch.to_arrow().column("id").to_pylist())
+        collect(batch)
 
-    member = GroupMember(config, handle_signals=False)
-    async with member:
-        run = asyncio.create_task(member.run(handle))
-        try:
-            await eventually(lambda: len(seen["shop.a"]) >= 10, limit_s=60)
-            write_rows(wh, "shop.b", range(100, 105))
-            await eventually(lambda: _dropped(member, "shop.b") or run.done(), limit_s=60)
-            write_rows(wh, "shop.a", range(10, 15))
-            await eventually(lambda: len(seen["shop.a"]) >= 15 or run.done(), limit_s=60)
-            assert not run.done(), run.exception()
-        finally:
-            run.cancel()
-            await asyncio.gather(run, return_exceptions=True)
+    member = _member(tmp_path, wh, tables_refresh_s=0.5)
+    async with _running(member, handle) as run:
+        await eventually(lambda: len(seen["shop.a"]) >= 10, limit_s=60)
+        write_rows(wh, "shop.b", range(100, 105))
+        await eventually(lambda: _dropped(member, "shop.b") or run.done(), limit_s=60)
+        write_rows(wh, "shop.a", range(10, 15))
+        await eventually(lambda: len(seen["shop.a"]) >= 15 or run.done(), limit_s=60)
+        assert not run.done(), run.exception()
     assert sorted(seen["shop.a"]) == list(range(15))
     assert seen["shop.b"] == []
     assert "table shop.b was dropped" in caplog.text
@@ -73,41 +97,28 @@ async def test_a_table_dropped_under_a_step_being_planned_stops_only_that_table(
     make_append_table(wh, "shop.b", buckets=1)
     write_rows(wh, "shop.a", range(10))
     write_rows(wh, "shop.b", range(100, 105))
-    config = MemberConfig(group="g", warehouse=str(wh), table="shop.*",
-                          coordinator=f"sqlite://{tmp_path}/c.sqlite", member_id="m",
-                          start="earliest", poll_interval_ms=50, forming_wait_s=0,
-                          tables_refresh_s=30)
-    seen: dict[str, list[int]] = defaultdict(list)
+    seen: Seen = defaultdict(list)
+    member = _member(tmp_path, wh, tables_refresh_s=30)
+    async with _running(member, _collecting(seen)) as run:
+        await eventually(lambda: len(seen["shop.a"]) >= 10 and len(seen["shop.b"]) >= 5,
+                         limit_s=60)
+        tables = member.core.tables
+        assert tables is not None
+        b = next(t for t in tables if t.name == "shop.b")
 
-    def handle(batch: ShardBatch) -> None:
-        seen[batch.table].extend(batch.to_arrow().column("id").to_pylist())
+        def missing(*args: Any, **kwargs: Any) -> Any:
+            raise FileNotFoundError("a manifest of shop.b")
 
-    member = GroupMember(config, handle_signals=False)
-    async with member:
-        run = asyncio.create_task(member.run(handle))
-        try:
-            await eventually(lambda: len(seen["shop.a"]) >= 10 and len(seen["shop.b"]) >= 5,
-                             limit_s=60)
-            tables = member.core.tables
-            assert tables is not None
-            b = next(t for t in tables if t.name == "shop.b")
-
-            def missing(*args: Any, **kwargs: Any) -> Any:
-                raise FileNotFoundError("a manifest of shop.b")
-
-            # Dropped between the listing of the catalog (every 30 s here)
-            # and a plan that meets one of its files gone.
-            catalog(wh).drop_table("shop.b")
-            b.planner.plan_next = missing  # type: ignore[method-assign]
-            write_rows(wh, "shop.a", range(10, 15))
-            # Planned (or, while the group's head says it has nothing new,
-            # checked in place within the table check's bound): stopped only.
-            await eventually(lambda: (len(seen["shop.a"]) >= 15 and b.gone == "dropped")
-                             or run.done(), limit_s=60)
-            assert not run.done(), run.exception()
-        finally:
-            run.cancel()
-            await asyncio.gather(run, return_exceptions=True)
+        # Dropped between the listing of the catalog (every 30 s here)
+        # and a plan that meets one of its files gone.
+        catalog(wh).drop_table("shop.b")
+        b.planner.plan_next = missing  # type: ignore[method-assign]
+        write_rows(wh, "shop.a", range(10, 15))
+        # Planned (or, while the group's head says it has nothing new,
+        # checked in place within the table check's bound): stopped only.
+        await eventually(lambda: (len(seen["shop.a"]) >= 15 and b.gone == "dropped")
+                         or run.done(), limit_s=60)
+        assert not run.done(), run.exception()
     assert sorted(seen["shop.a"]) == list(range(15))
     assert sorted(seen["shop.b"]) == list(range(100, 105))
     assert "table shop.b was dropped" in caplog.text
@@ -121,36 +132,23 @@ async def test_a_table_re_created_of_another_kind_before_a_check_stops_only_that
     make_pk_table(wh, "shop.b", buckets=1)
     write_rows(wh, "shop.a", range(10))
     write_rows(wh, "shop.b", range(100, 105))
-    config = MemberConfig(group="g", warehouse=str(wh), table="shop.*",
-                          coordinator=f"sqlite://{tmp_path}/c.sqlite", member_id="m",
-                          start="earliest", poll_interval_ms=50, forming_wait_s=0,
-                          tables_refresh_s=30)
-    seen: dict[str, list[int]] = defaultdict(list)
-
-    def handle(batch: ShardBatch) -> None:
-        seen[batch.table].extend(batch.to_arrow().column("id").to_pylist())
-
-    member = GroupMember(config, handle_signals=False)
-    async with member:
-        run = asyncio.create_task(member.run(handle))
-        try:
-            await eventually(lambda: len(seen["shop.a"]) >= 10 and len(seen["shop.b"]) >= 5,
-                             limit_s=60)
-            # Between two listings of the catalog (every 30 s here): the
-            # member plans its old shop.b's next snapshot in the new one.
-            catalog(wh).drop_table("shop.b")
-            make_append_table(wh, "shop.b", buckets=-1)
-            for k in range(3):
-                write_rows(wh, "shop.b", range(200 + 10 * k, 205 + 10 * k))
-            write_rows(wh, "shop.a", range(10, 15))
-            old_b = next(t for t in member.core.tables or () if t.name == "shop.b")
-            # Planned (or checked in place within the table check's bound).
-            await eventually(lambda: (len(seen["shop.a"]) >= 15 and old_b.gone is not None)
-                             or run.done(), limit_s=60)
-            assert not run.done(), run.exception()
-        finally:
-            run.cancel()
-            await asyncio.gather(run, return_exceptions=True)
+    seen: Seen = defaultdict(list)
+    member = _member(tmp_path, wh, tables_refresh_s=30)
+    async with _running(member, _collecting(seen)) as run:
+        await eventually(lambda: len(seen["shop.a"]) >= 10 and len(seen["shop.b"]) >= 5,
+                         limit_s=60)
+        # Between two listings of the catalog (every 30 s here): the
+        # member plans its old shop.b's next snapshot in the new one.
+        catalog(wh).drop_table("shop.b")
+        make_append_table(wh, "shop.b", buckets=-1)
+        for k in range(3):
+            write_rows(wh, "shop.b", range(200 + 10 * k, 205 + 10 * k))
+        write_rows(wh, "shop.a", range(10, 15))
+        old_b = next(t for t in member.core.tables or () if t.name == "shop.b")
+        # Planned (or checked in place within the table check's bound).
+        await eventually(lambda: (len(seen["shop.a"]) >= 15 and old_b.gone is not None)
+                         or run.done(), limit_s=60)
+        assert not run.done(), run.exception()
     assert sorted(seen["shop.a"]) == list(range(15))
     assert sorted(seen["shop.b"]) == list(range(100, 105)), "the new shop.b read as the old"
     # (found "dropped" by a check that came in the middle of the drop)
