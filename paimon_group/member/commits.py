@@ -254,10 +254,13 @@ class Commits:
                 {s: (o.epoch, next_snapshot) for s, o in owned.items()}, self._core.member_id,
                 full_scan={s: full_scan for s in owned} if full_scan is not None else None,
                 start_moves=moves, unwritten=unwritten)
-        except CoordinatorError as err:
+        except (CoordinatorError, asyncio.CancelledError) as err:
             # The outcome is unknown to us: each written position may have
             # landed (read back before it is used again); the attempt is
-            # recorded so that a redelivery of this batch is explained.
+            # recorded so that a redelivery of this batch is explained. A
+            # commit cancelled in flight (a leave ending the read loop) may
+            # land too: the release that follows must not write the position
+            # before it over it (invariant 2).
             for s, o in owned.items():
                 if s not in unwritten:
                     o.raised(orders[s])

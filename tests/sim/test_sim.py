@@ -326,6 +326,7 @@ FOUND_BEYOND_THE_CI_SEEDS = (
     520586,  # a delete alone in its bucket's only file, read as a row (its count 0)
     522610,  # a re-pinned shard's deltas past the scan, written again after it
     564249,  # the sink oracle: a key's latest version lost before the mark
+    941534,  # a commit cancelled in flight by a leave, its release's older position after it
 )
 """Seeds of the 20,000-seed runs that had violations, each fixed since: kept
 here so that none comes back (each failed before its fix)."""
