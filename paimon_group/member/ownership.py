@@ -258,6 +258,16 @@ class ShardOwnership:
             extra={"shard": shard})
         return None
 
+    def _to_acquire(self) -> set[int]:
+        """The shards assigned to this member that an acquisition may take:
+        not those of a table found gone (nothing of it is acquired)."""
+        core = self._core
+        assigned = set(core.assignment.shards_of(core.member_id)) if core.assignment else set()
+        tables = core.tables
+        if tables is None or tables.single:
+            return assigned
+        return {s for s in assigned if tables.gone(s) is None}
+
     def sweep_at_next_check(self) -> None:
         """The next ownership check lists every owner key and sweeps (an
         acquisition or release may have landed unseen)."""
@@ -463,13 +473,21 @@ class ShardOwnership:
         held = [o for o in self._owned.values() if o.active]
         if self.sweep_due:
             owners = await group.owners()
-            assigned = (set(self._core.assignment.shards_of(self._core.member_id))
-                        if self._core.assignment else set())
+            assigned = self._to_acquire()
             await self.releases.sweep(
                 group, self._core.member_id,
                 owned={s: o.epoch for s, o in self._owned.items()},
                 assigned=assigned, owners=owners)
-            self.sweep_due = False
+            # A key of ours left for the next acquisition to adopt (one whose
+            # create landed unseen) is swept again at the next check unless
+            # adopted by then: the shard may leave the assignment, or its
+            # table be found gone, before any acquisition adopts it, and no
+            # other sweep would come to release it.
+            session = group.coordinator.session.id
+            self.sweep_due = any(
+                v.shard in assigned and v.shard not in self._owned
+                and (v.session == session or v.member_id == self._core.member_id)
+                for v in owners.values())
         else:
             owners = await group.owners_of(o.shard for o in held)
         lost: list[int] = []

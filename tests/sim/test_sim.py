@@ -338,7 +338,7 @@ def test_the_seeds_found_beyond_the_ci_range_hold() -> None:
 
 
 MANY_TABLE_SEEDS = (54, 66, 98, 129, 174, 203, 215, 430, 453, 551, 1622, 2785, 2960, 4458,
-                    5779, 14141, 925066)
+                    5779, 14141, 925066, 961781)
 """Seeds of groups of several tables: the first nine found a member failing
 when one of its tables was dropped under a batch (its files gone:
 DataFileMissing); 203 a settle judged before a dropped table's range was
@@ -348,7 +348,8 @@ table's missing snapshot taken for one still to come, 2785 a re-created
 table read through its old range, 14141 its old range's consumer files
 written into the new table's directory, 925066 a member failing on a dropped
 table's batch still in its handler when its session was lost (the shard no
-longer held, its table was not checked)."""
+longer held, its table was not checked), 961781 an owner key whose create
+landed unseen, of a table then found gone, never released."""
 
 
 def test_groups_of_several_tables_hold_every_invariant() -> None:
