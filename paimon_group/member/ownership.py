@@ -25,7 +25,7 @@ from paimon_group.member.state import OwnedShard, OwnedShards
 from paimon_group.protocol.group import GroupClient
 from paimon_group.protocol.group_start import group_start
 from paimon_group.protocol.records import GroupStart
-from paimon_group.protocol.releasing import PendingReleases
+from paimon_group.protocol.releasing import PendingReleases, is_ours
 from paimon_group.reading.consumer_meta import ConsumerFilesOrigin, resume_allowed
 from paimon_group.reading.mirror import MirroredPosition
 
@@ -486,8 +486,7 @@ class ShardOwnership:
             session = group.coordinator.session.id
             self.sweep_due = any(
                 v.shard in assigned and v.shard not in self._owned
-                and (v.session == session or v.member_id == self._core.member_id)
-                for v in owners.values())
+                and is_ours(v, session, self._core.member_id) for v in owners.values())
         else:
             owners = await group.owners_of(o.shard for o in held)
         lost: list[int] = []

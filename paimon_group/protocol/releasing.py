@@ -39,6 +39,12 @@ from paimon_group.protocol.group_views import OwnerView
 log = logging.getLogger("paimon_group.member")
 
 
+def is_ours(view: OwnerView, session: str, member_id: str) -> bool:
+    """Whether an owner key is of our ``session``, or of our member id in an
+    older session (a key a lost session of ours left behind)."""
+    return view.session == session or view.member_id == member_id
+
+
 class PendingReleases:
     """Shards whose owner key (at ``epoch``) is still to be deleted."""
 
@@ -95,8 +101,8 @@ class PendingReleases:
         session = group.coordinator.session.id
         listing = owners if owners is not None else await group.owners()
         for view in listing.values():
-            ours = view.session == session or view.member_id == member_id
-            if not ours or owned.get(view.shard) == view.epoch or view.shard in assigned:
+            if not is_ours(view, session, member_id) or owned.get(view.shard) == view.epoch \
+                    or view.shard in assigned:
                 continue
             if view.shard not in self._pending:
                 log.warning("shard %d: owner key (epoch %d, member %s) is ours but not owned: "
