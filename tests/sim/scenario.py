@@ -1266,6 +1266,10 @@ def run_seed(seed: int, *, plant: str | None = None, keep: bool = False,
     for kind in many.kinds():
         templates(kind)
     root = Path(tempfile.mkdtemp(prefix=f"pg-sim-{seed}-", dir=scratch_dir()))
+    # Set for the run and restored after it: a seed run in the test process
+    # would otherwise silence the WARNINGs later tests of that process look for.
+    levels = {name: logging.getLogger(name).level
+              for name in ("paimon_group", "coordinators", "asyncio")}
     logging.getLogger("paimon_group").setLevel(log_level)
     logging.getLogger("coordinators").setLevel(log_level)
     # A watch closed under a waiter that was being cancelled: noise, not a finding.
@@ -1294,6 +1298,8 @@ def run_seed(seed: int, *, plant: str | None = None, keep: bool = False,
             _cancel_all(loop)
         virtual = loop.clock.now - START
     finally:
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
         asyncio.set_event_loop(None)
         with contextlib.suppress(Exception):
             loop.close()
