@@ -136,3 +136,31 @@ async def test_reset_refused_while_a_shard_is_owned() -> None:
         assert await g.release(0, epoch)
         assert await admin.reset_positions({0: 1}, "admin")
         assert (await g.positions())[0].next_snapshot == 1
+
+
+@pytest.mark.asyncio
+async def test_operator_commits_that_delete_owner_keys_move_the_forced_mark() -> None:
+    """``force_positions`` and ``remove_member`` write the group's ``forced``
+    key in the commit that deletes owner keys (members re-read their own
+    owner keys when it moves); a force of unowned shards and a removal of a
+    member without owner keys do not; ``delete_all`` deletes it."""
+    async with open_coordinator(_url()) as a:
+        g, admin = GroupClient(a, "g"), GroupAdmin(a, "g")
+        await g.ensure_meta(num_shards=4, table="db.t")
+        forced = g.keys.forced
+        assert await admin.force_positions({0: 3}, "admin")  # no owner: nothing fenced
+        assert await a.get(forced) is None
+        assert await g.register(_info("m"))
+        assert (await admin.remove_member("m")).done  # no owner keys
+        assert await a.get(forced) is None
+        assert await g.acquire(1, "b", generation=1) is not None
+        assert await admin.force_positions({1: 5}, "admin")
+        first = await a.get(forced)
+        assert first is not None and 1 not in await g.owners()
+        assert await g.acquire(2, "c", generation=1) is not None
+        assert await g.register(_info("c"))
+        assert (await admin.remove_member("c")).done
+        second = await a.get(forced)
+        assert second is not None and second.version != first.version
+        assert await admin.delete_all()
+        assert await a.get(forced) is None

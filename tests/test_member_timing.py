@@ -25,12 +25,12 @@ def config(**kw: float) -> MemberConfig:
     ("session", "margin", "tick", "check", "register", "rejoin", "host_stop", "stuck"),
     [
         # the default session: every timing a multiple of it, or its floor
-        (10.0, 2.5, 2.5, 10.0, 16.0, 60.0, 60.0, 30.0),
+        (10.0, 2.5, 2.5, 60.0, 16.0, 60.0, 60.0, 30.0),
         # a short session: the tick, the check, the rejoin and the probe keep their floors
-        (0.4, 0.1, 0.2, 2.0, 1.6, 60.0, 31.2, 30.0),
-        (1.0, 0.25, 0.25, 2.0, 2.5, 60.0, 33.0, 30.0),
+        (0.4, 0.1, 0.2, 10.0, 1.6, 60.0, 31.2, 30.0),
+        (1.0, 0.25, 0.25, 10.0, 2.5, 60.0, 33.0, 30.0),
         # a long session: each grows with it
-        (30.0, 7.5, 7.5, 30.0, 46.0, 180.0, 120.0, 90.0),
+        (30.0, 7.5, 7.5, 180.0, 46.0, 180.0, 120.0, 90.0),
     ],
 )
 def test_worked_examples(session: float, margin: float, tick: float, check: float,
@@ -52,7 +52,8 @@ def test_the_same_values_as_the_expressions_they_replace(session: float) -> None
     t = config(session_timeout_s=session).timing
     assert t.margin_s == session / 4  # config/member.py, the default margin
     assert t.control_tick_s == max(0.2, session / 4)  # member/control.py, twice
-    assert t.ownership_check_s == max(2.0, session)  # member/ownership.py
+    # member/ownership.py: six sessions since the operators' forced mark
+    assert t.ownership_check_s == max(10.0, 6 * session)
     assert t.register_wait_s == session * 1.5 + 1.0  # member/membership.py, registering
     assert t.rejoin_give_up_s == max(60.0, session * 6)  # member/membership.py, rejoining
     assert t.host_stop_wait_s == session * 3 + 30  # spark/source/driver.py, stop

@@ -1,12 +1,15 @@
-"""The periodic ownership check is O(own shards) (issue 29: idle CPU).
+"""The ownership check costs nothing per shard on an idle member (issues 29, 55).
 
-Every member checks, once per session timeout, that the owner keys of the
-shards it holds are still its own (an operator may have deleted one). It used
-to list every owner key of the group for that: at 2,048 shards that listing
-and its decoding were 70 % of an idle member's CPU, and every member paid it.
-Now it reads its own owner keys in one request (:meth:`Coordinator.get_many`),
-and lists every key only when a sweep for orphaned keys of its own is due:
-once per session, and after a control round that failed.
+Every member must notice when an operator deletes an owner key of its
+(``members remove``, ``reset --force``). It used to list every owner key of
+the group once per session: at 2,048 shards that listing and its decoding
+were 70 % of an idle member's CPU. Then it read its own owner keys once per
+session, still the larger part of an idle member's CPU in a group of 200
+tables. Now each such operator commit also writes the group's ``forced`` key,
+which every control round reads in its one request: a member reads its own
+owner keys (in one request) only when that key moved, when a sweep for
+orphaned keys of its own is due (once per session, after a failed round), and
+every six sessions for a deletion made some other way.
 """
 
 from __future__ import annotations
@@ -20,9 +23,11 @@ import pytest
 
 from coordinators import open_coordinator
 from coordinators.errors import CoordinatorUnavailable
-from coordinators.protocol import Check, Coordinator, Delete
+from coordinators.protocol import Check, Coordinator, Delete, Put
 from paimon_group import GroupMember, MemberConfig
+from paimon_group.protocol.admin import GroupAdmin
 from paimon_group.protocol.group import GroupClient
+from paimon_group.protocol.records import OwnersForced
 from tests.support.tables import make_append_table, write_rows
 from tests.support.waiting import eventually as _until
 
@@ -38,6 +43,20 @@ def _table(tmp_path: Path) -> str:
     make_append_table(wh, "db.t", buckets=-1)
     write_rows(wh, "db.t", range(10))
     return wh
+
+
+def _losses(member: GroupMember) -> list[list[int]]:
+    """The shards ``member`` reports lost (``on_lost``), as they come."""
+    lost: list[list[int]] = []
+    real_notify = member.core.notify
+
+    def notify(event: str, shards: list[int]) -> None:
+        if event == "on_lost":
+            lost.append(list(shards))
+        real_notify(event, shards)
+
+    member.core.notify = notify  # type: ignore[method-assign,assignment]
+    return lost
 
 
 def _count_reads(coord: Coordinator, owners_dir: str) -> dict[str, Any]:
@@ -63,11 +82,12 @@ def _count_reads(coord: Coordinator, owners_dir: str) -> dict[str, Any]:
 
 @pytest.mark.asyncio
 @pytest.mark.parametrize("backend", ["etcd", "zookeeper"])
-async def test_an_idle_member_reads_only_its_own_owner_keys(
+async def test_an_idle_member_reads_its_owner_keys_only_when_an_operator_forced(
         tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> None:
-    """Two idle members of 64 shards, on a real server: over three check
-    intervals neither lists the owner keys; each reads its own 32, in one
-    request per check."""
+    """Two idle members of 64 shards, on a real server: over three sessions
+    neither lists nor reads any owner key; an operator's ``reset --force`` of
+    one shard of a's makes each read its own owner keys, in one request, and
+    a drops that shard (then takes it back)."""
     wh = _table(tmp_path)
     if backend == "etcd":
         url = str(request.getfixturevalue("etcd_server").url_with_prefix())
@@ -85,43 +105,55 @@ async def test_an_idle_member_reads_only_its_own_owner_keys(
         for m in (a, b):
             assert m.core.coordinator is not None and m.core.group is not None
             counts[m.member_id] = _count_reads(m.core.coordinator, m.core.group.keys.owners_dir)
-        await asyncio.sleep(6.5)  # three check intervals (one per session timeout, 2 s)
+        await asyncio.sleep(6.5)  # three sessions (2 s), within the slow check (12 s)
         for m in (a, b):
-            seen = counts[m.member_id]
-            assert seen["listings"] == 0, m.member_id
-            assert m.core.group is not None
-            own = sorted(m.core.group.keys.owner(s) for s in m.owned_shards)
-            assert len(seen["batches"]) >= 2, (m.member_id, len(seen["batches"]))
-            assert all(batch == own for batch in seen["batches"]), m.member_id
+            assert counts[m.member_id] == {"listings": 0, "batches": []}, m.member_id
+        own = {m.member_id: sorted(m.core.group.keys.owner(s) for s in m.owned_shards)
+               for m in (a, b) if m.core.group is not None}
+        taken = a.owned_shards[0]
+        lost = _losses(a)
+        async with open_coordinator(url) as operator:
+            assert await GroupAdmin(operator, "g").force_positions({taken: 1}, "operator")
+        await _until(lambda: lost == [[taken]], "a noticed the forced shard")
+        await _until(lambda: all(counts[m]["batches"] for m in own), "both read their keys")
+        for m, keys in own.items():
+            seen = counts[m]
+            assert seen["listings"] == 0, m
+            assert seen["batches"][0] == keys, m
+        await _until(lambda: len(a.owned_shards) == 32, "a took its shard back")
     finally:
         await a.stop()
         await b.stop()
 
 
 @pytest.mark.asyncio
-async def test_an_owner_key_deleted_by_an_operator_is_still_noticed(tmp_path: Path) -> None:
-    """The narrower check still drops a shard whose owner key an operator
-    deleted (``members remove``, ``reset --force``), and takes it back."""
+@pytest.mark.parametrize("how", ["with the forced mark", "deleted some other way"])
+async def test_an_owner_key_deleted_by_an_operator_is_still_noticed(
+        tmp_path: Path, how: str) -> None:
+    """A shard whose owner key an operator deleted is dropped and taken
+    back: at the next round when the deletion wrote the forced mark (as
+    ``reset --force`` and ``members remove`` do); at the slow periodic check
+    after a deletion that wrote none."""
     wh = _table(tmp_path)
     url = f"memory://ownership-{uuid.uuid4().hex}"
     async with GroupMember(_config(wh, url, "a", 4)) as a:
         await _until(lambda: len(a.owned_shards) == 4, "4 shards")
-        lost: list[list[int]] = []
-        real_notify = a.core.notify
-
-        def notify(event: str, shards: list[int]) -> None:
-            if event == "on_lost":
-                lost.append(list(shards))
-            real_notify(event, shards)
-
-        a.core.notify = notify  # type: ignore[method-assign,assignment]
+        lost = _losses(a)
         assert a.core.group is not None
         async with open_coordinator(url) as operator:
             key = a.core.group.keys.owner(2)
             entry = await operator.get(key)
             assert entry is not None
-            assert await operator.commit([Check.created_at(key, entry.create_version)],
-                                         [Delete(key)])
+            if how == "with the forced mark":
+                forced = a.core.group.keys.forced
+                assert await operator.get(forced) is None
+                # The member's own key stays: only its owner keys go, with the mark.
+                assert await operator.commit(
+                    [Check.created_at(key, entry.create_version)],
+                    [Delete(key), Put(forced, OwnersForced(actor="operator").encode())])
+            else:
+                assert await operator.commit([Check.created_at(key, entry.create_version)],
+                                             [Delete(key)])
         await _until(lambda: lost == [[2]], "shard 2 lost")
         await _until(lambda: len(a.owned_shards) == 4, "shard 2 acquired again")
 
@@ -146,8 +178,9 @@ async def test_an_orphaned_key_of_ours_is_swept_after_a_failed_round(tmp_path: P
         async with open_coordinator(url) as operator:
             entry = await operator.get(key)
             assert entry is not None
+            forced = Put(a.core.group.keys.forced, OwnersForced(actor="operator").encode())
             assert await operator.commit([Check.created_at(key, entry.create_version)],
-                                         [Delete(key)])
+                                         [Delete(key), forced])
         assert a.assignment is not None
         assert await GroupClient(a.core.coordinator, "g").acquire(
             theirs, "a", a.assignment.generation) is not None

@@ -12,7 +12,7 @@ Example (the default session of 10 s)::
 
     >>> t = MemberTiming.of(10.0)
     >>> t.margin_s, t.control_tick_s, t.ownership_check_s
-    (2.5, 2.5, 10.0)
+    (2.5, 2.5, 60.0)
     >>> t.register_wait_s, t.rejoin_give_up_s, t.host_stop_wait_s, t.stuck_loop_s
     (16.0, 60.0, 60.0, 30.0)
 """
@@ -26,8 +26,9 @@ __all__ = ["MemberTiming", "default_margin_s"]
 #: The shortest control tick: a very short session does not make the control
 #: loop spin.
 MIN_CONTROL_TICK_S = 0.2
-#: The shortest interval between two checks of a member's own owner keys.
-MIN_OWNERSHIP_CHECK_S = 2.0
+#: The shortest interval between two checks of a member's own owner keys
+#: that nothing called for.
+MIN_OWNERSHIP_CHECK_S = 10.0
 #: The least time a member keeps trying to rejoin after a lost session.
 MIN_REJOIN_GIVE_UP_S = 60.0
 #: The least time without a control tick the liveness probe tolerates.
@@ -66,9 +67,11 @@ class MemberTiming:
 
     @property
     def ownership_check_s(self) -> float:
-        """How often (at most) a member re-reads its own owner keys: once per
-        session, at least every 2 s apart."""
-        return max(MIN_OWNERSHIP_CHECK_S, self.session_timeout_s)
+        """How often a member re-reads its own owner keys when nothing called
+        for it (no operator's ``forced`` mark moved, no sweep due: member/ownership.py):
+        every six sessions, at least 10 s apart. It only finds an owner key
+        deleted some other way sooner than the member's next commit would."""
+        return max(MIN_OWNERSHIP_CHECK_S, 6 * self.session_timeout_s)
 
     @property
     def register_wait_s(self) -> float:

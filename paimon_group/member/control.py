@@ -122,7 +122,7 @@ class Control:
                 self._core.log.info("owner keys of shards %s released on retry", released)
         if self._owners_only(fired):
             await self._acquire(group, self._ownership.pending_acquisitions())
-            if self._core.clock.monotonic() - self._ownership.checked_at > self._ownership.check_s:
+            if self._ownership.check_due():
                 await self._ownership.check_ownership(group)
             return
         self._full_round_at = self._core.clock.monotonic()
@@ -130,6 +130,7 @@ class Control:
         view = await read_round(group, self._core.member_id,
                                 with_start=self._core.sharding is ShardRule.FILE and not several,
                                 with_meta=several, starts=self._moving_starts() if several else ())
+        self._ownership.observe_forced(view.forced)
         for table, start in view.starts.items():
             self._core.observe_start(start, table)
         if view.meta is not None and view.meta != self._meta_seen:
@@ -211,7 +212,7 @@ class Control:
                 assignment.shards_of(self._core.member_id),
                 extra={"generation": assignment.generation},
                 )
-        if self._core.clock.monotonic() - self._ownership.checked_at > self._ownership.check_s:
+        if self._ownership.check_due():
             await self._ownership.check_ownership(group)
         current = self._state.assignment
         target = set(current.shards_of(self._core.member_id)) if current else set()

@@ -68,9 +68,9 @@ class ShardOwnership:
     """Acquiring, revoking and checking the shards we own.
 
     Its interface: :meth:`pending_acquisitions`, :meth:`acquire`,
-    :meth:`revoke`, :meth:`check_ownership`; :attr:`releases` (owner keys
-    still to delete), :attr:`sweep_due` (:meth:`sweep_at_next_check`), and when the check last ran
-    (:attr:`checked_at`, every :attr:`check_s`).
+    :meth:`revoke`, :meth:`check_ownership` (when :meth:`check_due`, told
+    of the group's ``forced`` key by :meth:`observe_forced`); :attr:`releases`
+    (owner keys still to delete), :attr:`sweep_due` (:meth:`sweep_at_next_check`).
     """
 
     def __init__(self, core: MemberCore, commits: Commits, owned: OwnedShards) -> None:
@@ -80,9 +80,17 @@ class ShardOwnership:
         # through the core's read-only view, MemberCore.owned).
         self._owned = owned
         self.releases = PendingReleases()  # owner keys still to delete (revoke failed)
-        # The ownership check reads our own owner keys, once per interval.
+        # The ownership check reads our own owner keys. Only an operator
+        # deletes an owner key of a live member without its member key (which
+        # every round reads), and each such commit also writes the group's
+        # ``forced`` key (protocol/admin.py), which every round reads too: the
+        # check runs when that key moved, when a sweep is due, and otherwise
+        # once per ``check_s`` (several sessions), for a deletion made some
+        # other way. Our commits are fenced whatever the check last saw.
         self.check_s = core.timing.ownership_check_s
         self.checked_at = -1e18
+        self._forced_seen: tuple[int, int, bytes] | None = None
+        self._forced_moved = True  # the first round's is new to us
         # Listing every owner key is O(shards) (most of an idle member's CPU
         # in a group of thousands of shards, were it run on every check): the sweep
         # that needs it runs only when an orphan can have been left, namely
@@ -267,6 +275,17 @@ class ShardOwnership:
         if tables is None or tables.single:
             return assigned
         return {s for s in assigned if tables.gone(s) is None}
+
+    def observe_forced(self, forced: tuple[int, int, bytes] | None) -> None:
+        """The group's ``forced`` key as a round read it (RoundView.forced)."""
+        if forced != self._forced_seen:
+            self._forced_seen = forced
+            self._forced_moved = True
+
+    def check_due(self) -> bool:
+        """Whether :meth:`check_ownership` should run now (see ``check_s``)."""
+        return (self.sweep_due or self._forced_moved
+                or self._core.clock.monotonic() - self.checked_at > self.check_s)
 
     def sweep_at_next_check(self) -> None:
         """The next ownership check lists every owner key and sweeps (an
@@ -469,7 +488,7 @@ class ShardOwnership:
         sweep is due (see ``sweep_due``) it lists every owner key instead and
         also releases those that are ours but not owned
         (:mod:`paimon_group.protocol.releasing`)."""
-        self.checked_at = self._core.clock.monotonic()
+        checked_at = self._core.clock.monotonic()
         held = [o for o in self._owned.values() if o.active]
         if self.sweep_due:
             owners = await group.owners()
@@ -489,6 +508,9 @@ class ShardOwnership:
                 and is_ours(v, session, self._core.member_id) for v in owners.values())
         else:
             owners = await group.owners_of(o.shard for o in held)
+        # Read after the round that saw the forced key move: every deletion it
+        # tells of is in what was read (a check that raised runs again).
+        self.checked_at, self._forced_moved = checked_at, False
         lost: list[int] = []
         epochs: list[int] = []
         for o in held:

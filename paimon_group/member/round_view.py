@@ -27,6 +27,12 @@ request (``with_meta``): that is how it learns that the leader added a table
 to the map (member/table_refresh.py) before it is assigned one of its shards;
 and the starts of the bucket-unaware tables whose shards it holds (``starts``),
 as a member of a group of one such table reads the group's.
+
+Every round also reads the group's ``forced`` key, which each operator commit
+that deletes owner keys writes (protocol/admin.py): a member re-reads its own
+owner keys when that key moved (member/ownership.py). One more key in the same
+request, in place of a read of every owner key the member holds, once per
+session.
 """
 
 from __future__ import annotations
@@ -50,6 +56,9 @@ class RoundView:
     # else the table's position in the map.
     starts: Mapping[int | None, GroupStart] = field(default_factory=dict)
     meta: bytes | None = None  # the group record's bytes, read only ``with_meta``
+    # The group's ``forced`` key as read: its create version, version and
+    # value (None: no operator ever deleted an owner key of the group).
+    forced: tuple[int, int, bytes] | None = None
 
     @property
     def start(self) -> GroupStart | None:
@@ -68,7 +77,7 @@ async def read_round(group: GroupClient, member_id: str, *,
     tables: list[int | None] = [None] if with_start else []
     tables += list(starts)
     start_keys = [keys.start_of(t) for t in tables]
-    extra = (*start_keys, *((keys.meta,) if with_meta else ()))
+    extra = (keys.forced, *start_keys, *((keys.meta,) if with_meta else ()))
     got = await group.coordinator.get_many(wanted + tuple(extra))
     member_key, leader, assignment = (got.get(k) for k in wanted)
     decoded, version = group.assignment_of(assignment)
@@ -78,6 +87,9 @@ async def read_round(group: GroupClient, member_id: str, *,
         if entry is not None:
             found[table] = GroupStart.decode(entry.key, entry.value)
     meta = got.get(keys.meta) if with_meta else None
+    forced = got.get(keys.forced)
     return RoundView(member_key=member_key, leader=leader_of(leader), assignment=decoded,
                      assignment_version=version, starts=found,
-                     meta=None if meta is None else meta.value)
+                     meta=None if meta is None else meta.value,
+                     forced=None if forced is None
+                     else (forced.create_version, forced.version, forced.value))

@@ -17,6 +17,13 @@ atomic commit, so an operator can never corrupt what live members do:
 
 A position an operator writes carries epoch 0: no owner wrote it.
 
+A commit that deletes owner keys also writes the group's ``forced`` key
+(:attr:`~paimon_group.protocol.names.GroupKeys.forced`), in the same commit:
+members read that key in every control round and re-read their own owner
+keys only when it moved, so they notice within a round a shard taken from
+them, without reading every owner key they hold each time
+(member/ownership.py).
+
 Example (in-memory backend)::
 
     import asyncio
@@ -44,7 +51,13 @@ from coordinators.protocol import Check, Delete, Put
 from paimon_group.protocol.group_reads import GroupReads
 from paimon_group.protocol.group_views import Removal
 from paimon_group.protocol.names import validate_member_id
-from paimon_group.protocol.records import MemberInfo, Owner, Position, RemovedMember
+from paimon_group.protocol.records import (
+    MemberInfo,
+    Owner,
+    OwnersForced,
+    Position,
+    RemovedMember,
+)
 
 __all__ = ["GroupAdmin"]
 
@@ -59,6 +72,10 @@ class GroupAdmin(GroupReads):
     """Operators' commits on one group over one coordinator session (its
     reads: :class:`~paimon_group.protocol.group_reads.GroupReads`, as the
     member's client's)."""
+
+    def _forced(self, actor: str, now: float) -> Put:
+        """The write that tells members owner keys were deleted (module docstring)."""
+        return Put(self.keys.forced, OwnersForced(actor=actor, forced_at=now).encode())
 
     # -- commits ----------------------------------------------------------
 
@@ -96,6 +113,8 @@ class GroupAdmin(GroupReads):
                 checks.append(Check.created_at(self.keys.owner(s), owner.epoch))
                 ops.append(Delete(self.keys.owner(s)))
             ops.append(Put(self.keys.position(s), _reset_position(n, actor, now)))
+        if any(isinstance(op, Delete) for op in ops):
+            ops.append(self._forced(actor, now))
         return await self.coordinator.commit(checks, ops)
 
     async def delete_all(self) -> int | None:
@@ -110,7 +129,8 @@ class GroupAdmin(GroupReads):
         """
         coord, keys = self.coordinator, self.keys
         entries = [e for e in (await coord.get(keys.meta), await coord.get(keys.assignment),
-                               await coord.get(keys.start), await coord.get(keys.head))
+                               await coord.get(keys.start), await coord.get(keys.head),
+                               await coord.get(keys.forced))
                    if e is not None]
         for directory in (keys.positions_dir, keys.leaving_dir, keys.removed_dir, keys.sinks_dir,
                           *await self._table_dirs()):
@@ -166,6 +186,8 @@ class GroupAdmin(GroupReads):
             ops.append(Put(keys.removed(member_id),
                            RemovedMember(session=session, removed_at=time.time()).encode()))
         ops += [Delete(e.key) for e in removing]
+        if owned:
+            ops.append(self._forced(f"remove {member_id}", time.time()))
         done = await coord.commit([Check.created_at(e.key, e.create_version) for e in removing],
                                   ops)
         return Removal(known=True, done=done, removed_keys=tuple(sorted(e.key for e in removing)))

@@ -15,6 +15,7 @@ Key layout of one group (relative to the coordinator's prefix or chroot)::
     groups/<group>/positions/<shard> persistent next snapshot to read (fenced writes)
     groups/<group>/leaving/<id>     persistent  a graceful goodbye, for static membership
     groups/<group>/removed/<id>     persistent  an operator removed the member's session
+    groups/<group>/forced           persistent  bumped by each operator commit deleting owner keys
 
 Example::
 
@@ -146,6 +147,14 @@ class GroupKeys:
 
     def removed(self, member_id: str) -> str:
         return f"{self.removed_dir}{validate_member_id(member_id)}"
+
+    @property
+    def forced(self) -> str:
+        """Written by every operator commit that deletes owner keys
+        (``reset --force``, ``members remove``): a member re-reads its own
+        owner keys when this key moves (member/ownership.py), rather than
+        on every check."""
+        return f"{self.root}/forced"
 
     @property
     def head_dir(self) -> str:

@@ -360,6 +360,16 @@ class RemovedMember(_Record):
 
 
 @dataclass(frozen=True)
+class OwnersForced(_Record):
+    """``groups/<group>/forced``: the last operator commit that deleted
+    owner keys (``reset --force``, ``members remove``), by ``actor`` at
+    ``forced_at``. Members read only that it moved (its version), not its value."""
+
+    actor: str
+    forced_at: float = 0.0
+
+
+@dataclass(frozen=True)
 class Position(_Record):
     """``groups/<group>/positions/<shard>``: the next snapshot id to read."""
 
