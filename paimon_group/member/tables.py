@@ -38,6 +38,7 @@ from typing import Any
 
 from paimon_group.protocol.identity import table_identity
 from paimon_group.protocol.records import GroupMeta
+from paimon_group.protocol.sharding import ShardRule
 from paimon_group.protocol.table_map import NotInMap, TableRange
 from paimon_group.reading.mirror import ConsumerMirror, MirroredPosition
 from paimon_group.reading.planner import ShardPlanner
@@ -128,8 +129,14 @@ class MemberTables:
     def __init__(self, tables: Iterable[MemberTable], *, single: bool) -> None:
         self._tables = sorted(tables, key=lambda t: t.first)
         self._firsts = [t.first for t in self._tables]
+        # Whether any table is bucket-unaware (the file rule): only their
+        # starts can move, which the control round reads (member/control.py).
+        self.any_file_rule = self._any_file_rule()
         self.single = single
         self.mirror = RoutedMirror(self)
+
+    def _any_file_rule(self) -> bool:
+        return any(ShardRule.parse(t.range.sharding) is ShardRule.FILE for t in self._tables)
 
     def __iter__(self) -> Iterator[MemberTable]:
         return iter(self._tables)
@@ -178,6 +185,7 @@ class MemberTables:
                 table.range = dataclasses.replace(table.range, table_id=meta.table_id,
                                                   shards=meta.num_shards,
                                                   sharding=meta.sharding)
+        self.any_file_rule = self._any_file_rule()
 
     def with_tables(self, added: Iterable[MemberTable]) -> MemberTables:
         """These tables and ``added`` (ranges the map appended since)."""
