@@ -54,6 +54,7 @@ def test_the_same_values_as_the_expressions_they_replace(session: float) -> None
     assert t.control_tick_s == max(0.2, session / 4)  # member/control.py, twice
     # member/ownership.py: six sessions since the operators' forced mark
     assert t.ownership_check_s == max(10.0, 6 * session)
+    assert t.map_check_s == max(2.0, session)  # member/control.py: the group record
     assert t.register_wait_s == session * 1.5 + 1.0  # member/membership.py, registering
     assert t.rejoin_give_up_s == max(60.0, session * 6)  # member/membership.py, rejoining
     assert t.host_stop_wait_s == session * 3 + 30  # spark/source/driver.py, stop

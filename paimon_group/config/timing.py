@@ -29,6 +29,8 @@ MIN_CONTROL_TICK_S = 0.2
 #: The shortest interval between two checks of a member's own owner keys
 #: that nothing called for.
 MIN_OWNERSHIP_CHECK_S = 10.0
+#: The shortest interval between two reads of the group record nothing called for.
+MIN_MAP_CHECK_S = 2.0
 #: The least time a member keeps trying to rejoin after a lost session.
 MIN_REJOIN_GIVE_UP_S = 60.0
 #: The least time without a control tick the liveness probe tolerates.
@@ -72,6 +74,13 @@ class MemberTiming:
         every six sessions, at least 10 s apart. It only finds an owner key
         deleted some other way sooner than the member's next commit would."""
         return max(MIN_OWNERSHIP_CHECK_S, 6 * self.session_timeout_s)
+
+    @property
+    def map_check_s(self) -> float:
+        """How often a follower of a group of several tables re-reads the group
+        record when no new assignment called for it (member/control.py): once
+        per session, at least every 2 s apart."""
+        return max(MIN_MAP_CHECK_S, self.session_timeout_s)
 
     @property
     def register_wait_s(self) -> float:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 
@@ -23,7 +24,7 @@ from paimon_group.member.balance import LeaderLoads, full_scan_pending, merged_l
 from paimon_group.member.core import MemberCore
 from paimon_group.member.ownership import ShardOwnership
 from paimon_group.member.publish_delay import PublishDelay
-from paimon_group.member.round_view import RoundView, read_round
+from paimon_group.member.round_view import RoundView, read_meta_value, read_round
 from paimon_group.member.state import Leadership
 from paimon_group.member.table_refresh import TableWatch, follow_map
 from paimon_group.member.tables import MemberTables
@@ -65,6 +66,11 @@ class Control:
         self._table_loads: dict[int, MeasuredLoad] = {}
         self._meta_seen: bytes | None = None  # the group record's bytes, as last followed
         self._settled = SettledAssignment()
+        # When the group record was last read, and after which assignment
+        # (its version): see _read_round.
+        self._map_read_at = -1e18
+        self._map_read_after: int | None = None
+        self._no_leader_seen = True
 
     async def run(self) -> None:
         fired: set[str] = {"start"}
@@ -127,10 +133,7 @@ class Control:
                 await self._ownership.check_ownership(group)
             return
         self._full_round_at = self._core.clock.monotonic()
-        several = self._core.meta is not None and self._core.meta.tables is not None
-        view = await read_round(group, self._core.member_id,
-                                with_start=self._core.sharding is ShardRule.FILE and not several,
-                                with_meta=several, starts=self._moving_starts() if several else ())
+        view = await self._read_round(group)
         self._ownership.observe_forced(view.forced)
         for table, start in view.starts.items():
             self._core.observe_start(start, table)
@@ -142,6 +145,34 @@ class Control:
         await self._maybe_lead(group, view)
         await self._follow_assignment(group, view)
         await self._publish_sinks(group)
+
+    async def _read_round(self, group: GroupClient) -> RoundView:
+        """The round's keys (member/round_view.py); in a group of several
+        tables, with the group record when it may have moved.
+
+        The record carries the table map (about 20 KB at 200 tables), which
+        only the leader changes, and always before it publishes an assignment
+        that deals a changed map's shards. So a follower reads it when the
+        assignment read is not the one it last read the record after (then in
+        a second request: a record read after an assignment is at least as new
+        as the map that assignment was dealt from), once per ``map_check_s``
+        for a change no assignment follows, and in every round while it leads
+        or saw no leader (it may lead in this round, and deals from the map)."""
+        several = self._core.meta is not None and self._core.meta.tables is not None
+        now = self._core.clock.monotonic()
+        with_meta = several and (self._state.leader_epoch is not None or self._no_leader_seen
+                                 or now - self._map_read_at >= self._core.timing.map_check_s)
+        view = await read_round(group, self._core.member_id,
+                                with_start=self._core.sharding is ShardRule.FILE and not several,
+                                with_meta=with_meta,
+                                starts=self._moving_starts() if several else ())
+        self._no_leader_seen = view.leader is None
+        if several and not with_meta and view.assignment_version != self._map_read_after:
+            view = dataclasses.replace(view, meta=await read_meta_value(group))
+            with_meta = True
+        if with_meta:
+            self._map_read_at, self._map_read_after = now, view.assignment_version
+        return view
 
     def _moving_starts(self) -> list[int]:
         """The positions in the map of the bucket-unaware tables whose shards

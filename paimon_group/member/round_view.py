@@ -23,8 +23,9 @@ transaction), two more reads in the pipeline on ZooKeeper (a key is two
 znodes there).
 
 A member of a group of several tables reads the group record in the same
-request (``with_meta``): that is how it learns that the leader added a table
-to the map (member/table_refresh.py) before it is assigned one of its shards;
+request (``with_meta``) when it may have moved (member/control.py,
+``_read_round``): that is how it learns that the leader added a table to the
+map (member/table_refresh.py) before it is assigned one of its shards;
 and the starts of the bucket-unaware tables whose shards it holds (``starts``),
 as a member of a group of one such table reads the group's.
 
@@ -93,3 +94,11 @@ async def read_round(group: GroupClient, member_id: str, *,
                      meta=None if meta is None else meta.value,
                      forced=None if forced is None
                      else (forced.create_version, forced.version, forced.value))
+
+
+async def read_meta_value(group: GroupClient) -> bytes | None:
+    """The group record's bytes alone (a round that did not read it, and
+    found a new assignment: member/control.py)."""
+    entry = await group.coordinator.get(group.keys.meta)
+    return None if entry is None else entry.value
+
