@@ -77,6 +77,10 @@ class ZkWatch(Watch):
         self._taken = asyncio.Event()
         # Keys whose value znode carries our data watch.
         self._armed: set[str] = set()
+        # Keys whose data watch fired and that no ``exists`` looked at since:
+        # the change is told by that look, or, if the key is no longer
+        # listed, by the next re-arm (see _fired).
+        self._unchecked: set[str] = set()
         # The keys of the last listing while the directory's child watch it
         # set has not fired since (None: list again). A value's change then
         # re-arms that value's data watch only: no key was created or deleted.
@@ -103,7 +107,18 @@ class ZkWatch(Watch):
             self._armed.clear()  # kazoo dropped every watch (connection lost)
             self._unlist()
         elif event.path != self._dir:
-            self._armed.discard(event.path.rpartition("/")[2])
+            # A value changed or went. This is not told yet: the re-arm's
+            # ``exists`` (sent at once unless a change is still untaken)
+            # tells it, by its mzxid against ``_seen``. A notification
+            # carries no zxid, so a caller told now would take the change
+            # with ``_seen`` at the client's last reply, which may predate
+            # the change; the re-arm would then find the change newer and
+            # wake the caller a second time for the one change it read.
+            name = event.path.rpartition("/")[2]
+            self._armed.discard(name)
+            self._unchecked.add(name)
+            self._rearm.set()
+            return
         else:
             self._unlist()  # a key created or deleted, or the directory
         self._mark()
@@ -154,12 +169,14 @@ class ZkWatch(Watch):
         coordinator = self._coordinator
         client = coordinator.client
         if client is None or not client.connected:
+            self._tell_unchecked()
             return  # re-armed when kazoo reports CONNECTED
         names = self._listed
         if names is None or not self._values:
             unlisted = self._unlisted
             listed = await self._list(client)
             if listed is None or not self._values:
+                self._tell_unchecked()
                 return
             names = listed
             if unlisted == self._unlisted:  # the child watch has not fired since
@@ -176,8 +193,20 @@ class ZkWatch(Watch):
                 self._rearm.set()
                 continue
             self._armed.add(name)
+            self._unchecked.discard(name)
             if reply is None or reply.mzxid > self._seen:
                 self._mark()
+        if self._unchecked - names:
+            # A fired key that the listing no longer holds: deleted. Its
+            # directory's child watch tells it too; this does not rely on it.
+            self._unchecked &= names
+            self._mark()
+
+    def _tell_unchecked(self) -> None:
+        """Tell fired keys that this re-arm cannot look at."""
+        if self._unchecked:
+            self._unchecked.clear()
+            self._mark()
 
     async def _list(self, client: Any) -> set[str] | None:
         """List the directory with a child watch: the keys watched (None: no directory)."""

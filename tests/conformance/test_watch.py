@@ -60,6 +60,23 @@ async def test_watch_wakes_for_own_writes(coord: Coordinator) -> None:
         assert await watch.wait(timeout=WAKE_LIMIT_S)
 
 
+async def test_a_value_read_after_its_wake_wakes_the_reader_once(
+        open_coord: OpenCoordinator) -> None:
+    """A put that the reader reads after the wake does not wake it again: a
+    second wake per change would have every member read the group's head
+    twice per publication."""
+    watcher, writer = await open_coord(), await open_coord()
+    await writer.create("once/k", b"0")
+    async with watcher.watch("once/") as watch:
+        await drain(watch)
+        for i in range(1, 6):
+            assert await writer.commit([], [Put("once/k", str(i).encode())])
+            assert await watch.wait(timeout=WAKE_LIMIT_S)
+            entry = await watcher.get("once/k")
+            assert entry is not None and entry.value == str(i).encode()
+            assert await watch.wait(timeout=0.5) is False, f"woken twice by put {i}"
+
+
 async def test_wait_returns_false_when_nothing_changes(open_coord: OpenCoordinator) -> None:
     watcher, writer = await open_coord(), await open_coord()
     await writer.create("quiet/existing", b"")
