@@ -153,3 +153,52 @@ async def test_a_table_re_created_of_another_kind_before_a_check_stops_only_that
     assert sorted(seen["shop.b"]) == list(range(100, 105)), "the new shop.b read as the old"
     # (found "dropped" by a check that came in the middle of the drop)
     assert re.search(r"table shop\.b was (re-created|dropped)", caplog.text)
+
+
+@pytest.mark.asyncio
+async def test_members_leave_table_checks_to_the_leader_until_it_finds_one_gone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """While the group's head says the leader's last check found a table in
+    place, no member checks that table itself (one small read per table for
+    the group, not one per member and table held). A table dropped: the
+    leader's check leaves it out of the head, and the member reading it
+    checks it itself and stops reading it, before any listing of the
+    catalog has taken it out of the group's map."""
+    import paimon_group.member.head as head
+    import paimon_group.member.read_loop as read_loop
+    import paimon_group.member.table_refresh as table_refresh
+    from paimon_group.member.tables import MemberTable
+
+    for module in (head, read_loop, table_refresh):
+        monkeypatch.setattr(module, "TABLE_CHECK_S", 0.5)
+    checked: list[str] = []
+    real_in_place = MemberTable.in_place
+
+    def in_place(self: MemberTable) -> bool:
+        checked.append(self.name)
+        return real_in_place(self)
+
+    monkeypatch.setattr(MemberTable, "in_place", in_place)
+    wh = tmp_path / "wh"
+    make_pk_table(wh, "shop.a", buckets=2)
+    make_pk_table(wh, "shop.b", buckets=2)
+    write_rows(wh, "shop.a", range(10))
+    write_rows(wh, "shop.b", range(100, 110))
+    seen: Seen = defaultdict(list)
+    member = _member(tmp_path, wh, tables_refresh_s=3600.0)
+    async with _running(member, _collecting(seen)) as run:
+        await eventually(lambda: len(seen["shop.a"]) >= 10 and len(seen["shop.b"]) >= 10,
+                         limit_s=60)
+        checked.clear()  # those before the head's first publication
+        await asyncio.sleep(2.0)  # four checks due: the leader's each time
+        assert checked == []
+        catalog(wh).drop_table("shop.b")
+        await eventually(lambda: "table shop.b was dropped" in caplog.text or run.done(),
+                         limit_s=30)
+        assert set(checked) == {"shop.b"}, checked
+        assert not _dropped(member, "shop.b")  # no listing yet: the check found it
+        write_rows(wh, "shop.a", range(10, 15))
+        await eventually(lambda: len(seen["shop.a"]) >= 15 or run.done(), limit_s=60)
+        assert not run.done(), run.exception()
+    assert sorted(seen["shop.a"]) == list(range(15))

@@ -197,6 +197,40 @@ def test_a_member_skips_its_table_check_only_for_a_fresh_head_naming_its_table()
     assert not view.fresh and not view.vouches_for("schema-0@1")
 
 
+def test_a_head_of_several_tables_vouches_for_those_its_leader_found_in_place() -> None:
+    """A group of several tables: the leader's poll lists only the tables its
+    last identity check found in place, and says so (``tables_checked``);
+    a member skips its own check of a table only while the record is fresh
+    for that (HEAD_VOUCH_S after the last beat) and lists the table."""
+    clock = Clock()
+    publisher = HeadPublisher(beat_s=5.0, clock=clock)
+    polled = TablePoll(None, tables={0: 4, 8: None}, tables_checked=True)
+    record = publisher.due(polled)
+    assert record == HeadRecord(None, 1, tables={0: 4, 8: None}, tables_checked=True)
+    assert HeadRecord.decode(record.encode()) == record
+    publisher.done(record)
+    # A check that finds a table gone changes the record at once.
+    assert publisher.due(TablePoll(None, tables={0: 4}, tables_checked=True)) is not None
+    # The same tables, polled by a leader that did not check: published too.
+    unchecked = publisher.due(TablePoll(None, tables={0: 4, 8: None}))
+    assert unchecked is not None and not unchecked.tables_checked
+    # A record of a version that knows no check decodes as unchecked.
+    assert HeadRecord.decode(b'{"latest": null, "beat": 2, "tables": {"0": 4}}') == \
+        HeadRecord(None, 2, tables={0: 4})
+
+    view = HeadView(stale_after_s=15.0, clock=clock)
+    assert not view.vouches_for_table(0)  # nothing seen
+    view.observe(record)
+    assert view.vouches_for_table(0) and view.vouches_for_table(8)
+    assert not view.vouches_for_table(16)  # not found in place, or not polled
+    view.observe(HeadRecord(None, 2, tables={0: 4, 8: None}))  # the leader did not check
+    assert not view.vouches_for_table(0)
+    view.observe(HeadRecord(None, 3, tables={0: 4}, tables_checked=True))  # 8 found gone
+    assert view.vouches_for_table(0) and not view.vouches_for_table(8)
+    clock.now += 7.5  # no beat for HEAD_VOUCH_S: fresh for reads, not for the tables
+    assert view.fresh and not view.vouches_for_table(0)
+
+
 async def _group(s3: S3Warehouse, tmp_path: Path, members: int, ids: list[int],
                  measure_s: float, after: Any = None) -> tuple[dict[str, int], set[int]]:
     from paimon_group import GroupMember, MemberConfig

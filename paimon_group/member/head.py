@@ -119,6 +119,10 @@ class TablePoll:
     # A group of several tables: each table's latest snapshot id by the
     # first group shard of its range (a table not polled is left out).
     tables: Mapping[int, int | None] | None = None
+    # Whether ``tables`` holds only tables that the leader's last identity
+    # check (at most TABLE_CHECK_S before) found in place: then they are
+    # vouched for as the one table of a group is by ``table_id``.
+    tables_checked: bool = False
 
 
 @dataclass(frozen=True)
@@ -133,6 +137,7 @@ class HeadRecord:
     table_id: str | None = None
     files: Mapping[str, bytes] | None = None
     tables: Mapping[int, int | None] | None = None  # as TablePoll's
+    tables_checked: bool = False  # as TablePoll's
 
     def encode(self) -> bytes:
         files = None if self.files is None else \
@@ -142,6 +147,8 @@ class HeadRecord:
                                "files": files}
         if self.tables is not None:
             doc["tables"] = {str(first): latest for first, latest in self.tables.items()}
+            if self.tables_checked:
+                doc["tables_checked"] = True
         return json.dumps(doc).encode()
 
     @classmethod
@@ -160,7 +167,8 @@ class HeadRecord:
                        {str(k): base64.b64decode(v) for k, v in files.items()}
                        if isinstance(files, dict) else None,
                        {int(k): None if v is None else int(v) for k, v in tables.items()}
-                       if isinstance(tables, dict) else None)
+                       if isinstance(tables, dict) else None,
+                       isinstance(tables, dict) and doc.get("tables_checked") is True)
         except (ValueError, KeyError, TypeError, AttributeError, binascii.Error):
             return None
 
@@ -237,6 +245,16 @@ class HeadView:
             return False
         latest = tables[first]
         return latest is None or position > latest
+
+    def vouches_for_table(self, first: int) -> bool:
+        """:meth:`vouches_for` for the table of a group of several tables whose
+        range starts at group shard ``first``: the leader's last identity
+        check found it in place (its range's identity: a range is never used
+        again for another table, a re-created one gets a range of its own)."""
+        if self.record is None or self.clock() - self._beat_seen_at >= self._vouch_s:
+            return False
+        record = self.record
+        return record.tables_checked and record.tables is not None and first in record.tables
 
     def vouches_for(self, table_id: str) -> bool:
         """Whether a beat was seen in the last :data:`HEAD_VOUCH_S` and its
@@ -324,6 +342,7 @@ class HeadPublisher:
         last = self.published
         if last is not None and last.latest == poll.latest and \
                 last.table_id == poll.table_id and last.tables == poll.tables and \
+                last.tables_checked == poll.tables_checked and \
                 self._clock() - self._published_at < self._beat_s:
             return None
         # The files go with the publication of a new latest only: the beats
@@ -331,7 +350,8 @@ class HeadPublisher:
         new_latest = last is None or last.latest != poll.latest
         return HeadRecord(poll.latest, (last.beat + 1) if last is not None else 1,
                           poll.snapshot, poll.table_id, poll.files if new_latest else None,
-                          None if poll.tables is None else dict(poll.tables))
+                          None if poll.tables is None else dict(poll.tables),
+                          poll.tables_checked and poll.tables is not None)
 
     def done(self, record: HeadRecord) -> None:
         self.published = record

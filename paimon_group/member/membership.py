@@ -33,10 +33,10 @@ from paimon_group.member.head import HeadLoop, HeadRecord, TablePoller
 from paimon_group.member.ownership import ShardOwnership
 from paimon_group.member.state import MemberState
 from paimon_group.member.table_refresh import (
+    TablesPoller,
     make_member_table,
     open_tables,
     planned_map,
-    poll_tables,
 )
 from paimon_group.member.tables import MemberTables, table_meta
 from paimon_group.member.watches import ControlWatches
@@ -392,9 +392,10 @@ class Membership:
             return None
         if not self._core.config.single_table:
             self._core.head.forget()
+            tables_poller = TablesPoller(self._core)
             return HeadLoop(coord, group.keys, self._core.head,
                             poll_s=self._core.config.poll_interval_ms / 1000.0,
-                            poll=lambda: asyncio.to_thread(poll_tables, self._core),
+                            poll=lambda: asyncio.to_thread(tables_poller.poll),
                             leader_epoch=lambda: self._core.leader_epoch,
                             woken=self._core.head_woken.set)
         if table is None:

@@ -11,7 +11,7 @@ WARNING), and its leader's listing takes it out of the map.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from paimon_group.member.core import MemberCore
 from paimon_group.protocol.identity import check_table_identity, table_identity
@@ -31,7 +31,7 @@ def check_table(core: MemberCore) -> None:
     being read (:func:`check_tables_in_place`)."""
     meta, tables = core.meta, core.tables
     if tables is not None and not tables.single:
-        check_tables_in_place(core)
+        check_tables_in_place(core, vouched=core.head.vouches_for_table)
         return
     if core.head.vouches_for(meta.table_id if meta is not None else ""):
         return
@@ -56,7 +56,8 @@ def check_table_in_place(core: MemberCore, shards: Iterable[int] = ()) -> None:
         check_table_identity(core.meta, core.group_name, current)
 
 
-def check_tables_in_place(core: MemberCore, shards: Iterable[int] = ()) -> None:
+def check_tables_in_place(core: MemberCore, shards: Iterable[int] = (), *,
+                          vouched: Callable[[int], bool] | None = None) -> None:
     """Each table of a group of several whose shards the member holds, and
     those of ``shards``: one dropped or re-created under its name is no
     longer read (its shards stay where they are until the leader marks its
@@ -65,13 +66,17 @@ def check_tables_in_place(core: MemberCore, shards: Iterable[int] = ()) -> None:
     whose files were found gone: a batch still in the handler when the
     session was lost is of a shard no longer held, and its table is checked
     all the same, so that a dropped table's batch is not taken for a file
-    the storage lost."""
+    the storage lost. ``vouched``: tables to skip (by their first group
+    shard), those the group's fresh head says its leader found in place
+    moments ago."""
     tables = core.tables
     assert tables is not None
     held = {t.first for s in (*core.owned, *shards) if (t := tables.get(s)) is not None}
     for table in tables:
         if table.gone is not None or table.first not in held:
             continue  # a table none of whose shards is held: its readers check it
+        if vouched is not None and vouched(table.first):
+            continue
         try:
             table.in_place()  # marks it gone, with one WARNING, if it is not
         except Exception as err:  # the store: checked again next time

@@ -29,7 +29,7 @@ from typing import Any
 from coordinators.registry import redact_url
 from paimon_group.errors import TableNotFound
 from paimon_group.member.core import MemberCore
-from paimon_group.member.head import TablePoll
+from paimon_group.member.head import TABLE_CHECK_S, TablePoll
 from paimon_group.member.tables import MemberTable, MemberTables
 from paimon_group.protocol.group import GroupClient
 from paimon_group.protocol.identity import table_identity
@@ -42,8 +42,8 @@ from paimon_group.reading.table import ShardedTable
 
 log = logging.getLogger("paimon_group.member")
 
-__all__ = ["TableWatch", "follow_map", "make_member_table", "open_subscription", "open_tables",
-           "planned_map", "poll_tables"]
+__all__ = ["TableWatch", "TablesPoller", "follow_map", "make_member_table", "open_subscription",
+           "open_tables", "planned_map"]
 
 
 def open_subscription(core: MemberCore) -> None:
@@ -142,21 +142,48 @@ async def follow_map(core: MemberCore, meta: GroupMeta) -> None:
     core.wake.set()
 
 
-def poll_tables(core: MemberCore) -> TablePoll:
-    """The leader's poll of a group of several tables (blocking: off the
-    event loop): each live table's latest snapshot id, for the group's head
-    (member/head.py), so that members ask the store only about tables that
-    moved. A table that fails to answer is left out (its readers poll it)."""
-    tables = core.tables
-    latest: dict[int, int | None] = {}
-    for table in tables or ():
-        if table.gone is not None:
-            continue
+class TablesPoller:
+    """The leader's poll of a group of several tables (blocking: run it off
+    the event loop), for the group's head (member/head.py): each live table's
+    latest snapshot id, so that members ask the store only about tables that
+    moved; and every ``TABLE_CHECK_S`` each live table's identity, so that
+    members need not check the tables they read themselves (one small read
+    per table for the group, where each member read every table it holds:
+    on an object store, two requests per table and member every 5 s).
+
+    A table the check did not find in place (dropped, re-created, or the
+    store did not answer) is left out of the poll until a check finds it:
+    its readers then poll and check it themselves, and stop reading it if
+    it is gone. A table that fails to answer its poll is left out too."""
+
+    def __init__(self, core: MemberCore) -> None:
+        self._core = core
+        self._in_place: set[int] = set()
+        self._checked_at: float | None = None
+
+    def poll(self) -> TablePoll:
+        tables = [t for t in self._core.tables or () if t.gone is None]
+        now = self._core.clock.monotonic()
+        if self._checked_at is None or now - self._checked_at >= TABLE_CHECK_S:
+            self._in_place = {t.first for t in tables if self._found_in_place(t)}
+            self._checked_at = now
+        latest: dict[int, int | None] = {}
+        for table in tables:
+            if table.first not in self._in_place:
+                continue
+            try:
+                latest[table.first] = table.table.latest_snapshot_id()
+            except Exception as err:  # its members poll it themselves
+                log.debug("table %s not polled for the head: %s", table.name, err)
+        return TablePoll(None, tables=latest, tables_checked=True)
+
+    @staticmethod
+    def _found_in_place(table: MemberTable) -> bool:
         try:
-            latest[table.first] = table.table.latest_snapshot_id()
-        except Exception as err:  # its members poll it themselves
-            log.debug("table %s not polled for the head: %s", table.name, err)
-    return TablePoll(None, tables=latest)
+            return table_identity(table.table.table) == table.range.table_id
+        except Exception as err:  # its members check it themselves
+            log.debug("table %s not checked for the head: %s", table.name, err)
+            return False
 
 
 class TableWatch:
