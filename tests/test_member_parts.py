@@ -74,6 +74,7 @@ class NoTables:
     """The tables of a core joined with no table (:class:`NoTable` for every shard)."""
 
     single = True
+    any_file_rule = False  # no table: no start that moves
 
     def __init__(self) -> None:
         self.mirror = NoMirror()

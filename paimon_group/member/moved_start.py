@@ -115,12 +115,13 @@ async def repin_stale(core: MemberCore, commits: Commits, held: list[OwnedShard]
     position derives from an earlier start (and no batch of which is in
     flight); one fenced commit a table."""
     tables = core.tables
-    if tables is None:
-        return
-    by_table = tables.by_table(o.shard for o in held)
-    for table, shards in by_table.items():
-        await _repin_table(core, commits, table,
-                           [o for o in held if o.shard in set(shards)])
+    if tables is None or not tables.any_file_rule:
+        return  # only a bucket-unaware table's start moves
+    by_table: dict[MemberTable, list[OwnedShard]] = {}
+    for o in held:
+        by_table.setdefault(tables.of(o.shard), []).append(o)
+    for table, owned in by_table.items():
+        await _repin_table(core, commits, table, owned)
 
 
 async def _repin_table(core: MemberCore, commits: Commits, table: MemberTable,

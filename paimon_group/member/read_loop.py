@@ -34,6 +34,7 @@ from paimon_group.member.core import MemberCore
 from paimon_group.member.data_loss import LostRange, data_loss_error, skip_warning
 from paimon_group.member.handler_slot import HandlerSlot, StepHandlers
 from paimon_group.member.head import TABLE_CHECK_S
+from paimon_group.member.idle_round import IdleRounds
 from paimon_group.member.moved_start import move_start, moves_group_wide, repin_stale
 from paimon_group.member.sink_holds import check_held
 from paimon_group.member.start_pin import pin_start
@@ -70,6 +71,8 @@ class ReadLoop:
         # what the member reads; planned fresh, not prefetched (a plan made
         # an interval earlier would hold less).
         self._paced = False
+        self._idle_rounds = IdleRounds()
+        self._planned = False  # the current round went past the head for a group
 
     async def run(self, process: Process) -> None:
         while not self._core.stopping:
@@ -172,11 +175,17 @@ class ReadLoop:
         active = [o for o in self._core.owned.values() if o.active]
         if not active:
             return False
+        idle_key = IdleRounds.key(self._core.tables, self._core.head, active)
+        if self._idle_rounds.skip(idle_key, self._core.head):
+            return False  # as the last round: nothing new (member/idle_round.py)
         # Plans prefetched in the previous round; what this round does not use
         # is dropped at its end (the shards moved, or were re-grouped).
         prefetched, self._prefetched = self._prefetched, {}
         try:
-            return await self._read_groups(active, prefetched, process)
+            self._planned = False
+            progressed = await self._read_groups(active, prefetched, process)
+            self._idle_rounds.ran(idle_key, looked_only=not (progressed or self._planned))
+            return progressed
         except FileNotFoundError:
             # A file the plan names is gone: most likely the table was dropped
             # (or re-created) since the last check, which says so in one line
@@ -223,6 +232,7 @@ class ReadLoop:
                 # The leader polled the table moments ago: nothing at
                 # `position` yet (member/head.py); no request to the store.
                 continue
+            self._planned = True
             await self._core.wait_live()
             try:
                 if full_scan is not None:

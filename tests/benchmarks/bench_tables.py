@@ -10,7 +10,11 @@ the start of all members -> stable (the published assignment covers every
 shard, each owner key held by its assigned member), one join -> stable and one
 leave -> stable (median of the cycles), and the steady idle CPU (ms of CPU per
 second per member, every thread of the workers) and coordinator requests per
-member per second. Printed: each figure and the ratio many / one.
+member per second. Printed: each figure and the ratio many / one. Then the
+same two groups of **reading** members (``paimon-group run``'s loop: each
+member reads its shards, its handler drops the rows; the 16 rows of each
+table read first): their idle CPU per member, measured after the group is
+stable and its rows read, with its ratio many / one.
 
 **Delivery** (``tables_tput.py``): 50 primary-key tables of 4 buckets with
 20,000 rows each, read from ``earliest`` by the same 2 worker processes, (a)
@@ -46,6 +50,7 @@ TITLE = "tables"
 BUCKETS = 8
 SESSION_TIMEOUT_S = 10.0
 SETTLE_S = 3.0
+READ_SETTLE_S = 20.0
 STABLE_LIMIT_S = 120.0
 BASELINE = "one.t"
 FLAT = "flat.t"
@@ -102,11 +107,11 @@ async def start_group(pool: MemberPool, watcher: GroupWatcher, names: list[str]
 
 
 async def scenario(url: str, wh: str, table: str, shards: int, members: int,
-                   window_s: float, cycles: int, history: Path, fixed: int | None = None
-                   ) -> dict[str, Any]:
+                   window_s: float, cycles: int, history: Path, fixed: int | None = None,
+                   reading: bool = False) -> dict[str, Any]:
     """One group of ``members`` on ``table`` (a name or a pattern; ``fixed``:
     its ``--shards``): its start, its idle cost, then ``cycles`` joins and
-    leaves."""
+    leaves (none for ``reading`` members: their idle cost only)."""
     names = [f"m{i:03d}" for i in range(members)]
     group = f"tables-{uuid.uuid4().hex[:6]}"
     result: dict[str, Any] = {"table": table, "shards": shards, "members": members}
@@ -114,10 +119,12 @@ async def scenario(url: str, wh: str, table: str, shards: int, members: int,
         pool = await asyncio.to_thread(functools.partial(
             MemberPool, url=url, warehouse=wh, table=table, group=group, shards=fixed,
             session_timeout_s=SESSION_TIMEOUT_S, processes=min(os.cpu_count() or 1, members),
-            history_dir=history))
+            history_dir=history, reading=reading))
         try:
             result.update(await start_group(pool, watcher, names))
-            await asyncio.sleep(SETTLE_S)
+            # Reading members read every table's rows first (1,600 shards'
+            # plans at 200 tables): let that end before the window.
+            await asyncio.sleep(READ_SETTLE_S if reading else SETTLE_S)
             got = await asyncio.to_thread(pool.measure, window_s)
             window = got["window_s"]
             result["idle_cpu_ms_per_member_s"] = round(
@@ -127,10 +134,13 @@ async def scenario(url: str, wh: str, table: str, shards: int, members: int,
             result["idle_calls"] = got["calls"]
             result["rss_mb_per_process"] = round(statistics.mean(got["rss_mb"]))
             result["load_avg"] = os.getloadavg()[0]
-            result.update(await churn(pool, watcher, names, history, cycles))
+            if not reading:
+                result.update(await churn(pool, watcher, names, history, cycles))
             result["restarted_members"] = await asyncio.to_thread(pool.restarts)
         finally:
             await asyncio.to_thread(pool.close)
+    if reading:
+        return result
     for what in ("joins", "leaves"):
         result[f"{what[:-1]}_median_s"] = round(
             statistics.median(c["stable_s"] for c in result[what]), 3)
@@ -169,6 +179,20 @@ def compared(server: str, many: dict[str, Any], one: dict[str, Any], flat: dict[
     return figures
 
 
+def reading_compared(server: str, many: dict[str, Any], one: dict[str, Any]) -> list[Figure]:
+    """The idle CPU of a reading member of the many tables' group beside the
+    one table's, and their ratio."""
+    key = "idle_cpu_ms_per_member_s"
+    tables = many["shards"] // BUCKETS
+    where = f"{server}, {many['members']} reading members, {tables} tables x {BUCKETS} buckets"
+    value, base = many[key], one[key]
+    return [Figure(TITLE, f"idle CPU per reading member ({where})", value, "ms/s",
+                   details={"one_table": base}),
+            Figure(TITLE, f"idle CPU per reading member: {tables} tables / one table ({server})",
+                   round(value / base, 2) if base else None, "x", target="<= 1.0",
+                   met=value <= base, details={"many": value, "one": base})]
+
+
 def scale_figures(ctx: Context) -> list[Figure]:
     from tests.support.zk_server import ZkServer, require_zookeeper
 
@@ -198,6 +222,12 @@ def scale_figures(ctx: Context) -> list[Figure]:
                     members, window, cycles, ctx.scratch("history"), fixed))
                 print(f"   {server} {label}: {json.dumps(got[label])}", flush=True)
             figures += compared(server, got["many"], got["one"], got["flat"])
+            for label, table in (("one reading", BASELINE), ("many reading", "bench.*")):
+                got[label] = asyncio.run(scenario(
+                    url, wh, table, BUCKETS if table == BASELINE else shards, members, window,
+                    0, ctx.scratch("history"), reading=True))
+                print(f"   {server} {label}: {json.dumps(got[label])}", flush=True)
+            figures += reading_compared(server, got["many reading"], got["one reading"])
     finally:
         if zk is not None:
             zk.stop()

@@ -1,8 +1,10 @@
 """Real :class:`~paimon_group.GroupMember` objects for the large-group benchmarks.
 
 Members run their control loops without reading (as the Spark source drives
-them), several per process, over as many worker processes (``multiprocessing``
-spawn context) as the machine has cores. The benchmark process drives them
+them; with ``reading=True``, as ``paimon-group run`` does: each reads its
+shards with a handler that drops the rows), several per process, over as
+many worker processes (``multiprocessing`` spawn context) as the machine has
+cores. The benchmark process drives them
 through pipes (:class:`MemberPool`) and observes the group with a
 :class:`GroupWatcher` of its own.
 
@@ -88,6 +90,8 @@ def _worker(conn: Connection, settings: dict[str, Any]) -> None:
     for name in ("paimon_group", "coordinators"):
         logging.getLogger(name).setLevel(logging.ERROR)
     history = settings.get("history_dir")
+    reading = bool(settings.get("reading"))
+    runs: dict[str, asyncio.Task[None]] = {}
 
     def member(name: str) -> GroupMember:
         return GroupMember(MemberConfig(
@@ -96,7 +100,7 @@ def _worker(conn: Connection, settings: dict[str, Any]) -> None:
             shards=settings["shards"],
             session_timeout_s=settings["session_timeout_s"], mirror_interval_s=3600.0,
             history_path=f"{history}/history-{name}.jsonl" if history else None,
-        ), auto_commit=False)
+        ), auto_commit=reading)
 
     async def start(name: str) -> GroupMember:
         # An overloaded server (1,000 members on a shared machine) may let a
@@ -106,6 +110,8 @@ def _worker(conn: Connection, settings: dict[str, Any]) -> None:
             m = member(name)
             try:
                 await m.start()
+                if reading:
+                    runs[name] = asyncio.ensure_future(m.run(lambda batch: None))
                 return m
             except CoordinatorError:
                 if attempt == 2:
@@ -150,6 +156,8 @@ def _worker(conn: Connection, settings: dict[str, Any]) -> None:
                 await members[arg].start()
             elif op == "leave":
                 conn.send(time.monotonic())
+                if (task := runs.pop(arg, None)) is not None:
+                    task.cancel()
                 await members.pop(arg).stop()
             elif op == "measure":
                 before, cpu0, t0 = Counter(calls), _cpu_s(), time.monotonic()
@@ -173,6 +181,9 @@ def _worker(conn: Connection, settings: dict[str, Any]) -> None:
                     profile = None
                 conn.send("ok")
         supervisor.cancel()
+        for task in runs.values():
+            task.cancel()
+        await asyncio.gather(*runs.values(), return_exceptions=True)
         await asyncio.gather(*(m.stop() for m in members.values()), return_exceptions=True)
 
     asyncio.run(main())
@@ -184,10 +195,11 @@ class MemberPool:
 
     def __init__(self, *, url: str, warehouse: str, table: str, group: str, shards: int | None,
                  session_timeout_s: float = 10.0, processes: int | None = None,
-                 history_dir: Path | None = None, tables: tuple[str, ...] = ()) -> None:
+                 history_dir: Path | None = None, tables: tuple[str, ...] = (),
+                 reading: bool = False) -> None:
         self.settings = {
             "url": url, "warehouse": warehouse, "table": table, "tables": tables, "group": group,
-            "shards": shards, "session_timeout_s": session_timeout_s,
+            "shards": shards, "session_timeout_s": session_timeout_s, "reading": reading,
             "history_dir": str(history_dir) if history_dir else None,
         }
         self.processes = processes or os.cpu_count() or 1
