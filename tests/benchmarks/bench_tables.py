@@ -26,7 +26,11 @@ processes are told to start their members to the last row delivered
 Sizes: ``BENCH_TABLES_COUNT`` (default 200; ``--quick`` 40),
 ``BENCH_TABLES_MEMBERS`` (20), ``BENCH_TABLES_SERVERS`` (``etcd,zookeeper``),
 ``BENCH_TABLES_TPUT`` (``50x20000``: tables x rows; ``--quick`` ``10x5000``),
-``BENCH_TABLES_PARTS`` (``scale,tput``).
+``BENCH_TABLES_PARTS`` (``scale,tput``), ``BENCH_TABLES_PROCESSES`` (the worker
+processes of the scale part; default one a core: several members share a
+process and its event loop, whose wake-ups the one table's members, woken
+together, share more; ``20``: one member a process, as ``paimon-group run``
+deploys them).
 """
 
 from __future__ import annotations
@@ -66,6 +70,11 @@ def table_count(quick: bool) -> int:
 
 def member_count() -> int:
     return int(os.environ.get("BENCH_TABLES_MEMBERS", "20"))
+
+
+def worker_processes(members: int) -> int:
+    chosen = int(os.environ.get("BENCH_TABLES_PROCESSES", "0"))
+    return min(chosen or os.cpu_count() or 1, members)
 
 
 def servers() -> list[str]:
@@ -118,7 +127,7 @@ async def scenario(url: str, wh: str, table: str, shards: int, members: int,
     async with GroupWatcher(url, group, shards) as watcher:
         pool = await asyncio.to_thread(functools.partial(
             MemberPool, url=url, warehouse=wh, table=table, group=group, shards=fixed,
-            session_timeout_s=SESSION_TIMEOUT_S, processes=min(os.cpu_count() or 1, members),
+            session_timeout_s=SESSION_TIMEOUT_S, processes=worker_processes(members),
             history_dir=history, reading=reading))
         try:
             result.update(await start_group(pool, watcher, names))
