@@ -36,6 +36,20 @@ def _member(tmp_path: Path, wh: Path, tables_refresh_s: float) -> GroupMember:
         handle_signals=False)
 
 
+def _shop(tmp_path: Path, *, append_b: bool, b_rows: int) -> Path:
+    """A warehouse with ``shop.a`` (primary key, 2 buckets, ids 0-9) and ``shop.b``
+    (append, 1 bucket, or primary key, 2 buckets; ``b_rows`` ids from 100)."""
+    wh = tmp_path / "wh"
+    make_pk_table(wh, "shop.a", buckets=2)
+    if append_b:
+        make_append_table(wh, "shop.b", buckets=1)
+    else:
+        make_pk_table(wh, "shop.b", buckets=2)
+    write_rows(wh, "shop.a", range(10))
+    write_rows(wh, "shop.b", range(100, 100 + b_rows))
+    return wh
+
+
 def _collecting(seen: Seen) -> Callable[[ShardBatch], None]:
     def handle(batch: ShardBatch) -> None:
         seen[batch.table].extend(batch.to_arrow().column("id").to_pylist())
@@ -83,6 +97,18 @@ async def test_a_table_dropped_under_a_batch_being_read_stops_only_that_table(
     assert "table shop.b was dropped" in caplog.text
 
 
+@contextlib.asynccontextmanager
+async def _all_read(tmp_path: Path, wh: Path, tables_refresh_s: float, *, b_rows: int
+                    ) -> AsyncIterator[tuple[GroupMember, asyncio.Task[None], Seen]]:
+    """The member of :func:`_shop`'s tables running, once it read their rows."""
+    seen: Seen = defaultdict(list)
+    member = _member(tmp_path, wh, tables_refresh_s=tables_refresh_s)
+    async with _running(member, _collecting(seen)) as run:
+        await eventually(lambda: len(seen["shop.a"]) >= 10 and len(seen["shop.b"]) >= b_rows,
+                         limit_s=60)
+        yield member, run, seen
+
+
 def _dropped(member: Any, name: str) -> bool:
     meta = member.core.meta
     return bool(meta is not None and meta.tables is not None
@@ -92,16 +118,8 @@ def _dropped(member: Any, name: str) -> bool:
 @pytest.mark.asyncio
 async def test_a_table_dropped_under_a_step_being_planned_stops_only_that_table(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    wh = tmp_path / "wh"
-    make_pk_table(wh, "shop.a", buckets=2)
-    make_append_table(wh, "shop.b", buckets=1)
-    write_rows(wh, "shop.a", range(10))
-    write_rows(wh, "shop.b", range(100, 105))
-    seen: Seen = defaultdict(list)
-    member = _member(tmp_path, wh, tables_refresh_s=30)
-    async with _running(member, _collecting(seen)) as run:
-        await eventually(lambda: len(seen["shop.a"]) >= 10 and len(seen["shop.b"]) >= 5,
-                         limit_s=60)
+    wh = _shop(tmp_path, append_b=True, b_rows=5)
+    async with _all_read(tmp_path, wh, 30, b_rows=5) as (member, run, seen):
         tables = member.core.tables
         assert tables is not None
         b = next(t for t in tables if t.name == "shop.b")
@@ -180,16 +198,8 @@ async def test_members_leave_table_checks_to_the_leader_until_it_finds_one_gone(
         return real_in_place(self)
 
     monkeypatch.setattr(MemberTable, "in_place", in_place)
-    wh = tmp_path / "wh"
-    make_pk_table(wh, "shop.a", buckets=2)
-    make_pk_table(wh, "shop.b", buckets=2)
-    write_rows(wh, "shop.a", range(10))
-    write_rows(wh, "shop.b", range(100, 110))
-    seen: Seen = defaultdict(list)
-    member = _member(tmp_path, wh, tables_refresh_s=3600.0)
-    async with _running(member, _collecting(seen)) as run:
-        await eventually(lambda: len(seen["shop.a"]) >= 10 and len(seen["shop.b"]) >= 10,
-                         limit_s=60)
+    wh = _shop(tmp_path, append_b=False, b_rows=10)
+    async with _all_read(tmp_path, wh, 3600.0, b_rows=10) as (member, run, seen):
         checked.clear()  # those before the head's first publication
         await asyncio.sleep(2.0)  # four checks due: the leader's each time
         assert checked == []
