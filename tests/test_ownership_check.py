@@ -174,16 +174,19 @@ async def test_an_orphaned_key_of_ours_is_swept_after_a_failed_round(tmp_path: P
         theirs = b.owned_shards[0]
         key = a.core.group.keys.owner(theirs)
         # The orphan: b's key of the shard goes (as an operator would delete
-        # it), and a's session creates one in its place, unknown to a.
+        # it), and a's session creates one in its place, unknown to a. Only
+        # then is the operators' mark moved: b, told at once, would take its
+        # shard back before a's session could.
         async with open_coordinator(url) as operator:
             entry = await operator.get(key)
             assert entry is not None
-            forced = Put(a.core.group.keys.forced, OwnersForced(actor="operator").encode())
             assert await operator.commit([Check.created_at(key, entry.create_version)],
-                                         [Delete(key), forced])
-        assert a.assignment is not None
-        assert await GroupClient(a.core.coordinator, "g").acquire(
-            theirs, "a", a.assignment.generation) is not None
+                                         [Delete(key)])
+            assert a.assignment is not None
+            assert await GroupClient(a.core.coordinator, "g").acquire(
+                theirs, "a", a.assignment.generation) is not None
+            forced = Put(a.core.group.keys.forced, OwnersForced(actor="operator").encode())
+            assert await operator.commit([], [forced])
         await _until(lambda: theirs not in b.owned_shards, "b noticed its key gone")
         # One failed control round of a's.
         real_reconcile = a.control.reconcile
