@@ -14,7 +14,6 @@ import pytest
 from paimon_group import GroupMember, MemberConfig
 from paimon_group.member.head import HeadRecord, HeadView
 from paimon_group.member.idle_round import IdleRounds
-from paimon_group.member.read_loop import ReadLoop
 from paimon_group.member.state import OwnedShard, ShardState
 from paimon_group.member.tables import MemberTables
 from paimon_group.reading.batch import ShardBatch
@@ -89,15 +88,14 @@ async def test_an_idle_member_of_many_tables_skips_its_rounds_and_reads_what_com
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """One member holding every shard of four tables: idle, its rounds stop
     walking its shards; rows written then reach it through the head."""
-    rounds: list[bool] = []
-    real = ReadLoop._read_groups
+    rounds: list[bool] = []  # each round run (not skipped): whether it only looked
+    real = IdleRounds.ran
 
-    async def counting(self: ReadLoop, *args: object) -> bool:
-        got = await real(self, *args)  # type: ignore[arg-type]
-        rounds.append(got)
-        return got
+    def counting(self: IdleRounds, key: object, *, looked_only: bool) -> None:
+        rounds.append(looked_only)
+        real(self, key, looked_only=looked_only)
 
-    monkeypatch.setattr(ReadLoop, "_read_groups", counting)
+    monkeypatch.setattr(IdleRounds, "ran", counting)
     wh = tmp_path / "wh"
     for i in range(4):
         make_pk_table(wh, f"shop.t{i}", buckets=2)
