@@ -48,8 +48,6 @@ def table_identity(pypaimon_table: Any) -> str:
     schemas it has read, so the table object's own would keep answering for
     a dropped table). The first schema's file is read directly (one read, two
     requests on an object store, where pypaimon's schema manager makes four)."""
-    from pypaimon.schema.schema_manager import SchemaManager
-
     text = read_text(pypaimon_table.file_io, f"{str(pypaimon_table.table_path).rstrip('/')}"
                                              "/schema/schema-0")
     if text is not None:
@@ -58,6 +56,8 @@ def table_identity(pypaimon_table: Any) -> str:
             return f"schema-{int(data['id'])}@{int(data['timeMillis'])}"
         except (ValueError, KeyError, TypeError):
             pass  # not the layout we know: ask pypaimon's schema manager
+    from pypaimon.schema.schema_manager import SchemaManager
+
     manager = SchemaManager(pypaimon_table.file_io, str(pypaimon_table.table_path))
     schema = manager.get_schema(0)
     if schema is None:

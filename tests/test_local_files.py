@@ -1,0 +1,67 @@
+"""The small-file reads on a local file system (paimon_group/store/files.py)
+answer as pypaimon's own ``LocalFileIO`` calls do, for every path it takes:
+plain, ``file:`` URLs (quoted too), absent files and directories, a path
+through a file, its FUSE mapping of another store's paths."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pypaimon.filesystem.local_file_io import FuseLocalFileIO, LocalFileIO
+
+from paimon_group.store.files import file_exists, read_text
+
+
+def pypaimon_read(file_io: LocalFileIO, path: str) -> str | None:
+    return str(file_io.read_file_utf8(path)) if file_io.exists(path) else None
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    (tmp_path / "snapshot").mkdir()
+    (tmp_path / "snapshot" / "snapshot-1").write_bytes(b'{"id": 1}\r\nsecond line\n')
+    (tmp_path / "a b").mkdir()
+    (tmp_path / "a b" / "schema-0").write_text("zero")
+    return tmp_path
+
+
+def paths(root: Path) -> list[str]:
+    return [f"{root}/snapshot/snapshot-1", f"{root}/snapshot/snapshot-2",
+            f"file://{root}/snapshot/snapshot-1", f"file:{root}/snapshot/snapshot-1",
+            f"file://{root}/a%20b/schema-0", f"{root}/a b/schema-0",
+            f"{root}/missing/schema-0", f"{root}/snapshot/snapshot-1/inside",
+            f"{root}/snapshot/./snapshot-1", f"{root}//snapshot//snapshot-1"]
+
+
+def test_local_reads_answer_as_pypaimons_own(tree: Path) -> None:
+    file_io = LocalFileIO(str(tree))
+    for _ in range(2):  # the second time from the translated directories
+        for path in paths(tree):
+            assert file_exists(file_io, path) == file_io.exists(path), path
+            assert read_text(file_io, path) == pypaimon_read(file_io, path), path
+    assert read_text(file_io, f"{tree}/snapshot/snapshot-1") == '{"id": 1}\r\nsecond line\n'
+    assert file_exists(file_io, f"{tree}/snapshot")  # as pypaimon's exists: a directory too
+    with pytest.raises(IsADirectoryError):  # as pypaimon's read
+        read_text(file_io, f"{tree}/snapshot")
+
+
+def test_a_file_written_or_removed_after_a_read_is_seen(tree: Path) -> None:
+    file_io = LocalFileIO(str(tree))
+    path = f"{tree}/snapshot/snapshot-2"
+    assert not file_exists(file_io, path) and read_text(file_io, path) is None
+    (tree / "snapshot" / "snapshot-2").write_text("two")
+    assert file_exists(file_io, path) and read_text(file_io, path) == "two"
+    (tree / "snapshot" / "snapshot-2").unlink()
+    assert not file_exists(file_io, path) and read_text(file_io, path) is None
+
+
+def test_the_fuse_mapping_of_another_stores_paths_is_followed(tree: Path) -> None:
+    file_io = FuseLocalFileIO("oss://bucket/warehouse", str(tree))
+    assert read_text(file_io, "oss://bucket/warehouse/snapshot/snapshot-1") == \
+        pypaimon_read(file_io, "oss://bucket/warehouse/snapshot/snapshot-1")
+    assert file_exists(file_io, "oss://bucket/warehouse/a b/schema-0")
+    assert not file_exists(file_io, "oss://bucket/warehouse/snapshot/snapshot-9")
+    # A path outside the mapping is the file IO's to answer, as it is.
+    assert file_exists(file_io, f"{tree}/snapshot/snapshot-1") == \
+        file_io.exists(f"{tree}/snapshot/snapshot-1")
