@@ -197,6 +197,22 @@ def test_a_member_skips_its_table_check_only_for_a_fresh_head_naming_its_table()
     assert not view.fresh and not view.vouches_for("schema-0@1")
 
 
+def test_beats_of_an_unchanged_table_map_decode_to_the_same_map() -> None:
+    """A beat of a group of many tables carries every table's latest id: the
+    map of two beats with the same ids is decoded once (the same mapping),
+    a changed one anew, and a malformed one still makes the record unreadable."""
+    ids = {first * 8: first for first in range(200)}
+    beat1 = HeadRecord.decode(HeadRecord(None, 1, tables=ids, tables_checked=True).encode())
+    beat2 = HeadRecord.decode(HeadRecord(None, 2, tables=ids, tables_checked=True).encode())
+    assert beat1 is not None and beat2 is not None and beat2.beat == 2
+    assert beat1.tables == ids and beat2.tables is beat1.tables
+    moved = HeadRecord.decode(HeadRecord(None, 3, tables={**ids, 8: 2}).encode())
+    assert moved is not None and moved.tables is not None
+    assert moved.tables[8] == 2 and moved.tables is not beat1.tables and beat1.tables[8] == 1
+    assert HeadRecord.decode(b'{"latest": null, "beat": 4, "tables": {"0": "x"}}') is None
+    assert HeadRecord.decode(b'{"latest": null, "beat": 4, "tables": {"y": 1}}') is None
+
+
 def test_a_head_of_several_tables_vouches_for_those_its_leader_found_in_place() -> None:
     """A group of several tables: the leader's poll lists only the tables its
     last identity check found in place, and says so (``tables_checked``);

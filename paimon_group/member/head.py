@@ -166,11 +166,28 @@ class HeadRecord:
                        table_id if isinstance(table_id, str) else None,
                        {str(k): base64.b64decode(v) for k, v in files.items()}
                        if isinstance(files, dict) else None,
-                       {int(k): None if v is None else int(v) for k, v in tables.items()}
-                       if isinstance(tables, dict) else None,
+                       _tables_of(tables) if isinstance(tables, dict) else None,
                        isinstance(tables, dict) and doc.get("tables_checked") is True)
         except (ValueError, KeyError, TypeError, AttributeError, binascii.Error):
             return None
+
+
+# The last table map decoded, as read and as decoded: the beats between two
+# new snapshots carry the same map (200 ids at 200 tables), decoded once.
+_last_tables: tuple[dict[str, Any], Mapping[int, int | None]] = ({}, {})
+
+
+def _tables_of(raw: dict[str, Any]) -> Mapping[int, int | None]:
+    """The ``tables`` of a head record, as read (``{"first": latest}``),
+    decoded; the same mapping, not a copy, while the map is unchanged
+    (records are read-only). Raises as the decode would on a malformed map."""
+    global _last_tables
+    last_raw, last = _last_tables
+    if raw == last_raw:
+        return last
+    decoded = {int(k): None if v is None else int(v) for k, v in raw.items()}
+    _last_tables = (raw, decoded)
+    return decoded
 
 
 @functools.lru_cache(maxsize=4)
