@@ -32,7 +32,7 @@ from paimon_group.member.core import MemberCore
 from paimon_group.member.head import TABLE_CHECK_S, TablePoll
 from paimon_group.member.tables import MemberTable, MemberTables
 from paimon_group.protocol.group import GroupClient
-from paimon_group.protocol.identity import table_identity
+from paimon_group.protocol.identity import IdentityChecks, table_identity
 from paimon_group.protocol.records import GroupMeta
 from paimon_group.protocol.sharding import ShardRule, plan_new_group
 from paimon_group.protocol.table_map import TableMap, TableRange
@@ -154,12 +154,16 @@ class TablesPoller:
     A table the check did not find in place (dropped, re-created, or the
     store did not answer) is left out of the poll until a check finds it:
     its readers then poll and check it themselves, and stop reading it if
-    it is gone. A table that fails to answer its poll is left out too."""
+    it is gone. A table that fails to answer its poll is left out too.
+    On a local file system a table's check is a ``stat`` of the file its
+    identity is read from while that is the file found in place
+    (:class:`~paimon_group.protocol.identity.IdentityChecks`)."""
 
     def __init__(self, core: MemberCore) -> None:
         self._core = core
         self._in_place: set[int] = set()
         self._checked_at: float | None = None
+        self._checks = IdentityChecks()
 
     def poll(self) -> TablePoll:
         tables = [t for t in self._core.tables or () if t.gone is None]
@@ -177,10 +181,9 @@ class TablesPoller:
                 log.debug("table %s not polled for the head: %s", table.name, err)
         return TablePoll(None, tables=latest, tables_checked=True)
 
-    @staticmethod
-    def _found_in_place(table: MemberTable) -> bool:
+    def _found_in_place(self, table: MemberTable) -> bool:
         try:
-            return table_identity(table.table.table) == table.range.table_id
+            return self._checks.in_place(table.table.table, table.range.table_id)
         except Exception as err:  # its members check it themselves
             log.debug("table %s not checked for the head: %s", table.name, err)
             return False

@@ -26,17 +26,20 @@ Example::
 from __future__ import annotations
 
 import json
+import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from coordinators.protocol import Coordinator
 from paimon_group.errors import AssignorMismatch, ConfigError, TableReplaced, WarehouseMismatch
-from paimon_group.store.files import read_text
+from paimon_group.store.files import file_signature, read_text
 
 if TYPE_CHECKING:
     from paimon_group.protocol.records import GroupMeta
 
 __all__ = [
-    "check_group_warehouse", "check_shard_bound", "check_table_identity", "table_identity",
+    "IdentityChecks", "check_group_warehouse", "check_shard_bound", "check_table_identity",
+    "identity_signature", "table_identity",
 ]
 
 
@@ -48,8 +51,7 @@ def table_identity(pypaimon_table: Any) -> str:
     schemas it has read, so the table object's own would keep answering for
     a dropped table). The first schema's file is read directly (one read, two
     requests on an object store, where pypaimon's schema manager makes four)."""
-    text = read_text(pypaimon_table.file_io, f"{str(pypaimon_table.table_path).rstrip('/')}"
-                                             "/schema/schema-0")
+    text = read_text(pypaimon_table.file_io, _first_schema(pypaimon_table))
     if text is not None:
         try:
             data = json.loads(text)
@@ -66,6 +68,58 @@ def table_identity(pypaimon_table: Any) -> str:
             return ""
         schema = min(schemas, key=lambda s: int(s.id))
     return f"schema-{int(schema.id)}@{int(schema.time_millis)}"
+
+
+def _first_schema(pypaimon_table: Any) -> str:
+    return f"{str(pypaimon_table.table_path).rstrip('/')}/schema/schema-0"
+
+
+def identity_signature(pypaimon_table: Any) -> tuple[int, ...] | None:
+    """Which file the table's identity is read from, on a local file system
+    (:func:`~paimon_group.store.files.file_signature`); None elsewhere, or
+    when it is absent."""
+    return file_signature(pypaimon_table.file_io, _first_schema(pypaimon_table))
+
+
+class IdentityChecks:
+    """Checks, made often, that tables are the ones expected (the leader's,
+    for a group of several tables, every ``TABLE_CHECK_S``).
+
+    ``schema-0`` is written when the table is created and never rewritten,
+    so a table whose ``schema-0`` is the very file that was read and found
+    to be the expected one (the same :func:`identity_signature`: a local
+    file system) is in place without reading it again: one ``stat`` instead
+    of an open, a read and a parse. A table dropped has no such file; one
+    dropped and re-created under its name has another (read, and found not
+    to be the expected one). Where no signature can be had (an object
+    store) every check reads the identity. ``identity`` and ``signature``
+    are :func:`table_identity` and :func:`identity_signature` (injectable).
+    Safe from several threads."""
+
+    def __init__(self, *, identity: Callable[[Any], str] = table_identity,
+                 signature: Callable[[Any], tuple[int, ...] | None] = identity_signature
+                 ) -> None:
+        self._identity, self._signature = identity, signature
+        self._found: dict[tuple[str, str], tuple[int, ...]] = {}
+        self._lock = threading.Lock()
+
+    def in_place(self, pypaimon_table: Any, expected: str) -> bool:
+        """Whether the table is the one of identity ``expected``; raises as
+        the store does."""
+        key = (str(pypaimon_table.table_path), expected)
+        signature = self._signature(pypaimon_table)
+        with self._lock:
+            if signature is not None and self._found.get(key) == signature:
+                return True
+            self._found.pop(key, None)
+        if self._identity(pypaimon_table) != expected:
+            return False
+        if signature is not None and self._signature(pypaimon_table) == signature:
+            # The file read is the one signed before the read (not replaced
+            # in between): remembered as the expected table's.
+            with self._lock:
+                self._found[key] = signature
+        return True
 
 
 def check_table_identity(meta: GroupMeta, group: str, current: str) -> None:

@@ -31,6 +31,7 @@ their identity every few, does not spend its time parsing their names.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
 import uuid
@@ -41,8 +42,8 @@ from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
 
-__all__ = ["file_exists", "is_object_store", "is_remote_fs", "read_text", "sync_directory",
-           "write_beside", "write_text", "write_whole"]
+__all__ = ["file_exists", "file_signature", "is_object_store", "is_remote_fs", "read_text",
+           "sync_directory", "write_beside", "write_text", "write_whole"]
 
 
 def is_remote_fs(fs: Any) -> bool:
@@ -66,6 +67,14 @@ _LOCAL_DIRS_LOCK = threading.Lock()
 _LOCAL_DIRS_MAX = 4096  # per file IO: a few directories a table
 
 
+@functools.cache
+def _local_file_io() -> type[Any]:
+    from pypaimon.filesystem.local_file_io import LocalFileIO
+
+    local_class: type[Any] = LocalFileIO
+    return local_class
+
+
 def _local_path(file_io: Any, path: str) -> str | None:
     """``path`` on this machine when ``file_io`` is pypaimon's local file IO
     (or one of its kind, such as its FUSE mapping); None otherwise.
@@ -73,20 +82,19 @@ def _local_path(file_io: Any, path: str) -> str | None:
     The directory is translated by the file IO itself
     (``to_filesystem_path``: its URL parsing, a FUSE mount's prefix), once,
     and the file's name appended: a name in a directory of a local path is
-    the same name under the directory's translation."""
-    from pypaimon.filesystem.local_file_io import LocalFileIO
-
-    if not isinstance(file_io, LocalFileIO):
+    the same name under the directory's translation. Read without the lock
+    (a dict's get is atomic); written under it."""
+    if not isinstance(file_io, _local_file_io()):
         return None
     directory, slash, name = path.rpartition("/")
     if not slash or not name or name in (".", ".."):
         return str(file_io.to_filesystem_path(path))
-    with _LOCAL_DIRS_LOCK:
-        known = _LOCAL_DIRS.setdefault(file_io, {})
-        local = known.get(directory)
+    known = _LOCAL_DIRS.get(file_io)
+    local = None if known is None else known.get(directory)
     if local is None:
         local = str(file_io.to_filesystem_path(directory or "/"))
         with _LOCAL_DIRS_LOCK:
+            known = _LOCAL_DIRS.setdefault(file_io, {})
             if len(known) >= _LOCAL_DIRS_MAX:
                 known.clear()
             known[directory] = local
@@ -138,6 +146,23 @@ def file_exists(file_io: Any, path: str) -> bool:
     except FileNotFoundError:
         return False
     return True
+
+
+def file_signature(file_io: Any, path: str) -> tuple[int, ...] | None:
+    """Which file ``path`` is, on a local file system: its device, inode,
+    size, modification and change times (ns); None when it is absent, or on
+    any other store (which has no such cheap answer). A file written once
+    and never changed keeps its signature; a file removed and written again
+    under its name has another (a new change time, and as a rule a new inode),
+    so an equal signature is the very file read before."""
+    local = _local_path(file_io, path)
+    if local is None:
+        return None
+    try:
+        st = os.stat(local)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def write_text(file_io: Any, path: str, text: str) -> None:
