@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import re
 import threading
 import uuid
 import weakref
@@ -75,29 +76,41 @@ def _local_file_io() -> type[Any]:
     return local_class
 
 
+# A file's name that no URL parsing changes (no quoting, query or fragment):
+# Paimon's own names (snapshot-7, schema-0, LATEST, consumer-<id>, ...).
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_.=+-]+")
+
+
 def _local_path(file_io: Any, path: str) -> str | None:
     """``path`` on this machine when ``file_io`` is pypaimon's local file IO
     (or one of its kind, such as its FUSE mapping); None otherwise.
 
     The directory is translated by the file IO itself
     (``to_filesystem_path``: its URL parsing, a FUSE mount's prefix), once,
-    and the file's name appended: a name in a directory of a local path is
-    the same name under the directory's translation. Read without the lock
-    (a dict's get is atomic); written under it."""
+    and a plain name appended: a plain name in a directory is the same name
+    under the directory's translation. That is checked when the directory is
+    first seen (the whole path translated too): a directory for which it does
+    not hold (a ``file:`` URL of a file at the root) has each path translated
+    whole, as has a name that is not plain. Read without the lock (a dict's
+    get is atomic); written under it."""
     if not isinstance(file_io, _local_file_io()):
         return None
     directory, slash, name = path.rpartition("/")
-    if not slash or not name or name in (".", ".."):
+    if not slash or name in (".", "..") or not _PLAIN_NAME.fullmatch(name):
         return str(file_io.to_filesystem_path(path))
     known = _LOCAL_DIRS.get(file_io)
     local = None if known is None else known.get(directory)
     if local is None:
-        local = str(file_io.to_filesystem_path(directory or "/"))
+        translated = str(file_io.to_filesystem_path(directory or "/"))
+        whole = str(file_io.to_filesystem_path(path))
+        local = translated if whole == os.path.join(translated, name) else ""
         with _LOCAL_DIRS_LOCK:
             known = _LOCAL_DIRS.setdefault(file_io, {})
             if len(known) >= _LOCAL_DIRS_MAX:
                 known.clear()
             known[directory] = local
+    if not local:  # this directory's paths are translated whole
+        return str(file_io.to_filesystem_path(path))
     return os.path.join(local, name)
 
 
