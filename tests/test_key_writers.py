@@ -37,6 +37,8 @@ ALLOWED_PROCESS_STATE = {
     ("paimon_group/store/exclusive.py", "_clients"): "an S3 client per filesystem",
     ("paimon_group/store/exclusive.py", "_honouring"): "stores known to honour a "
                                                         "conditional upload",
+    ("paimon_group/store/files.py", "_LOCAL_DIRS"): "each local file IO's directories, "
+                                                    "as it translates them",
 }
 
 
