@@ -12,7 +12,7 @@ import pytest
 
 from paimon_group.config.subscription import TableSubscription
 from paimon_group.errors import TableNotFound
-from paimon_group.protocol.identity import table_identity
+from paimon_group.protocol.identity import IdentityChecks, table_identity
 from paimon_group.protocol.sharding import TableKind
 from paimon_group.reading.discovery import (
     ListedTable,
@@ -195,3 +195,35 @@ def test_a_dropped_database_drops_its_tables(warehouse: str) -> None:
     assert second.names == ("shop.items", "shop.orders", "shop.stock")
     assert second.missing == ("ops.orders",)
     assert [t.name for t in table_changes(first, second).dropped] == ["ops.audit", "ops.orders"]
+
+
+def test_with_identity_checks_an_unchanged_table_is_checked_by_its_schema_file(
+        warehouse: str) -> None:
+    """A lister's checks read no identity again while a table's first schema
+    is the file read before; a dropped, a re-created and a new table are
+    listed as without them."""
+    read: list[str] = []
+
+    def identity(table: Any) -> str:
+        read.append(str(table.table_path).rstrip("/").rsplit("/", 1)[-1])
+        return table_identity(table)
+
+    checks = IdentityChecks(identity=identity)
+    cat, sub = catalog(warehouse), TableSubscription.parse(["*.*"])
+    first = list_subscribed(cat, sub)
+    second = list_subscribed(cat, sub, first, checks=checks)
+    assert second == first and len(read) == len(TABLES)  # each read once, signed
+    read.clear()
+    third = list_subscribed(cat, sub, second, checks=checks)
+    assert third == first and read == []
+    _drop(warehouse, "shop.orders")
+    make_append_table(warehouse, "shop.orders", buckets=-1)  # re-created
+    _drop(warehouse, "ops.audit")
+    make_pk_table(warehouse, "ops.more", buckets=2)
+    fourth = list_subscribed(cat, sub, third, checks=checks)
+    assert fourth == list_subscribed(cat, sub, third)
+    assert read == ["orders"], "only the table whose schema file changed is read"
+    changes = table_changes(third, fourth)
+    assert [t.name for t in changes.new] == ["ops.more"]
+    assert [t.name for t in changes.dropped] == ["ops.audit"]
+    assert [old.name for old, _ in changes.recreated] == ["shop.orders"]

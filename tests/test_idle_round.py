@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections import defaultdict
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ import pytest
 from paimon_group import GroupMember, MemberConfig
 from paimon_group.member.head import HeadRecord, HeadView
 from paimon_group.member.idle_round import IdleRounds
-from paimon_group.member.state import OwnedShard, ShardState
+from paimon_group.member.state import OwnedShard, OwnedShards, ShardState
 from paimon_group.member.tables import MemberTables
 from paimon_group.reading.batch import ShardBatch
 from tests.support.tables import make_pk_table, write_rows
@@ -40,34 +41,58 @@ def test_a_round_is_skipped_only_while_what_it_looked_at_stands() -> None:
     tables = MemberTables([], single=False)
     held = _held(5, 5, 7)
     rounds = IdleRounds()
-    assert IdleRounds.key(tables, head, held) is None  # no head seen: poll the store
+    assert IdleRounds.key(tables, head) is None  # no head seen: poll the store
     head.observe(HeadRecord(None, 1, tables={0: 4}))
-    key = IdleRounds.key(tables, head, held)
+    key = IdleRounds.key(tables, head)
     assert key is not None and not rounds.skip(key, head)
-    rounds.ran(key, looked_only=True)
-    assert rounds.skip(IdleRounds.key(tables, head, held), head)
-    # Each of these changes what a round would find: it runs.
-    changed = [_held(5, 6, 7), _held(5, 5), _held(5, 5, 7, 9)]
-    epoch = _held(5, 5, 7)
-    epoch[0].epoch = 2
-    state = _held(5, 5, 7)
-    state[1].state = ShardState.REVOKING
-    for other in (*changed, epoch, state):
-        assert IdleRounds.key(tables, head, other) != key
-    assert IdleRounds.key(MemberTables([], single=False), head, held) != key  # a new map
+    rounds.ran(key, held, looked_only=True)
+    assert rounds.skip(IdleRounds.key(tables, head), head)
+    assert IdleRounds.key(MemberTables([], single=False), head) != key  # a new map
     head.observe(HeadRecord(None, 2, tables={0: 5}))  # a new snapshot named
-    assert not rounds.skip(IdleRounds.key(tables, head, held), head)
-    rounds.ran(IdleRounds.key(tables, head, held), looked_only=True)
+    assert not rounds.skip(IdleRounds.key(tables, head), head)
+    rounds.ran(IdleRounds.key(tables, head), held, looked_only=True)
     head.observe(HeadRecord(None, 3, tables={0: 5}))  # a beat alone
-    assert rounds.skip(IdleRounds.key(tables, head, held), head)
+    assert rounds.skip(IdleRounds.key(tables, head), head)
     clock.now += 15.0  # no beat: the head is stale, the store is asked
-    assert not rounds.skip(IdleRounds.key(tables, head, held), head)
+    assert not rounds.skip(IdleRounds.key(tables, head), head)
     # A round that planned forgets the key; one not skipped forgets it too.
-    rounds.ran(key, looked_only=False)
+    rounds.ran(key, held, looked_only=False)
     assert not rounds.skip(key, head)
 
 
-def test_a_round_with_more_to_do_than_look_has_no_key() -> None:
+def _each_change(held: list[OwnedShard], owned: OwnedShards) -> list[Callable[[], object]]:
+    """Each kind of change a held shard or a held set sees."""
+    def put() -> None:
+        owned[9] = OwnedShard(shard=9, epoch=1, generation=1, next_snapshot=5)
+
+    return [lambda: setattr(held[0], "next_snapshot", 6),
+            lambda: setattr(held[1], "epoch", 2),
+            lambda: setattr(held[2], "state", ShardState.REVOKING),
+            lambda: setattr(held[0], "committed", 6),
+            lambda: _held(5),  # a new ownership (of another member, even)
+            put, lambda: owned.pop(9), put, lambda: owned.forget(owned[9]),
+            lambda: owned.update({1: held[1]}), lambda: owned.setdefault(4, held[0]),
+            owned.popitem, owned.clear]
+
+
+def test_any_change_of_a_held_shard_or_of_the_held_set_changes_the_key() -> None:
+    head = HeadView(stale_after_s=15.0, clock=Clock())
+    head.observe(HeadRecord(None, 1, tables={0: 4}))
+    tables = MemberTables([], single=False)
+    held = _held(5, 5, 7)
+    owned = OwnedShards({o.shard: o for o in held})
+    rounds = IdleRounds()
+    for change in _each_change(held, owned):
+        key = IdleRounds.key(tables, head)
+        rounds.skip(key, head)
+        rounds.ran(key, held, looked_only=True)
+        assert rounds.skip(IdleRounds.key(tables, head), head)
+        change()
+        assert IdleRounds.key(tables, head) != key
+        assert not rounds.skip(IdleRounds.key(tables, head), head)
+
+
+def test_a_round_with_more_to_do_than_look_keeps_no_key() -> None:
     head = HeadView(stale_after_s=15.0, clock=Clock())
     head.observe(HeadRecord(None, 1, tables={0: 4}))
     tables = MemberTables([], single=False)
@@ -78,9 +103,12 @@ def test_a_round_with_more_to_do_than_look_has_no_key() -> None:
     unsure = _held(5)
     unsure[0].uncertain = True
     for held in (unresolved, full_scan, unsure):
-        assert IdleRounds.key(tables, head, held) is None
+        rounds = IdleRounds()
+        key = IdleRounds.key(tables, head)
+        rounds.ran(key, [*_held(5), *held], looked_only=True)
+        assert not rounds.skip(IdleRounds.key(tables, head), head)
     tables.any_file_rule = True  # a start that can move: looked for in every round
-    assert IdleRounds.key(tables, head, _held(5)) is None
+    assert IdleRounds.key(tables, head) is None
 
 
 @pytest.mark.asyncio
@@ -91,9 +119,10 @@ async def test_an_idle_member_of_many_tables_skips_its_rounds_and_reads_what_com
     rounds: list[bool] = []  # each round run (not skipped): whether it only looked
     real = IdleRounds.ran
 
-    def counting(self: IdleRounds, key: object, *, looked_only: bool) -> None:
+    def counting(self: IdleRounds, key: object, active: Sequence[OwnedShard], *,
+                 looked_only: bool) -> None:
         rounds.append(looked_only)
-        real(self, key, looked_only=looked_only)
+        real(self, key, active, looked_only=looked_only)
 
     monkeypatch.setattr(IdleRounds, "ran", counting)
     wh = tmp_path / "wh"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from pypaimon.filesystem.local_file_io import FuseLocalFileIO, LocalFileIO
 
-from paimon_group.store.files import file_exists, read_text
+from paimon_group.store.files import FileProbe, file_exists, read_text
 
 
 def pypaimon_read(file_io: LocalFileIO, path: str) -> str | None:
@@ -78,3 +78,39 @@ def test_the_fuse_mapping_of_another_stores_paths_is_followed(tree: Path) -> Non
     # A path outside the mapping is the file IO's to answer, as it is.
     assert file_exists(file_io, f"{tree}/snapshot/snapshot-1") == \
         file_io.exists(f"{tree}/snapshot/snapshot-1")
+
+
+class AskedFileIO:
+    """A file IO of another store: records what it is asked."""
+
+    def __init__(self, present: set[str]) -> None:
+        self.present, self.asked = present, list[str]()
+
+    def exists(self, path: str) -> bool:
+        self.asked.append(path)
+        return path in self.present
+
+
+def test_a_probe_of_a_directory_answers_as_pypaimons_exists(tree: Path) -> None:
+    file_io = LocalFileIO(str(tree))
+    for path in paths(tree):
+        directory, _, name = path.rpartition("/")
+        probe = FileProbe(file_io, directory)
+        for _ in range(2):  # the second time from the translated directory
+            assert probe.exists(name) == file_io.exists(path), path
+    probe = FileProbe(file_io, f"file://{tree}/snapshot")
+    assert not probe.exists("snapshot-2")
+    (tree / "snapshot" / "snapshot-2").write_text("two")  # written after a probe: seen
+    assert probe.exists("snapshot-2") and probe.exists("snapshot-1")
+    (tree / "snapshot" / "snapshot-2").unlink()
+    assert not probe.exists("snapshot-2")
+    fuse = FileProbe(FuseLocalFileIO("oss://bucket/warehouse", str(tree)),
+                     "oss://bucket/warehouse/snapshot")
+    assert fuse.exists("snapshot-1") and not fuse.exists("snapshot-9")
+
+
+def test_a_probe_of_another_stores_directory_asks_the_store() -> None:
+    file_io = AskedFileIO({"s3://b/t/snapshot/snapshot-1"})
+    probe = FileProbe(file_io, "s3://b/t/snapshot")
+    assert probe.exists("snapshot-1") and not probe.exists("snapshot-2")
+    assert file_io.asked == ["s3://b/t/snapshot/snapshot-1", "s3://b/t/snapshot/snapshot-2"]

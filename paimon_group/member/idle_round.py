@@ -8,17 +8,21 @@ group's position (``HeadView.nothing_new_in``): no request, but work in
 proportion to the shards held (80 shards at 200 tables over 20 members),
 every second, for nothing. :class:`IdleRounds` remembers what such a round
 looked at (its *key*) and lets the next round be skipped while the key is
-the same and the head still fresh. The round's result would be the same:
+the same and the head still fresh. The key is taken in constant time, so a
+skipped round costs nothing in proportion to the shards held either. The
+round's result would be the same:
 
-* its shard groups are the held shards' (table, next snapshot) pairs, in
-  the key with each shard's epoch and state;
+* its shard groups are the held shards' (table, next snapshot) pairs: any
+  change of a held shard (its epoch, position, state, anything) or of the
+  held set changes ``OwnedShard.last_change``, in the key;
 * each group was skipped on the head's latest of its table (``tables``, or
   ``latest`` for a group of one table), in the key; the head's freshness is
   checked at each skip;
-* nothing else a round does applies: a key is only taken when no held
-  shard has a commit to read back, a start to resolve or a full scan due,
-  and when no table's start can move (bucket-unaware tables: their re-pin
-  is looked for in every round).
+* nothing else a round does applies: a key is only kept when no held
+  shard has a commit to read back, a start to resolve or a full scan due
+  (checked once, when the round that looked only has run), and when no
+  table's start can move (bucket-unaware tables: their re-pin is looked
+  for in every round).
 
 A table found gone only takes groups away (still nothing to read); a new
 table map is another object (in the key). Skipping a round whose result
@@ -45,19 +49,13 @@ class IdleRounds:
         self._idle: object | None = None
 
     @staticmethod
-    def key(tables: MemberTables | None, head: HeadView,
-            active: Sequence[OwnedShard]) -> object | None:
-        """What a round over ``active`` looks at, or None when it may do more
-        than look (see the module docstring)."""
+    def key(tables: MemberTables | None, head: HeadView) -> object | None:
+        """What a round looks at, or None when it may do more than look (see
+        the module docstring)."""
         record = head.record
         if tables is None or tables.any_file_rule or record is None:
             return None
-        shards = []
-        for o in active:
-            if o.unsure is not None or o.next_snapshot is None or o.full_scan is not None:
-                return None
-            shards.append((o.shard, o.epoch, o.next_snapshot, o.state))
-        return (tables, record.latest, record.tables, tuple(shards))
+        return (tables, record.latest, record.tables, OwnedShard.last_change)
 
     def skip(self, key: object | None, head: HeadView) -> bool:
         """Whether the round of ``key`` may be skipped: the last round found
@@ -68,7 +66,16 @@ class IdleRounds:
         self._idle = None
         return False
 
-    def ran(self, key: object | None, *, looked_only: bool) -> None:
-        """A round of ``key`` ran; ``looked_only``: every group it had was
-        skipped on the head (nothing planned, nothing progressed)."""
-        self._idle = key if looked_only else None
+    def ran(self, key: object | None, active: Sequence[OwnedShard], *,
+            looked_only: bool) -> None:
+        """A round of ``key`` over the held ``active`` shards ran;
+        ``looked_only``: every group it had was skipped on the head (nothing
+        planned, nothing progressed). Its key is kept only if none of those
+        shards has more to do than look."""
+        self._idle = key if looked_only and all(map(_looks_only, active)) else None
+
+
+def _looks_only(o: OwnedShard) -> bool:
+    """Whether a round over ``o`` may only look: no commit to read back, its
+    start resolved, no full scan due."""
+    return o.unsure is None and o.next_snapshot is not None and o.full_scan is None

@@ -172,19 +172,20 @@ class ReadLoop:
         check_table_in_place(self._core, shards)
 
     async def _read_round(self, process: Process) -> bool:
+        idle_key = IdleRounds.key(self._core.tables, self._core.head)
+        if self._idle_rounds.skip(idle_key, self._core.head):
+            return False  # as the last round: nothing new (member/idle_round.py)
         active = [o for o in self._core.owned.values() if o.active]
         if not active:
             return False
-        idle_key = IdleRounds.key(self._core.tables, self._core.head, active)
-        if self._idle_rounds.skip(idle_key, self._core.head):
-            return False  # as the last round: nothing new (member/idle_round.py)
         # Plans prefetched in the previous round; what this round does not use
         # is dropped at its end (the shards moved, or were re-grouped).
         prefetched, self._prefetched = self._prefetched, {}
         try:
             self._planned = False
             progressed = await self._read_groups(active, prefetched, process)
-            self._idle_rounds.ran(idle_key, looked_only=not (progressed or self._planned))
+            self._idle_rounds.ran(idle_key, active,
+                                  looked_only=not (progressed or self._planned))
             return progressed
         except FileNotFoundError:
             # A file the plan names is gone: most likely the table was dropped

@@ -36,10 +36,12 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import itertools
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any, ClassVar
 
 from coordinators.protocol import Coordinator
 from paimon_group.config.member import MemberConfig
@@ -88,6 +90,9 @@ class ShardState(enum.Enum):
     LOST = "lost"  # ended without a revocation (session lost, key gone, commit rejected)
 
 
+_CHANGES = itertools.count(1)  # the numbers of OwnedShard.last_change
+
+
 @dataclass
 class OwnedShard:
     """One ownership of one shard: its epoch, where it reads, what is committed.
@@ -133,8 +138,20 @@ class OwnedShard:
     # (not a leave) waits for it instead of revoke_timeout_s; inf: no limit.
     hold_limit_s: float | None = None
 
+    # The number of the last change made to any ownership in this process (a
+    # field set, at creation too) or to any member's held set: a read round
+    # that found nothing new is skipped while it stands
+    # (member/idle_round.py). Each change draws a number of its own (a draw
+    # is atomic), so the last one stored differs from any taken before it,
+    # whichever thread stores last.
+    last_change: ClassVar[int] = 0
+
     def __post_init__(self) -> None:
         self.idle.set()
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+        OwnedShard.last_change = next(_CHANGES)
 
     @property
     def active(self) -> bool:
@@ -247,6 +264,38 @@ class OwnedShards(dict[int, OwnedShard]):
     them); the other parts read them through the core's read-only view
     (``MemberCore.owned``). The one other change is :meth:`forget`, by the
     commits part, of a shard whose commit was rejected."""
+
+    # Every change of the held set is one of OwnedShard.last_change's.
+    def __setitem__(self, shard: int, o: OwnedShard) -> None:
+        super().__setitem__(shard, o)
+        OwnedShard.last_change = next(_CHANGES)
+
+    def __delitem__(self, shard: int) -> None:
+        super().__delitem__(shard)
+        OwnedShard.last_change = next(_CHANGES)
+
+    def pop(self, shard: int, *default: Any) -> Any:
+        got = super().pop(shard, *default)
+        OwnedShard.last_change = next(_CHANGES)
+        return got
+
+    def popitem(self) -> tuple[int, OwnedShard]:
+        got = super().popitem()
+        OwnedShard.last_change = next(_CHANGES)
+        return got
+
+    def setdefault(self, shard: int, o: OwnedShard) -> OwnedShard:
+        got = super().setdefault(shard, o)
+        OwnedShard.last_change = next(_CHANGES)
+        return got
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        super().update(*args, **kwargs)
+        OwnedShard.last_change = next(_CHANGES)
+
+    def clear(self) -> None:
+        super().clear()
+        OwnedShard.last_change = next(_CHANGES)
 
     def holds(self, o: OwnedShard) -> bool:
         """Whether ``o`` is the current ownership of its shard."""

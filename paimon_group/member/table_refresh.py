@@ -196,6 +196,7 @@ class TableWatch:
         self._core = core
         self._listing: TableListing | None = None
         self._listed_at: float | None = None
+        self._checks = IdentityChecks()  # the listed tables' identities, by stat
 
     def due(self) -> bool:
         now = self._core.clock.monotonic()
@@ -236,7 +237,7 @@ class TableWatch:
 
     def _list(self) -> TableListing:
         return list_subscribed(self._core.catalog(), self._core.config.subscription,
-                               self._listing)
+                               self._listing, checks=self._checks)
 
     def _say(self, before: TableMap, after: TableMap) -> None:
         old = {(t.name, t.first) for t in before.live()}

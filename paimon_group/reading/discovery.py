@@ -39,7 +39,7 @@ from typing import Any
 
 from paimon_group.config.subscription import TableSubscription
 from paimon_group.errors import TableNotFound, UnsupportedTable
-from paimon_group.protocol.identity import table_identity
+from paimon_group.protocol.identity import IdentityChecks, table_identity
 from paimon_group.protocol.sharding import TableKind, table_kind
 
 __all__ = [
@@ -122,12 +122,16 @@ def raise_if_missing(listing: TableListing, warehouse: str,
 
 def list_subscribed(catalog: Any, subscription: TableSubscription,
                     previous: TableListing | None = None, *,
-                    loaded: dict[str, tuple[str, Any]] | None = None) -> TableListing:
+                    loaded: dict[str, tuple[str, Any]] | None = None,
+                    checks: IdentityChecks | None = None) -> TableListing:
     """The tables of ``catalog`` (a pypaimon catalog) that ``subscription``
     matches, each with its identity; ``previous``, the last listing, spares
-    loading again a table whose identity is unchanged. ``loaded``, if given,
-    receives each table that could be read loaded, by name, with its
-    identity: a member's start opens them without loading them again.
+    loading again a table whose identity is unchanged, and with ``checks``
+    (the lister's, kept from listing to listing) reading it again while its
+    first schema is the very file read before (a ``stat`` on a local file
+    system). ``loaded``, if given, receives each table that could be read
+    loaded, by name, with its identity: a member's start opens them without
+    loading them again.
 
     A table dropped between the listing and the read of its identity is
     left out (as if listed a moment later); a directory with no schema yet
@@ -140,11 +144,12 @@ def list_subscribed(catalog: Any, subscription: TableSubscription,
     found: list[ListedTable] = []
     present: set[str] = set()
     for name in _candidates(catalog, subscription):
-        identity = _identity(catalog, name)
+        before = known.get(name)
+        identity = before.identity if before is not None and checks is not None and \
+            _found_in_place(catalog, name, before.identity, checks) else _identity(catalog, name)
         if not identity:
             continue
         present.add(name)
-        before = known.get(name)
         entry = before if before is not None and before.identity == identity \
             else _load(catalog, name, identity, loaded)
         if entry is not None:
@@ -196,6 +201,19 @@ def _identity(catalog: Any, name: str) -> str:
         return table_identity(catalog.get_table(name))
     except (TableNotExistException, FileNotFoundError):
         return ""
+
+
+def _found_in_place(catalog: Any, name: str, identity: str, checks: IdentityChecks) -> bool:
+    """Whether table ``name`` is still the one of ``identity`` by ``checks``
+    (False: read it); only for a catalog whose tables are file system paths."""
+    from pypaimon.common.identifier import Identifier
+
+    path_of = getattr(catalog, "get_table_path", None)
+    file_io = getattr(catalog, "file_io", None)
+    if path_of is None or file_io is None:
+        return False
+    path = path_of(Identifier.from_string(name))
+    return checks.in_place(SimpleNamespace(file_io=file_io, table_path=path), identity)
 
 
 def _load(catalog: Any, name: str, identity: str,

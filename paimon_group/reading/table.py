@@ -42,7 +42,7 @@ from paimon_group.protocol.sharding import (
 )
 from paimon_group.reading.start import ResolvedStart, StartKind, StartPosition
 from paimon_group.store import object_store
-from paimon_group.store.files import file_exists, is_object_store, read_text
+from paimon_group.store.files import FileProbe, is_object_store, read_text
 from paimon_group.store.handed_over import HANDED_OVER_MAX, HandedOverFileIO, HandedOverFiles
 
 if TYPE_CHECKING:
@@ -152,6 +152,8 @@ class ShardedTable:
         producer = pypaimon_table.options.changelog_producer()
         self.changelog_producer: str = str(getattr(producer, "value", producer) or "none")
         self._snapshot_manager: Any = pypaimon_table.snapshot_manager()
+        self._snapshot_files = FileProbe(self._snapshot_manager.file_io,
+                                         self._snapshot_manager.snapshot_dir)
         # The identity the group was created on (set by the member when it
         # joins; "" unknown): see raise_if_dropped.
         self.expected_identity = ""
@@ -314,8 +316,7 @@ class ShardedTable:
         return int(text) if text.isdigit() else None
 
     def _snapshot_exists(self, snapshot_id: int) -> bool:
-        manager = self._snapshot_manager
-        return file_exists(manager.file_io, manager.get_snapshot_path(snapshot_id))
+        return self._snapshot_files.exists(f"snapshot-{snapshot_id}")  # get_snapshot_path's name
 
     def latest_snapshot_id(self, *, fresh: bool = False) -> int | None:
         """Id of the newest committed snapshot, or None for an empty table.

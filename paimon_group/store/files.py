@@ -43,8 +43,8 @@ from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
 
-__all__ = ["file_exists", "file_signature", "is_object_store", "is_remote_fs", "read_text",
-           "sync_directory", "write_beside", "write_text", "write_whole"]
+__all__ = ["FileProbe", "file_exists", "file_signature", "is_object_store", "is_remote_fs",
+           "read_text", "sync_directory", "write_beside", "write_text", "write_whole"]
 
 
 def is_remote_fs(fs: Any) -> bool:
@@ -98,20 +98,55 @@ def _local_path(file_io: Any, path: str) -> str | None:
     directory, slash, name = path.rpartition("/")
     if not slash or name in (".", "..") or not _PLAIN_NAME.fullmatch(name):
         return str(file_io.to_filesystem_path(path))
+    local = _local_directory(file_io, directory, name)
+    if not local:  # this directory's paths are translated whole
+        return str(file_io.to_filesystem_path(path))
+    return os.path.join(local, name)
+
+
+def _local_directory(file_io: Any, directory: str, name: str) -> str:
+    """The translation of ``directory`` (a local file IO's) to which a plain
+    name is joined, or ``""`` when its paths are translated whole; checked
+    with the plain ``name`` when the directory is first seen."""
     known = _LOCAL_DIRS.get(file_io)
     local = None if known is None else known.get(directory)
     if local is None:
         translated = str(file_io.to_filesystem_path(directory or "/"))
-        whole = str(file_io.to_filesystem_path(path))
+        whole = str(file_io.to_filesystem_path(f"{directory}/{name}"))
         local = translated if whole == os.path.join(translated, name) else ""
         with _LOCAL_DIRS_LOCK:
             known = _LOCAL_DIRS.setdefault(file_io, {})
             if len(known) >= _LOCAL_DIRS_MAX:
                 known.clear()
             known[directory] = local
-    if not local:  # this directory's paths are translated whole
-        return str(file_io.to_filesystem_path(path))
-    return os.path.join(local, name)
+    return local
+
+
+class FileProbe:
+    """Whether files of one directory exist, asked often (a table's next
+    snapshot, at every poll of every table a leader publishes): on a local
+    file system the directory's translation (:func:`_local_path`) is kept
+    here and a plain name joined to it, a ``stat`` and little more per
+    question; any other name, and any other store, as :func:`file_exists`.
+    Safe to share between threads (the translation, found once, is the same
+    whichever thread finds it)."""
+
+    __slots__ = ("_directory", "_file_io", "_local")
+
+    def __init__(self, file_io: Any, directory: str) -> None:
+        self._file_io, self._directory = file_io, directory
+        self._local: str | None = None  # "": translated whole or not local
+
+    def exists(self, name: str) -> bool:
+        if _PLAIN_NAME.fullmatch(name):
+            local = self._local
+            if local is None:
+                local = self._local = (
+                    _local_directory(self._file_io, self._directory, name)
+                    if isinstance(self._file_io, _local_file_io()) else "")
+            if local:
+                return os.path.exists(os.path.join(local, name))
+        return file_exists(self._file_io, f"{self._directory}/{name}")
 
 
 def is_object_store(file_io: Any) -> bool:
