@@ -8,10 +8,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import pyarrow.fs as pafs
 import pytest
 from pypaimon.filesystem.local_file_io import FuseLocalFileIO, LocalFileIO
 
-from paimon_group.store.files import FileProbe, file_exists, read_text
+from paimon_group.store.files import FileProbe, file_exists, local_directories, read_text
 
 
 def pypaimon_read(file_io: LocalFileIO, path: str) -> str | None:
@@ -114,3 +115,29 @@ def test_a_probe_of_another_stores_directory_asks_the_store() -> None:
     probe = FileProbe(file_io, "s3://b/t/snapshot")
     assert probe.exists("snapshot-1") and not probe.exists("snapshot-2")
     assert file_io.asked == ["s3://b/t/snapshot/snapshot-1", "s3://b/t/snapshot/snapshot-2"]
+
+
+def pypaimon_directories(file_io: LocalFileIO, path: str) -> list[str]:
+    """The directories pypaimon's catalog finds in ``path`` (its list_tables' way)."""
+    return sorted(s.base_name for s in file_io.list_status(path)
+                  if s.type == pafs.FileType.Directory)
+
+
+def test_local_directories_are_those_pypaimons_listing_finds(tmp_path: Path) -> None:
+    db = tmp_path / "shop.db"
+    for name in ("orders", "items", ".hidden", "a b"):
+        (db / name).mkdir(parents=True)
+    (db / "file").write_text("not a table")
+    (db / "link").symlink_to(db / "orders")  # a link to a directory: one
+    (db / "broken").symlink_to(tmp_path / "nowhere")
+    file_io = LocalFileIO(str(tmp_path))
+    for path in (str(db), f"file://{db}", f"file:{db}"):
+        # A name that is not plain: the store's own listing is asked.
+        assert local_directories(file_io, path) is None
+    (db / "a b").rmdir()
+    for path in (str(db), f"file://{db}", f"file:{db}"):
+        assert sorted(local_directories(file_io, path) or ()) == \
+            pypaimon_directories(file_io, path) == [".hidden", "items", "link", "orders"]
+    assert local_directories(file_io, str(tmp_path / "missing")) == \
+        pypaimon_directories(file_io, str(tmp_path / "missing")) == []
+    assert local_directories(AskedFileIO(set()), "s3://b/wh/shop.db") is None  # another store

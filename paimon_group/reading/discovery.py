@@ -41,6 +41,7 @@ from paimon_group.config.subscription import TableSubscription
 from paimon_group.errors import TableNotFound, UnsupportedTable
 from paimon_group.protocol.identity import IdentityChecks, table_identity
 from paimon_group.protocol.sharding import TableKind, table_kind
+from paimon_group.store.files import local_directories
 
 __all__ = [
     "ListedTable", "TableChanges", "TableListing", "list_subscribed", "raise_if_missing",
@@ -178,7 +179,12 @@ def _tables_of(catalog: Any, database: str) -> list[str]:
     """The tables ``database`` lists; none when it does not exist (dropped
     since ``list_databases()``, or a plain name's database never made)."""
     from pypaimon.catalog.catalog_exception import DatabaseNotExistException
+    from pypaimon.catalog.filesystem_catalog import FileSystemCatalog
 
+    if isinstance(catalog, FileSystemCatalog):  # its tables: its database's directories
+        found = local_directories(catalog.file_io, catalog.get_database_path(database))
+        if found is not None:
+            return sorted(n for n in found if not n.startswith("."))
     try:
         return list(catalog.list_tables(database))
     except (DatabaseNotExistException, FileNotFoundError):

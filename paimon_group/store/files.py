@@ -44,7 +44,8 @@ from urllib.parse import urlparse
 import pyarrow.fs as pafs
 
 __all__ = ["FileProbe", "file_exists", "file_signature", "is_object_store", "is_remote_fs",
-           "read_text", "sync_directory", "write_beside", "write_text", "write_whole"]
+           "local_directories", "read_text", "sync_directory", "write_beside", "write_text",
+           "write_whole"]
 
 
 def is_remote_fs(fs: Any) -> bool:
@@ -147,6 +148,30 @@ class FileProbe:
             if local:
                 return os.path.exists(os.path.join(local, name))
         return file_exists(self._file_io, f"{self._directory}/{name}")
+
+
+def local_directories(file_io: Any, path: str) -> list[str] | None:
+    """The names of the directories in directory ``path`` (hidden ones too),
+    as pypaimon's ``list_status`` finds them (a link to a directory is one),
+    when ``file_io`` is a local file IO; None for any other store, and when
+    a name is not plain (pypaimon quotes it in a ``file://`` URL's listing).
+    A directory's entries carry their type: no ``stat`` per entry, no status
+    object, where pypaimon's local listing makes both for each."""
+    if not isinstance(file_io, _local_file_io()):
+        return None
+    try:
+        with os.scandir(file_io.to_filesystem_path(path)) as entries:
+            names = [e.name for e in entries if _is_dir(e)]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return names if all(map(_PLAIN_NAME.fullmatch, names)) else None
+
+
+def _is_dir(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_dir()
+    except OSError:  # gone since the listing
+        return False
 
 
 def is_object_store(file_io: Any) -> bool:
