@@ -132,21 +132,23 @@ class FileProbe:
     Safe to share between threads (the translation, found once, is the same
     whichever thread finds it)."""
 
-    __slots__ = ("_directory", "_file_io", "_local")
+    __slots__ = ("_directory", "_file_io", "_prefix")
 
     def __init__(self, file_io: Any, directory: str) -> None:
         self._file_io, self._directory = file_io, directory
-        self._local: str | None = None  # "": translated whole or not local
+        # The translated directory with its separator; "": paths translated
+        # whole, or not a local store; None: not known yet.
+        self._prefix: str | None = None
 
     def exists(self, name: str) -> bool:
         if _PLAIN_NAME.fullmatch(name):
-            local = self._local
-            if local is None:
-                local = self._local = (
-                    _local_directory(self._file_io, self._directory, name)
-                    if isinstance(self._file_io, _local_file_io()) else "")
-            if local:
-                return os.path.exists(os.path.join(local, name))
+            prefix = self._prefix
+            if prefix is None:
+                local = (_local_directory(self._file_io, self._directory, name)
+                         if isinstance(self._file_io, _local_file_io()) else "")
+                prefix = self._prefix = os.path.join(local, "") if local else ""
+            if prefix:
+                return os.path.exists(prefix + name)
         return file_exists(self._file_io, f"{self._directory}/{name}")
 
 
