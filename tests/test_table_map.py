@@ -384,3 +384,29 @@ def test_property_a_fresh_spread_assignment_gives_each_member_every_table(
             assert held <= -(-share // count)
             if share >= count:
                 assert held >= 1
+
+
+def test_tables_appended_at_once_make_the_map_appended_one_by_one() -> None:
+    base = TableMap().append("shop.a", "schema-0@1", 4, "bucket").drop("shop.a", 2.0)
+    entries = [(f"shop.t{i}", f"schema-0@{i}", 1 + i % 5, "bucket") for i in range(60)]
+    one_by_one = base
+    for entry in entries:
+        one_by_one = one_by_one.append(*entry)
+    at_once = base.extend(entries)
+    assert at_once == one_by_one and at_once.encoded_size() == one_by_one.encoded_size()
+    assert base.extend([]) == base and TableMap().extend([]) == TableMap()
+    with pytest.raises(ValueError, match=r"'shop\.t3' is in the group already"):
+        base.extend([*entries[:5], entries[3]])
+
+
+def test_tables_appended_at_once_are_refused_at_the_first_that_would_pass_the_bound() -> None:
+    entries = [(f"warehouse_db.orders_{i:05d}", f"schema-0@{1763865600123 + i}", 8, "bucket")
+               for i in range(4456)]
+    fits = TableMap().extend(entries[:4454])
+    assert fits.encoded_size() <= MAX_ENCODED_BYTES
+    with pytest.raises(ConfigError) as at_once:
+        TableMap().extend(entries)
+    with pytest.raises(ConfigError) as one_by_one:
+        fits.append(*entries[4454])
+    assert str(at_once.value) == str(one_by_one.value)
+    assert "warehouse_db.orders_04454" in str(at_once.value)

@@ -88,6 +88,7 @@ def planned_map(listing: TableListing, opened: dict[str, ShardedTable],
         if listed is None or listed.identity != rng.table_id:
             tables = tables.drop(name, at)
     present = {t.name for t in tables.live()}
+    new: list[tuple[str, str, int, str]] = []
     for listed in listing.tables:
         table = opened.get(listed.name)
         if listed.name in present or listed.kind is None or table is None:
@@ -95,8 +96,8 @@ def planned_map(listing: TableListing, opened: dict[str, ShardedTable],
         if table_identity(table.table) != listed.identity:
             continue  # replaced since it was listed: the next listing
         shards, rule = plan_new_group(table, None)
-        tables = tables.append(listed.name, listed.identity, shards, rule.value)
-    return tables
+        new.append((listed.name, listed.identity, shards, rule.value))
+    return tables.extend(new)
 
 
 async def open_tables(core: MemberCore, meta: GroupMeta,

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import bisect
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -185,19 +185,34 @@ class TableMap:
         """This map with ``name`` in the next free range. ValueError for a live
         table of that name; ConfigError (one line, not retriable) when the map
         would no longer fit :data:`MAX_ENCODED_BYTES`."""
-        if any(t.live and t.name == name for t in self.ranges):
-            raise ValueError(f"table {name!r} is in the group already")
-        table = TableRange(name=name, table_id=table_id, first=self.total_shards,
-                           shards=shards, sharding=sharding)
-        table.check()
-        grown = TableMap((*self.ranges, table))
-        size = grown.encoded_size()
-        if size > MAX_ENCODED_BYTES:
-            raise ConfigError(
-                f"table {name!r} cannot join the group: its table map would be {size} bytes "
-                f"({len(grown)} tables), over the {MAX_ENCODED_BYTES} a group record holds; "
-                "subscribe this group to fewer tables and read the others in another group")
-        return grown
+        return self.extend([(name, table_id, shards, sharding)])
+
+    def extend(self, tables: Iterable[tuple[str, str, int, str]]) -> TableMap:
+        """:meth:`append` of each ``(name, table_id, shards, sharding)`` in
+        turn, raising as the first append that would; the map is checked and
+        sized once (a group of hundreds of tables is made in one go: appended
+        one by one, each append checked and encoded the whole map again)."""
+        live = {t.name for t in self.ranges if t.live}
+        ranges = list(self.ranges)
+        size = self.encoded_size()
+        for name, table_id, shards, sharding in tables:
+            if name in live:
+                raise ValueError(f"table {name!r} is in the group already")
+            table = TableRange(name=name, table_id=table_id,
+                               first=ranges[-1].end if ranges else 0,
+                               shards=shards, sharding=sharding)
+            table.check()
+            # A compact list's bytes: "[", its items joined by ",", "]".
+            size += _encoded_size(table.encode()) + (1 if ranges else 0)
+            ranges.append(table)
+            live.add(name)
+            if size > MAX_ENCODED_BYTES:
+                raise ConfigError(
+                    f"table {name!r} cannot join the group: its table map would be {size} "
+                    f"bytes ({len(ranges)} tables), over the {MAX_ENCODED_BYTES} a group "
+                    "record holds; subscribe this group to fewer tables and read the others "
+                    "in another group")
+        return TableMap(tuple(ranges))
 
     def drop(self, name: str, at: float) -> TableMap:
         """This map with the live table ``name`` marked dropped at ``at``; its
@@ -224,7 +239,7 @@ class TableMap:
 
     def encoded_size(self) -> int:
         """The bytes of the map in a group record (compact JSON)."""
-        return len(json.dumps(self.encode(), sort_keys=True, separators=(",", ":")).encode())
+        return _encoded_size(self.encode())
 
     @classmethod
     def decode(cls, data: Any) -> TableMap:
@@ -233,6 +248,10 @@ class TableMap:
         if not isinstance(data, list):
             raise ValueError(f"a table map is not a JSON list: {type(data).__name__}")
         return TableMap(tuple(TableRange.decode(item) for item in data))
+
+
+def _encoded_size(data: Any) -> int:
+    return len(json.dumps(data, sort_keys=True, separators=(",", ":")).encode())
 
 
 def _check_ranges(ranges: tuple[TableRange, ...]) -> None:
