@@ -191,18 +191,28 @@ def _tables_of(catalog: Any, database: str) -> list[str]:
         return []
 
 
+def _located(catalog: Any, name: str) -> Any | None:
+    """Table ``name``'s files (its file IO and path, what an identity is read
+    from) when ``catalog`` places its tables at file system paths; None for
+    a catalog that does not (it is asked for the table itself)."""
+    from pypaimon.common.identifier import Identifier
+
+    path_of = getattr(catalog, "get_table_path", None)
+    file_io = getattr(catalog, "file_io", None)
+    if path_of is None or file_io is None:
+        return None
+    return SimpleNamespace(file_io=file_io, table_path=path_of(Identifier.from_string(name)))
+
+
 def _identity(catalog: Any, name: str) -> str:
     """The identity of table ``name`` read from its first schema file ("":
     no schema, the table is not there). A catalog that places its tables
     elsewhere than a file system path is asked for the table itself."""
     from pypaimon.catalog.catalog_exception import TableNotExistException
-    from pypaimon.common.identifier import Identifier
 
-    path_of = getattr(catalog, "get_table_path", None)
-    file_io = getattr(catalog, "file_io", None)
-    if path_of is not None and file_io is not None:
-        path = path_of(Identifier.from_string(name))
-        return table_identity(SimpleNamespace(file_io=file_io, table_path=path))
+    located = _located(catalog, name)
+    if located is not None:
+        return table_identity(located)
     try:
         return table_identity(catalog.get_table(name))
     except (TableNotExistException, FileNotFoundError):
@@ -212,14 +222,8 @@ def _identity(catalog: Any, name: str) -> str:
 def _found_in_place(catalog: Any, name: str, identity: str, checks: IdentityChecks) -> bool:
     """Whether table ``name`` is still the one of ``identity`` by ``checks``
     (False: read it); only for a catalog whose tables are file system paths."""
-    from pypaimon.common.identifier import Identifier
-
-    path_of = getattr(catalog, "get_table_path", None)
-    file_io = getattr(catalog, "file_io", None)
-    if path_of is None or file_io is None:
-        return False
-    path = path_of(Identifier.from_string(name))
-    return checks.in_place(SimpleNamespace(file_io=file_io, table_path=path), identity)
+    located = _located(catalog, name)
+    return located is not None and checks.in_place(located, identity)
 
 
 def _load(catalog: Any, name: str, identity: str,
