@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pypaimon.consumer.consumer import Consumer
 from pypaimon.consumer.consumer_manager import ConsumerManager
 
 from paimon_group.reading.mirror import ConsumerMirror, MirroredPosition, UnreadableConsumerFile
@@ -168,3 +169,25 @@ def test_a_position_carries_the_moves_of_its_start(tmp_path: Path) -> None:
     manager = ConsumerManager(table.file_io, table.table_path)
     assert manager.consumer("pg-g-shard-0").next_snapshot == 12
     assert mirror.all() == {0: 12, 1: 11, 2: 9}
+
+
+def test_a_groups_files_are_read_without_reading_the_others(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``all()`` reads this group's consumer files only: a table's directory
+    also holds other groups' and other readers' (a new group's start vets
+    its files in every table it reads)."""
+    table, mirror = _mirror(tmp_path)
+    assert mirror.write(0, 7, force=True) and mirror.write(3, 5, force=True)
+    manager = ConsumerManager(table.file_io, table.table_path)
+    for cid in ("pg-other-shard-0", "pg-g2-shard-1", "flink-job", "pg-g-shard-x"):
+        manager.reset_consumer(cid, Consumer(next_snapshot=3))
+    read: list[str] = []
+    real = ConsumerManager.consumer
+
+    def counted(self: ConsumerManager, cid: str) -> Any:
+        read.append(cid)
+        return real(self, cid)
+
+    monkeypatch.setattr(ConsumerManager, "consumer", counted)
+    assert mirror.all() == {0: 7, 3: 5}
+    assert sorted(read) == ["pg-g-shard-0", "pg-g-shard-3"]

@@ -12,7 +12,13 @@ import pyarrow.fs as pafs
 import pytest
 from pypaimon.filesystem.local_file_io import FuseLocalFileIO, LocalFileIO
 
-from paimon_group.store.files import FileProbe, file_exists, local_directories, read_text
+from paimon_group.store.files import (
+    FileProbe,
+    file_exists,
+    local_directories,
+    local_names,
+    read_text,
+)
 
 
 def pypaimon_read(file_io: LocalFileIO, path: str) -> str | None:
@@ -141,3 +147,20 @@ def test_local_directories_are_those_pypaimons_listing_finds(tmp_path: Path) -> 
     assert local_directories(file_io, str(tmp_path / "missing")) == \
         pypaimon_directories(file_io, str(tmp_path / "missing")) == []
     assert local_directories(AskedFileIO(set()), "s3://b/wh/shop.db") is None  # another store
+
+
+def test_local_names_are_those_pypaimons_listing_finds(tmp_path: Path) -> None:
+    """Every entry, files and directories alike (the consumer files' listing)."""
+    consumer = tmp_path / "consumer"
+    consumer.mkdir()
+    for name in ("consumer-pg-g-shard-0", "consumer-flink", ".consumer-x.tmp"):
+        (consumer / name).write_text("{}")
+    (consumer / "sub").mkdir()
+    file_io = LocalFileIO(str(tmp_path))
+    for path in (str(consumer), f"file://{consumer}", f"file:{consumer}"):
+        assert sorted(local_names(file_io, path) or ()) == \
+            sorted(s.base_name for s in file_io.list_status(path))
+    (consumer / "a b").write_text("{}")
+    assert local_names(file_io, str(consumer)) is None  # not plain: the store's listing
+    assert local_names(file_io, str(tmp_path / "missing")) == []
+    assert local_names(AskedFileIO(set()), "s3://b/t/consumer") is None  # another store

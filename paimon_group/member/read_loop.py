@@ -238,7 +238,7 @@ class ReadLoop:
             try:
                 if full_scan is not None:
                     step: StepPlan | None = await self._core.in_io(functools.partial(
-                        table.planner.plan_full, [table.local(s) for s in shards], full_scan))
+                        table.plan_full, [table.local(s) for s in shards], full_scan))
                 else:
                     step = await self._plan_next(table, shards, position, prefetched)
             except SnapshotExpired as err:
@@ -336,7 +336,7 @@ class ReadLoop:
         if self._paced or self._nothing_new(table, position):
             return  # the published head wakes the read loop when it is there
         self._prefetched[(tuple(shards), position)] = self._core.start_in_io(
-            functools.partial(table.planner.plan_next, [table.local(s) for s in shards],
+            functools.partial(table.plan_next, [table.local(s) for s in shards],
                               position))
 
     async def _plan_next(
@@ -363,7 +363,7 @@ class ReadLoop:
                 return step
         head = self._core.head.record if self._core.head.fresh and table.index is None else None
         planned: StepPlan | None = await self._core.in_io(functools.partial(
-            table.planner.plan_next, [table.local(s) for s in shards], position,
+            table.plan_next, [table.local(s) for s in shards], position,
             known_latest=None if head is None else head.latest,
             catch_up_threshold=1 if self._paced else None))
         return planned

@@ -60,18 +60,23 @@ def open_subscription(core: MemberCore) -> None:
 
 def make_member_table(core: MemberCore, index: int | None, rng: TableRange, meta: GroupMeta,
                       table: ShardedTable) -> MemberTable:
-    """One table of the group, its planner and mirror in its own shard numbers."""
+    """One table of the group, its planner and mirror in its own shard numbers
+    (the planner of a table of several built at its first use)."""
     config = core.config
     table.clock = core.clock.monotonic
     if index is not None:  # a missing snapshot of a re-created table: TableReplaced
         table.expected_identity = rng.table_id
-    planner = table.planner(rng.shards, include_row_kind=config.include_row_kind,
-                            rule=ShardRule.parse(rng.sharding), projection=config.columns)
+    new_planner = functools.partial(table.planner, rng.shards,
+                                    include_row_kind=config.include_row_kind,
+                                    rule=ShardRule.parse(rng.sharding), projection=config.columns)
     mirror = ConsumerMirror(table.table.file_io, table.table_path, core.group_name,
                             mirror_interval(config.mirror_interval_s, table.table.file_io),
                             clock=core.clock.monotonic)
-    return MemberTable(index=index, range=rng, group_meta=meta, table=table,
-                       planner=planner, mirror=mirror)
+    member_table = MemberTable(index=index, range=rng, group_meta=meta, table=table,
+                               new_planner=new_planner, mirror=mirror)
+    if index is None:  # the group's one table: its planner checked at the start
+        _ = member_table.planner
+    return member_table
 
 
 def planned_map(listing: TableListing, opened: dict[str, ShardedTable],
@@ -103,31 +108,40 @@ def planned_map(listing: TableListing, opened: dict[str, ShardedTable],
 async def open_tables(core: MemberCore, meta: GroupMeta,
                       known: MemberTables | None) -> MemberTables:
     """``known``'s tables and those of ``meta``'s map's live ranges it lacks,
-    opened (each once); a range the map marks dropped is not read any more."""
+    opened (each once, all in one call to the planning thread); a range the
+    map marks dropped is not read any more."""
     assert meta.tables is not None
     have = {t.first: t for t in known} if known is not None else {}
-    added: list[MemberTable] = []
+    new: list[tuple[int, TableRange]] = []
     for index, rng in enumerate(meta.tables.ranges):
         mine = have.get(rng.first)
         if mine is not None:
             if not rng.live and mine.gone is None:
                 mine.gone = "dropped"
-            continue
-        if not rng.live:
-            continue
-        try:
-            table = await core.in_io(functools.partial(core.open_table, rng.name,
-                                                       rng.table_id))
-        except TableNotFound:
-            continue  # dropped since: the leader marks its range, nobody reads it
-        member_table = make_member_table(core, index, rng, meta, table)
-        identity = await core.in_io(functools.partial(table_identity, table.table))
-        if identity != rng.table_id:
-            member_table.gone = "re-created" if identity else "dropped"
-        added.append(member_table)
+        elif rng.live:
+            new.append((index, rng))
+    added = await core.in_io(functools.partial(_opened, core, meta, new)) if new else []
     tables = known.with_tables(added) if known is not None else MemberTables(added, single=False)
     tables.rebind(meta)
     return tables
+
+
+def _opened(core: MemberCore, meta: GroupMeta,
+            ranges: list[tuple[int, TableRange]]) -> list[MemberTable]:
+    """The tables of ``ranges`` (with their index in the map), opened; a
+    table found re-created or dropped meanwhile is marked so (blocking)."""
+    added: list[MemberTable] = []
+    for index, rng in ranges:
+        try:
+            table = core.open_table(rng.name, rng.table_id)
+        except TableNotFound:
+            continue  # dropped since: the leader marks its range, nobody reads it
+        member_table = make_member_table(core, index, rng, meta, table)
+        identity = table_identity(table.table)
+        if identity != rng.table_id:
+            member_table.gone = "re-created" if identity else "dropped"
+        added.append(member_table)
+    return added
 
 
 async def follow_map(core: MemberCore, meta: GroupMeta) -> None:

@@ -31,8 +31,9 @@ import bisect
 import builtins
 import dataclasses
 import logging
+import threading
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,7 +42,7 @@ from paimon_group.protocol.records import GroupMeta
 from paimon_group.protocol.sharding import ShardRule
 from paimon_group.protocol.table_map import NotInMap, TableRange
 from paimon_group.reading.mirror import ConsumerMirror, MirroredPosition
-from paimon_group.reading.planner import ShardPlanner
+from paimon_group.reading.planner import ShardPlanner, StepPlan
 from paimon_group.reading.table import ShardedTable
 
 log = logging.getLogger("paimon_group.member")
@@ -71,9 +72,36 @@ class MemberTable:
     range: TableRange
     group_meta: GroupMeta  # the group's record as the last join read it
     table: ShardedTable
-    planner: ShardPlanner
+    new_planner: Callable[[], ShardPlanner]  # see :attr:`planner`
     mirror: ConsumerMirror
     gone: str | None = None
+    _planner: ShardPlanner | None = dataclasses.field(default=None, init=False, repr=False)
+    _planner_lock: threading.Lock = dataclasses.field(default_factory=threading.Lock,
+                                                      init=False, repr=False)
+
+    @property
+    def planner(self) -> ShardPlanner:
+        """The table's planner, built at its first use (a step planned, in
+        the planning thread): a member of a group of many tables opens every
+        table but reads only those of its shards, and a planner (the table's
+        schema read, its readers made) is most of a table's opening."""
+        planner = self._planner
+        if planner is None:
+            with self._planner_lock:  # the planning thread and a prefetch
+                if self._planner is None:
+                    self._planner = self.new_planner()
+                planner = self._planner
+        return planner
+
+    def plan_full(self, shards: Sequence[int], snapshot_id: int) -> StepPlan:
+        """:meth:`ShardPlanner.plan_full` of the table's ``shards`` (its numbers)."""
+        return self.planner.plan_full(list(shards), snapshot_id)
+
+    def plan_next(self, shards: Sequence[int], position: int, *, known_latest: int | None = None,
+                  catch_up_threshold: int | None = None) -> StepPlan | None:
+        """:meth:`ShardPlanner.plan_next` of the table's ``shards`` (its numbers)."""
+        return self.planner.plan_next(list(shards), position, known_latest=known_latest,
+                                      catch_up_threshold=catch_up_threshold)
 
     @property
     def name(self) -> str:

@@ -68,7 +68,7 @@ from pypaimon.consumer.consumer_manager import ConsumerManager
 
 from coordinators.errors import PaimonGroupError
 from paimon_group.protocol.names import consumer_id, consumer_id_pattern, origin_path
-from paimon_group.store.files import is_object_store, read_text, write_whole
+from paimon_group.store.files import is_object_store, local_names, read_text, write_whole
 
 PARALLEL_WRITES = 8
 """Consumer files written at once on an object store (:meth:`ConsumerMirror.write_many`)."""
@@ -269,15 +269,31 @@ class ConsumerMirror:
         return {}
 
     def all(self) -> dict[int, int]:
-        """Every consumer file of this group: ``{shard: next_snapshot}``."""
+        """Every consumer file of this group: ``{shard: next_snapshot}``.
+
+        Only this group's files are read: a table's directory also holds
+        other groups' and other readers' files (one listing, then one read
+        per file of ours; a file deleted between the two is skipped)."""
         import re
 
         pattern = re.compile(consumer_id_pattern(self._group))
         out: dict[int, int] = {}
-        for cid, next_snapshot in self._manager.consumers().items():
-            if pattern.match(cid):
-                out[int(cid.rsplit("-", 1)[1])] = int(next_snapshot)
+        for cid in self._consumer_ids():
+            if not pattern.match(cid):
+                continue
+            consumer = self._manager.consumer(cid)
+            if consumer is not None:
+                out[int(cid.rsplit("-", 1)[1])] = int(consumer.next_snapshot)
         return out
+
+    def _consumer_ids(self) -> list[str]:
+        """The ids of every consumer file of the table (a local directory's
+        in one scan, not a ``stat`` per file)."""
+        prefix = ConsumerManager.CONSUMER_PREFIX
+        names = local_names(self._file_io, f"{self._table_path}/consumer")
+        if names is None:
+            return [str(cid) for cid in self._manager.list_all_ids()]
+        return [n[len(prefix):] for n in names if n.startswith(prefix)]
 
     def delete_all(self) -> int:
         """Delete every consumer file of this group (and the record of which

@@ -44,8 +44,8 @@ from urllib.parse import urlparse
 import pyarrow.fs as pafs
 
 __all__ = ["FileProbe", "file_exists", "file_signature", "is_object_store", "is_remote_fs",
-           "local_directories", "read_text", "sync_directory", "write_beside", "write_text",
-           "write_whole"]
+           "local_directories", "local_names", "read_text", "sync_directory", "write_beside",
+           "write_text", "write_whole"]
 
 
 def is_remote_fs(fs: Any) -> bool:
@@ -159,11 +159,23 @@ def local_directories(file_io: Any, path: str) -> list[str] | None:
     a name is not plain (pypaimon quotes it in a ``file://`` URL's listing).
     A directory's entries carry their type: no ``stat`` per entry, no status
     object, where pypaimon's local listing makes both for each."""
+    return _scan(file_io, path, _is_dir)
+
+
+def local_names(file_io: Any, path: str) -> list[str] | None:
+    """The names of every entry of directory ``path``, as
+    :func:`local_directories` lists them (``[]`` for a directory that does
+    not exist; None for any other store and for a name that is not plain)."""
+    return _scan(file_io, path, None)
+
+
+def _scan(file_io: Any, path: str,
+          keep: Callable[[os.DirEntry[str]], bool] | None) -> list[str] | None:
     if not isinstance(file_io, _local_file_io()):
         return None
     try:
         with os.scandir(file_io.to_filesystem_path(path)) as entries:
-            names = [e.name for e in entries if _is_dir(e)]
+            names = [e.name for e in entries if keep is None or keep(e)]
     except (FileNotFoundError, NotADirectoryError):
         return []
     return names if all(map(_PLAIN_NAME.fullmatch, names)) else None
