@@ -46,7 +46,7 @@ from paimon_group.protocol.records import FEATURES, GroupMeta, MemberInfo
 from paimon_group.protocol.sharding import Sharding, ShardRule, idle_shards_note, plan_new_group
 from paimon_group.protocol.table_map import TableMap, TableRange
 from paimon_group.reading.consumer_meta import ConsumerFilesOrigin, adopt_winner, prepare_new_group
-from paimon_group.reading.discovery import list_subscribed
+from paimon_group.reading.discovery import TableListing, list_subscribed
 from paimon_group.reading.mirror import ConsumerMirror
 from paimon_group.reading.table import ShardedTable
 
@@ -190,44 +190,64 @@ class Membership:
         core, config = self._core, self._core.config
         listing = await core.in_io(functools.partial(
             list_subscribed, core.catalog(), config.subscription, core.listing))
-        opened = {}
-        for listed in listing.tables:
-            with contextlib.suppress(TableNotFound):
-                opened[listed.name] = await core.in_io(
-                    functools.partial(core.open_table, listed.name))
+        # Every table's opening, then every table's vetting, in one call to
+        # the planning thread each (not one a table: hundreds of hops).
+        opened = await core.in_io(functools.partial(self._open_listed, listing))
         tables = planned_map(listing, opened)
         if not len(tables):
             raise TableNotFound(f"--table {subscription} matches no table that can be read "
                                 f"in warehouse {warehouse}: create one first")
         incarnation = uuid.uuid4().hex
-        for rng in tables.ranges:
-            await self._vet_table_files(opened[rng.name], ConsumerFilesOrigin(
-                core.group_name, incarnation, rng.shards, rng.sharding), rng.name)
+
+        def vet_all() -> None:
+            for rng in tables.ranges:
+                self._vet_files(opened[rng.name], ConsumerFilesOrigin(
+                    core.group_name, incarnation, rng.shards, rng.sharding), rng.name)
+
+        await core.in_io(vet_all)
         meta = await group.ensure_tables_meta(subscription, tables, incarnation=incarnation,
                                               warehouse=warehouse, assignor=config.assignor)
         if meta.incarnation != incarnation and meta.tables is not None:
-            for rng in meta.tables.live():
-                table = opened.get(rng.name)
-                if table is None:
-                    continue
-                origin = ConsumerFilesOrigin(core.group_name, incarnation, rng.shards,
-                                             rng.sharding)
-                with contextlib.suppress(Exception):
-                    await core.in_io(functools.partial(
-                        adopt_winner, table.table.file_io, table.table_path, origin,
-                        table_meta(meta, rng)))
+            await core.in_io(functools.partial(self._adopt_winner, meta, opened, incarnation))
         return meta
 
-    async def _vet_table_files(self, table: ShardedTable, origin: ConsumerFilesOrigin,
-                               what: str = "") -> None:
+    def _open_listed(self, listing: TableListing) -> dict[str, ShardedTable]:
+        """The listed tables, opened (blocking); one gone since is left out."""
+        opened = {}
+        for listed in listing.tables:
+            with contextlib.suppress(TableNotFound):
+                opened[listed.name] = self._core.open_table(listed.name)
+        return opened
+
+    def _adopt_winner(self, meta: GroupMeta, opened: dict[str, ShardedTable],
+                      incarnation: str) -> None:
+        """Lost the race to create the group: each table's origin we stamped
+        handed to the winner (:func:`adopt_winner`; blocking)."""
+        assert meta.tables is not None
+        for rng in meta.tables.live():
+            table = opened.get(rng.name)
+            if table is None:
+                continue
+            origin = ConsumerFilesOrigin(self._core.group_name, incarnation, rng.shards,
+                                         rng.sharding)
+            with contextlib.suppress(Exception):
+                adopt_winner(table.table.file_io, table.table_path, origin,
+                             table_meta(meta, rng))
+
+    async def _vet_table_files(self, table: ShardedTable, origin: ConsumerFilesOrigin) -> None:
         """A new group's consumer files in ``table``'s directory, vetted
         (:func:`paimon_group.reading.consumer_meta.prepare_new_group`) for
-        ``origin``; ``what`` names the table of a group of several."""
+        ``origin``."""
+        await self._core.in_io(functools.partial(self._vet_files, table, origin))
+
+    def _vet_files(self, table: ShardedTable, origin: ConsumerFilesOrigin,
+                   what: str = "") -> None:
+        """:meth:`_vet_table_files`, blocking; ``what`` names the table of a
+        group of several."""
         mirror = ConsumerMirror(table.table.file_io, table.table_path, self._core.group_name,
                                 clock=self._core.clock.monotonic)
         try:
-            note = await self._core.in_io(functools.partial(
-                prepare_new_group, mirror, table.table.file_io, table.table_path, origin))
+            note = prepare_new_group(mirror, table.table.file_io, table.table_path, origin)
         except Exception as err:
             # Then the origin does not name this incarnation: no shard resumes
             # from a consumer file, each starts as configured.
