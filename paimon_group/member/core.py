@@ -229,13 +229,15 @@ class MemberCore:
         assert self._catalog is not None, "not a group of several tables"
         return self._catalog[0]
 
-    def open_table(self, name: str, identity: str | None = None) -> ShardedTable:
+    def open_table(self, name: str, identity: str | None = None, *,
+                   keep: bool = False) -> ShardedTable:
         """Table ``name`` of the catalog (TableNotFound if it is not there);
         on the planning thread. The table of ``identity`` the start's listing
-        loaded is taken (once) rather than loaded again."""
+        loaded is taken (once; ``keep``: left for the next opening too, as the
+        creator of a group leaves it for its member's) rather than loaded again."""
         catalog = self.catalog()
         assert self._catalog is not None
-        loaded = self._catalog[2].pop(name, None)
+        loaded = self._catalog[2].get(name) if keep else self._catalog[2].pop(name, None)
         if loaded is not None and identity is not None and loaded[0] == identity:
             return ShardedTable(loaded[1], warehouse=self._catalog[1], identifier=name)
         return ShardedTable.in_catalog(catalog, self._catalog[1], name)

@@ -216,7 +216,8 @@ class Membership:
         opened = {}
         for listed in listing.tables:
             with contextlib.suppress(TableNotFound):
-                opened[listed.name] = self._core.open_table(listed.name)
+                opened[listed.name] = self._core.open_table(listed.name, listed.identity,
+                                                            keep=True)
         return opened
 
     def _adopt_winner(self, meta: GroupMeta, opened: dict[str, ShardedTable],
