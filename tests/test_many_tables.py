@@ -342,6 +342,47 @@ async def test_members_starting_together_prepare_a_new_group_once(
 
 
 @pytest.mark.asyncio
+async def test_a_member_builds_a_table_s_planner_when_it_first_plans_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Opening the group's tables builds no planner (most of a table's
+    opening); reading builds one for each table a step is planned of, once."""
+    from paimon_group.reading.table import ShardedTable
+
+    wh = tmp_path / "wh"
+    for name in ("shop.a", "shop.b", "shop.empty"):
+        make_pk_table(wh, name, buckets=2)
+    write_rows(wh, "shop.a", range(0, 10))
+    write_rows(wh, "shop.b", range(10, 20))
+    built: list[str] = []
+    real = ShardedTable.planner
+
+    def counting(self: ShardedTable, *args: Any, **kwargs: Any) -> Any:
+        built.append(self.identifier)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(ShardedTable, "planner", counting)
+    seen: Seen = defaultdict(list)
+    member = GroupMember(_config(wh, f"sqlite://{tmp_path}/c.sqlite", "g", "a", "shop.*"),
+                         handle_signals=False)
+    async with member:
+        assert member.core.tables is not None and len(member.core.tables) == 3
+        assert built == []  # three tables opened, no planner
+        run = asyncio.create_task(member.run(_collector(seen)))
+        try:
+            await eventually(lambda: len(_rows(seen, "shop.a")) + len(_rows(seen, "shop.b"))
+                             == 20, limit_s=60)
+            assert sorted(built) == ["shop.a", "shop.b"]  # the empty table's: not yet
+            write_rows(wh, "shop.empty", range(20, 25))
+            write_rows(wh, "shop.a", range(25, 30))
+            await eventually(lambda: len(_rows(seen, "shop.empty")) == 5
+                             and len(_rows(seen, "shop.a")) == 15, limit_s=60)
+        finally:
+            run.cancel()
+            await asyncio.gather(run, return_exceptions=True)
+    assert sorted(built) == ["shop.a", "shop.b", "shop.empty"]  # each once
+
+
+@pytest.mark.asyncio
 async def test_a_table_dropped_under_a_held_batch_leaves_the_others_read(tmp_path: Path) -> None:
     """The handler holds a batch of ``shop.b`` while the table is dropped: its
     read finds the files gone. The member does not fail: the batch is not
