@@ -137,7 +137,9 @@ def _claim(k: int, directory: str, names: int, barrier: Any, out: Any) -> None:
 
 def test_two_processes_racing_for_the_same_names_never_both_win(tmp_path: Path) -> None:
     names = 1500
-    ctx = multiprocessing.get_context("fork")
+    # Spawned, not forked: a forked child of a test worker whose earlier tests
+    # left gRPC's threads running (an etcd client) can hang in gRPC's locks.
+    ctx = multiprocessing.get_context("spawn")
     barrier, out = ctx.Barrier(2), ctx.Queue()
     procs = [ctx.Process(target=_claim, args=(k, str(tmp_path), names, barrier, out))
              for k in (0, 1)]
