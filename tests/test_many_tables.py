@@ -345,7 +345,8 @@ async def test_members_starting_together_prepare_a_new_group_once(
 async def test_a_member_builds_a_table_s_planner_when_it_first_plans_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Opening the group's tables builds no planner (most of a table's
-    opening); reading builds one for each table a step is planned of, once."""
+    opening); reading builds one for each table a step is planned of, once
+    each however many steps."""
     from paimon_group.reading.table import ShardedTable
 
     wh = tmp_path / "wh"
@@ -371,7 +372,8 @@ async def test_a_member_builds_a_table_s_planner_when_it_first_plans_it(
         try:
             await eventually(lambda: len(_rows(seen, "shop.a")) + len(_rows(seen, "shop.b"))
                              == 20, limit_s=60)
-            assert sorted(built) == ["shop.a", "shop.b"]  # the empty table's: not yet
+            # (The empty table's planner may be built by now too: until the
+            # leader's head is fresh, the member looks for its snapshots itself.)
             write_rows(wh, "shop.empty", range(20, 25))
             write_rows(wh, "shop.a", range(25, 30))
             await eventually(lambda: len(_rows(seen, "shop.empty")) == 5
