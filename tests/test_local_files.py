@@ -116,11 +116,27 @@ def test_a_probe_of_a_directory_answers_as_pypaimons_exists(tree: Path) -> None:
     assert fuse.exists("snapshot-1") and not fuse.exists("snapshot-9")
 
 
+def test_a_probe_of_a_plain_name_answers_as_exists(tree: Path) -> None:
+    file_io = LocalFileIO(str(tree))
+    probe = FileProbe(file_io, f"file://{tree}/snapshot")
+    # First asked before the directory's translation is known, then after.
+    assert probe.exists_plain("snapshot-1") and probe.exists_plain("snapshot-1")
+    assert not probe.exists_plain("snapshot-2")
+    (tree / "snapshot" / "snapshot-2").write_text("two")
+    assert probe.exists_plain("snapshot-2") == probe.exists("snapshot-2") is True
+    (tree / "snapshot" / "snapshot-2").unlink()
+    assert probe.exists_plain("snapshot-2") == probe.exists("snapshot-2") is False
+    (tree / "snapshot" / "LATEST").mkdir()  # a directory answers as a file does
+    assert probe.exists_plain("LATEST") == file_io.exists(f"{tree}/snapshot/LATEST") is True
+
+
 def test_a_probe_of_another_stores_directory_asks_the_store() -> None:
     file_io = AskedFileIO({"s3://b/t/snapshot/snapshot-1"})
     probe = FileProbe(file_io, "s3://b/t/snapshot")
     assert probe.exists("snapshot-1") and not probe.exists("snapshot-2")
-    assert file_io.asked == ["s3://b/t/snapshot/snapshot-1", "s3://b/t/snapshot/snapshot-2"]
+    assert probe.exists_plain("snapshot-1") and not probe.exists_plain("snapshot-3")
+    assert file_io.asked == ["s3://b/t/snapshot/snapshot-1", "s3://b/t/snapshot/snapshot-2",
+                             "s3://b/t/snapshot/snapshot-1", "s3://b/t/snapshot/snapshot-3"]
 
 
 def pypaimon_directories(file_io: LocalFileIO, path: str) -> list[str]:

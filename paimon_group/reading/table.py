@@ -316,7 +316,8 @@ class ShardedTable:
         return int(text) if text.isdigit() else None
 
     def _snapshot_exists(self, snapshot_id: int) -> bool:
-        return self._snapshot_files.exists(f"snapshot-{snapshot_id}")  # get_snapshot_path's name
+        # get_snapshot_path's name; plain whatever the id
+        return self._snapshot_files.exists_plain(f"snapshot-{snapshot_id}")
 
     def latest_snapshot_id(self, *, fresh: bool = False) -> int | None:
         """Id of the newest committed snapshot, or None for an empty table.

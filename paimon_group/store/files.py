@@ -151,6 +151,20 @@ class FileProbe:
                 return os.path.exists(prefix + name)
         return file_exists(self._file_io, f"{self._directory}/{name}")
 
+    def exists_plain(self, name: str) -> bool:
+        """:meth:`exists` of a name the caller built plain (``snapshot-7``:
+        letters, digits, ``-``, ``_``, ``.``): once the directory's
+        translation is known, one ``stat`` and nothing to match (a leader
+        asks this of every table at every poll)."""
+        prefix = self._prefix
+        if not prefix:
+            return self.exists(name)
+        try:
+            os.stat(prefix + name)
+        except (OSError, ValueError):  # as os.path.exists
+            return False
+        return True
+
 
 def local_directories(file_io: Any, path: str) -> list[str] | None:
     """The names of the directories in directory ``path`` (hidden ones too),
