@@ -149,6 +149,7 @@ async def test_a_table_created_later_joins_and_a_dropped_one_leaves(tmp_path: Pa
             write_rows(wh, "shop.a", range(10, 15))
             await eventually(lambda: len(_rows(seen, "shop.a")) >= 15, limit_s=60)
             assert not run.done()
+            await member.stop()  # waits for the batch in hand and commits it
         finally:
             run.cancel()
             await asyncio.gather(run, return_exceptions=True)
@@ -220,7 +221,9 @@ def busy_shards(table: Any) -> range:
 
 
 async def _read_all(member: GroupMember, seen: Seen, wanted: dict[str, int]) -> None:
-    """Run ``member`` until ``seen`` holds ``wanted`` rows of each table, then stop it."""
+    """Run ``member`` until ``seen`` holds ``wanted`` rows of each table, then stop it
+    gracefully: a batch whose rows are seen is committed when its handler has returned,
+    and a ``run`` cancelled between the two would leave it to be read again."""
     async with member:
         run = asyncio.create_task(member.run(_collector(seen)))
         try:
@@ -234,6 +237,7 @@ async def _read_all(member: GroupMember, seen: Seen, wanted: dict[str, int]) -> 
                     f"member {member.state.value} error {member.error!r}, owned "
                     f"{member.owned_shards}, positions {member.shard_positions()}") from None
             assert not run.done()
+            await member.stop()  # waits for the batch in hand and commits it
         finally:
             run.cancel()
             await asyncio.gather(run, return_exceptions=True)
