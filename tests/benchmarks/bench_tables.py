@@ -268,17 +268,15 @@ def scale_figures(ctx: Context) -> list[Figure]:
                     zk = ZkServer(java, jar, ctx.scratch("zk"))
                     zk.start()
                 url = zk.unique_url()
-            got: dict[str, dict[str, Any]] = {}
-            shards = count * BUCKETS
-            for label, table, fixed in (("one", BASELINE, None), ("flat", FLAT, shards),
-                                        ("many", "bench.*", None)):
-                if "scale" not in parts():
-                    break
-                got[label] = asyncio.run(scenario(
-                    url, wh, table, fixed or (BUCKETS if table == BASELINE else shards),
-                    members, window, cycles, ctx.scratch("history"), fixed))
-                print(f"   {server} {label}: {json.dumps(got[label])}", flush=True)
-            else:
+            if "scale" in parts():
+                got: dict[str, dict[str, Any]] = {}
+                shards = count * BUCKETS
+                for label, table, fixed in (("one", BASELINE, None), ("flat", FLAT, shards),
+                                            ("many", "bench.*", None)):
+                    got[label] = asyncio.run(scenario(
+                        url, wh, table, fixed or (BUCKETS if table == BASELINE else shards),
+                        members, window, cycles, ctx.scratch("history"), fixed))
+                    print(f"   {server} {label}: {json.dumps(got[label])}", flush=True)
                 figures += compared(server, got["many"], got["one"], got["flat"])
             for reading in (False, True):
                 side = asyncio.run(side_by_side(
