@@ -26,11 +26,15 @@ single-table groups (50 members a process, one a group); from the moment the
 processes are told to start their members to the last row delivered
 (handlers read ``batch.to_arrow()``). Printed: rows/s of each and (a) / (b).
 
+**Floor** (``tables_poll.py``): what the leader's poll of the tables costs,
+on a local warehouse and on an S3-compatible server, and the lowest idle
+ratio many / one it allows, given the one table's member cost measured above.
+
 Sizes: ``BENCH_TABLES_COUNT`` (default 200; ``--quick`` 40),
 ``BENCH_TABLES_MEMBERS`` (20), ``BENCH_TABLES_SERVERS`` (``etcd,zookeeper``),
 ``BENCH_TABLES_TPUT`` (``50x20000``: tables x rows; ``--quick`` ``10x5000``),
-``BENCH_TABLES_PARTS`` (``scale,tput``; ``idle``: the side-by-side idle CPU
-alone), ``BENCH_TABLES_PROCESSES`` (the worker
+``BENCH_TABLES_PARTS`` (``scale,tput,floor``; ``idle``: the side-by-side idle
+CPU alone; ``floor``: the poll's floor, ``tables_poll.py``), ``BENCH_TABLES_PROCESSES`` (the worker
 processes of the scale part; default one a core: several members share a
 process and its event loop, whose wake-ups the one table's members, woken
 together, share more; ``20``: one member a process, as ``paimon-group run``
@@ -53,6 +57,7 @@ from typing import Any
 from tests.benchmarks.bench_coordinator import churn
 from tests.benchmarks.common import Context, Figure, fill_table
 from tests.benchmarks.member_pool import GroupWatcher, MemberPool
+from tests.benchmarks.tables_poll import floor_figures, local_floor, s3_floor
 from tests.benchmarks.tables_tput import delivery_figures
 
 TITLE = "tables"
@@ -67,7 +72,7 @@ FLAT = "flat.t"
 
 
 def parts() -> list[str]:
-    return os.environ.get("BENCH_TABLES_PARTS", "scale,tput").split(",")
+    return os.environ.get("BENCH_TABLES_PARTS", "scale,tput,floor").split(",")
 
 
 def table_count(quick: bool) -> int:
@@ -248,14 +253,14 @@ def side_by_side_figures(server: str, count: int, got: dict[str, Any]) -> list[F
                    details={"windows": got["windows"]})]
 
 
-def scale_figures(ctx: Context) -> list[Figure]:
+def scale_figures(ctx: Context, wh: str, one_member_ms: dict[str, float]) -> list[Figure]:
+    """The scale and side-by-side parts on the tables of ``wh``; the one
+    table's idle member cost (ms/s, not reading) of each server goes in
+    ``one_member_ms``."""
     from tests.support.zk_server import ZkServer, require_zookeeper
 
     count, members = table_count(ctx.quick), member_count()
     window, cycles = (5.0, 1) if ctx.quick else (30.0, 3)
-    wh = str(ctx.scratch("wh"))
-    made = make_tables(wh, count)
-    print(f"   {count + 1} tables made in {made:.1f} s", flush=True)
     zk = None
     figures: list[Figure] = []
     try:
@@ -285,16 +290,38 @@ def scale_figures(ctx: Context) -> list[Figure]:
                 print(f"   {server} side by side{' reading' if reading else ''}: "
                       f"{json.dumps(side)}", flush=True)
                 figures += side_by_side_figures(server, count, side)
+                if not reading:
+                    one_member_ms[server] = statistics.median(w["one"] for w in side["windows"])
     finally:
         if zk is not None:
             zk.stop()
     return figures
 
 
+def floor_part(ctx: Context, wh: str, one_member_ms: dict[str, float]) -> list[Figure]:
+    """The poll's floor (``tables_poll.py``) on the local tables of ``wh`` and
+    on the S3 server."""
+    count, members = table_count(ctx.quick), member_count()
+    names = [f"bench.t{i:04d}" for i in range(count)]
+    figures: list[Figure] = []
+    for store, got in (("local", local_floor(wh, names, BASELINE, ctx.quick)),
+                       ("S3", s3_floor(ctx))):
+        print(f"   poll floor {store}: {json.dumps(got)}", flush=True)
+        figures += floor_figures(store, got, count, members, one_member_ms)
+    return figures
+
+
 def run(ctx: Context) -> list[Figure]:
     figures: list[Figure] = []
-    if "scale" in parts() or "idle" in parts():
-        figures += scale_figures(ctx)
+    one_member_ms: dict[str, float] = {}
+    if {"scale", "idle", "floor"} & set(parts()):
+        wh = str(ctx.scratch("wh"))
+        made = make_tables(wh, table_count(ctx.quick))
+        print(f"   {table_count(ctx.quick) + 1} tables made in {made:.1f} s", flush=True)
+        if "scale" in parts() or "idle" in parts():
+            figures += scale_figures(ctx, wh, one_member_ms)
+        if "floor" in parts():
+            figures += floor_part(ctx, wh, one_member_ms)
     if "tput" in parts():
         figures += delivery_figures(ctx, TITLE)
     return figures
