@@ -21,6 +21,7 @@ embedded SQLite coordinator has no network to cut.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,6 +29,7 @@ import pytest
 
 from tests.chaos.scenario import (
     COORDINATOR_BACKENDS,
+    SESSION_TIMEOUT_S,
     Backend,
     Run,
     events_of,
@@ -36,6 +38,7 @@ from tests.chaos.scenario import (
     wait_stable_with,
     wait_until,
 )
+from tests.support.group_procs import GroupHarness
 from tests.support.proxy import TcpProxy
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow]
@@ -63,6 +66,27 @@ def proxied(request: pytest.FixtureRequest) -> Iterator[tuple[Backend, str, TcpP
         proxy.stop()
 
 
+def settled_shards(h: GroupHarness, timeout: float = 120) -> set[int]:
+    """The shards the victim owns once it has owned them, under the same
+    epochs, for longer than a session timeout. The reset of step 2 can end
+    its session when the machine is slow to reconnect it (2 s): shards seen
+    owned before that session expired are taken from it by the reset, not by
+    the blackhole, and the loss the blackhole should cause never comes."""
+    deadline = time.monotonic() + timeout
+    while True:
+        before = h.wait_for(lambda d: d["state"] == "stable" and any(
+            s["owner"] == VICTIM for s in d["shards"]), what=f"{VICTIM} owning shards")
+        time.sleep(SESSION_TIMEOUT_S + 1.0)
+        after = h.describe()
+        owned = [{(s["shard"], s["epoch"]) for s in d["shards"] if s["owner"] == VICTIM}
+                 for d in (before, after)]
+        if after["state"] == "stable" and owned[0] and owned[0] == owned[1]:
+            return {shard for shard, _ in owned[1]}
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{VICTIM} did not keep its shards for a session timeout; "
+                                 f"last describe: {after}")
+
+
 def test_member_cut_off_by_proxy(tmp_path: Path,
                                  proxied: tuple[Backend, str, TcpProxy]) -> None:
     backend, victim_url, proxy = proxied
@@ -88,9 +112,7 @@ def test_member_cut_off_by_proxy(tmp_path: Path,
         wait_until(h, lambda: proxy.connections_accepted > accepted,
                    f"{VICTIM} to reconnect after the reset")
         # 3. blackhole past the session timeout, then heal
-        before = h.wait_for(lambda d: d["state"] == "stable" and any(
-            s["owner"] == VICTIM for s in d["shards"]), what=f"{VICTIM} owning shards")
-        held = {s["shard"] for s in before["shards"] if s["owner"] == VICTIM}
+        held = settled_shards(h)
         fault = run.fault("blackhole", VICTIM, h.procs[VICTIM].pid)
         proxy.set_mode("blackhole")
         h.wait_for(lambda d: d["state"] == "stable" and not any(
